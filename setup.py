@@ -1,0 +1,21 @@
+"""Installs the `scaling` library and the `experiments` entry points."""
+
+import setuptools
+
+setuptools.setup(
+    name="scaling",
+    version="0.1.0",
+    description="Attention logit scaling: rules, metrics, parametrizations and experiments.",
+    packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.3",
+        "chex>=0.1.87",
+        "absl-py>=2.0",
+        "numpy>=1.26",
+        "matplotlib>=3.7",
+    ],
+    extras_require={"test": ["pytest>=7", "hypothesis>=6.80"]},
+)
