@@ -1,0 +1,22 @@
+"""scaling: attention logit scaling as pure JAX functions, with metrics and parametrizations."""
+
+from scaling.attention import attention_logits
+from scaling.attention import attention_logits_and_weights
+from scaling.attention import attention_weights
+from scaling.attention import attention_with_aux
+from scaling.attention import dot_product_attention
+from scaling.attention import masked_softmax
+from scaling.metrics import attention_metrics_per_head
+from scaling.metrics import average_heads
+from scaling.metrics import logit_stats_per_head
+from scaling.metrics import row_entropy
+from scaling.metrics import softmax_jacobian
+from scaling.metrics import softmax_jacobian_fro_norm
+from scaling.metrics import weight_stats_per_head
+from scaling.rope import apply_rope
+from scaling.rules import available_rules
+from scaling.rules import get_rule
+from scaling.rules import register_rule
+from scaling.rules import ScaleRule
+
+__all__ = [name for name in dir() if not name.startswith("_")]

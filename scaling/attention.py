@@ -1,0 +1,373 @@
+"""Dense multi-head attention as pure functions, a drop-in for ``jax.nn.dot_product_attention``.
+
+Shapes follow jax.nn: query [B, T, N, H], key and value [B, S, K, H] with N a
+multiple of K (GQA; K == N is ordinary multi-head attention), bias and mask
+broadcastable to [B, N, T, S]. Logits, weights and outputs all come from one
+code path, ``attention_logits_and_weights``, so what is measured is what runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import rules as rules_lib
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class LogitOptions:
+  """Everything besides the arrays that shapes the logits; shared by dense and blockwise paths."""
+
+  rule: rules_lib.ScaleRule
+  scale: float
+  weight_scale: float
+  logit_soft_cap: float | None
+  logit_clamp: float | None
+  float32_softmax: bool
+  subtract_max: bool
+
+
+def resolve_logit_options(
+    head_dim: int,
+    *,
+    scale: float | None,
+    rule: str | rules_lib.ScaleRule | None,
+    logit_soft_cap: float | None,
+    logit_clamp: float | None,
+    float32_softmax: bool,
+    subtract_max: bool,
+) -> LogitOptions:
+  """Validates the scalar options and turns (scale, rule) into one rule and one factor."""
+  if scale is not None and rule is not None:
+    raise ValueError("give either `scale` or `rule`, not both")
+  rule_obj = rules_lib.get_rule("sqrt" if rule is None else rule)
+  if scale is not None:
+    s = float(scale)
+    w = 1.0
+  else:
+    s = float(rule_obj.logit_scale(head_dim))
+    w = float(rule_obj.weight_scale(head_dim))
+  for name, v in (("logit_soft_cap", logit_soft_cap), ("logit_clamp", logit_clamp)):
+    if v is not None and not (np.isfinite(v) and v > 0):
+      raise ValueError(f"{name} must be a positive finite number, got {v}")
+  return LogitOptions(rule_obj, s, w, logit_soft_cap, logit_clamp, bool(float32_softmax), bool(subtract_max))
+
+
+def _ensure_4d(x: Any, name: str) -> Array | None:
+  if x is None:
+    return None
+  x = jnp.asarray(x)
+  if x.ndim > 4:
+    raise ValueError(f"{name} must have at most 4 dimensions, got shape {x.shape}")
+  return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def check_qkv(query: Array, key: Array, value: Array) -> tuple[Array, Array, Array, bool]:
+  """Validates shapes; adds a batch axis to unbatched [T, N, H] inputs. Returns (q, k, v, batched)."""
+  query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+  if not query.ndim == key.ndim == value.ndim or query.ndim not in (3, 4):
+    raise ValueError(
+        f"query, key and value must all be [B, T, N, H] or [T, N, H]; got {query.shape}, {key.shape}, {value.shape}")
+  batched = query.ndim == 4
+  if not batched:
+    query, key, value = query[None], key[None], value[None]
+  if key.shape != value.shape:
+    raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+  if query.shape[0] != key.shape[0] or query.shape[-1] != key.shape[-1]:
+    raise ValueError(f"query {query.shape} and key {key.shape} must agree in batch and head_dim")
+  if query.shape[2] % key.shape[2]:
+    raise ValueError(f"query heads ({query.shape[2]}) must be a multiple of key heads ({key.shape[2]})")
+  return query, key, value, batched
+
+
+def combined_mask(
+    batch: int,
+    num_heads: int,
+    q_len: int,
+    kv_len: int,
+    *,
+    mask: Array | None = None,
+    is_causal: bool = False,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    q_offset: Array | int = 0,
+    kv_offset: Array | int = 0,
+) -> Array | None:
+  """Boolean mask broadcastable to [B, N, T, S] (True = attend), or None when nothing is masked.
+
+  ``q_offset`` and ``kv_offset`` shift the positions so that blockwise code can
+  build the mask of one tile; causal masking aligns query i with key i (top-left).
+  """
+  parts = []
+  if mask is not None:
+    mask = _ensure_4d(mask, "mask")
+    if mask.dtype != jnp.bool_:
+      raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
+    parts.append(mask)
+  q_pos = q_offset + jnp.arange(q_len)[:, None]
+  k_pos = kv_offset + jnp.arange(kv_len)[None, :]
+  if is_causal:
+    parts.append((k_pos <= q_pos)[None, None])
+  if local_window_size is not None:
+    left, right = ((local_window_size, local_window_size)
+                   if isinstance(local_window_size, int) else local_window_size)
+    parts.append(((q_pos <= k_pos + left) & (q_pos >= k_pos - right))[None, None])
+  if query_seq_lengths is not None:
+    qs = jnp.asarray(query_seq_lengths).reshape(batch)
+    parts.append((q_pos[None] < qs[:, None, None])[:, None])
+  if key_value_seq_lengths is not None:
+    ks = jnp.asarray(key_value_seq_lengths).reshape(batch)
+    parts.append((k_pos[None] < ks[:, None, None])[:, None])
+  if not parts:
+    return None
+  out = parts[0]
+  for p in parts[1:]:
+    out = jnp.logical_and(out, p)
+  del num_heads
+  return out
+
+
+def shape_logits(logits: Array, bias: Array | None, opts: LogitOptions) -> Array:
+  """Applies scale, bias, soft cap and clamp to raw dot products (float32 or input dtype)."""
+  logits = logits * jnp.asarray(opts.scale, logits.dtype)
+  if bias is not None:
+    logits = (logits + bias).astype(logits.dtype)
+  if opts.logit_soft_cap is not None:
+    cap = jnp.asarray(opts.logit_soft_cap, logits.dtype)
+    logits = cap * jnp.tanh(logits / cap)
+  if opts.logit_clamp is not None:
+    logits = jnp.clip(logits, -opts.logit_clamp, opts.logit_clamp)
+  return logits
+
+
+def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = True) -> Array:
+  """Softmax over the last axis; masked entries get weight 0 and fully masked rows are all 0.
+
+  With ``subtract_max=False`` the exponentials are taken of the raw logits, which
+  overflows in low precision: it exists only to demonstrate that failure.
+  """
+  if mask is not None:
+    logits = jnp.where(mask, logits, -jnp.inf)
+  if subtract_max:
+    row_max = jnp.max(logits, axis=-1, keepdims=True)
+    row_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(row_max), row_max, 0))
+    e = jnp.exp(logits - row_max)
+  else:
+    e = jnp.exp(logits)
+  denom = jnp.sum(e, axis=-1, keepdims=True)
+  return e / jnp.where(denom == 0, jnp.ones_like(denom), denom)
+
+
+def _group(x: Array | None, num_kv_heads: int, groups: int) -> Array | None:
+  """Reshapes a [B, N|1, T, S] array to [B, K|1, G|1, T, S]."""
+  if x is None:
+    return None
+  b, n, t, s = x.shape
+  if n == 1:
+    return x[:, :, None]
+  return x.reshape(b, num_kv_heads, groups, t, s)
+
+
+def _ungroup(x: Array) -> Array:
+  """Reshapes [B, K, G, T, S] to [B, N, T, S]."""
+  b, k, g, t, s = x.shape
+  return x.reshape(b, k * g, t, s)
+
+
+def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
+  """Core: returns (logits, weights, visible) as [B, K, G, T, S]; weights already carry weight_scale."""
+  b, t, n, h = query.shape
+  kh = key.shape[2]
+  g = n // kh
+  query, key = opts.rule.prepare(query, key)
+  q = query.reshape(b, t, kh, g, h)
+  compute_dtype = jnp.promote_types(query.dtype, jnp.float32) if opts.float32_softmax else query.dtype
+  logits = jnp.einsum("btkgh,bskh->bkgts", q, key, preferred_element_type=compute_dtype)
+  if bias is not None:
+    bias = _group(_ensure_4d(bias, "bias"), kh, g)
+  logits = shape_logits(logits, bias, opts)
+  mask = _group(mask_bnts, kh, g)
+  weights = masked_softmax(logits, mask, subtract_max=opts.subtract_max)
+  if opts.weight_scale != 1.0:
+    weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
+  return logits, weights, mask
+
+
+def _attend_grouped(query, key, value, bias, mask_bnts, opts: LogitOptions):
+  """Returns (output [B, T, N, H], logits, weights, mask) with the last three grouped [B, K, G, T, S]."""
+  b, t, n, h = query.shape
+  logits, weights, mask_g = _logits_weights_grouped(query, key, bias, mask_bnts, opts)
+  out = jnp.einsum("bkgts,bskh->btkgh", weights.astype(value.dtype), value).reshape(b, t, n, value.shape[-1])
+  return out, logits, weights, mask_g
+
+
+def attention_with_aux(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    rule: str | rules_lib.ScaleRule | None = None,
+    is_causal: bool = False,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    logit_soft_cap: float | None = None,
+    logit_clamp: float | None = None,
+    float32_softmax: bool = True,
+    subtract_max: bool = True,
+) -> tuple[Array, Array, Array, Array | None]:
+  """Attention output together with the logits, weights and mask it was computed from.
+
+  Args: as ``dot_product_attention``.
+
+  Returns:
+    ``(output, logits, weights, mask)``: output [B, T, N, H]; logits
+    [B, N, T, S] after scale, bias, soft cap and clamp (masked entries left as
+    computed); weights [B, N, T, S] (0 where masked, all 0 for fully masked
+    rows, multiplied by the rule's weight scale); the boolean visibility mask
+    broadcastable to [B, N, T, S], or None when nothing is masked.
+  """
+  query, key, value, batched = check_qkv(query, key, value)
+  b, t, n, h = query.shape
+  opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+                               float32_softmax=float32_softmax, subtract_max=subtract_max)
+  mask_bnts = combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
+                            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                            local_window_size=local_window_size)
+  out, logits, weights, _ = _attend_grouped(query, key, value, bias, mask_bnts, opts)
+  logits, weights = _ungroup(logits), _ungroup(weights)
+  if not batched:
+    out, logits, weights = out[0], logits[0], weights[0]
+    mask_bnts = None if mask_bnts is None else mask_bnts[0]
+  return out, logits, weights, mask_bnts
+
+
+def attention_logits_and_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                                 **kwargs) -> tuple[Array, Array, Array | None]:
+  """``(logits, weights, mask)`` exactly as ``dot_product_attention`` computes them (see ``attention_with_aux``)."""
+  _, logits, weights, vis = attention_with_aux(query, key, key, bias, mask, **kwargs)
+  return logits, weights, vis
+
+
+def attention_logits(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                     **kwargs) -> Array:
+  """Logits [B, N, T, S] exactly as ``dot_product_attention`` computes them (see there for arguments)."""
+  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[0]
+
+
+def attention_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                      **kwargs) -> Array:
+  """Attention weights [B, N, T, S] exactly as ``dot_product_attention`` uses them."""
+  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[1]
+
+
+def dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    scale: float | None = None,
+    rule: str | rules_lib.ScaleRule | None = None,
+    is_causal: bool = False,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    logit_soft_cap: float | None = None,
+    logit_clamp: float | None = None,
+    float32_softmax: bool = True,
+    subtract_max: bool = True,
+    implementation: str | None = None,
+    return_residual: bool = False,
+    return_weights: bool = False,
+) -> Array | tuple[Array, ...]:
+  """Scaled dot-product attention, softmax(s·QKᵀ + bias)·V, with pluggable logit-scale rules.
+
+  A drop-in for ``jax.nn.dot_product_attention`` (same layout and argument
+  names); Vaswani et al. 2017, §3.2.1. B batch, T query length, S key length,
+  N query heads, K key/value heads (N a multiple of K: GQA), H head dim.
+
+  Args:
+    query: [B, T, N, H] or [T, N, H].
+    key: [B, S, K, H] or [S, K, H].
+    value: same shape as key.
+    bias: added to the logits after scaling; broadcastable to [B, N, T, S].
+    mask: boolean, True = attend; broadcastable to [B, N, T, S].
+    scale: a number s; the default (with ``rule=None``) is 1/√H as in jax.nn.
+    rule: a logit-scale rule name (see ``scaling.available_rules()``) or a
+      ``ScaleRule``; an alternative to ``scale``.
+    is_causal: query i attends keys j <= i.
+    query_seq_lengths: int [B]; queries at or past the length output 0.
+    key_value_seq_lengths: int [B]; keys at or past the length are masked.
+    local_window_size: (left, right) window, or one int for both.
+    logit_soft_cap: c > 0 replaces logits z by c·tanh(z/c) (Gemma 2).
+    logit_clamp: c > 0 clips logits to [-c, c].
+    float32_softmax: compute logits and softmax in float32 whatever the input
+      dtype (default). False computes them in the input dtype: only to
+      demonstrate low-precision failures.
+    subtract_max: subtract the row maximum before exp (default). False exists
+      only to demonstrate overflow.
+    implementation: None or ``"xla"`` for this code; ``"cudnn"`` dispatches to
+      ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU when the
+      options allow it (a plain scale, no cap, clamp or weight scale) and
+      raises otherwise.
+    return_residual: also return the log-sum-exp of the masked logits [B, T, N]
+      (as jax.nn; -inf for fully masked rows).
+    return_weights: also return the attention weights [B, N, T, S].
+
+  Returns:
+    Output [B, T, N, H] (fully masked query rows give 0), followed by the
+    residual and/or weights when requested.
+  """
+  query, key, value, batched = check_qkv(query, key, value)
+  b, t, n, h = query.shape
+  kh = key.shape[2]
+  g = n // kh
+  opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+                               float32_softmax=float32_softmax, subtract_max=subtract_max)
+  if implementation not in (None, "xla", "cudnn"):
+    raise ValueError(f"implementation must be None, 'xla' or 'cudnn', got {implementation!r}")
+  if implementation == "cudnn":
+    return _cudnn(query, key, value, bias, mask, opts, batched, is_causal=is_causal,
+                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                  local_window_size=local_window_size, return_residual=return_residual,
+                  return_weights=return_weights)
+  mask_bnts = combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
+                            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                            local_window_size=local_window_size)
+  out, logits, weights, mask_g = _attend_grouped(query, key, value, bias, mask_bnts, opts)
+  extras = []
+  if return_residual:
+    masked = logits if mask_g is None else jnp.where(mask_g, logits, -jnp.inf)
+    lse = jax.nn.logsumexp(masked.astype(jnp.float32), axis=-1)  # [B, K, G, T]
+    extras.append(jax.lax.stop_gradient(jnp.moveaxis(lse.reshape(b, n, t), 1, 2)))
+  if return_weights:
+    extras.append(_ungroup(weights))
+  if not batched:
+    out = out[0]
+    extras = [e[0] for e in extras]
+  return (out, *extras) if extras else out
+
+
+def _cudnn(query, key, value, bias, mask, opts: LogitOptions, batched, *, return_weights, **kwargs):
+  """Dispatch to jax.nn's cuDNN flash attention where our options allow it."""
+  if (opts.rule.has_prepare or opts.weight_scale != 1.0 or opts.logit_soft_cap is not None
+      or opts.logit_clamp is not None or not opts.float32_softmax or not opts.subtract_max or return_weights):
+    raise ValueError("implementation='cudnn' supports only plain scale rules without prepare, weight scale, "
+                     "soft cap, clamp, return_weights or the failure-demonstration switches")
+  out = jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
+                                     **kwargs)
+  if not batched:
+    out = jax.tree.map(lambda x: x[0], out)
+  return out

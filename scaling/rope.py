@@ -1,0 +1,48 @@
+"""Rotary position embedding (Su et al. 2021, "RoFormer", §3.4).
+
+RoPE rotates pairs of coordinates of q and k by position-dependent angles. A
+rotation preserves every vector's norm, so RoPE leaves |q| and |k| (and hence the
+logit variance of iid inputs) unchanged; what it changes is that q_i·k_j depends
+on positions only through i − j. The tests check both facts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def rope_frequencies(head_dim: int, base: float = 10000.0) -> Array:
+  """Angular frequencies θ_p = base^(−2p/H) for p < H/2, float32 [H/2]."""
+  if head_dim % 2:
+    raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+  if not base > 0:
+    raise ValueError(f"RoPE base must be positive, got {base}")
+  return base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+
+
+def apply_rope(x: Array, positions: Array | None = None, *, base: float = 10000.0) -> Array:
+  """Rotates x [B, T, N, H] (or [T, N, H]) by position, rotate-half layout (GPT-NeoX, LLaMA).
+
+  Args:
+    x: queries or keys; H must be even.
+    positions: integer or float positions [T] or [B, T]; defaults to 0..T-1.
+    base: the frequency base (10000 in RoFormer).
+
+  Returns:
+    An array like x, computed in float32 and cast back to x's dtype.
+  """
+  t, h = x.shape[-3], x.shape[-1]
+  freqs = rope_frequencies(h, base)
+  if positions is None:
+    positions = jnp.arange(t)
+  positions = jnp.asarray(positions, jnp.float32)
+  angles = positions[..., :, None] * freqs  # [..., T, H/2]
+  cos = jnp.cos(angles)[..., :, None, :]
+  sin = jnp.sin(angles)[..., :, None, :]
+  x32 = x.astype(jnp.float32)
+  x1, x2 = x32[..., : h // 2], x32[..., h // 2:]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
