@@ -1,0 +1,1 @@
+"""Command-line experiments: run each as `python -m experiments.<name> --flags`."""
