@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 from absl import app
 from absl import flags
+from absl import logging
 
 
 class _ListParser(flags.ArgumentParser):
@@ -22,7 +23,7 @@ class _ListParser(flags.ArgumentParser):
     self._convert, self._check, self._kind = convert, check, kind
 
   def flag_type(self) -> str:
-    return f"comma-separated list of {self._kind}"
+    return "comma-separated list"
 
   def parse(self, argument):
     if isinstance(argument, (list, tuple)):
@@ -58,7 +59,7 @@ def _int(text) -> int:
 def define_int_list(name: str, default: Sequence[int] | str, help_text: str, *, lower_bound: int = 1):
   """A comma-separated list of integers, each at least ``lower_bound``."""
   check = lambda v: None if v >= lower_bound else f"must be at least {lower_bound}"
-  return flags.DEFINE(_ListParser(_int, check, "integers"), name, default, help_text,
+  return flags.DEFINE(_ListParser(_int, check, "an integer"), name, default, help_text,
                        serializer=flags.CsvListSerializer(","))
 
 
@@ -75,7 +76,7 @@ def define_float_list(name: str, default: Sequence[float] | str, help_text: str,
       return f"must be at least {lower_bound}"
     return None
 
-  return flags.DEFINE(_ListParser(float, check, "numbers"), name, default, help_text,
+  return flags.DEFINE(_ListParser(float, check, "a number"), name, default, help_text,
                       serializer=flags.CsvListSerializer(","))
 
 
@@ -87,7 +88,7 @@ def define_enum_list(name: str, default: Sequence[str] | str, choices: Sequence[
     known = choices() if callable(choices) else choices
     return None if v in known else f"unknown; choose from {', '.join(known)}"
 
-  return flags.DEFINE(_ListParser(str, check, "names"), name, default, help_text,
+  return flags.DEFINE(_ListParser(str, check, "a name"), name, default, help_text,
                       serializer=flags.CsvListSerializer(","))
 
 
@@ -119,8 +120,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], Any]) -> None:
-  """``absl.app.run`` with flag errors reported as one line and exit status 2."""
-  app.run(main, flags_parser=_parse_flags)
+  """``absl.app.run`` with flag errors reported as one line and exit status 2, and quiet INFO logs."""
+
+  def quiet_main(argv):
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.WARNING)
+    return main(argv)
+
+  app.run(quiet_main, flags_parser=_parse_flags)
 
 
 def reject_extra_args(argv: Sequence[str]) -> None:

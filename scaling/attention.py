@@ -48,15 +48,27 @@ def resolve_logit_options(
     raise ValueError("give either `scale` or `rule`, not both")
   rule_obj = rules_lib.get_rule("sqrt" if rule is None else rule)
   if scale is not None:
-    s = float(scale)
-    w = 1.0
+    s, w = _as_scalar(scale), 1.0
   else:
-    s = float(rule_obj.logit_scale(head_dim))
-    w = float(rule_obj.weight_scale(head_dim))
+    s, w = _as_scalar(rule_obj.logit_scale(head_dim)), _as_scalar(rule_obj.weight_scale(head_dim))
   for name, v in (("logit_soft_cap", logit_soft_cap), ("logit_clamp", logit_clamp)):
     if v is not None and not (np.isfinite(v) and v > 0):
       raise ValueError(f"{name} must be a positive finite number, got {v}")
   return LogitOptions(rule_obj, s, w, logit_soft_cap, logit_clamp, bool(float32_softmax), bool(subtract_max))
+
+
+def _as_scalar(x: Any) -> float | Array:
+  """A Python float, or a scalar array left as is so that scales can be traced (vmapped over rules)."""
+  if isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, jax.core.Tracer) and x.ndim == 0:
+    return float(x)
+  if isinstance(x, jax.core.Tracer):
+    return x
+  return float(x)
+
+
+def _is_one(x: float | Array) -> bool:
+  """True only for a concrete scale of exactly 1 (traced scales are never skipped)."""
+  return isinstance(x, float) and x == 1.0
 
 
 def _ensure_4d(x: Any, name: str) -> Array | None:
@@ -195,7 +207,7 @@ def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
   logits = shape_logits(logits, bias, opts)
   mask = _group(mask_bnts, kh, g)
   weights = masked_softmax(logits, mask, subtract_max=opts.subtract_max)
-  if opts.weight_scale != 1.0:
+  if not _is_one(opts.weight_scale):
     weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
   return logits, weights, mask
 
@@ -362,7 +374,7 @@ def dot_product_attention(
 
 def _cudnn(query, key, value, bias, mask, opts: LogitOptions, batched, *, return_weights, **kwargs):
   """Dispatch to jax.nn's cuDNN flash attention where our options allow it."""
-  if (opts.rule.has_prepare or opts.weight_scale != 1.0 or opts.logit_soft_cap is not None
+  if (opts.rule.has_prepare or not _is_one(opts.weight_scale) or opts.logit_soft_cap is not None
       or opts.logit_clamp is not None or not opts.float32_softmax or not opts.subtract_max or return_weights):
     raise ValueError("implementation='cudnn' supports only plain scale rules without prepare, weight scale, "
                      "soft cap, clamp, return_weights or the failure-demonstration switches")

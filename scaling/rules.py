@@ -125,6 +125,34 @@ class TemperatureScale(ScaleRule):
     return 1.0 / self.tau
 
 
+@struct.dataclass
+class FixedScale(ScaleRule):
+  """Given logit and weight factors, independent of d_k; the fields may be arrays.
+
+  Every rule without a ``prepare`` step is equivalent to a ``FixedScale`` at a
+  given head dim (see ``as_fixed_scale``); stacking them gives one pytree that
+  ``jax.vmap`` can map over, so many rules share one compiled program.
+  """
+
+  logit: Any = 1.0
+  weight: Any = 1.0
+
+  def logit_scale(self, head_dim: int):
+    del head_dim
+    return self.logit
+
+  def weight_scale(self, head_dim: int):
+    del head_dim
+    return self.weight
+
+
+def as_fixed_scale(rule: ScaleRule, head_dim: int) -> FixedScale:
+  """The FixedScale equal to ``rule`` at ``head_dim``; rules with a prepare step cannot be converted."""
+  if rule.has_prepare:
+    raise ValueError(f"{type(rule).__name__} transforms q and k and has no FixedScale equivalent")
+  return FixedScale(float(rule.logit_scale(head_dim)), float(rule.weight_scale(head_dim)))
+
+
 def rms_norm(x: Array, eps: float = 1e-6) -> Array:
   """Divides x [..., H] by its root mean square over the last axis (in float32)."""
   x32 = x.astype(jnp.float32)

@@ -1,0 +1,263 @@
+"""The d_k sweep: attention metrics of random q, k, v as head dimension and logit-scale rule vary.
+
+For each head dimension d_k one jitted program draws q, k, v and a fixed
+upstream gradient for every seed and evaluates every rule: rules that only
+rescale (none, sqrt, linear, quadratic, temperature, post_softmax) are stacked
+into one ``FixedScale`` pytree and vmapped over, rules that transform q and k
+(qk_norm) are evaluated beside them, and seeds are vmapped too. So each shape
+compiles once.
+
+q and k come either iid from N(0, qk_std²) (the textbook assumption behind
+1/√d_k, Vaswani et al. 2017 §3.2.1) or, in width mode, from projecting
+unit-variance inputs of a given width through weights initialized by a
+parametrization (see ``QKVSource``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import metrics as metrics_lib
+from scaling import rules as rules_lib
+
+Array = jax.Array
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+METRICS = ("logit_mean", "logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",
+           "saturated_frac", "softmax_jacobian_norm", "grad_norm_q", "grad_norm_k", "grad_norm_v",
+           "grad_norm_logits")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+  """One sweep: every (rule, d_k) pair, statistics over ``num_seeds`` seeds.
+
+  Attributes:
+    d_k: head dimensions.
+    rules: rule names from the registry.
+    seq_len: T = S.
+    batch: sequences per seed.
+    num_heads: heads per sequence.
+    num_seeds: independent draws; metrics are reported as mean and std over them.
+    dtype: name in DTYPES; q, k, v are cast to it.
+    qk_std: std of the iid normal entries of q and k (v is always unit normal).
+    causal: causal masking.
+    seed: base PRNG seed.
+    tau: temperature of the ``temperature`` rule.
+    base_head_dim: if given, the ``linear`` rule uses α = √base_head_dim.
+    float32_softmax: False computes logits/softmax in the input dtype (failure demo).
+    subtract_max: False turns off max-subtraction (failure demo).
+  """
+
+  d_k: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+  rules: tuple[str, ...] = ("none", "sqrt", "linear", "qk_norm")
+  seq_len: int = 128
+  batch: int = 4
+  num_heads: int = 2
+  num_seeds: int = 8
+  dtype: str = "float32"
+  qk_std: float = 1.0
+  causal: bool = False
+  seed: int = 0
+  tau: float = 1.0
+  base_head_dim: int | None = None
+  float32_softmax: bool = True
+  subtract_max: bool = True
+
+  def __post_init__(self):
+    for name in ("seq_len", "batch", "num_heads", "num_seeds"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+    if not self.d_k or any(d < 1 for d in self.d_k):
+      raise ValueError(f"d_k must be a non-empty list of positive sizes, got {self.d_k}")
+    if not self.rules:
+      raise ValueError("rules must not be empty")
+    for r in self.rules:
+      if r not in rules_lib.available_rules():
+        raise ValueError(f"unknown rule {r!r}; known: {', '.join(rules_lib.available_rules())}")
+    if self.dtype not in DTYPES:
+      raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
+    if not (math.isfinite(self.qk_std) and self.qk_std >= 0):
+      raise ValueError(f"qk_std must be finite and non-negative, got {self.qk_std}")
+
+  def rule(self, name: str) -> rules_lib.ScaleRule:
+    """The rule object for ``name`` with this sweep's options."""
+    if name == "temperature":
+      return rules_lib.get_rule(name, tau=self.tau)
+    if name == "linear" and self.base_head_dim is not None:
+      return rules_lib.get_rule(name, base_head_dim=self.base_head_dim)
+    return rules_lib.get_rule(name)
+
+
+QKVSource = Callable[[Array, int], tuple[Array, Array, Array]]
+"""(key, d_k) -> q [B, T, N, d_k], k [B, T, N, d_k], v [B, T, N, d_k] for one seed."""
+
+
+def iid_source(config: SweepConfig) -> QKVSource:
+  """q, k ~ N(0, qk_std²) and v ~ N(0, 1), iid entries."""
+
+  def source(key: Array, d_k: int):
+    kq, kk, kv = jax.random.split(key, 3)
+    shape = (config.batch, config.seq_len, config.num_heads, d_k)
+    q = config.qk_std * jax.random.normal(kq, shape)
+    k = config.qk_std * jax.random.normal(kk, shape)
+    return q, k, jax.random.normal(kv, shape)
+
+  return source
+
+
+def _group_rules(config: SweepConfig, d_k: int) -> tuple[list[str], rules_lib.FixedScale | None, list[str]]:
+  """Splits rules into those expressible as a stacked FixedScale and those with a prepare step."""
+  fixed_names, fixed, other = [], [], []
+  for name in config.rules:
+    rule = config.rule(name)
+    if rule.has_prepare:
+      other.append(name)
+    else:
+      fixed_names.append(name)
+      fixed.append(rules_lib.as_fixed_scale(rule, d_k))
+  stacked = None
+  if fixed:
+    stacked = rules_lib.FixedScale(jnp.asarray([f.logit for f in fixed], jnp.float32),
+                                   jnp.asarray([f.weight for f in fixed], jnp.float32))
+  return fixed_names, stacked, other
+
+
+@functools.lru_cache(maxsize=64)
+def make_shape_fn(config: SweepConfig, d_k: int,
+                  source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
+  """A jitted function key -> {rule: {metric: [num_seeds] array}} for one head dimension (cached)."""
+  source = (source_factory or iid_source)(config)
+  dtype = DTYPES[config.dtype]
+  fixed_names, stacked, other = _group_rules(config, d_k)
+  attn_kwargs = dict(is_causal=config.causal, float32_softmax=config.float32_softmax,
+                     subtract_max=config.subtract_max)
+
+  def one_seed(key):
+    k_qkv, k_g = jax.random.split(key)
+    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
+    g = jax.random.normal(k_g, q.shape).astype(dtype)
+
+    def metrics_for(rule):
+      return metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(q, k, v, g, rule=rule, **attn_kwargs))
+
+    out = {}
+    if stacked is not None:
+      batched = jax.vmap(metrics_for)(stacked)
+      for i, name in enumerate(fixed_names):
+        out[name] = {m: v[i] for m, v in batched.items()}
+    for name in other:
+      out[name] = metrics_for(config.rule(name))
+    return out
+
+  @jax.jit
+  def shape_fn(key):
+    keys = jax.random.split(key, config.num_seeds)
+    return jax.vmap(one_seed)(keys)
+
+  return shape_fn
+
+
+def summarize(values: dict[str, Array]) -> dict[str, dict[str, float]]:
+  """{metric: [seeds]} -> {metric: {"mean", "std"}} as Python floats (NaN kept as nan)."""
+  out = {}
+  for m, v in values.items():
+    v = np.asarray(v, np.float64)
+    out[m] = {"mean": float(np.mean(v)), "std": float(np.std(v))}
+  return out
+
+
+def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QKVSource] | None = None,
+              extra_keys: dict[str, Any] | None = None,
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              on_shape: Callable[[int, float], None] | None = None) -> list[dict[str, Any]]:
+  """Runs the sweep and returns one row per (rule, d_k), in rule-major order.
+
+  Args:
+    config: the sweep.
+    source_factory: builds the q/k/v source (default iid).
+    extra_keys: constant keys added to every row (e.g. parametrization, width).
+    on_row: called with each finished row (for streaming results to disk).
+    on_shape: called with (d_k, seconds) after each head dimension.
+
+  Returns:
+    Rows with keys ``rule``, ``d_k``, ``seq_len``, ``dtype``, ``causal``,
+    ``qk_std``, any ``extra_keys``, and for each metric ``{"mean", "std"}``
+    over seeds.
+  """
+  base_key = jax.random.key(config.seed)
+  by_rule: dict[str, list[dict]] = {r: [] for r in config.rules}
+  for d_k in config.d_k:
+    start = time.perf_counter()
+    values = make_shape_fn(config, d_k, source_factory)(jax.random.fold_in(base_key, d_k))
+    values = jax.device_get(values)
+    for rule in config.rules:
+      row = {"rule": rule, "d_k": d_k, "seq_len": config.seq_len, "dtype": config.dtype, "causal": config.causal,
+             "qk_std": config.qk_std, **(extra_keys or {}), **summarize(values[rule])}
+      by_rule[rule].append(row)
+      if on_row:
+        on_row(row)
+    if on_shape:
+      on_shape(d_k, time.perf_counter() - start)
+  return [row for rule in config.rules for row in by_rule[rule]]
+
+
+@functools.lru_cache(maxsize=256)
+def _single_config_fn(config: SweepConfig, d_k: int, rule_name: str) -> Callable[[Array], dict]:
+  """A jitted function key -> {metric: scalar} for one rule, one d_k and one seed (cached)."""
+  dtype = DTYPES[config.dtype]
+  source = iid_source(config)
+  rule = config.rule(rule_name)
+
+  @jax.jit
+  def single(key):
+    k_qkv, k_g = jax.random.split(key)
+    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
+    g = jax.random.normal(k_g, q.shape).astype(dtype)
+    return metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(
+        q, k, v, g, rule=rule, is_causal=config.causal, float32_softmax=config.float32_softmax,
+        subtract_max=config.subtract_max))
+
+  return single
+
+
+def run_one_at_a_time(config: SweepConfig) -> list[dict[str, Any]]:
+  """The same numbers computed one (rule, d_k, seed) at a time: the baseline the benchmark compares against."""
+  base_key = jax.random.key(config.seed)
+  rows = []
+  for d_k in config.d_k:
+    keys = jax.random.split(jax.random.fold_in(base_key, d_k), config.num_seeds)
+    for name in config.rules:
+      single = _single_config_fn(config, d_k, name)
+      per_seed = [jax.device_get(single(keys[i])) for i in range(config.num_seeds)]
+      stacked = {m: np.stack([p[m] for p in per_seed]) for m in per_seed[0]}
+      rows.append({"rule": name, "d_k": d_k, **summarize(stacked)})
+  return rows
+
+
+def clear_caches() -> None:
+  """Forgets compiled sweep functions (for cold-start timing)."""
+  make_shape_fn.cache_clear()
+  _single_config_fn.cache_clear()
+  jax.clear_caches()
+
+
+def metric_series(rows: Sequence[dict[str, Any]], metric: str, group_key: str = "rule",
+                  x_key: str = "d_k") -> dict[str, tuple[list, list, list]]:
+  """{group: (x, mean, std)} for plotting one metric against d_k."""
+  out: dict[str, tuple[list, list, list]] = {}
+  for r in rows:
+    x, y, e = out.setdefault(str(r[group_key]), ([], [], []))
+    x.append(r[x_key])
+    y.append(r[metric]["mean"])
+    e.append(r[metric]["std"])
+  return out

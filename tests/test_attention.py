@@ -1,0 +1,249 @@
+"""Dense attention against jax.nn.dot_product_attention and closed forms."""
+
+import math
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import scaling
+from scaling import rules
+
+
+def _qkv(seed=0, b=2, t=7, s=9, n=4, k=2, h=16, dtype=jnp.float32, std=1.0):
+  kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+  q = std * jax.random.normal(kq, (b, t, n, h))
+  key = std * jax.random.normal(kk, (b, s, k, h))
+  v = jax.random.normal(kv, (b, s, k, h))
+  return q.astype(dtype), key.astype(dtype), v.astype(dtype)
+
+
+def _reference(q, k, v, *, logit_scale, weight_scale=1.0, mask=None):
+  """A plain numpy oracle: repeat kv heads, scale, mask, softmax, average."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  g = q.shape[2] // k.shape[2]
+  k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
+  z = np.einsum("btnh,bsnh->bnts", q, k) * logit_scale
+  if mask is not None:
+    z = np.where(mask, z, -np.inf)
+  z = z - z.max(-1, keepdims=True)
+  p = np.exp(z)
+  p = p / p.sum(-1, keepdims=True) * weight_scale
+  return np.einsum("bnts,bsnh->btnh", p, v)
+
+
+class MatchesJaxNnTest(chex.TestCase, parameterized.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      ("plain", {}),
+      ("causal", {"is_causal": True}),
+      ("mask_bias", {"mask": True, "bias": True}),
+      ("causal_mask_bias", {"is_causal": True, "mask": True, "bias": True}),
+      ("window", {"local_window_size": (2, 1)}),
+      ("seq_lengths", {"seq_lengths": True}),
+  )
+  def test_sqrt_equals_jax_nn(self, opts):
+    q, k, v = _qkv()
+    kwargs = {}
+    if opts.get("is_causal"):
+      kwargs["is_causal"] = True
+    if opts.get("local_window_size"):
+      kwargs["local_window_size"] = opts["local_window_size"]
+    args = [None, None]
+    if opts.get("bias"):
+      args[0] = jax.random.normal(jax.random.key(5), (2, 4, 7, 9))
+    if opts.get("mask"):
+      m = jax.random.bernoulli(jax.random.key(6), 0.7, (2, 1, 7, 9))
+      args[1] = m.at[:, :, :, 0].set(True)  # jax.nn gives mean(V) for fully masked rows; we give 0
+    if opts.get("seq_lengths"):
+      kwargs["key_value_seq_lengths"] = jnp.array([4, 9], jnp.int32)
+    ours = self.variant(lambda q, k, v, b, m: scaling.dot_product_attention(q, k, v, b, m, rule="sqrt", **kwargs))(
+        q, k, v, *args)
+    ref = jax.nn.dot_product_attention(q, k, v, *args, **kwargs)
+    chex.assert_trees_all_close(ours, ref, atol=1e-5, rtol=1e-5)
+
+  def test_default_is_sqrt_and_gqa_and_unbatched(self):
+    q, k, v = _qkv(n=6, k=3, t=5, s=11)
+    chex.assert_trees_all_close(scaling.dot_product_attention(q, k, v),
+                                jax.nn.dot_product_attention(q, k, v), atol=1e-5)
+    chex.assert_trees_all_close(scaling.dot_product_attention(q[0], k[0], v[0]),
+                                jax.nn.dot_product_attention(q[0], k[0], v[0]), atol=1e-5)
+
+  def test_residual_matches_jax_nn(self):
+    q, k, v = _qkv()
+    _, lse = scaling.dot_product_attention(q, k, v, is_causal=True, return_residual=True)
+    _, ref = jax.nn.dot_product_attention(q, k, v, is_causal=True, return_residual=True)
+    chex.assert_shape(lse, (2, 7, 4))
+    chex.assert_trees_all_close(lse, ref, atol=1e-5)
+
+  def test_gradients_match_jax_nn(self):
+    q, k, v = _qkv()
+    loss = lambda f: lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v, is_causal=True)))
+    ours = jax.grad(loss(scaling.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
+    ref = jax.grad(loss(jax.nn.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
+    chex.assert_trees_all_close(ours, ref, atol=1e-5)
+
+  def test_number_scale(self):
+    q, k, v = _qkv()
+    chex.assert_trees_all_close(scaling.dot_product_attention(q, k, v, scale=0.3),
+                                jax.nn.dot_product_attention(q, k, v, scale=0.3), atol=1e-5)
+
+
+class RuleFormulaTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("none", "none", {}, lambda h: 1.0, 1.0),
+      ("sqrt", "sqrt", {}, lambda h: 1 / math.sqrt(h), 1.0),
+      ("linear", "linear", {}, lambda h: 1 / h, 1.0),
+      ("linear_alpha", "linear", {"alpha": 3.0}, lambda h: 3.0 / h, 1.0),
+      ("linear_base", "linear", {"base_head_dim": 64}, lambda h: 8.0 / h, 1.0),
+      ("quadratic", "quadratic", {}, lambda h: 1 / h**2, 1.0),
+      ("temperature", "temperature", {"tau": 2.5}, lambda h: 0.4, 1.0),
+      ("post_softmax", "post_softmax", {}, lambda h: 1.0, "sqrt"),
+  )
+  def test_rule_against_formula(self, name, opts, logit_scale, weight_scale):
+    h = 16
+    q, k, v = _qkv(h=h)
+    ws = 1 / math.sqrt(h) if weight_scale == "sqrt" else weight_scale
+    out = scaling.dot_product_attention(q, k, v, rule=rules.get_rule(name, **opts))
+    np.testing.assert_allclose(out, _reference(q, k, v, logit_scale=logit_scale(h), weight_scale=ws),
+                               atol=2e-5, rtol=1e-4)
+
+  def test_linear_equals_sqrt_at_base(self):
+    self.assertAlmostEqual(rules.LinearScale(base_head_dim=64).logit_scale(64), 1 / 8)
+    self.assertAlmostEqual(rules.LinearScale(base_head_dim=64).logit_scale(256), 8 / 256)
+
+  @parameterized.parameters("rms", "layer")
+  def test_qk_norm(self, norm):
+    h = 8
+    q, k, v = _qkv(h=h, std=7.0)
+    gain_q = jnp.linspace(0.5, 1.5, h)
+    gain_k = jnp.linspace(2.0, 1.0, h)
+
+    def normalize(x, gain):
+      x = np.asarray(x, np.float64)
+      if norm == "layer":
+        x = x - x.mean(-1, keepdims=True)
+      return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * np.asarray(gain)
+
+    rule = rules.QKNorm(norm=norm, query_gain=gain_q, key_gain=gain_k)
+    out = jax.jit(lambda q, k, v, r: scaling.dot_product_attention(q, k, v, rule=r))(q, k, v, rule)
+    ref = _reference(normalize(q, gain_q), normalize(k, gain_k), v, logit_scale=1 / math.sqrt(h))
+    np.testing.assert_allclose(out, ref, atol=1e-4, rtol=1e-4)
+
+  def test_qk_norm_is_scale_invariant(self):
+    q, k, v = _qkv()
+    a = scaling.dot_product_attention(q, k, v, rule="qk_norm")
+    b = scaling.dot_product_attention(100 * q, 0.3 * k, v, rule="qk_norm")
+    chex.assert_trees_all_close(a, b, atol=1e-4)
+
+  def test_custom_rule_registers_without_touching_attention(self):
+
+    @rules.struct.dataclass
+    class Cubic(rules.ScaleRule):
+
+      def logit_scale(self, head_dim):
+        return head_dim**-3
+
+    rules.register_rule("cubic_test", Cubic, overwrite=True)
+    q, k, v = _qkv(h=4)
+    np.testing.assert_allclose(scaling.dot_product_attention(q, k, v, rule="cubic_test"),
+                               _reference(q, k, v, logit_scale=4.0**-3), atol=1e-5)
+
+  def test_bad_rule_inputs(self):
+    q, k, v = _qkv()
+    with self.assertRaisesRegex(ValueError, "unknown logit-scale rule 'cube'"):
+      scaling.dot_product_attention(q, k, v, rule="cube")
+    with self.assertRaisesRegex(ValueError, "either `scale` or `rule`"):
+      scaling.dot_product_attention(q, k, v, rule="sqrt", scale=1.0)
+    with self.assertRaisesRegex(ValueError, "tau"):
+      rules.get_rule("temperature", tau=0.0)
+    with self.assertRaisesRegex(ValueError, "already registered"):
+      rules.register_rule("sqrt", rules.SqrtScale)
+
+
+class MaskingAndOptionsTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_fully_masked_rows_give_zero_not_nan(self):
+    q, k, v = _qkv()
+    mask = jnp.ones((2, 4, 7, 9), bool).at[:, :, 3, :].set(False)
+    out, w = self.variant(lambda q, k, v, m: scaling.dot_product_attention(q, k, v, mask=m, return_weights=True))(
+        q, k, v, mask)
+    chex.assert_tree_all_finite(out)
+    np.testing.assert_array_equal(out[:, 3], 0.0)
+    np.testing.assert_array_equal(w[:, :, 3], 0.0)
+    ref = _reference(q, k, v, logit_scale=0.25, mask=np.asarray(mask))
+    np.testing.assert_allclose(np.delete(out, 3, axis=1), np.delete(ref, 3, axis=1), atol=1e-5)
+    grads = jax.grad(lambda q: jnp.sum(scaling.dot_product_attention(q, k, v, mask=mask)))(q)
+    chex.assert_tree_all_finite(grads)
+
+  def test_query_seq_lengths_zero_padded_queries(self):
+    q, k, v = _qkv()
+    out = scaling.dot_product_attention(q, k, v, query_seq_lengths=jnp.array([3, 7], jnp.int32))
+    np.testing.assert_array_equal(out[0, 3:], 0.0)
+    chex.assert_trees_all_close(out, jax.nn.dot_product_attention(
+        q, k, v, query_seq_lengths=jnp.array([3, 7], jnp.int32)), atol=1e-5)
+
+  def test_soft_cap_and_clamp(self):
+    q, k, v = _qkv(std=3.0)
+    cap = 2.0
+    logits = scaling.attention_logits(q, k, rule="none", logit_soft_cap=cap)
+    raw = np.einsum("btnh,bsnh->bnts", np.asarray(q), np.repeat(np.asarray(k), 2, axis=2))
+    np.testing.assert_allclose(logits, cap * np.tanh(raw / cap), atol=1e-5)
+    clamped = scaling.attention_logits(q, k, rule="none", logit_clamp=1.5)
+    np.testing.assert_allclose(clamped, np.clip(raw, -1.5, 1.5), atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "logit_soft_cap"):
+      scaling.dot_product_attention(q, k, v, logit_soft_cap=-1.0)
+
+  def test_logits_weights_and_output_share_one_path(self):
+    q, k, v = _qkv()
+    out, logits, weights, mask = scaling.attention_with_aux(q, k, v, is_causal=True)
+    chex.assert_shape(logits, (2, 4, 7, 9))
+    ref_logits = np.einsum("btnh,bsnh->bnts", np.asarray(q), np.repeat(np.asarray(k), 2, axis=2)) / 4.0
+    np.testing.assert_allclose(logits, ref_logits, atol=1e-5)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    self.assertTrue(bool(jnp.all(jnp.where(mask, True, weights == 0))))
+    np.testing.assert_allclose(out, np.einsum("bnts,bsnh->btnh", weights, np.repeat(np.asarray(v), 2, axis=2)),
+                               atol=1e-5)
+    chex.assert_trees_all_close(scaling.attention_weights(q, k, is_causal=True), weights)
+
+  def test_shape_errors(self):
+    q, k, v = _qkv()
+    with self.assertRaisesRegex(ValueError, "multiple of key heads"):
+      scaling.dot_product_attention(q[:, :, :3], k, v)
+    with self.assertRaisesRegex(ValueError, "same shape"):
+      scaling.dot_product_attention(q, k, v[:, :4])
+    with self.assertRaisesRegex(ValueError, "boolean"):
+      scaling.dot_product_attention(q, k, v, mask=jnp.ones((1, 1, 7, 9)))
+
+
+class LowPrecisionTest(parameterized.TestCase):
+  """float16 with and without the safeguards: the failure the switches exist to show."""
+
+  def test_float16_default_is_finite_and_close(self):
+    q, k, v = _qkv(h=64, std=1.0, dtype=jnp.float16)
+    out = scaling.dot_product_attention(q, k, v, rule="none")
+    chex.assert_tree_all_finite(out)
+    ref = _reference(q, k, v, logit_scale=1.0)
+    np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=2e-2)
+
+  def test_float16_without_max_subtraction_overflows(self):
+    q, k, v = _qkv(h=64, std=1.0, dtype=jnp.float16)
+    # Unscaled logits have std 8 here; exp(z) overflows float16 (max 65504) once z > 11.1.
+    out = scaling.dot_product_attention(q, k, v, rule="none", float32_softmax=False, subtract_max=False)
+    self.assertFalse(bool(jnp.all(jnp.isfinite(out))))
+    # Max-subtraction alone (still float16 softmax) prevents it.
+    out = scaling.dot_product_attention(q, k, v, rule="none", float32_softmax=False)
+    chex.assert_tree_all_finite(out)
+    # float32 softmax alone prevents it too at these magnitudes (exp(40) fits float32).
+    out = scaling.dot_product_attention(q, k, v, rule="none", subtract_max=False)
+    chex.assert_tree_all_finite(out)
+
+
+if __name__ == "__main__":
+  absltest.main()

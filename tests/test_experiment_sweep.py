@@ -1,0 +1,97 @@
+"""Smoke test of `python -m experiments.sweep` and its rejection of bad flags."""
+
+import contextlib
+import io as std_io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl import flags
+from absl.testing import absltest
+from absl.testing import flagsaver
+from absl.testing import parameterized
+
+from experiments import common
+from experiments import sweep
+from scaling import sweep as sweep_lib
+
+FLAGS = flags.FLAGS
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class SweepMainTest(absltest.TestCase):
+
+  def test_main_writes_results(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "sweep"
+    with flagsaver.flagsaver(d_k=[4, 8], rules=["sqrt", "qk_norm", "temperature"], seq_len=8, batch=1,
+                             num_seeds=2, out_dir=str(out), causal=True):
+      buf = std_io.StringIO()
+      with contextlib.redirect_stdout(buf):
+        sweep.main(["sweep"])
+    self.assertIn("qk_norm", buf.getvalue())
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    self.assertLen(rows, 6)
+    for r in rows:
+      for key in ("rule", "d_k", "seq_len", "dtype"):
+        self.assertIn(key, r)
+      for m in ("logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",
+                "saturated_frac", "softmax_jacobian_norm", "grad_norm_q", "grad_norm_k", "grad_norm_v",
+                "grad_norm_logits"):
+        self.assertEqual(set(r[m]), {"mean", "std"}, m)
+    header = (out / "results.csv").read_text().splitlines()[0].split(",")
+    self.assertIn("entropy_mean", header)
+    self.assertEqual(json.loads((out / "config.json").read_text())["d_k"], [4, 8])
+    for metric, _, _ in sweep.PLOTS:
+      self.assertTrue((out / f"{metric}.png").stat().st_size > 1000)
+    self.assertFalse((out / "results.partial.jsonl").exists())
+
+
+class BadFlagsTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("--d_k=0", "--d_k"), ("--d_k=16,,32", "--d_k"), ("--d_k=abc", "--d_k"), ("--d_k=-4", "--d_k"),
+      ("--rules=sqrt,cube", "--rules"), ("--rules=", "--rules"), ("--dtype=int8", "--dtype"),
+      ("--qk_std=nan", "--qk_std"), ("--qk_std=-1", "--qk_std"), ("--qk_std=inf", "--qk_std"),
+      ("--num_seeds=0", "--num_seeds"), ("--seq_len=x", "--seq_len"), ("--batch=-1", "--batch"),
+      ("--bogus=1", "bogus"),
+  )
+  def test_parse_errors_are_one_line(self, arg, name):
+    err = std_io.StringIO()
+    with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
+      with self.assertRaises(SystemExit) as ctx:
+        common._parse_flags(["sweep", arg])
+    self.assertEqual(ctx.exception.code, 2)
+    lines = err.getvalue().strip().splitlines()
+    self.assertLen(lines, 1)
+    self.assertTrue(lines[0].startswith("error:"), lines[0])
+    self.assertIn(name, lines[0])
+
+  def test_unwritable_out_dir(self):
+    blocker = pathlib.Path(self.create_tempdir().full_path) / "file"
+    blocker.write_text("x")
+    with flagsaver.flagsaver(out_dir=str(blocker / "sub"), d_k=[4], num_seeds=1):
+      with self.assertRaises(SystemExit) as ctx, contextlib.redirect_stderr(std_io.StringIO()):
+        sweep.main(["sweep"])
+    self.assertEqual(ctx.exception.code, 2)
+
+  def test_cli_end_to_end(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      out = pathlib.Path(tmp) / "o"
+      env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+      bad = subprocess.run([sys.executable, "-m", "experiments.sweep", "--d_k=8,0", f"--out_dir={out}"],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+      self.assertEqual(bad.returncode, 2)
+      self.assertNotIn("Traceback", bad.stderr)
+      self.assertEqual(bad.stderr.strip().splitlines(), ["error: flag --d_k=8,0: '0': must be at least 1"])
+      self.assertFalse(out.exists())
+      extra = subprocess.run([sys.executable, "-m", "experiments.sweep", "positional", f"--out_dir={out}"],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+      self.assertEqual(extra.returncode, 2)
+      self.assertFalse(out.exists())
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,76 @@
+"""The sweep's numbers against closed forms, and the vmapped sweep against one-at-a-time runs."""
+
+import math
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from scaling import sweep
+
+
+def _rows(**kwargs):
+  cfg = sweep.SweepConfig(**{"seq_len": 64, "batch": 2, "num_heads": 2, "num_seeds": 3, **kwargs})
+  return {(r["rule"], r["d_k"]): r for r in sweep.run_sweep(cfg)}
+
+
+class ClosedFormTest(parameterized.TestCase):
+
+  @parameterized.parameters(1.0, 0.5)
+  def test_logit_variance(self, qk_std):
+    rows = _rows(d_k=(16, 128), rules=("none", "sqrt", "linear", "quadratic"), qk_std=qk_std)
+    for d in (16, 128):
+      # q·k of iid N(0, s²) entries: Var = d·s⁴; scaled by c the variance is c²·d·s⁴.
+      expected = {"none": d * qk_std**4, "sqrt": qk_std**4, "linear": qk_std**4 / d, "quadratic": qk_std**4 / d**3}
+      for rule, var in expected.items():
+        got = rows[(rule, d)]["logit_var"]["mean"]
+        self.assertAlmostEqual(got / var, 1.0, delta=0.06, msg=f"{rule} d_k={d}")
+        self.assertAlmostEqual(rows[(rule, d)]["logit_std"]["mean"] / math.sqrt(var), 1.0, delta=0.03)
+
+  def test_entropy_small_logits(self):
+    # For logits of small variance σ² per row, softmax entropy ≈ ln T − σ²/2.
+    t = 64
+    rows = _rows(d_k=(256,), rules=("linear", "sqrt"), qk_std=0.5, seq_len=t)
+    for rule in ("linear", "sqrt"):
+      sigma2 = rows[(rule, 256)]["logit_var"]["mean"]
+      self.assertAlmostEqual(rows[(rule, 256)]["entropy"]["mean"], math.log(t) - sigma2 / 2, delta=0.1 * sigma2 + 1e-4)
+    self.assertGreater(rows[("linear", 256)]["entropy"]["mean"], rows[("sqrt", 256)]["entropy"]["mean"])
+
+  def test_unscaled_saturates_and_qk_norm_does_not(self):
+    rows = _rows(d_k=(16, 512), rules=("none", "qk_norm"), qk_std=3.0)
+    self.assertGreater(rows[("none", 512)]["saturated_frac"]["mean"], rows[("none", 16)]["saturated_frac"]["mean"])
+    self.assertGreater(rows[("none", 512)]["max_prob"]["mean"], 0.8)
+    # QK-norm removes the input scale: logit variance ≈ 1 whatever qk_std and d_k.
+    for d in (16, 512):
+      self.assertAlmostEqual(rows[("qk_norm", d)]["logit_var"]["mean"], 1.0, delta=0.1)
+      self.assertEqual(rows[("qk_norm", d)]["saturated_frac"]["mean"], 0.0)
+
+  def test_vmapped_equals_one_at_a_time(self):
+    cfg = sweep.SweepConfig(d_k=(8,), rules=("sqrt", "post_softmax", "qk_norm"), seq_len=16, batch=2,
+                            num_seeds=2, causal=True)
+    fast = sweep.run_sweep(cfg)
+    slow = sweep.run_one_at_a_time(cfg)
+    fast = {(r["rule"], r["d_k"]): r for r in fast}
+    for r in slow:
+      for m in sweep.METRICS:
+        np.testing.assert_allclose(fast[(r["rule"], r["d_k"])][m]["mean"], r[m]["mean"], rtol=2e-4, atol=1e-6,
+                                   err_msg=f"{r['rule']} {r['d_k']} {m}")
+
+  def test_deterministic(self):
+    a = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
+    b = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
+    self.assertEqual(a, b)
+    c = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2, seed=1)
+    self.assertNotEqual(a[("sqrt", 8)]["entropy"], c[("sqrt", 8)]["entropy"])
+
+  def test_config_validation(self):
+    with self.assertRaisesRegex(ValueError, "unknown rule"):
+      sweep.SweepConfig(rules=("nope",))
+    with self.assertRaisesRegex(ValueError, "qk_std"):
+      sweep.SweepConfig(qk_std=float("inf"))
+    with self.assertRaisesRegex(ValueError, "d_k"):
+      sweep.SweepConfig(d_k=(0,))
+
+
+if __name__ == "__main__":
+  absltest.main()
