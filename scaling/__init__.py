@@ -6,6 +6,9 @@ from scaling.attention import attention_weights
 from scaling.attention import attention_with_aux
 from scaling.attention import dot_product_attention
 from scaling.attention import masked_softmax
+from scaling.data import Dataset
+from scaling.data import DataError
+from scaling.data import make_dataset
 from scaling.metrics import attention_metrics_per_head
 from scaling.metrics import average_heads
 from scaling.metrics import logit_stats_per_head
@@ -13,6 +16,13 @@ from scaling.metrics import row_entropy
 from scaling.metrics import softmax_jacobian
 from scaling.metrics import softmax_jacobian_fro_norm
 from scaling.metrics import weight_stats_per_head
+from scaling.optim import make_optimizer
+from scaling.optim import scale_by_parametrization
+from scaling.optim import warmup_cosine_schedule
+from scaling.parametrization import available_parametrizations
+from scaling.parametrization import get_parametrization
+from scaling.parametrization import LayerSpec
+from scaling.parametrization import Parametrization
 from scaling.rope import apply_rope
 from scaling.rules import available_rules
 from scaling.rules import get_rule

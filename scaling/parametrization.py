@@ -1,0 +1,600 @@
+"""Width-dependent parametrizations as data: SP, NTK, μP and u-μP.
+
+Every scheme is an abc-parametrization (Yang & Hu 2021, "Tensor Programs IV:
+Feature Learning in Infinite-Width Neural Networks", §3): a weight is used as
+``A · w`` with ``w ~ N(init_mean, B²)`` at init and trained with per-parameter
+learning rate ``η · C``. For each layer kind a scheme gives
+
+* ``init_std`` (B) and ``init_mean``: the model draws ``init_mean + B · N(0, 1)``;
+* ``multiplier`` (A): the layer computes ``A · (x @ w)``;
+* ``lr_adam`` and ``lr_sgd`` (C): the optimizer scales the update of ``w`` by C
+  (``scaling.optim.scale_by_parametrization``).
+
+Notation: ``n_in``/``n_out`` are the layer's fan-in/fan-out (``fans``), and
+``m = width / base_width`` is the width multiplier. Multipliers written in m are
+relative to the base model, so they equal 1 at ``width == base_width``; those
+written in ``n_in``/``n_out`` are absolute. μP's relative factors assume every
+width-like dimension (d_model, d_ff, heads·head_dim) grows by the same m.
+
+Layer kinds (paths in ``layer_kind``): ``embedding`` (input weights, one-hot
+input), ``hidden`` (MLP matrices), ``attn_q``/``attn_k``/``attn_v``/``attn_o``
+(attention projections), ``readout`` (output weights), ``bias`` (every bias)
+and ``norm`` (LayerNorm/RMSNorm gains and QK-norm gains).
+
+SP (standard parametrization; PyTorch/Flax defaults with fan-in init):
+
+=========  ==========  ====  ====  ===
+kind       B           A     Adam  SGD
+=========  ==========  ====  ====  ===
+embedding  1           1     1     1
+hidden     1/√n_in     1     1     1
+attn_*     1/√n_in     1     1     1
+readout    1/√n_in     1     1     1
+bias       0           1     1     1
+norm       0 (mean 1)  1     1     1
+=========  ==========  ====  ====  ===
+
+Attention logits: 1/√d_head (``SqrtScale``).
+
+NTK (Jacot et al. 2018, "Neural Tangent Kernel", eq. 1; Tensor Programs IV,
+§3, the "NTP" example: a_1 = 0, a_l = 1/2, b = 0, c = 0):
+
+=========  ==========  ========  ======  ===
+kind       B           A         Adam    SGD
+=========  ==========  ========  ======  ===
+embedding  1           1         1/√m    1
+hidden     1           1/√n_in   1/m     1
+attn_*     1           1/√n_in   1/m     1
+readout    1           1/√n_in   1/√m    1
+bias       0           1         1/√m    1
+norm       0 (mean 1)  1         1/√m    1
+=========  ==========  ========  ======  ===
+
+The embedding multiplier is 1 rather than 1/√V: its input is one-hot, so the
+effective fan-in of a lookup is 1 (Jacot's first-layer 1/√n_0 assumes inputs
+with O(1) coordinates). Biases start at 0 (Jacot's β·b with b ~ N(0, 1) is not
+used). The SGD column is c = 0. NTK is defined for SGD; the Adam column is what
+the same kernel regime requires of an entrywise-normalized update (Tensor
+Programs IVb, Yang & Littwin 2023): every feature moves by Θ(n^{-1/2}) and the
+output by Θ(1) per step. With an Adam update Φ of O(1) entries aligned with
+its input, a hidden matrix changes its output by A·C·n, so A·C = n^{-3/2}
+gives C ∝ 1/n; the readout needs A·C·n = O(1), C ∝ n^{-1/2}; vector-like
+parameters (embedding rows, biases, gains) need C ∝ n^{-1/2}. The constants are
+fixed to 1 at the base width.
+
+μP (Yang et al. 2022, "Tensor Programs V", Table 8: the formulation of the
+``mup`` package with ``MuReadout``, widths relative to a base model):
+
+=========  ==============  ====  ====  ===
+kind       B               A     Adam  SGD
+=========  ==============  ====  ====  ===
+embedding  1               1     1     m
+hidden     1/√n_in         1     1/m   1
+attn_*     1/√n_in (q: 0)  1     1/m   1
+readout    1/√n_in (or 0)  1/m   1     m
+bias       0               1     1     m
+norm       0 (mean 1)      1     1     m
+=========  ==============  ====  ====  ===
+
+Attention logits: α/d_head with α = √base_head_dim (``LinearScale(base_head_dim)``,
+Tensor Programs V §4 / Table 3), equal to 1/√d_head at the base head dim. At
+m = 1 every row equals SP, so an SP model tuned at the base width is the μP
+proxy; the only deliberate differences are the options ``zero_query`` (W_q
+starts at 0, as in TP5's Transformer experiments) and ``zero_readout`` (readout
+starts at 0, the ``mup`` package's ``readout_zero_init``), and the attention rule when
+d_head differs from ``base_head_dim``. In Table 3 form (readout B = 1 and
+A = 1/n_in, hidden SGD LR 1, input SGD LR n_out) the same μP limit is reached
+but the model is not SP at the base width; Table 8 is used here for that reason.
+
+u-μP (Blake et al. 2024, "u-μP: The Unit-Scaled Maximal Update
+Parametrization", §4: the u-μP column of its ABC-multiplier table; reference
+implementation graphcore-research/unit-scaling: ``functional.linear``,
+``functional.linear_readout``, ``functional.scaled_dot_product_attention`` and
+``optim.lr_scale_func_adam``):
+
+=========  ==========  ========  ========  =====
+kind       B           A         Adam      SGD
+=========  ==========  ========  ========  =====
+embedding  1           1         1/√n_out  n_out
+hidden     1           1/√n_in   1/√n_in   n_in
+attn_*     1 (q: 0)    1/√n_in   1/√n_in   n_in
+readout    1 (or 0)    1/n_in    1         n_in
+bias       0           1         1         n_out
+norm       0 (mean 1)  1         1         n_out
+=========  ==========  ========  ========  =====
+
+All u-μP factors are absolute (the paper drops base shapes), so ``width`` only
+enters through the fans. The embedding Adam LR 1/√n_out (n_out = d_model) is the
+paper's embedding rule (§4.4), a deliberate departure from μP's constant. The
+Adam column is the paper's; the SGD column is derived here by abc-symmetry
+(TP5 §"abc-symmetry": (A, B, C) → (θA, B/θ, C/θ²) leaves SGD training
+unchanged) from TP5 Table 3 for *true* gradients, because this codebase
+differentiates the forward multipliers with autodiff. (The ``unit_scaling``
+SGD rule differs because its backward pass rescales gradients.) Attention
+logits: α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as
+in the paper and in ``unit_scaling.functional.scaled_dot_product_attention``,
+``scale=mult / d_head``). u-μP's other unit-scaling ingredients (scaled
+residual branches, unit-scaled nonlinearities and loss) belong to the model,
+not to this table.
+
+Weight decay: decoupled decay in optax's ``adamw`` (like ``torch.optim.AdamW``)
+is multiplied by the learning rate, so with per-layer LR multipliers C the
+naive chain would decay a parameter by ``lr · C · wd`` per step: hidden
+matrices under μP would decay m times slower at width m. ``scaling.optim``
+instead adds the decay *after* the per-layer scaling, so every decayed
+parameter shrinks by ``lr · wd`` per step, whatever its layer and the width.
+This is what microsoft/mup's ``MuAdam``/``MuSGD`` do with
+``decoupled_wd=False``: they divide each group's ``weight_decay`` by the
+group's LR factor so that ``lr · wd`` is unchanged. The decay timescale
+1/(lr · wd) then does not depend on width, and at m = 1 everything equals SP
+AdamW. The ``unit_scaling`` library makes the
+decay independent of the LR altogether (``independent_weight_decay=True``),
+which is not implemented here. By default only matrices decay (biases and
+gains do not).
+
+A bias on the readout (fan-out = vocabulary, not width) would need SGD LR 1 in
+μP/u-μP and Adam LR 1 in NTK; ``layer_kind`` cannot tell it from a hidden bias,
+so models should not give the readout a bias (the contract's model has only
+``readout/kernel``). Likewise the QK-norm gains (``attn/query_gain``, size
+d_head) are treated as width-like vectors; when d_head stays fixed as the width
+grows, their SGD multipliers (m in μP, d_head in u-μP) should be 1. Their Adam
+multipliers (1) are right either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import re
+from typing import Any, Iterable, Sequence
+
+import jax
+
+from scaling import rules
+
+LAYER_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm")
+MATRIX_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
+VECTOR_KINDS = ("bias", "norm")
+_HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """Init, forward multiplier and LR multipliers of one parameter.
+
+  Attributes:
+    init_std: std of the normal init (0.0 = no random part).
+    multiplier: forward multiplier; the layer computes ``multiplier * (x @ W)``.
+    lr_adam: learning-rate multiplier for Adam-family optimizers (adam, adamw).
+    lr_sgd: learning-rate multiplier for SGD.
+    init_mean: mean of the init; the parameter starts at
+      ``init_mean + init_std * N(0, 1)`` (1.0 for norm gains, else 0.0).
+  """
+
+  init_std: float
+  multiplier: float
+  lr_adam: float
+  lr_sgd: float
+  init_mean: float = 0.0
+
+  def lr(self, optimizer: str) -> float:
+    """The LR multiplier for ``optimizer`` ("adam", "adamw" or "sgd")."""
+    return self.lr_adam if _optimizer_family(optimizer) == "adam" else self.lr_sgd
+
+
+def _optimizer_family(optimizer: str) -> str:
+  """Maps an optimizer name to "adam" or "sgd"."""
+  if optimizer in ("adam", "adamw"):
+    return "adam"
+  if optimizer == "sgd":
+    return "sgd"
+  raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
+
+
+def _positive_int(name: str, value: Any) -> int:
+  """Returns ``value`` as an int, or raises ValueError unless it is a positive integer."""
+  if isinstance(value, bool):
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  try:
+    result = operator.index(value)
+  except TypeError:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
+  if result <= 0:
+    raise ValueError(f"{name} must be a positive integer, got {result}")
+  return result
+
+
+def _check_kind(kind: Any) -> str:
+  """Returns ``kind`` if it is one of LAYER_KINDS, else raises ValueError."""
+  if not isinstance(kind, str) or kind not in LAYER_KINDS:
+    raise ValueError(f"unknown layer kind {kind!r}; known: {', '.join(LAYER_KINDS)}")
+  return kind
+
+
+def _vector(lr_adam: float, lr_sgd: float, *, init_mean: float) -> LayerSpec:
+  """A bias (init_mean 0) or gain (init_mean 1): no random init, multiplier 1."""
+  return LayerSpec(init_std=0.0, multiplier=1.0, lr_adam=lr_adam, lr_sgd=lr_sgd, init_mean=init_mean)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parametrization:
+  """A width-dependent parametrization (abc-parametrization) as data.
+
+  Attributes:
+    name: the scheme's registry name ("sp", "ntk", "mup", "umup").
+    base_width: width at which the scheme is tuned; m = width / base_width.
+    base_head_dim: head dim at which μP's α/d_head equals 1/√d_head.
+    zero_query: initialize W_q to zero (TP5's Transformer recipe); allowed in
+      every scheme.
+    zero_readout: initialize the readout to zero (``mup``'s
+      ``readout_zero_init``); allowed in every scheme.
+  """
+
+  name: str = dataclasses.field(default="", init=False)
+  base_width: int = 64
+  base_head_dim: int = 64
+  zero_query: bool = False
+  zero_readout: bool = False
+
+  def __post_init__(self):
+    _positive_int("base_width", self.base_width)
+    _positive_int("base_head_dim", self.base_head_dim)
+    for option in ("zero_query", "zero_readout"):
+      if not isinstance(getattr(self, option), bool):
+        raise ValueError(f"{option} must be a bool, got {getattr(self, option)!r}")
+
+  def width_mult(self, width: int) -> float:
+    """The width multiplier m = width / base_width."""
+    return _positive_int("width", width) / self.base_width
+
+  def layer(self, kind: str, fan_in: int, fan_out: int, width: int) -> LayerSpec:
+    """The LayerSpec of a parameter of ``kind`` with the given fans at ``width``.
+
+    Args:
+      kind: one of LAYER_KINDS.
+      fan_in: the parameter's fan-in (see ``fans``).
+      fan_out: the parameter's fan-out.
+      width: the model width (d_model); m = width / base_width.
+
+    Returns:
+      The parameter's LayerSpec (formulas in the module docstring).
+    """
+    kind = _check_kind(kind)
+    fan_in = _positive_int("fan_in", fan_in)
+    fan_out = _positive_int("fan_out", fan_out)
+    spec = self._layer(kind, fan_in, fan_out, self.width_mult(width))
+    if (kind == "attn_q" and self.zero_query) or (kind == "readout" and self.zero_readout):
+      spec = dataclasses.replace(spec, init_std=0.0)
+    return spec
+
+  def attention_rule(self) -> rules.ScaleRule:
+    """The attention logit-scale rule this scheme prescribes."""
+    raise NotImplementedError(f"{type(self).__name__} does not define attention_rule")
+
+  def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    """The scheme's formulas for validated arguments (m is the width multiplier)."""
+    raise NotImplementedError(f"{type(self).__name__} does not define _layer")
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardParametrization(Parametrization):
+  """SP: fan-in init, all multipliers 1, one global LR; logits 1/√d_head.
+
+  Matrices use std 1/√n_in (He/LeCun fan-in init, the PyTorch/Flax default for
+  Dense kernels); embeddings std 1 (``torch.nn.Embedding``'s default, so the
+  residual stream starts at unit scale); biases 0; norm gains 1. In Tensor
+  Programs IV §3 terms: a = 0, b = 1/2, c = 0. Attention: Vaswani et al. 2017,
+  §3.2.1.
+  """
+
+  name: str = dataclasses.field(default="sp", init=False)
+
+  def attention_rule(self) -> rules.ScaleRule:
+    return rules.SqrtScale()
+
+  def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    del fan_out, m
+    if kind == "embedding":
+      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+    if kind == "bias":
+      return _vector(1.0, 1.0, init_mean=0.0)
+    if kind == "norm":
+      return _vector(1.0, 1.0, init_mean=1.0)
+    return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class NTKParametrization(Parametrization):
+  """NTK parametrization: unit init, forward multiplier 1/√n_in, constant SGD LR.
+
+  Jacot et al. 2018 ("Neural Tangent Kernel", eq. 1) and Tensor Programs IV,
+  §3 ("NTP": a_1 = 0, a_{l≥2} = 1/2, b = 0, c = 0). The Adam LR
+  multipliers keep the same kernel regime for an entrywise-normalized update
+  (derivation in the module docstring; Tensor Programs IVb, Yang & Littwin
+  2023). Attention logits 1/√d_head.
+  """
+
+  name: str = dataclasses.field(default="ntk", init=False)
+
+  def attention_rule(self) -> rules.ScaleRule:
+    return rules.SqrtScale()
+
+  def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    del fan_out
+    if kind == "embedding":
+      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=m**-0.5, lr_sgd=1.0)
+    if kind == "bias":
+      return _vector(m**-0.5, 1.0, init_mean=0.0)
+    if kind == "norm":
+      return _vector(m**-0.5, 1.0, init_mean=1.0)
+    if kind == "readout":
+      return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=m**-0.5, lr_sgd=1.0)
+    return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=1.0 / m, lr_sgd=1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MuParametrization(Parametrization):
+  """μP as in Tensor Programs V, Table 8 (the ``mup`` package, ``MuReadout``).
+
+  Relative to SP: readout multiplier 1/m; hidden and attention matrices Adam
+  LR 1/m (``MuAdam``, matrix-like); embedding, biases, gains and readout Adam
+  LR 1 (vector-like); SGD LR m for vector-like parameters and 1 for hidden
+  matrices (``MuSGD``). Attention logits α/d_head with α = √base_head_dim
+  (TP5 §4 and Table 3). Equals SP at m = 1 except for the zero-init options and
+  the attention rule at d_head != base_head_dim.
+  """
+
+  name: str = dataclasses.field(default="mup", init=False)
+
+  def attention_rule(self) -> rules.ScaleRule:
+    return rules.LinearScale(base_head_dim=self.base_head_dim)
+
+  def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    del fan_out
+    if kind == "embedding":
+      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=1.0, lr_sgd=m)
+    if kind == "bias":
+      return _vector(1.0, m, init_mean=0.0)
+    if kind == "norm":
+      return _vector(1.0, m, init_mean=1.0)
+    if kind == "readout":
+      return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
+    return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitMuParametrization(Parametrization):
+  """u-μP (Blake et al. 2024): unit init, fan-based multipliers, no base shapes.
+
+  Forward multipliers 1/√n_in (hidden, attention) and 1/n_in (readout); Adam
+  LR 1/√n_in (hidden, attention), 1/√n_out (embedding, the paper's §4.4 rule)
+  and 1 (readout, biases, gains): the u-μP column of the paper's §4
+  ABC-multiplier table and ``unit_scaling.optim.lr_scale_func_adam``. SGD LRs
+  by abc-symmetry from TP5 Table 3 (module docstring). Attention logits
+  α_attn/d_head.
+
+  Attributes:
+    attn_mult: α_attn, the numerator of the α_attn/d_head logit scale
+      (the paper's default 1.0).
+  """
+
+  name: str = dataclasses.field(default="umup", init=False)
+  attn_mult: float = 1.0
+
+  def __post_init__(self):
+    super().__post_init__()
+    value = self.attn_mult
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+      raise ValueError(f"attn_mult must be a finite positive number, got {value!r}")
+
+  def attention_rule(self) -> rules.ScaleRule:
+    return rules.LinearScale(alpha=float(self.attn_mult))
+
+  def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    del m
+    if kind == "embedding":
+      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=fan_out**-0.5, lr_sgd=float(fan_out))
+    if kind == "bias":
+      return _vector(1.0, float(fan_out), init_mean=0.0)
+    if kind == "norm":
+      return _vector(1.0, float(fan_out), init_mean=1.0)
+    if kind == "readout":
+      return LayerSpec(init_std=1.0, multiplier=1.0 / fan_in, lr_adam=1.0, lr_sgd=float(fan_in))
+    return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=float(fan_in))
+
+
+_SCHEMES: dict[str, type[Parametrization]] = {
+    "sp": StandardParametrization,
+    "ntk": NTKParametrization,
+    "mup": MuParametrization,
+    "umup": UnitMuParametrization,
+}
+
+
+def available_parametrizations() -> tuple[str, ...]:
+  """Names of the parametrizations ``get_parametrization`` accepts."""
+  return tuple(_SCHEMES)
+
+
+def _options_of(cls: type[Parametrization]) -> tuple[str, ...]:
+  """Keyword options of a scheme other than the base shapes."""
+  return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("base_width", "base_head_dim"))
+
+
+def get_parametrization(name: str, *, base_width: int = 64, base_head_dim: int = 64, **options: Any) -> Parametrization:
+  """Returns the parametrization registered under ``name``.
+
+  Args:
+    name: "sp", "ntk", "mup" or "umup".
+    base_width: width at which the scheme is tuned (m = width / base_width).
+    base_head_dim: head dim at which μP's α/d_head equals 1/√d_head.
+    **options: ``zero_query`` and ``zero_readout`` (bools, every scheme);
+      ``attn_mult`` (u-μP's α_attn, a positive float).
+
+  Returns:
+    A frozen Parametrization.
+
+  Raises:
+    ValueError: unknown name or option, or an invalid value.
+  """
+  if not isinstance(name, str) or name not in _SCHEMES:
+    raise ValueError(f"unknown parametrization {name!r}; known: {', '.join(_SCHEMES)}")
+  cls = _SCHEMES[name]
+  allowed = _options_of(cls)
+  unknown = sorted(set(options) - set(allowed))
+  if unknown:
+    raise ValueError(
+        f"unknown option(s) {', '.join(unknown)} for parametrization {name!r}; allowed: {', '.join(allowed)}")
+  return cls(base_width=base_width, base_head_dim=base_head_dim, **options)
+
+
+def resolve_parametrization(parametrization: str | Parametrization) -> Parametrization:
+  """Returns ``parametrization`` itself, or the default-configured scheme of that name."""
+  if isinstance(parametrization, Parametrization):
+    return parametrization
+  return get_parametrization(parametrization)
+
+
+def path_names(path: Iterable[Any]) -> tuple[str, ...]:
+  """Turns a jax key path (DictKey, GetAttrKey, SequenceKey, ...) or strings into strings."""
+  names = []
+  for entry in path:
+    if isinstance(entry, str):
+      names.append(entry)
+    elif isinstance(entry, jax.tree_util.DictKey):
+      names.append(str(entry.key))
+    elif isinstance(entry, jax.tree_util.GetAttrKey):
+      names.append(entry.name)
+    elif isinstance(entry, jax.tree_util.SequenceKey):
+      names.append(str(entry.idx))
+    elif isinstance(entry, jax.tree_util.FlattenedIndexKey):
+      names.append(str(entry.key))
+    else:
+      names.append(str(entry))
+  return tuple(names)
+
+
+_ATTN_KERNELS = {"query": "attn_q", "key": "attn_k", "value": "attn_v", "out": "attn_o"}
+_MLP_KERNELS = ("fc_in", "fc_out")
+_EMBED_MODULES = ("embed", "pos_embed")
+_NORM_MODULE = re.compile(r"ln(_\w+)?")
+_QK_GAINS = ("query_gain", "key_gain")
+
+
+def layer_kind(path: Sequence[Any] | str) -> str:
+  """The layer kind of a parameter from its path in the ``params`` tree.
+
+  Paths follow the model's Flax naming; any prefix (for instance a leading
+  ``params`` collection) is allowed before the parts matched here:
+
+  * ``embed/embedding``, ``pos_embed/embedding`` -> "embedding"
+  * ``attn/query/kernel`` (``key``, ``value``, ``out``) -> "attn_q" ("attn_k",
+    "attn_v", "attn_o")
+  * ``mlp/fc_in/kernel``, ``mlp/fc_out/kernel`` -> "hidden"
+  * ``readout/kernel`` -> "readout"
+  * ``.../bias`` -> "bias"
+  * ``ln_*/scale`` (``ln_attn``, ``ln_mlp``, ``ln_final``),
+    ``attn/query_gain``, ``attn/key_gain`` -> "norm"
+
+  Args:
+    path: a tuple of names (or jax key-path entries), or a "/"-joined string.
+
+  Returns:
+    One of LAYER_KINDS.
+
+  Raises:
+    ValueError: the path matches none of the forms above.
+  """
+  names = tuple(path.split("/")) if isinstance(path, str) else path_names(path)
+  shown = "/".join(names)
+  if not names or any(not name for name in names):
+    raise ValueError(f"cannot tell the layer kind of parameter path {shown!r}")
+  leaf = names[-1]
+  parent = names[-2] if len(names) >= 2 else None
+  grandparent = names[-3] if len(names) >= 3 else None
+  if leaf == "bias":
+    return "bias"
+  if leaf == "embedding" and parent in _EMBED_MODULES:
+    return "embedding"
+  if leaf == "scale" and parent is not None and _NORM_MODULE.fullmatch(parent):
+    return "norm"
+  if leaf in _QK_GAINS and parent == "attn":
+    return "norm"
+  if leaf == "kernel":
+    if parent in _ATTN_KERNELS and grandparent == "attn":
+      return _ATTN_KERNELS[parent]
+    if parent in _MLP_KERNELS and grandparent == "mlp":
+      return "hidden"
+    if parent == "readout":
+      return "readout"
+  raise ValueError(
+      f"cannot tell the layer kind of parameter {shown!r}; expected embed/embedding, pos_embed/embedding, "
+      "attn/{query,key,value,out}/kernel, mlp/{fc_in,fc_out}/kernel, readout/kernel, .../bias, "
+      "ln_*/scale or attn/{query,key}_gain")
+
+
+def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
+  """(fan_in, fan_out) of a parameter of ``kind`` with ``shape``.
+
+  * embedding [V, D]: (V, D);
+  * Dense kernels [fan_in, fan_out] (hidden, attn_q/k/v, readout); a
+    DenseGeneral kernel [D, N, H] has fan_out N·H;
+  * attn_o [N·H, D] or [N, H, D]: fan_in is the product of all but the last axis;
+  * bias and norm: (1, size).
+
+  Raises:
+    ValueError: unknown kind, wrong rank, or an empty axis.
+  """
+  kind = _check_kind(kind)
+  try:
+    dims = tuple(operator.index(d) for d in shape)
+  except TypeError:
+    raise ValueError(f"shape must be a sequence of integers, got {shape!r}") from None
+  if any(d <= 0 for d in dims):
+    raise ValueError(f"{kind} parameter has an empty or negative axis: shape {dims}")
+  if kind in VECTOR_KINDS:
+    return 1, math.prod(dims)
+  if kind == "embedding":
+    if len(dims) != 2:
+      raise ValueError(f"embedding parameter must be [V, D], got shape {dims}")
+    return dims[0], dims[1]
+  if len(dims) < 2:
+    raise ValueError(f"{kind} parameter must have at least 2 axes, got shape {dims}")
+  if kind == "attn_o":
+    return math.prod(dims[:-1]), dims[-1]
+  return dims[0], math.prod(dims[1:])
+
+
+def param_specs(params: Any, parametrization: str | Parametrization, width: int) -> Any:
+  """The LayerSpec of every parameter, in a tree with the structure of ``params``.
+
+  Args:
+    params: the ``params`` tree (arrays or anything with ``.shape``), keyed as
+      in ``layer_kind``.
+    parametrization: a Parametrization or a registered name (default options).
+    width: the model width.
+
+  Returns:
+    A pytree with the structure of ``params`` whose leaves are LayerSpecs.
+
+  Raises:
+    ValueError: a path has no known kind, or a shape or width is invalid;
+      the message names the parameter.
+  """
+  scheme = resolve_parametrization(parametrization)
+  _positive_int("width", width)
+
+  def spec(path, leaf):
+    names = path_names(path)
+    try:
+      kind = layer_kind(names)
+      fan_in, fan_out = fans(kind, getattr(leaf, "shape", ()))
+      return scheme.layer(kind, fan_in, fan_out, width)
+    except ValueError as e:
+      shown = "/".join(names)
+      if shown in str(e):
+        raise
+      raise ValueError(f"parameter {shown!r}: {e}") from None
+
+  return jax.tree_util.tree_map_with_path(spec, params)
