@@ -14,6 +14,12 @@ from absl import flags
 from absl import logging
 
 
+def _caller_module() -> str:
+  """Name of the module that called the define_* helper (flags belong to it, as with absl's own)."""
+  name = sys._getframe(2).f_globals["__name__"]  # pylint: disable=protected-access
+  return sys.argv[0] if name == "__main__" else name  # absl keys the main module by its path
+
+
 class _ListParser(flags.ArgumentParser):
   """Parses a comma-separated list, converting and checking each item."""
 
@@ -60,7 +66,7 @@ def define_int_list(name: str, default: Sequence[int] | str, help_text: str, *, 
   """A comma-separated list of integers, each at least ``lower_bound``."""
   check = lambda v: None if v >= lower_bound else f"must be at least {lower_bound}"
   return flags.DEFINE(_ListParser(_int, check, "an integer"), name, default, help_text,
-                       serializer=flags.CsvListSerializer(","))
+                       serializer=flags.CsvListSerializer(","), module_name=_caller_module())
 
 
 def define_float_list(name: str, default: Sequence[float] | str, help_text: str, *,
@@ -77,7 +83,7 @@ def define_float_list(name: str, default: Sequence[float] | str, help_text: str,
     return None
 
   return flags.DEFINE(_ListParser(float, check, "a number"), name, default, help_text,
-                      serializer=flags.CsvListSerializer(","))
+                      serializer=flags.CsvListSerializer(","), module_name=_caller_module())
 
 
 def define_enum_list(name: str, default: Sequence[str] | str, choices: Sequence[str] | Callable[[], Sequence[str]],
@@ -89,13 +95,14 @@ def define_enum_list(name: str, default: Sequence[str] | str, choices: Sequence[
     return None if v in known else f"unknown; choose from {', '.join(known)}"
 
   return flags.DEFINE(_ListParser(str, check, "a name"), name, default, help_text,
-                      serializer=flags.CsvListSerializer(","))
+                      serializer=flags.CsvListSerializer(","), module_name=_caller_module())
 
 
 def define_finite_float(name: str, default: float, help_text: str, *, lower_bound: float | None = None,
                         positive: bool = False):
   """A single finite float flag (rejects nan and inf), optionally positive or bounded below."""
-  holder = flags.DEFINE_float(name, default, help_text, lower_bound=lower_bound)
+  holder = flags.DEFINE(flags.FloatParser(lower_bound=lower_bound), name, default, help_text,
+                        module_name=_caller_module())
 
   def check(v):
     return v is None or (math.isfinite(v) and (not positive or v > 0))
@@ -103,6 +110,12 @@ def define_finite_float(name: str, default: float, help_text: str, *, lower_boun
   what = "a finite positive number" if positive else "a finite number"
   flags.register_validator(name, check, message=f"--{name} must be {what}")
   return holder
+
+
+def flag_values(module_name: str) -> dict[str, Any]:
+  """{name: value} of the flags that module ``module_name`` defined (for config.json)."""
+  module = sys.modules[module_name]
+  return {f.name: f.value for f in flags.FLAGS.get_flags_for_module(module)}
 
 
 def fail(message: str, code: int = 2):

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling import metrics as metrics_lib
+from scaling import parametrization as parametrization_lib
 from scaling import rules as rules_lib
 
 Array = jax.Array
@@ -56,6 +57,13 @@ class SweepConfig:
     base_head_dim: if given, the ``linear`` rule uses α = √base_head_dim.
     float32_softmax: False computes logits/softmax in the input dtype (failure demo).
     subtract_max: False turns off max-subtraction (failure demo).
+    parametrization: None for iid q, k (qk_std); otherwise width mode: q, k, v
+      are unit-variance inputs of ``width`` projected through W_q, W_k, W_v
+      initialized (std and forward multiplier) by this parametrization, and the
+      rule name ``"param"`` means the parametrization's own attention rule.
+    width: model width in width mode.
+    base_width: the parametrization's base width (width multiplier m = width / base_width).
+    zero_query: width mode: the μP option of zero-initialized W_q.
   """
 
   d_k: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
@@ -72,6 +80,10 @@ class SweepConfig:
   base_head_dim: int | None = None
   float32_softmax: bool = True
   subtract_max: bool = True
+  parametrization: str | None = None
+  width: int | None = None
+  base_width: int = 64
+  zero_query: bool = False
 
   def __post_init__(self):
     for name in ("seq_len", "batch", "num_heads", "num_seeds"):
@@ -82,21 +94,40 @@ class SweepConfig:
     if not self.rules:
       raise ValueError("rules must not be empty")
     for r in self.rules:
-      if r not in rules_lib.available_rules():
+      if r == PARAM_RULE and self.parametrization is None:
+        raise ValueError(f"rule {PARAM_RULE!r} needs a parametrization (width mode)")
+      if r != PARAM_RULE and r not in rules_lib.available_rules():
         raise ValueError(f"unknown rule {r!r}; known: {', '.join(rules_lib.available_rules())}")
+    if self.parametrization is not None:
+      self.param()  # validates the name and base sizes
+      if self.width is None or self.width < 1:
+        raise ValueError(f"width mode needs a positive width, got {self.width}")
+    elif self.width is not None or self.zero_query:
+      raise ValueError("width and zero_query need a parametrization")
     if self.dtype not in DTYPES:
       raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
     if not (math.isfinite(self.qk_std) and self.qk_std >= 0):
       raise ValueError(f"qk_std must be finite and non-negative, got {self.qk_std}")
 
+  def param(self) -> parametrization_lib.Parametrization:
+    """The parametrization of width mode."""
+    return parametrization_lib.get_parametrization(self.parametrization, base_width=self.base_width,
+                                                   base_head_dim=self.base_head_dim or 64,
+                                                   zero_query=self.zero_query)
+
   def rule(self, name: str) -> rules_lib.ScaleRule:
     """The rule object for ``name`` with this sweep's options."""
+    if name == PARAM_RULE:
+      return self.param().attention_rule()
     if name == "temperature":
       return rules_lib.get_rule(name, tau=self.tau)
     if name == "linear" and self.base_head_dim is not None:
       return rules_lib.get_rule(name, base_head_dim=self.base_head_dim)
     return rules_lib.get_rule(name)
 
+
+PARAM_RULE = "param"
+"""Rule name that stands for the parametrization's own attention rule in width mode."""
 
 QKVSource = Callable[[Array, int], tuple[Array, Array, Array]]
 """(key, d_k) -> q [B, T, N, d_k], k [B, T, N, d_k], v [B, T, N, d_k] for one seed."""
@@ -113,6 +144,35 @@ def iid_source(config: SweepConfig) -> QKVSource:
     return q, k, jax.random.normal(kv, shape)
 
   return source
+
+
+def projection_source(config: SweepConfig) -> QKVSource:
+  """Width mode: x ~ N(0, 1) of shape [B, T, width], q = mult_q · x W_q (likewise k, v).
+
+  W_q, W_k, W_v [width, N·d_k] are drawn with the init std and scaled by the
+  forward multiplier that the parametrization gives an attention projection
+  of fan_in = width (so SP's 1/√width init, μP's zero query or NTK's
+  multiplier all show up in the logits).
+  """
+  param = config.param()
+
+  def source(key: Array, d_k: int):
+    kx, kq, kk, kv = jax.random.split(key, 4)
+    x = jax.random.normal(kx, (config.batch, config.seq_len, config.width))
+    out = []
+    for kind, kw in (("attn_q", kq), ("attn_k", kk), ("attn_v", kv)):
+      spec = param.layer(kind, config.width, config.num_heads * d_k, config.width)
+      w = spec.init_std * jax.random.normal(kw, (config.width, config.num_heads * d_k))
+      y = spec.multiplier * (x @ w)
+      out.append(y.reshape(config.batch, config.seq_len, config.num_heads, d_k))
+    return tuple(out)
+
+  return source
+
+
+def default_source(config: SweepConfig) -> QKVSource:
+  """iid q, k, v, or projections of unit-variance inputs in width mode."""
+  return projection_source(config) if config.parametrization is not None else iid_source(config)
 
 
 def _group_rules(config: SweepConfig, d_k: int) -> tuple[list[str], rules_lib.FixedScale | None, list[str]]:
@@ -136,7 +196,7 @@ def _group_rules(config: SweepConfig, d_k: int) -> tuple[list[str], rules_lib.Fi
 def make_shape_fn(config: SweepConfig, d_k: int,
                   source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
   """A jitted function key -> {rule: {metric: [num_seeds] array}} for one head dimension (cached)."""
-  source = (source_factory or iid_source)(config)
+  source = (source_factory or default_source)(config)
   dtype = DTYPES[config.dtype]
   fixed_names, stacked, other = _group_rules(config, d_k)
   attn_kwargs = dict(is_causal=config.causal, float32_softmax=config.float32_softmax,
@@ -167,6 +227,14 @@ def make_shape_fn(config: SweepConfig, d_k: int,
   return shape_fn
 
 
+def _mode_keys(config: SweepConfig) -> dict[str, Any]:
+  """Row keys that say where q and k came from."""
+  if config.parametrization is None:
+    return {"qk_std": config.qk_std}
+  return {"parametrization": config.parametrization, "width": config.width, "base_width": config.base_width,
+          "zero_query": config.zero_query}
+
+
 def summarize(values: dict[str, Array]) -> dict[str, dict[str, float]]:
   """{metric: [seeds]} -> {metric: {"mean", "std"}} as Python floats (NaN kept as nan)."""
   out = {}
@@ -184,7 +252,7 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
 
   Args:
     config: the sweep.
-    source_factory: builds the q/k/v source (default iid).
+    source_factory: builds the q/k/v source (default: iid, or projections in width mode).
     extra_keys: constant keys added to every row (e.g. parametrization, width).
     on_row: called with each finished row (for streaming results to disk).
     on_shape: called with (d_k, seconds) after each head dimension.
@@ -202,7 +270,7 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
     values = jax.device_get(values)
     for rule in config.rules:
       row = {"rule": rule, "d_k": d_k, "seq_len": config.seq_len, "dtype": config.dtype, "causal": config.causal,
-             "qk_std": config.qk_std, **(extra_keys or {}), **summarize(values[rule])}
+             **_mode_keys(config), **(extra_keys or {}), **summarize(values[rule])}
       by_rule[rule].append(row)
       if on_row:
         on_row(row)
@@ -215,7 +283,7 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
 def _single_config_fn(config: SweepConfig, d_k: int, rule_name: str) -> Callable[[Array], dict]:
   """A jitted function key -> {metric: scalar} for one rule, one d_k and one seed (cached)."""
   dtype = DTYPES[config.dtype]
-  source = iid_source(config)
+  source = default_source(config)
   rule = config.rule(rule_name)
 
   @jax.jit

@@ -43,10 +43,31 @@ class SweepMainTest(absltest.TestCase):
         self.assertEqual(set(r[m]), {"mean", "std"}, m)
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     self.assertIn("entropy_mean", header)
-    self.assertEqual(json.loads((out / "config.json").read_text())["d_k"], [4, 8])
+    self.assertEqual(json.loads((out / "config.json").read_text())["flags"]["d_k"], [4, 8])
     for metric, _, _ in sweep.PLOTS:
       self.assertTrue((out / f"{metric}.png").stat().st_size > 1000)
     self.assertFalse((out / "results.partial.jsonl").exists())
+
+
+  def test_width_mode(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "width"
+    with flagsaver.flagsaver(d_k=[4], parametrization=["sp", "mup"], width=[16, 32], seq_len=8, batch=1,
+                             num_seeds=1, out_dir=str(out)):
+      with contextlib.redirect_stdout(std_io.StringIO()):
+        sweep.main(["sweep"])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    self.assertLen(rows, 4)
+    self.assertEqual({(r["parametrization"], r["width"], r["rule"]) for r in rows},
+                     {(p, w, "param") for p in ("sp", "mup") for w in (16, 32)})
+
+  def test_width_mode_flag_errors(self):
+    for kwargs, text in (({"parametrization": ["mup"]}, "go together"), ({"zero_query": True}, "zero_query"),
+                         ({"rules": ["param"]}, "needs a parametrization")):
+      with flagsaver.flagsaver(d_k=[4], num_seeds=1, out_dir=self.create_tempdir().full_path, **kwargs):
+        err = std_io.StringIO()
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
+          sweep.main(["sweep"])
+        self.assertIn(text, err.getvalue())
 
 
 class BadFlagsTest(parameterized.TestCase):

@@ -56,6 +56,26 @@ class ClosedFormTest(parameterized.TestCase):
         np.testing.assert_allclose(fast[(r["rule"], r["d_k"])][m]["mean"], r[m]["mean"], rtol=2e-4, atol=1e-6,
                                    err_msg=f"{r['rule']} {r['d_k']} {m}")
 
+  def test_width_mode_closed_forms(self):
+    # SP: W ~ N(0, 1/width), so q = xW has unit-variance entries at any width and sqrt gives Var(logit) ≈ 1.
+    for width in (32, 256):
+      rows = _rows(d_k=(16,), rules=("param", "none"), parametrization="sp", width=width, seq_len=32)
+      for d in (16,):
+        self.assertAlmostEqual(rows[("param", d)]["logit_var"]["mean"], 1.0, delta=0.12)
+        self.assertAlmostEqual(rows[("none", d)]["logit_var"]["mean"] / d, 1.0, delta=0.12)
+    # μP's rule is α/d_k with α = √base_head_dim: at d_k = 64 it equals SP's 1/√d_k exactly (same draws),
+    # at d_k = 16 its logit std is twice SP's.
+    sp = _rows(d_k=(16, 64), rules=("param",), parametrization="sp", width=128, seq_len=16)
+    mup = _rows(d_k=(16, 64), rules=("param",), parametrization="mup", width=128, seq_len=16)
+    for m in sweep.METRICS:
+      np.testing.assert_allclose(mup[("param", 64)][m]["mean"], sp[("param", 64)][m]["mean"], rtol=1e-5)
+    self.assertAlmostEqual(mup[("param", 16)]["logit_std"]["mean"] / sp[("param", 16)]["logit_std"]["mean"], 2.0,
+                           delta=1e-3)
+    # Zero-initialized queries: all logits 0, attention exactly uniform.
+    zq = _rows(d_k=(16,), rules=("param",), parametrization="mup", width=64, zero_query=True, seq_len=16)
+    self.assertEqual(zq[("param", 16)]["logit_absmax"]["mean"], 0.0)
+    self.assertAlmostEqual(zq[("param", 16)]["entropy_normalized"]["mean"], 1.0, places=5)
+
   def test_deterministic(self):
     a = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
     b = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
