@@ -65,6 +65,9 @@ PLOTS = (
 )
 
 
+SUMMARY_PANELS = ("entropy_normalized", "max_prob", "logit_std", "grad_norm_q")
+
+
 def _label(row, width_mode: bool, one_rule: bool) -> str:
   """The legend label of a row's line."""
   if not width_mode:
@@ -79,15 +82,20 @@ def write_plots(out_dir, rows) -> list[str]:
   one_rule = len({r["rule"] for r in rows}) == 1
   rows = [{**r, "line": _label(r, width_mode, one_rule)} for r in rows]
   names = []
+  fig, axes = plotting.grid_figure(2, 2)
   for metric, label, logy in PLOTS:
     series = sweep_lib.metric_series(rows, metric, "line")
-    name = f"{metric}.png"
     positive = all(v > 0 for _, ys, _ in series.values() for v in ys)
-    plotting.line_plot(out_dir / name, {g: (x, y) for g, (x, y, _) in series.items()},
-                       errors={g: e for g, (_, _, e) in series.items()}, xlabel="d_k (head dim)", ylabel=label,
-                       title=f"{label} vs d_k", logx2=True, logy=logy and positive)
-    names.append(name)
-  return names
+    kwargs = dict(errors={g: e for g, (_, _, e) in series.items()}, xlabel="d_k (head dim)", ylabel=label,
+                  title=f"{label} vs d_k", logx2=True, logy=logy and positive)
+    lines = {g: (x, y) for g, (x, y, _) in series.items()}
+    plotting.line_plot(out_dir / f"{metric}.png", lines, **kwargs)
+    names.append(f"{metric}.png")
+    if metric in SUMMARY_PANELS:
+      i = SUMMARY_PANELS.index(metric)
+      plotting.line_plot(None, lines, ax=axes[i // 2][i % 2], **kwargs)
+  plotting.save_figure(fig, out_dir / "summary.png")
+  return names + ["summary.png"]
 
 
 def _configs() -> list[sweep_lib.SweepConfig]:
