@@ -16,6 +16,8 @@ from scaling.metrics import row_entropy
 from scaling.metrics import softmax_jacobian
 from scaling.metrics import softmax_jacobian_fro_norm
 from scaling.metrics import weight_stats_per_head
+from scaling.model import ModelConfig
+from scaling.model import Transformer
 from scaling.optim import make_optimizer
 from scaling.optim import scale_by_parametrization
 from scaling.optim import warmup_cosine_schedule
@@ -28,5 +30,8 @@ from scaling.rules import available_rules
 from scaling.rules import get_rule
 from scaling.rules import register_rule
 from scaling.rules import ScaleRule
+from scaling.train import run_training
+from scaling.train import train_step
+from scaling.train import TrainState
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,166 @@
+"""Smoke tests of `python -m experiments.train`: outputs, divergence, interruption and rejection of bad flags."""
+
+import contextlib
+import io as std_io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import flagsaver
+
+from experiments import train
+from scaling import train as train_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = dict(width=16, depth=1, num_heads=2, seq_len=12, batch_size=4, eval_batches=1)
+
+
+def _run_main(**flag_values):
+  out = std_io.StringIO()
+  with flagsaver.flagsaver(**flag_values), contextlib.redirect_stdout(out):
+    train.main(["train"])
+  return out.getvalue()
+
+
+def _rows(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class MainTest(absltest.TestCase):
+
+  def test_tiny_run_writes_everything(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "run"
+    printed = _run_main(**TINY, steps=6, log_every=2, print_every=3, out_dir=str(out))
+    self.assertIn("step", printed)
+    self.assertIn("steps/s", printed)
+    config = json.loads((out / "config.json").read_text())
+    self.assertEqual(config["flags"]["width"], 16)
+    self.assertEqual(config["config"]["model"]["width"], 16)
+    self.assertEqual(config["config"]["model"]["head_dim"], 8)
+    self.assertEqual(config["dataset"]["name"], "recall")
+    rows = _rows(out / "metrics.jsonl")
+    self.assertEqual([r["step"] for r in rows], [0, 2, 4, 5])
+    for key in ("step", "loss", "accuracy", "grad_norm", "layer_grad_norm", "attn_entropy", "attn_max_logit",
+                "learning_rate"):
+      self.assertIn(key, rows[0])
+    self.assertLen(rows[0]["layer_grad_norm"], 1)
+    self.assertLen(rows[0]["attn_entropy"], 1)
+    summary = json.loads((out / "summary.json").read_text())
+    self.assertEqual(summary["status"], "completed")
+    self.assertIsNone(summary["divergence_step"])
+    self.assertEqual(summary["steps_run"], 6)
+    for key in ("final_loss", "eval_loss", "eval_accuracy", "wall_time", "steps_per_sec"):
+      self.assertIsInstance(summary[key], float, key)
+    for name in ("loss.png", "grad_norm.png", "attention.png"):
+      self.assertGreater((out / name).stat().st_size, 1000, name)
+
+  def test_divergence_on_text(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    text = tmp / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    out = tmp / "run"
+    printed = _run_main(**TINY, text_file=str(text), learning_rate=1e3, steps=30, log_every=10, out_dir=str(out))
+    self.assertIn("diverged at step", printed)
+    summary = json.loads((out / "summary.json").read_text())
+    self.assertEqual(summary["status"], "diverged")
+    step = summary["divergence_step"]
+    self.assertIsInstance(step, int)
+    self.assertEqual(summary["steps_run"], step + 1)
+    rows = _rows(out / "metrics.jsonl")
+    self.assertEqual(rows[-1]["step"], step)  # the diverging step is always logged
+    self.assertEqual(json.loads((out / "config.json").read_text())["dataset"]["name"], "text")
+    self.assertTrue((out / "loss.png").exists())
+
+  def test_interrupt_keeps_log_and_plots(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "run"
+    metrics = {"loss": 2.0, "accuracy": 0.1, "grad_norm": 1.0, "layer_grad_norm": [1.0], "attn_entropy": [1.5],
+               "attn_max_logit": [3.0]}
+
+    def interrupted(*args, callback, **kwargs):
+      del args, kwargs
+      callback(0, metrics)
+      raise KeyboardInterrupt
+
+    real = train_lib.run_training
+    train_lib.run_training = interrupted
+    try:
+      with self.assertRaises(SystemExit) as ctx, contextlib.redirect_stderr(std_io.StringIO()):
+        _run_main(**TINY, steps=5, out_dir=str(out))
+    finally:
+      train_lib.run_training = real
+    self.assertEqual(ctx.exception.code, 130)
+    self.assertEqual(json.loads((out / "summary.json").read_text())["status"], "interrupted")
+    self.assertEqual([r["step"] for r in _rows(out / "metrics.jsonl")], [0])
+    self.assertTrue((out / "attention.png").exists())
+
+  def test_cross_flag_errors_write_nothing(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    text = tmp / "t.txt"
+    text.write_text("abc" * 100)
+    for kwargs, needle in (({"task": "text"}, "--text_file"),
+                           ({"task": "induction", "num_pairs": 2}, "--num_pairs"),
+                           ({"width": 30}, "--width"),
+                           ({"head_dim": 7}, "--head_dim"),
+                           ({"num_kv_heads": 3, "num_heads": 4}, "--num_kv_heads"),
+                           ({"weight_decay": 0.1}, "--weight_decay"),
+                           ({"seq_len": 2}, "--seq_len"),
+                           ({"warmup_steps": 10, "steps": 5}, "--warmup_steps")):
+      out = tmp / "never"
+      err = std_io.StringIO()
+      with flagsaver.flagsaver(out_dir=str(out), **kwargs), contextlib.redirect_stderr(err):
+        with self.assertRaises(SystemExit) as ctx:
+          train.main(["train"])
+      self.assertEqual(ctx.exception.code, 2, kwargs)
+      lines = err.getvalue().strip().splitlines()
+      self.assertLen(lines, 1, kwargs)
+      self.assertTrue(lines[0].startswith("error:"), lines[0])
+      self.assertIn(needle, lines[0])
+      self.assertFalse(out.exists(), kwargs)
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_bad_flags_exit_2_with_one_line(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    empty = tmp / "empty.txt"
+    empty.write_text("")
+    binary = tmp / "binary.bin"
+    binary.write_bytes(b"\x7fELF\x00\x01\x02" * 10)
+    short = tmp / "short.txt"
+    short.write_text("hello")
+    cases = (
+        (["--width=0"], "--width"),
+        (["--parametrization=foo"], "--parametrization"),
+        (["--rule=foo"], "--rule"),
+        (["--learning_rate=-1"], "--learning_rate"),
+        (["--text_file=/nonexistent/file.txt"], "--text_file"),
+        ([f"--text_file={empty}"], "--text_file"),
+        ([f"--text_file={binary}"], "--text_file"),
+        ([f"--text_file={short}"], "--text_file"),
+        (["--width=30"], "--width"),
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = []
+    for i, (args, _) in enumerate(cases):
+      out = tmp / f"out{i}"
+      cmd = [sys.executable, "-m", "experiments.train", *args, f"--out_dir={out}"]
+      procs.append((out, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True)))
+    for (args, flag), (out, proc) in zip(cases, procs):
+      stdout, stderr = proc.communicate(timeout=120)
+      with self.subTest(args=args):
+        self.assertEqual(proc.returncode, 2, stderr)
+        self.assertNotIn("Traceback", stderr)
+        lines = stderr.strip().splitlines()
+        self.assertLen(lines, 1, stderr)
+        self.assertTrue(lines[0].startswith("error:"), lines[0])
+        self.assertIn(flag, lines[0])
+        self.assertEqual(stdout, "")
+        self.assertFalse(out.exists())
+
+
+if __name__ == "__main__":
+  absltest.main()
