@@ -6,6 +6,9 @@ from scaling.attention import attention_weights
 from scaling.attention import attention_with_aux
 from scaling.attention import dot_product_attention
 from scaling.attention import masked_softmax
+from scaling.coord_check import CoordCheckConfig
+from scaling.coord_check import fit_slope
+from scaling.coord_check import run_coord_check
 from scaling.data import Dataset
 from scaling.data import DataError
 from scaling.data import make_dataset
@@ -31,6 +34,12 @@ from scaling.rules import get_rule
 from scaling.rules import register_rule
 from scaling.rules import ScaleRule
 from scaling.train import run_training
+from scaling.transfer import find_optimum
+from scaling.transfer import OptimizerSpec
+from scaling.transfer import run_transfer
+from scaling.transfer import train_grid
+from scaling.transfer import TransferConfig
+from scaling.transfer import WidthFamily
 from scaling.train import train_step
 from scaling.train import TrainState
 

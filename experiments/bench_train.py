@@ -1,0 +1,265 @@
+"""Benchmark suite `train`: training throughput against the matmul peak, and the vmapped learning-rate grid.
+
+Two measurements, each side by side in one run:
+
+* Throughput. Train steps per second of one model on a fixed batch
+  (compilation excluded), and the model FLOP/s they achieve as a fraction of
+  the machine's float32 matmul peak, measured in the same run as the best of
+  several large ``jnp.dot`` calls. Model FLOPs per step (forward + backward):
+
+      6 · P_matmul · B · T  +  12 · depth · B · T² · N · H
+
+  where P_matmul counts every parameter except the embedding tables (a lookup
+  does no multiply-adds; the readout is a matmul and counts), 6 = 2 (multiply +
+  add) × 3 (forward, gradient of the input, gradient of the weight), and the
+  second term is the attention's two [T, T] matmuls (q·kᵀ and weights·v,
+  2 · B · N · T² · H FLOPs each, forward + backward = 3×) counted over the full
+  T × T square that dense attention computes, causal mask or not (Kaplan et al.
+  2020, "Scaling Laws for Neural Language Models", §2.1, count the causal half;
+  that would be 6 · depth · B · T² · N · H). Norms, softmax, the loss and the
+  optimizer are not counted.
+
+* The learning-rate grid. The same runs (learning rates × seeds, same steps,
+  same data) trained as one vmapped program (``scaling.transfer.train_grid``)
+  and one at a time, each with its own jitted init and step, as separate
+  scripts would: cold (compilation included) and warm (compiled functions
+  reused). A third row, one at a time with a single shared compiled step (the
+  learning rate is data in the optimizer state), separates what vmapping saves
+  in compilation from what it saves in execution. Both methods must give the
+  same losses (``max_rel_diff``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import common
+from scaling import data as data_lib
+from scaling import io
+from scaling import model as model_lib
+from scaling import plotting
+from scaling import transfer as transfer_lib
+
+EMBEDDING_TABLES = ("embed", "pos_embed")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBenchConfig:
+  """Sizes of the two measurements."""
+
+  # Throughput.
+  width: int = 256
+  depth: int = 4
+  num_heads: int = 4
+  seq_len: int = 128
+  batch_size: int = 16
+  timed_steps: int = 10
+  matmul_size: int = 2048
+  matmul_repeats: int = 5
+  # Learning-rate grid.
+  grid_width: int = 64
+  grid_depth: int = 2
+  grid_seq_len: int = 32
+  grid_batch_size: int = 8
+  grid_log2_lrs: tuple[float, ...] = (-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0)
+  grid_seeds: tuple[int, ...] = (0, 1)
+  grid_steps: int = 30
+  shared_compile_row: bool = True
+
+
+QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=3, matmul_size=512,
+                         matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8, grid_batch_size=2,
+                         grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5, shared_compile_row=False)
+
+
+def matmul_peak(n: int, repeats: int) -> float:
+  """Best float32 FLOP/s of a jitted [n, n] @ [n, n] over ``repeats`` timed calls (after one warm-up)."""
+  ka, kb = jax.random.split(jax.random.key(0))
+  a = jax.random.normal(ka, (n, n), jnp.float32)
+  b = jax.random.normal(kb, (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  dot(a, b).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    dot(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2.0 * n**3 / best
+
+
+def matmul_params(params: Any) -> int:
+  """Parameters that take part in matmuls: all but the embedding tables."""
+  return sum(int(v.size) for k, v in params.items() if k not in EMBEDDING_TABLES for v in jax.tree.leaves(v))
+
+
+def flops_per_step(config: model_lib.ModelConfig, params: Any, batch_size: int, seq_len: int) -> dict[str, float]:
+  """Model FLOPs of one training step (module docstring): dense, attention and total."""
+  tokens = batch_size * seq_len
+  dense = 6.0 * matmul_params(params) * tokens
+  attention = 12.0 * config.depth * batch_size * seq_len**2 * config.num_heads * config.head_dim
+  return {"dense": dense, "attention": attention, "total": dense + attention}
+
+
+def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
+  """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded."""
+  family = transfer_lib.WidthFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
+  dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
+  model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
+  spec = transfer_lib.OptimizerSpec("adam")
+  state = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))(0, 1e-3)
+  batch = dataset.batch(0)
+  step = jax.jit(transfer_lib.member_step(model_config, spec))
+  start = time.perf_counter()
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  compile_s = time.perf_counter() - start
+  start = time.perf_counter()
+  for _ in range(config.timed_steps):
+    state, metrics = step(state, batch)
+  jax.block_until_ready((state, metrics))
+  elapsed = time.perf_counter() - start
+  flops = flops_per_step(model_config, state.params, config.batch_size, config.seq_len)
+  steps_per_s = config.timed_steps / elapsed
+  return {"model": {"width": config.width, "depth": config.depth, "num_heads": model_config.num_heads,
+                    "head_dim": model_config.head_dim, "vocab_size": model_config.vocab_size,
+                    "batch_size": config.batch_size, "seq_len": config.seq_len,
+                    "params": model_lib.count_params(state.params), "matmul_params": matmul_params(state.params)},
+          "first_step_s": compile_s, "steps_per_s": steps_per_s,
+          "tokens_per_s": steps_per_s * config.batch_size * config.seq_len,
+          "flops_per_step": flops, "flops_per_s": flops["total"] * steps_per_s,
+          "fraction_of_peak": flops["total"] * steps_per_s / peak}
+
+
+def _timed(fn):
+  """(fn(), seconds)."""
+  start = time.perf_counter()
+  out = fn()
+  return out, time.perf_counter() - start
+
+
+def _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns=None):
+  """Trains each (lr, seed) on its own; ``fns`` reuses compiled (init, step) pairs, None compiles new ones per run.
+
+  Returns:
+    (losses [steps, M], the (init, step) pairs used).
+  """
+  losses, used = [], []
+  for i, (lr, seed) in enumerate(zip(lrs, seeds)):
+    if fns is None:
+      init = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))
+      step = jax.jit(transfer_lib.member_step(model_config, spec))
+    else:
+      init, step = fns[i]
+    used.append((init, step))
+    state = init(jnp.int32(seed), jnp.float32(lr))
+    run = []
+    for t in range(steps):
+      state, metrics = step(state, dataset.batch(t, int(seed)))
+      run.append(metrics["loss"])
+    losses.append(jnp.stack(run))
+  return np.asarray(jax.device_get(jnp.stack(losses, axis=1)), np.float64), used
+
+
+def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
+  """The vmapped grid against the same runs one at a time, cold and warm."""
+  family = transfer_lib.WidthFamily(depth=config.grid_depth, base_width=config.grid_width, num_heads=2)
+  dataset = data_lib.make_dataset("recall", seq_len=config.grid_seq_len, batch_size=config.grid_batch_size)
+  model_config = family.model_config("mup", config.grid_width, vocab_size=dataset.vocab_size,
+                                     max_len=config.grid_seq_len)
+  spec = transfer_lib.OptimizerSpec("adam")
+  lrs, seeds = transfer_lib.lr_grid(config.grid_log2_lrs, config.grid_seeds)
+  steps = config.grid_steps
+
+  def vmapped():
+    return transfer_lib.train_grid(model_config, spec, dataset, lrs, seeds, steps)["loss"]
+
+  timings = {}
+  transfer_lib.clear_caches()
+  # Both methods' data samplers are compiled outside the timings (they are shared by every width).
+  dataset.batch(0)
+  transfer_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
+  fast, cold = _timed(vmapped)
+  _, warm = _timed(vmapped)
+  timings["vmapped"] = {"cold_s": cold, "warm_s": warm}
+  (slow, fns), cold = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps))
+  _, warm = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns))
+  timings["one_at_a_time"] = {"cold_s": cold, "warm_s": warm}
+  if config.shared_compile_row:
+    init = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))
+    step = jax.jit(transfer_lib.member_step(model_config, spec))
+    shared = [(init, step)] * len(lrs)
+    _, cold = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, shared))
+    _, warm = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, shared))
+    timings["one_at_a_time_shared_compile"] = {"cold_s": cold, "warm_s": warm}
+  finite = np.isfinite(slow) & np.isfinite(fast)
+  max_rel = float(np.max(np.abs(fast - slow)[finite] / (np.abs(slow[finite]) + 1e-12))) if finite.any() else 0.0
+  shared = timings.get("one_at_a_time_shared_compile")
+  return {"grid": {"width": config.grid_width, "depth": config.grid_depth, "seq_len": config.grid_seq_len,
+                   "batch_size": config.grid_batch_size, "log2_lrs": list(config.grid_log2_lrs),
+                   "seeds": list(config.grid_seeds), "runs": len(lrs), "steps": steps},
+          "timings": timings, "max_rel_diff": max_rel,
+          "speedup_cold": timings["one_at_a_time"]["cold_s"] / timings["vmapped"]["cold_s"],
+          "speedup_warm": timings["one_at_a_time"]["warm_s"] / timings["vmapped"]["warm_s"],
+          "speedup_cold_vs_shared_compile": shared["cold_s"] / timings["vmapped"]["cold_s"] if shared else None}
+
+
+def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str, Any]) -> None:
+  """Left: achieved FLOP/s against the matmul peak. Right: grid wall times, cold and warm."""
+  fig, axes = plotting.grid_figure(1, 2, width=5.0, height=3.6)
+  ax = axes[0][0]
+  ax.bar([0, 1], [thr["flops_per_s"] / 1e9, peak / 1e9], color=["tab:blue", "tab:gray"])
+  ax.set_xticks([0, 1], ["training step", "matmul peak"])
+  ax.set_ylabel("GFLOP/s (float32)")
+  ax.set_title(f"{thr['steps_per_s']:.2f} steps/s = {100 * thr['fraction_of_peak']:.0f}% of peak")
+  ax = axes[0][1]
+  names = list(grid["timings"])
+  x = np.arange(len(names))
+  ax.bar(x - 0.2, [grid["timings"][n]["cold_s"] for n in names], 0.4, label="cold (incl. compilation)")
+  ax.bar(x + 0.2, [grid["timings"][n]["warm_s"] for n in names], 0.4, label="warm")
+  ax.set_xticks(x, [n.replace("one_at_a_time", "1-at-a-time").replace("_", " ") for n in names], fontsize=7)
+  ax.set_ylabel("wall time (s)")
+  ax.legend(fontsize=7)
+  ax.set_title(f"{grid['grid']['runs']} runs: vmapped {grid['speedup_cold']:.1f}x cold, "
+               f"{grid['speedup_warm']:.1f}x warm", fontsize=9)
+  plotting.save_figure(fig, path)
+
+
+def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
+  """Runs both measurements, prints tables, writes train.json and train.png into ``out_dir``."""
+  config = QUICK if quick else TrainBenchConfig()
+  peak = matmul_peak(config.matmul_size, config.matmul_repeats)
+  thr = throughput(config, peak)
+  grid = grid_comparison(config)
+  results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
+             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid}
+  m = thr["model"]
+  print(f"throughput: width {m['width']}, depth {m['depth']}, {m['num_heads']} heads x {m['head_dim']}, "
+        f"batch {m['batch_size']} x {m['seq_len']} tokens, {m['params']} params")
+  print(common.format_table([{"steps_per_s": thr["steps_per_s"], "tokens_per_s": thr["tokens_per_s"],
+                              "model_GFLOP_per_s": thr["flops_per_s"] / 1e9, "peak_GFLOP_per_s": peak / 1e9,
+                              "fraction_of_peak": thr["fraction_of_peak"]}],
+                            ("steps_per_s", "tokens_per_s", "model_GFLOP_per_s", "peak_GFLOP_per_s",
+                             "fraction_of_peak"), floatfmt=".3g"))
+  rows = [{"method": k, **v} for k, v in grid["timings"].items()]
+  g = grid["grid"]
+  print(f"\nlearning-rate grid: {len(g['log2_lrs'])} learning rates x {len(g['seeds'])} seeds = {g['runs']} runs, "
+        f"{g['steps']} steps, width {g['width']}")
+  print(common.format_table(rows, ("method", "cold_s", "warm_s"), floatfmt=".2f"))
+  print(f"train: the vmapped grid is {grid['speedup_cold']:.1f}x faster cold (compilation included) and "
+        f"{grid['speedup_warm']:.1f}x faster warm than one run at a time (max relative loss difference "
+        f"{grid['max_rel_diff']:.1e})")
+  if grid["speedup_cold_vs_shared_compile"] is not None:
+    print(f"train: against one run at a time sharing one compiled step, the vmapped grid is "
+          f"{grid['speedup_cold_vs_shared_compile']:.1f}x faster cold")
+  io.write_json(out_dir / "train.json", results)
+  _figure(out_dir / "train.png", peak, thr, grid)
+  return {"steps_per_s": thr["steps_per_s"], "fraction_of_peak": thr["fraction_of_peak"],
+          "speedup_cold": grid["speedup_cold"], "speedup_warm": grid["speedup_warm"]}

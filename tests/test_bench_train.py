@@ -1,0 +1,57 @@
+"""Benchmark suite `train` on quick sizes, and its FLOP count against a hand count."""
+
+import contextlib
+import io as std_io
+import json
+import pathlib
+
+from absl.testing import absltest
+import jax
+
+from experiments import bench_train
+from scaling import model as model_lib
+
+
+class FlopsTest(absltest.TestCase):
+
+  def test_flops_by_hand(self):
+    cfg = model_lib.ModelConfig(vocab_size=11, width=8, depth=2, num_heads=2, head_dim=4, mlp_ratio=4,
+                                max_len=16, positions="learned")
+    params = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), cfg))
+    # Per block: q, k, v, out 4·8·8, MLP 2·8·32, two norm gains 2·8; final norm 8; readout 8·11.
+    # The embedding tables (11·8 tokens, 16·8 positions) take part in no matmul.
+    matmul = 2 * (4 * 64 + 2 * 256 + 16) + 8 + 88
+    self.assertEqual(bench_train.matmul_params(params), matmul)
+    self.assertEqual(model_lib.count_params(params), matmul + 88 + 128)
+    flops = bench_train.flops_per_step(cfg, params, batch_size=3, seq_len=5)
+    self.assertEqual(flops["dense"], 6 * matmul * 15)
+    self.assertEqual(flops["attention"], 12 * 2 * 3 * 25 * 2 * 4)
+    self.assertEqual(flops["total"], flops["dense"] + flops["attention"])
+
+
+class QuickSuiteTest(absltest.TestCase):
+
+  def test_quick_run(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    buf = std_io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      summary = bench_train.run(out, quick=True)
+    self.assertIn("faster", buf.getvalue())
+    self.assertIn("fraction_of_peak", buf.getvalue())
+    data = json.loads((out / "train.json").read_text())
+    self.assertGreater(data["matmul_peak_flops_per_s"], 0)
+    thr = data["throughput"]
+    self.assertGreater(thr["steps_per_s"], 0)
+    self.assertAlmostEqual(thr["flops_per_s"], thr["flops_per_step"]["total"] * thr["steps_per_s"], delta=1.0)
+    self.assertGreater(thr["fraction_of_peak"], 0)
+    self.assertEqual(set(data["timings"]), {"vmapped", "one_at_a_time"})
+    for timing in data["timings"].values():
+      self.assertGreater(timing["cold_s"], 0)
+      self.assertGreater(timing["warm_s"], 0)
+    self.assertLess(data["max_rel_diff"], 1e-4)  # both methods train the same runs
+    self.assertEqual(summary["speedup_cold"], data["speedup_cold"])
+    self.assertTrue((out / "train.png").stat().st_size > 1000)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,265 @@
+"""The μP coordinate check: slope fit against closed forms, SP vs μP slopes on a tiny model, the experiment."""
+
+import contextlib
+import io as std_io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import flagsaver
+from absl.testing import parameterized
+import chex
+from hypothesis import given
+from hypothesis import strategies as st
+import jax
+import numpy as np
+
+from experiments import common
+from experiments import coord_check as coord_exp
+from scaling import coord_check
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import transfer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# One tiny configuration shared by the library test and the experiment's smoke test (compiled once).
+WIDTHS = (16, 64)
+STEPS = 2
+LR = 0.03
+TASK = dict(seq_len=8, batch_size=4)
+FAMILY = transfer.WidthFamily(depth=1, num_heads=2)
+FLAGS_TINY = dict(widths=list(WIDTHS), steps=STEPS, depth=1, num_heads=2, learning_rate=LR, num_seeds=2,
+                  task="recall", **TASK)
+
+
+def _config(**kw):
+  base = dict(widths=WIDTHS, steps=STEPS, family=FAMILY, learning_rate=LR, num_seeds=2)
+  base.update(kw)
+  return coord_check.CoordCheckConfig(**base)
+
+
+class FitSlopeTest(parameterized.TestCase):
+
+  @given(st.floats(-2.0, 2.0), st.floats(1e-3, 1e3),
+         st.lists(st.integers(1, 14), min_size=2, max_size=6, unique=True))
+  def test_power_law_gives_its_exponent(self, a, c, log2_widths):
+    widths = [2**k for k in log2_widths]
+    slope, intercept = coord_check.fit_slope(widths, [c * w**a for w in widths])
+    self.assertAlmostEqual(slope, a, places=6)
+    self.assertAlmostEqual(intercept, np.log2(c), places=5)
+
+  def test_least_squares_of_noisy_points(self):
+    # Three points off a line: the slope is the least-squares one, (sum dx dy) / (sum dx^2) in log2.
+    widths, values = [2, 4, 8], [1.0, 4.0, 8.0]  # log2: (1, 0), (2, 2), (3, 3)
+    slope, intercept = coord_check.fit_slope(widths, values)
+    self.assertAlmostEqual(slope, 1.5)
+    self.assertAlmostEqual(intercept, 5 / 3 - 1.5 * 2)
+
+  @parameterized.parameters(([16], [1.0]), ([16, 16], [1.0, 2.0]), ([16, 32], [0.0, 1.0]),
+                            ([16, 32], [float("nan"), 1.0]), ([16, 32], [-1.0, 1.0]))
+  def test_undefined_slopes_are_nan(self, widths, values):
+    self.assertTrue(all(np.isnan(coord_check.fit_slope(widths, values))))
+
+  def test_slopes_group_rows(self):
+    rows = []
+    for name, a in (("sp", 0.5), ("mup", 0.0)):
+      for width in (8, 16, 32):
+        for step in (0, 1):
+          rows.append({"parametrization": name, "width": width, "step": step, "layer": "readout",
+                       "rms": 3.0 * width**(a * step)})
+          rows.append({"parametrization": name, "width": width, "step": step, "layer": "embed",
+                       "rms": 0.0 if step == 0 else 1.0})
+    got = {(s["parametrization"], s["layer"], s["step"]): s for s in coord_check.slopes(rows)}
+    self.assertLen(got, 8)
+    self.assertAlmostEqual(got[("sp", "readout", 1)]["slope"], 0.5)
+    self.assertAlmostEqual(got[("mup", "readout", 1)]["slope"], 0.0)
+    self.assertAlmostEqual(got[("sp", "readout", 0)]["intercept"], np.log2(3.0))
+    self.assertIsNone(got[("sp", "embed", 0)]["slope"])  # RMS 0: log undefined
+    self.assertEqual(got[("sp", "embed", 1)]["widths"], [8, 16, 32])
+
+  def test_rms_by_layer_names_and_values(self):
+    depth = 2
+    metrics = {"embed_rms": np.array([1.0]), "readout_rms": np.array([2.0])}
+    for j, key in enumerate(("attn_logits_rms", "attn_out_rms", "mlp_out_rms")):
+      metrics[key] = np.array([[10.0 * j + i for i in range(depth)]])
+    got = coord_check.rms_by_layer(metrics, depth)
+    self.assertEqual(list(got), ["embed", "block_0/attn_logits", "block_0/attn_out", "block_0/mlp_out",
+                                 "block_1/attn_logits", "block_1/attn_out", "block_1/mlp_out", "readout"])
+    self.assertEqual(got["block_1/attn_out"][0], 11.0)
+    self.assertEqual(got["block_0/mlp_out"][0], 20.0)
+    self.assertEqual(got["readout"][0], 2.0)
+
+
+class CoordCheckTest(chex.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dataset = data_lib.make_dataset("recall", **TASK)
+    cls.config = _config()
+    cls.rows = coord_check.run_coord_check(cls.config, cls.dataset)
+    cls.slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in coord_check.slopes(cls.rows)}
+
+  def test_rows(self):
+    layers = coord_check.layer_names(1)
+    self.assertLen(self.rows, 2 * len(WIDTHS) * (STEPS + 1) * len(layers))
+    for r in self.rows:
+      self.assertContainsSubset({"parametrization", "width", "step", "layer", "rms"}, set(r))
+      self.assertLen(r["rms_seeds"], 2)
+      self.assertAlmostEqual(r["rms"], np.mean(r["rms_seeds"]))
+      self.assertGreater(r["rms"], 0)
+
+  def test_step0_is_the_forward_pass_at_init(self):
+    # Independent of the vmapped grid: the model's own forward on the fixed batch with PRNGKey(seed) params.
+    width = WIDTHS[-1]
+    cfg = FAMILY.with_base_width(WIDTHS).model_config("mup", width, vocab_size=self.dataset.vocab_size,
+                                                      max_len=TASK["seq_len"])
+    forward = jax.jit(lambda seed, tokens: model_lib.Transformer(cfg).apply(
+        {"params": model_lib.init_params(jax.random.PRNGKey(seed), cfg)}, tokens)[1])
+    for seed in (0, 1):
+      aux = forward(seed, self.dataset.batch(0, seed)["inputs"])
+      got = {r["layer"]: r["rms_seeds"][seed] for r in self.rows
+             if r["parametrization"] == "mup" and r["width"] == width and r["step"] == 0}
+      np.testing.assert_allclose(got["readout"], aux["readout_rms"], rtol=1e-5)
+      np.testing.assert_allclose(got["embed"], aux["embed_rms"], rtol=1e-5)
+      np.testing.assert_allclose(got["block_0/attn_logits"], aux["layers"]["attn_logits_rms"][0], rtol=1e-5)
+      np.testing.assert_allclose(got["block_0/mlp_out"], aux["layers"]["mlp_out_rms"][0], rtol=1e-5)
+
+  def test_sp_is_width_independent_at_init_and_grows_after_training(self):
+    for layer in coord_check.layer_names(1):
+      self.assertLess(abs(self.slope[("sp", layer, 0)]), 0.15, layer)
+    for layer in ("block_0/attn_logits", "block_0/attn_out", "block_0/mlp_out"):
+      self.assertGreater(self.slope[("sp", layer, STEPS)], 0.3, layer)
+
+  def test_mup_never_grows_with_width(self):
+    for layer in coord_check.layer_names(1):
+      for step in range(STEPS + 1):
+        self.assertLess(self.slope[("mup", layer, step)], 0.15, (layer, step))
+
+  def test_mup_init_closed_forms(self):
+    # Readout: multiplier 1/m on a fan-in-initialized matrix -> RMS ∝ 1/width.
+    self.assertAlmostEqual(self.slope[("mup", "readout", 0)], -1.0, delta=0.1)
+    # Attention logits: α/d_head on independent q, k with d_head ∝ width -> RMS ∝ width^-1/2.
+    self.assertAlmostEqual(self.slope[("mup", "block_0/attn_logits", 0)], -0.5, delta=0.1)
+
+  def test_readout_slope_after_training_sp_above_mup(self):
+    self.assertGreater(self.slope[("sp", "readout", STEPS)] - self.slope[("mup", "readout", STEPS)], 0.5)
+
+  def test_each_width_compiles_one_step(self):
+    cfg = self.config.family.model_config("sp", WIDTHS[0], vocab_size=self.dataset.vocab_size,
+                                          max_len=TASK["seq_len"])
+    step = transfer.grid_step_fn(cfg, transfer.OptimizerSpec("adam"))
+    self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
+
+  def test_bad_configs(self):
+    for kw, text in (({"widths": ()}, "empty"), ({"widths": (0,)}, "width"), ({"steps": 0}, "steps"),
+                     ({"learning_rate": 0.0}, "learning_rate"), ({"parametrizations": ("xp",)}, "xp"),
+                     ({"optimizer": "lion"}, "lion"), ({"num_seeds": 0}, "num_seeds")):
+      with self.assertRaisesRegex(ValueError, text):
+        _config(**kw)
+
+
+def _run_main(tmp, **flag_values):
+  """Runs the experiment's main; returns (exit code or None, stdout, stderr)."""
+  out, err = std_io.StringIO(), std_io.StringIO()
+  code = None
+  with flagsaver.flagsaver(**flag_values), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      coord_exp.main(["coord_check"])
+    except SystemExit as e:
+      code = e.code
+  return code, out.getvalue(), err.getvalue()
+
+
+class ExperimentTest(parameterized.TestCase):
+
+  def test_main_writes_files(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "cc"
+    code, stdout, _ = _run_main(out, out_dir=str(out), **FLAGS_TINY)
+    self.assertIsNone(code)
+    self.assertIn("block_0/attn_logits", stdout)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    self.assertLen(rows, 2 * 2 * 3 * 5)
+    self.assertEqual({(r["parametrization"], r["width"]) for r in rows}, {("sp", 16), ("sp", 64), ("mup", 16),
+                                                                         ("mup", 64)})
+    for r in rows:
+      self.assertContainsSubset({"parametrization", "width", "step", "layer", "rms"}, set(r))
+    slopes = [json.loads(line) for line in (out / "slopes.jsonl").read_text().splitlines()]
+    self.assertLen(slopes, 2 * 3 * 5)
+    for s in slopes:
+      self.assertContainsSubset({"parametrization", "layer", "step", "slope"}, set(s))
+    header = (out / "slopes.csv").read_text().splitlines()[0].split(",")
+    self.assertEqual(header[:4], ["parametrization", "layer", "step", "slope"])
+    self.assertGreater((out / "coord_check.png").stat().st_size, 1000)
+    self.assertEqual(json.loads((out / "config.json").read_text())["flags"]["widths"], [16, 64])
+    self.assertFalse((out / "results.partial.jsonl").exists())
+
+  @parameterized.parameters(
+      ("--widths=0", "--widths"), ("--widths=16,x", "--widths"), ("--parametrizations=sp,xp", "--parametrizations"),
+      ("--learning_rate=0", "--learning_rate"), ("--learning_rate=-1", "--learning_rate"),
+      ("--learning_rate=nan", "--learning_rate"), ("--steps=0", "--steps"), ("--num_seeds=0", "--num_seeds"),
+      ("--optimizer=lion", "--optimizer"), ("--depth=0", "--depth"), ("--seq_len=0", "--seq_len"),
+      ("--batch_size=-2", "--batch_size"), ("--task=images", "--task"), ("--num_heads=0", "--num_heads"),
+  )
+  def test_parse_errors_are_one_line(self, arg, name):
+    err = std_io.StringIO()
+    with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
+      with self.assertRaises(SystemExit) as ctx:
+        common._parse_flags(["coord_check", arg])  # pylint: disable=protected-access
+    self.assertEqual(ctx.exception.code, 2)
+    lines = err.getvalue().strip().splitlines()
+    self.assertLen(lines, 1)
+    self.assertTrue(lines[0].startswith("error:"), lines[0])
+    self.assertIn(name, lines[0])
+
+  def _text_file(self, content: bytes | None) -> str:
+    path = pathlib.Path(self.create_tempdir().full_path) / "data.txt"
+    if content is not None:
+      path.write_bytes(content)
+    return str(path)
+
+  @parameterized.named_parameters(
+      ("width_not_divisible", dict(widths=[16, 17]), "--widths"),
+      ("both_head_flags", dict(head_dim=8), "--num_heads and --head_dim"),
+      ("base_width_not_divisible", dict(base_width=9), "--base_width"),
+      ("text_without_file", dict(task="text"), "--text_file"),
+      ("file_without_text", dict(text_file="x.txt"), "--text_file"),
+      ("seq_len_too_short_for_recall", dict(seq_len=2), "--seq_len"),
+      ("missing_file", dict(task="text", text_file=None), "--text_file"),
+      ("empty_file", dict(task="text", text_file=b""), "empty"),
+      ("binary_file", dict(task="text", text_file=b"ab\x00\x01cd" * 10), "binary"),
+      ("short_file", dict(task="text", text_file=b"abc"), "too short"),
+  )
+  def test_bad_input_fails_before_writing(self, kw, text):
+    kw = dict(kw)
+    if kw.get("task") == "text" and "text_file" in kw:
+      content = kw.pop("text_file")
+      kw["text_file"] = self._text_file(content) if content is not None else "/nonexistent/data.txt"
+    out = pathlib.Path(self.create_tempdir().full_path) / "never"
+    code, stdout, stderr = _run_main(out, out_dir=str(out), **{**FLAGS_TINY, **kw})
+    self.assertEqual(code, 2)
+    lines = stderr.strip().splitlines()
+    self.assertLen(lines, 1, stderr)
+    self.assertTrue(lines[0].startswith("error: --"), lines[0])
+    self.assertIn(text, lines[0])
+    self.assertEqual(stdout, "")
+    self.assertFalse(out.exists())
+
+  def test_cli_end_to_end(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "o"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    bad = subprocess.run([sys.executable, "-m", "experiments.coord_check", "--widths=16,30", f"--out_dir={out}"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    self.assertEqual(bad.returncode, 2)
+    self.assertNotIn("Traceback", bad.stderr)
+    self.assertEqual(bad.stderr.strip().splitlines(),
+                     ["error: --widths: width 30 is not divisible into num_heads=4 heads"])
+    self.assertFalse(out.exists())
+
+
+if __name__ == "__main__":
+  absltest.main()
