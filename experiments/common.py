@@ -118,6 +118,24 @@ def flag_values(module_name: str) -> dict[str, Any]:
   return {f.name: f.value for f in flags.FLAGS.get_flags_for_module(module)}
 
 
+def make_dataset_or_fail(task: str, text_file: str | None, *, seq_len: int, batch_size: int, seed: int,
+                         **options: Any):
+  """``scaling.data.make_dataset`` for the --task/--text_file flags, or a one-line failure naming the flag."""
+  from scaling import data as data_lib  # pylint: disable=g-import-not-at-top
+
+  if task == "text" and not text_file:
+    fail("--task=text needs --text_file")
+  if task != "text" and text_file:
+    fail(f"--text_file is only read with --task=text, not --task={task}")
+  try:
+    return data_lib.make_dataset(task, seq_len=seq_len, batch_size=batch_size,
+                                 text_file=text_file if task == "text" else None, seed=seed, **options)
+  except data_lib.DataError as e:
+    fail(f"--text_file: {e}")
+  except ValueError as e:
+    fail(f"--task={task} with --seq_len={seq_len}: {e}")
+
+
 def fail(message: str, code: int = 2):
   """Prints one error line to stderr and exits non-zero (no traceback)."""
   sys.stderr.write(f"error: {message}\n")

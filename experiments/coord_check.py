@@ -73,21 +73,6 @@ class CoordCheckRun:
   out_dir: str
 
 
-def make_dataset(task: str, text_file: str | None, *, seq_len: int, batch_size: int, seed: int):
-  """The training data, or a one-line failure naming the flag."""
-  if task == "text" and not text_file:
-    common.fail("--task=text needs --text_file")
-  if task != "text" and text_file:
-    common.fail(f"--text_file is only read with --task=text, not --task={task}")
-  try:
-    return data_lib.make_dataset(task, seq_len=seq_len, batch_size=batch_size,
-                                 text_file=text_file if task == "text" else None, seed=seed)
-  except data_lib.DataError as e:
-    common.fail(f"--text_file: {e}")
-  except ValueError as e:
-    common.fail(f"--task={task} with --seq_len={seq_len}: {e}")
-
-
 def check_family(family: transfer_lib.WidthFamily, parametrizations, widths, dataset) -> None:
   """Fails with one line naming the flag unless the base width and every width give a valid model."""
   try:
@@ -116,8 +101,8 @@ def _run_from_flags():
   widths = tuple(dict.fromkeys(_WIDTHS.value))
   parametrizations = tuple(dict.fromkeys(_PARAMETRIZATIONS.value))
   family = family_from_flags().with_base_width(widths)
-  dataset = make_dataset(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value, batch_size=_BATCH_SIZE.value,
-                         seed=_SEED.value)
+  dataset = common.make_dataset_or_fail(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value,
+                                        batch_size=_BATCH_SIZE.value, seed=_SEED.value)
   check_family(family, parametrizations, widths, dataset)
   try:
     config = coord_lib.CoordCheckConfig(parametrizations=parametrizations, widths=widths, steps=_STEPS.value,

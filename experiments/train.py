@@ -186,14 +186,8 @@ def _build() -> tuple[TrainConfig, data_lib.Dataset, Any]:
   if _RULE.value != "temperature" and _TAU.present:
     common.fail("--tau only applies to --rule=temperature")
   options = _task_options(task, _SEQ_LEN.value)
-  try:
-    dataset = data_lib.make_dataset(task, seq_len=_SEQ_LEN.value, batch_size=_BATCH_SIZE.value,
-                                    vocab_size=_vocab_size(task, options), text_file=text_file, seed=_SEED.value,
-                                    **options)
-  except data_lib.DataError as e:
-    common.fail(f"--text_file: {e}")
-  except ValueError as e:
-    common.fail(f"--task={task} with --seq_len={_SEQ_LEN.value}: {e}")
+  dataset = common.make_dataset_or_fail(task, text_file, seq_len=_SEQ_LEN.value, batch_size=_BATCH_SIZE.value,
+                                        seed=_SEED.value, vocab_size=_vocab_size(task, options), **options)
   rule = None if _RULE.value == DEFAULT_RULE else _RULE.value
   rule_options = (("tau", _TAU.value),) if rule == "temperature" else ()
   block = _BLOCK_SIZE.value

@@ -70,21 +70,6 @@ _OUT_DIR = flags.DEFINE_string("out_dir", "runs/transfer", "Output directory.")
 OPTIMUM_COLUMNS = ("parametrization", "width", "log2_lr", "final_loss", "log2_lr_interp", "at_edge", "num_diverged")
 
 
-def make_dataset(task: str, text_file: str | None, *, seq_len: int, batch_size: int, seed: int):
-  """The training data, or a one-line failure naming the flag."""
-  if task == "text" and not text_file:
-    common.fail("--task=text needs --text_file")
-  if task != "text" and text_file:
-    common.fail(f"--text_file is only read with --task=text, not --task={task}")
-  try:
-    return data_lib.make_dataset(task, seq_len=seq_len, batch_size=batch_size,
-                                 text_file=text_file if task == "text" else None, seed=seed)
-  except data_lib.DataError as e:
-    common.fail(f"--text_file: {e}")
-  except ValueError as e:
-    common.fail(f"--task={task} with --seq_len={seq_len}: {e}")
-
-
 def _config_from_flags():
   """Validates every flag (nothing is written yet) and returns (TransferConfig, dataset)."""
   if _NUM_HEADS.value is not None and _HEAD_DIM.value is not None:
@@ -106,8 +91,8 @@ def _config_from_flags():
   family = transfer_lib.WidthFamily(depth=_DEPTH.value, num_heads=_NUM_HEADS.value, head_dim=_HEAD_DIM.value,
                                     base_width=_BASE_WIDTH.value, zero_query=_ZERO_QUERY.value,
                                     zero_readout=_ZERO_READOUT.value).with_base_width(widths)
-  dataset = make_dataset(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value, batch_size=_BATCH_SIZE.value,
-                         seed=_SEED.value)
+  dataset = common.make_dataset_or_fail(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value,
+                                        batch_size=_BATCH_SIZE.value, seed=_SEED.value)
   try:
     family.heads(family.base_width)
   except ValueError as e:

@@ -344,8 +344,6 @@ def dot_product_attention(
   """
   query, key, value, batched = check_qkv(query, key, value)
   b, t, n, h = query.shape
-  kh = key.shape[2]
-  g = n // kh
   opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
                                float32_softmax=float32_softmax, subtract_max=subtract_max)
   if implementation not in (None, "xla", "cudnn"):

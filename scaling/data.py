@@ -62,6 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from scaling.validation import check_positive_int
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -80,13 +81,6 @@ class DataError(ValueError):
 
 # ----------------------------------------------------------------------------
 # Validation helpers.
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-  """Returns value as int if it is a positive integer, else raises ValueError."""
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  return int(value)
 
 
 def _default_vocab(min_vocab: int) -> int:
@@ -149,7 +143,7 @@ def check_recall(seq_len: int, vocab_size: int, num_pairs: int, num_queries: int
   """Raises ValueError unless a recall task of these sizes fits in seq_len and vocab_size."""
   for name, value in (("seq_len", seq_len), ("vocab_size", vocab_size),
                       ("num_pairs", num_pairs), ("num_queries", num_queries)):
-    _check_positive_int(name, value)
+    check_positive_int(name, value)
   needed = 2 * (num_pairs + num_queries) - 1
   if seq_len < needed:
     raise ValueError(
@@ -214,7 +208,7 @@ def induction_min_vocab(prefix_len: int, distinct: bool) -> int:
 def check_induction(seq_len: int, vocab_size: int, prefix_len: int, distinct: bool) -> None:
   """Raises ValueError unless an induction task of these sizes fits in seq_len and vocab_size."""
   for name, value in (("seq_len", seq_len), ("vocab_size", vocab_size), ("prefix_len", prefix_len)):
-    _check_positive_int(name, value)
+    check_positive_int(name, value)
   if not isinstance(distinct, (bool, np.bool_)):
     raise ValueError(f"distinct must be a bool, got {distinct!r}")
   if prefix_len < 2:
@@ -495,8 +489,8 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
                       vocab_size: int | None = None, seed: int = 0,
                       val_fraction: float = DEFAULT_VAL_FRACTION) -> TextDataset:
   """Reads, checks, encodes and splits a text file (see ``make_dataset``)."""
-  seq_len = _check_positive_int("seq_len", seq_len)
-  batch_size = _check_positive_int("batch_size", batch_size)
+  seq_len = check_positive_int("seq_len", seq_len)
+  batch_size = check_positive_int("batch_size", batch_size)
   if (isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float))
       or not 0.0 < val_fraction < 1.0):
     raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
@@ -515,7 +509,7 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
         f"each split needs >= {window}")
   if vocab_size is None:
     vocab_size = len(chars)
-  elif _check_positive_int("vocab_size", vocab_size) < len(chars):
+  elif check_positive_int("vocab_size", vocab_size) < len(chars):
     raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(chars)} distinct "
                      f"characters of {name!r}")
   return TextDataset(seq_len=seq_len, batch_size=batch_size, vocab_size=int(vocab_size),
@@ -565,20 +559,20 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
                              vocab_size=vocab_size, seed=seed, **opts)
   if text_file is not None:
     raise ValueError(f"text_file is only used by dataset 'text', not {name!r}")
-  seq_len = _check_positive_int("seq_len", seq_len)
-  batch_size = _check_positive_int("batch_size", batch_size)
+  seq_len = check_positive_int("seq_len", seq_len)
+  batch_size = check_positive_int("batch_size", batch_size)
   if vocab_size is not None:
-    vocab_size = _check_positive_int("vocab_size", vocab_size)
+    vocab_size = check_positive_int("vocab_size", vocab_size)
   if name == "recall":
     _check_opts(name, opts, ("num_pairs", "num_queries"))
-    num_queries = _check_positive_int("num_queries", opts.get("num_queries", 1))
+    num_queries = check_positive_int("num_queries", opts.get("num_queries", 1))
     num_pairs = opts.get("num_pairs")
     if num_pairs is None:
       num_pairs = (seq_len + 1) // 2 - num_queries
       if num_pairs < 1:
         raise ValueError(f"recall with num_queries={num_queries} needs seq_len >= "
                          f"{2 * num_queries + 1}, got seq_len={seq_len}")
-    num_pairs = _check_positive_int("num_pairs", num_pairs)
+    num_pairs = check_positive_int("num_pairs", num_pairs)
     if vocab_size is None:
       vocab_size = _default_vocab(recall_min_vocab(num_pairs))
     check_recall(seq_len, vocab_size, num_pairs, num_queries)
@@ -588,7 +582,7 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
   prefix_len = opts.get("prefix_len")
   if prefix_len is None:
     prefix_len = (seq_len + 1) // 2
-  prefix_len = _check_positive_int("prefix_len", prefix_len)
+  prefix_len = check_positive_int("prefix_len", prefix_len)
   distinct = opts.get("distinct", True)
   if vocab_size is None:
     vocab_size = _default_vocab(induction_min_vocab(prefix_len, bool(distinct)))

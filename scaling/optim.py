@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import optax
 
 from scaling import parametrization as param_lib
+from scaling.validation import check_positive_int
 
 Schedule = Callable[[Any], Any]
 
@@ -92,7 +93,7 @@ def scale_by_parametrization(parametrization: str | param_lib.Parametrization, w
       (in ``init``) a parameter path with no known layer kind.
   """
   scheme = param_lib.resolve_parametrization(parametrization)
-  width = param_lib._positive_int("width", width)  # pylint: disable=protected-access
+  width = check_positive_int("width", width)
   param_lib._optimizer_family(optimizer)  # pylint: disable=protected-access
 
   def init_fn(params):

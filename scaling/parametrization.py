@@ -152,6 +152,7 @@ from typing import Any, Iterable, Sequence
 import jax
 
 from scaling import rules
+from scaling.validation import check_positive_int
 
 LAYER_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm")
 MATRIX_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
@@ -192,19 +193,6 @@ def _optimizer_family(optimizer: str) -> str:
   raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
 
 
-def _positive_int(name: str, value: Any) -> int:
-  """Returns ``value`` as an int, or raises ValueError unless it is a positive integer."""
-  if isinstance(value, bool):
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  try:
-    result = operator.index(value)
-  except TypeError:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
-  if result <= 0:
-    raise ValueError(f"{name} must be a positive integer, got {result}")
-  return result
-
-
 def _check_kind(kind: Any) -> str:
   """Returns ``kind`` if it is one of LAYER_KINDS, else raises ValueError."""
   if not isinstance(kind, str) or kind not in LAYER_KINDS:
@@ -238,15 +226,15 @@ class Parametrization:
   zero_readout: bool = False
 
   def __post_init__(self):
-    _positive_int("base_width", self.base_width)
-    _positive_int("base_head_dim", self.base_head_dim)
+    check_positive_int("base_width", self.base_width)
+    check_positive_int("base_head_dim", self.base_head_dim)
     for option in ("zero_query", "zero_readout"):
       if not isinstance(getattr(self, option), bool):
         raise ValueError(f"{option} must be a bool, got {getattr(self, option)!r}")
 
   def width_mult(self, width: int) -> float:
     """The width multiplier m = width / base_width."""
-    return _positive_int("width", width) / self.base_width
+    return check_positive_int("width", width) / self.base_width
 
   def layer(self, kind: str, fan_in: int, fan_out: int, width: int) -> LayerSpec:
     """The LayerSpec of a parameter of ``kind`` with the given fans at ``width``.
@@ -261,8 +249,8 @@ class Parametrization:
       The parameter's LayerSpec (formulas in the module docstring).
     """
     kind = _check_kind(kind)
-    fan_in = _positive_int("fan_in", fan_in)
-    fan_out = _positive_int("fan_out", fan_out)
+    fan_in = check_positive_int("fan_in", fan_in)
+    fan_out = check_positive_int("fan_out", fan_out)
     spec = self._layer(kind, fan_in, fan_out, self.width_mult(width))
     if (kind == "attn_q" and self.zero_query) or (kind == "readout" and self.zero_readout):
       spec = dataclasses.replace(spec, init_std=0.0)
@@ -583,7 +571,7 @@ def param_specs(params: Any, parametrization: str | Parametrization, width: int)
       the message names the parameter.
   """
   scheme = resolve_parametrization(parametrization)
-  _positive_int("width", width)
+  check_positive_int("width", width)
 
   def spec(path, leaf):
     names = path_names(path)

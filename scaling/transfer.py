@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
 from typing import Any, Callable, Iterable, Sequence
 
 import jax
@@ -46,34 +45,13 @@ from scaling import model as model_lib
 from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import train as train_lib
+from scaling.validation import check_finite
+from scaling.validation import check_positive_int
 
 DEFAULT_NUM_HEADS = 4
 SCHEDULES = ("constant", "cosine")
 # train_step metrics returned by grid steps: the loss and the RMS values of the coordinate check.
 GRID_METRICS = ("loss", "embed_rms", "attn_logits_rms", "attn_out_rms", "mlp_out_rms", "readout_rms")
-
-
-def check_positive_int(name: str, value: Any) -> int:
-  """``value`` as an int, or ValueError unless it is a positive integer."""
-  if isinstance(value, bool):
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  try:
-    result = operator.index(value)
-  except TypeError:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}") from None
-  if result <= 0:
-    raise ValueError(f"{name} must be a positive integer, got {result}")
-  return result
-
-
-def check_finite(name: str, value: Any, *, positive: bool = False, nonnegative: bool = False) -> float:
-  """``value`` as a float, or ValueError unless it is a finite (positive / non-negative) number."""
-  ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-  ok = ok and math.isfinite(value) and (not positive or value > 0) and (not nonnegative or value >= 0)
-  if not ok:
-    kind = "positive " if positive else "non-negative " if nonnegative else ""
-    raise ValueError(f"{name} must be a finite {kind}number, got {value!r}")
-  return float(value)
 
 
 def check_widths(widths: Iterable[int]) -> tuple[int, ...]:

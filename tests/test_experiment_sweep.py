@@ -16,7 +16,6 @@ from absl.testing import parameterized
 
 from experiments import common
 from experiments import sweep
-from scaling import sweep as sweep_lib
 
 FLAGS = flags.FLAGS
 ROOT = pathlib.Path(__file__).resolve().parents[1]
