@@ -6,6 +6,8 @@ from scaling.attention import attention_weights
 from scaling.attention import attention_with_aux
 from scaling.attention import dot_product_attention
 from scaling.attention import masked_softmax
+from scaling.blockwise import blockwise_attention
+from scaling.blockwise import blockwise_tile_count
 from scaling.coord_check import CoordCheckConfig
 from scaling.coord_check import fit_slope
 from scaling.coord_check import run_coord_check

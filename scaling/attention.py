@@ -165,14 +165,13 @@ def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = Tr
   With ``subtract_max=False`` the exponentials are taken of the raw logits, which
   overflows in low precision: it exists only to demonstrate that failure.
   """
+  if subtract_max:
+    # jax.nn.softmax has a custom JVP (y·(g − Σ y·g)), so its backward keeps only the weights;
+    # with `where` it gives 0 to masked entries and to fully masked rows.
+    return jax.nn.softmax(logits, axis=-1, where=mask)
   if mask is not None:
     logits = jnp.where(mask, logits, -jnp.inf)
-  if subtract_max:
-    row_max = jnp.max(logits, axis=-1, keepdims=True)
-    row_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(row_max), row_max, 0))
-    e = jnp.exp(logits - row_max)
-  else:
-    e = jnp.exp(logits)
+  e = jnp.exp(logits)
   denom = jnp.sum(e, axis=-1, keepdims=True)
   return e / jnp.where(denom == 0, jnp.ones_like(denom), denom)
 
@@ -199,9 +198,11 @@ def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
   kh = key.shape[2]
   g = n // kh
   query, key = opts.rule.prepare(query, key)
-  q = query.reshape(b, t, kh, g, h)
+  # [B, T, K, G, H] -> [B, K, G*T, H]: the dot's natural output [B, K, G*T, S] is then the grouped logits
+  # (no copy or transpose of a T×S array).
+  q = query.reshape(b, t, kh, g, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, g * t, h)
   compute_dtype = jnp.promote_types(query.dtype, jnp.float32) if opts.float32_softmax else query.dtype
-  logits = jnp.einsum("btkgh,bskh->bkgts", q, key, preferred_element_type=compute_dtype)
+  logits = jnp.einsum("bkmh,bskh->bkms", q, key, preferred_element_type=compute_dtype).reshape(b, kh, g, t, -1)
   if bias is not None:
     bias = _group(_ensure_4d(bias, "bias"), kh, g)
   logits = shape_logits(logits, bias, opts)
@@ -216,7 +217,10 @@ def _attend_grouped(query, key, value, bias, mask_bnts, opts: LogitOptions):
   """Returns (output [B, T, N, H], logits, weights, mask) with the last three grouped [B, K, G, T, S]."""
   b, t, n, h = query.shape
   logits, weights, mask_g = _logits_weights_grouped(query, key, bias, mask_bnts, opts)
-  out = jnp.einsum("bkgts,bskh->btkgh", weights.astype(value.dtype), value).reshape(b, t, n, value.shape[-1])
+  kh, g = key.shape[2], n // key.shape[2]
+  w = weights.astype(value.dtype).reshape(b, kh, g * t, -1)
+  out = jnp.einsum("bkms,bskh->bkmh", w, value).reshape(b, kh, g, t, -1)
+  out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, value.shape[-1])
   return out, logits, weights, mask_g
 
 

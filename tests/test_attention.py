@@ -29,9 +29,10 @@ def _reference(q, k, v, *, logit_scale, weight_scale=1.0, mask=None):
   z = np.einsum("btnh,bsnh->bnts", q, k) * logit_scale
   if mask is not None:
     z = np.where(mask, z, -np.inf)
-  z = z - z.max(-1, keepdims=True)
-  p = np.exp(z)
-  p = p / p.sum(-1, keepdims=True) * weight_scale
+  with np.errstate(invalid="ignore"):  # fully masked rows become NaN here; tests compare the other rows
+    z = z - z.max(-1, keepdims=True)
+    p = np.exp(z)
+    p = p / p.sum(-1, keepdims=True) * weight_scale
   return np.einsum("bnts,bsnh->btnh", p, v)
 
 

@@ -1,0 +1,462 @@
+"""Benchmark suite `attention`: dense, blockwise, jax.nn and flax attention timed side by side.
+
+  python -m experiments.benchmark --suite=attention          # via the dispatcher
+  python -m experiments.bench_attention --out_dir=runs/attn   # on its own (add --quick for a smoke run)
+
+For each sequence length T (= S) and head dimension d_k it times the forward
+pass and the forward+backward pass (value and gradients w.r.t. q, k, v) of four
+implementations of causal attention (batch 1, ``NUM_HEADS`` heads, float32):
+
+* ``dense``: ``scaling.dot_product_attention`` (materializes [B, N, T, S]);
+* ``blockwise``: ``scaling.blockwise.blockwise_attention`` (online softmax,
+  blocks ``BLOCK_Q`` x ``BLOCK_K``, chosen by measurement on a 2-core CPU);
+* ``jax_nn``: ``jax.nn.dot_product_attention`` (XLA implementation);
+* ``flax``: ``flax.linen.dot_product_attention`` with an explicit causal mask.
+
+Timing: every function is compiled ahead of time (compilation excluded) and
+called once to warm up; then the implementations are called in turn,
+``repeats`` rounds, each call ending in ``block_until_ready``, and the median
+is reported. A measurement is skipped, with the reason printed, when its time
+predicted from the previous length (time ∝ T²) exceeds ``max_call_s`` or when
+XLA plans more buffer memory than ``MAX_MEMORY_FRACTION`` of what is available.
+
+FLOP counts: the forward pass counts 4·B·N·T·S·H (two matmuls), halved for
+causal attention (only the visible half is useful work, whatever an
+implementation actually computes); forward+backward counts 3.5 times that
+(the backward's five matmuls, QKᵀ recomputed, are 2.5 forward passes; this is
+the FlashAttention benchmarks' convention). GFLOP/s are compared with the
+machine's matmul peak, measured in the same run as the best of several large
+float32 ``jnp.dot`` calls.
+
+Memory: the peak resident set size of one forward+backward at
+``memory_seq_lens`` (d_k = ``memory_head_dim``) is measured for dense and
+blockwise, each in a fresh subprocess (``experiments.attention_memory``), and a
+blockwise forward+backward at ``long_seq_len`` (``long_num_heads`` heads, to
+keep it to a minute or two on two cores) is run in a subprocess with a time
+limit.
+
+Writes ``attention.json`` (every measurement) and ``attention.png`` (time
+against T, one line per implementation and head dimension; forward and
+forward+backward panels) into the output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from experiments import common
+from scaling import attention as attention_lib
+from scaling import blockwise as blockwise_lib
+from scaling import io
+from scaling import plotting
+
+IMPLEMENTATIONS = ("dense", "blockwise", "jax_nn", "flax")
+MODES = ("fwd", "fwd+bwd")
+NUM_HEADS = 4
+BATCH = 1
+# Measured on 2 CPU cores at T = 8192, d_k = 64, causal, forward+backward (ms):
+# 128x128 2251, 256x256 2781, 256x512 2271, 512x512 2389, 1024x256 3048, 512x256 1941.
+BLOCK_Q = 512
+BLOCK_K = 256
+FWD_BWD_FLOP_FACTOR = 3.5
+MAX_MEMORY_FRACTION = 0.6
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionBenchConfig:
+  """Sizes and limits of one run of the suite."""
+
+  seq_lens: tuple[int, ...] = (512, 2048, 8192)
+  head_dims: tuple[int, ...] = (64, 128)
+  repeats: int = 5
+  num_heads: int = NUM_HEADS
+  batch: int = BATCH
+  causal: bool = True
+  block_q: int = BLOCK_Q
+  block_k: int = BLOCK_K
+  max_call_s: float = 8.0
+  peak_matmul_size: int = 2048
+  memory_seq_lens: tuple[int, ...] = (4096, 16384)
+  memory_head_dim: int = 64
+  long_seq_len: int = 65536
+  long_num_heads: int = 1
+  long_timeout_s: float = 300.0
+  memory_timeout_s: float = 300.0
+  parallel_subprocesses: bool = False
+  seed: int = 0
+
+
+QUICK = dict(seq_lens=(128, 256), head_dims=(32,), repeats=2, peak_matmul_size=256, memory_seq_lens=(1024,),
+             memory_head_dim=32, long_seq_len=2048, long_timeout_s=120.0, memory_timeout_s=120.0,
+             parallel_subprocesses=True)
+
+
+def attention_fn(impl: str, *, causal: bool, block_q: int = BLOCK_Q,
+                 block_k: int = BLOCK_K) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+  """The attention function of one implementation, all taking q, k, v as [B, T, N, H]."""
+  if impl == "dense":
+    return lambda q, k, v: attention_lib.dot_product_attention(q, k, v, is_causal=causal)
+  if impl == "blockwise":
+    return lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, is_causal=causal, block_q=block_q,
+                                                             block_k=block_k)
+  if impl == "jax_nn":
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+  if impl == "flax":
+    def flax_attention(q, k, v):
+      t, s = q.shape[1], k.shape[1]
+      mask = jnp.tril(jnp.ones((t, s), bool))[None, None] if causal else None
+      return nn.dot_product_attention(q, k, v, mask=mask, deterministic=True)
+    return flax_attention
+  raise ValueError(f"unknown implementation {impl!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+
+
+def make_step(impl: str, mode: str, **kwargs) -> Callable[..., Any]:
+  """The timed function: the forward output, or the loss ⟨out, ct⟩ with its gradients w.r.t. q, k, v."""
+  fn = attention_fn(impl, **kwargs)
+  if mode == "fwd":
+    return lambda q, k, v, ct: fn(q, k, v)
+  if mode == "fwd+bwd":
+    return jax.value_and_grad(lambda q, k, v, ct: jnp.vdot(fn(q, k, v), ct), argnums=(0, 1, 2))
+  raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+
+
+def make_inputs(batch: int, seq_len: int, num_heads: int, head_dim: int, seed: int = 0) -> tuple[jax.Array, ...]:
+  """Random float32 q, k, v and output cotangent, [B, T, N, H] each."""
+  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), seq_len * 1000 + head_dim), 4)
+  return tuple(jax.random.normal(k, (batch, seq_len, num_heads, head_dim), jnp.float32) for k in keys)
+
+
+def attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int, *, causal: bool, mode: str) -> float:
+  """Useful FLOPs: 4·B·N·T·S·H forward, halved when causal, times 3.5 for forward+backward."""
+  flops = 4.0 * batch * num_heads * seq_len * seq_len * head_dim
+  if causal:
+    flops /= 2
+  return flops * (FWD_BWD_FLOP_FACTOR if mode == "fwd+bwd" else 1.0)
+
+
+def measure_matmul_peak(size: int, repeats: int = 5) -> dict:
+  """Best GFLOP/s of a [size, size] float32 jnp.dot (compiled, warmed up)."""
+  a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in jax.random.split(jax.random.PRNGKey(1)))
+  dot = jax.jit(jnp.dot).lower(a, b).compile()
+  jax.block_until_ready(dot(a, b))
+  best = min(_time_call(dot, (a, b)) for _ in range(repeats))
+  return {"size": size, "seconds": best, "gflops": 2.0 * size**3 / best / 1e9}
+
+
+def _time_call(fn, args) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - start
+
+
+def _available_bytes() -> float | None:
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024.0
+  except OSError:
+    return None
+  return None
+
+
+def _planned_bytes(compiled) -> float | None:
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return None
+  return float(analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes)
+
+
+def _time_size(config: AttentionBenchConfig, seq_len: int, head_dim: int, mode: str,
+               previous: dict[str, tuple[int, float]]) -> list[dict]:
+  """Times all implementations at one (T, d_k, mode), interleaved; updates ``previous`` {impl: (T, s)}."""
+  args = make_inputs(config.batch, seq_len, config.num_heads, head_dim, config.seed)
+  flops = attention_flops(config.batch, seq_len, config.num_heads, head_dim, causal=config.causal, mode=mode)
+  rows, active = {}, {}
+  for impl in IMPLEMENTATIONS:
+    row = {"seq_len": seq_len, "head_dim": head_dim, "mode": mode, "impl": impl, "flops": flops}
+    rows[impl] = row
+    if impl in previous:
+      t_prev, s_prev = previous[impl]
+      predicted = s_prev * (seq_len / t_prev) ** 2
+      if predicted > config.max_call_s:
+        row.update(status="skipped", reason=f"predicted {predicted:.0f} s per call from {s_prev * 1e3:.0f} ms "
+                                            f"at T={t_prev} exceeds the {config.max_call_s:g} s limit")
+        continue
+    step = make_step(impl, mode, causal=config.causal, block_q=config.block_q, block_k=config.block_k)
+    start = time.perf_counter()
+    compiled = jax.jit(step).lower(*args).compile()
+    row["compile_s"] = time.perf_counter() - start
+    planned, available = _planned_bytes(compiled), _available_bytes()
+    row["xla_planned_mib"] = None if planned is None else planned / 2**20
+    if planned is not None and available is not None and planned > MAX_MEMORY_FRACTION * available:
+      row.update(status="skipped", reason=f"XLA plans {planned / 2**30:.1f} GiB, more than {MAX_MEMORY_FRACTION:g} "
+                                          f"of the {available / 2**30:.1f} GiB available")
+      continue
+    warm = _time_call(compiled, args)
+    row["warmup_s"] = warm
+    if warm > config.max_call_s:
+      row.update(status="skipped", reason=f"the warm-up call took {warm:.1f} s, over the {config.max_call_s:g} s "
+                                          f"limit")
+      previous[impl] = (seq_len, warm)
+      continue
+    active[impl] = compiled
+    row["times_s"] = []
+  for _ in range(config.repeats):
+    for impl, compiled in active.items():
+      rows[impl]["times_s"].append(_time_call(compiled, args))
+  for impl in active:
+    row = rows[impl]
+    median = statistics.median(row["times_s"])
+    previous[impl] = (seq_len, median)
+    row.update(status="ok", ms=median * 1e3, gflops=flops / median / 1e9)
+  base = rows["jax_nn"].get("ms")
+  for row in rows.values():
+    if row.get("ms") is not None and base is not None:
+      row["ratio_to_jax_nn"] = row["ms"] / base
+  return list(rows.values())
+
+
+def _launch_memory(impl: str, seq_len: int, num_heads: int, config: AttentionBenchConfig, timeout_s: float):
+  """Starts experiments.attention_memory in a fresh process; returns what ``_collect_memory`` needs."""
+  head_dim = config.memory_head_dim
+  cmd = [sys.executable, "-m", "experiments.attention_memory", f"--impl={impl}", f"--seq_len={seq_len}",
+         f"--batch={config.batch}", f"--num_heads={num_heads}", f"--head_dim={head_dim}",
+         f"--block_q={config.block_q}", f"--block_k={config.block_k}", f"--causal={config.causal}",
+         f"--seed={config.seed}", f"--max_memory_fraction={MAX_MEMORY_FRACTION}"]
+  if os.path.exists("/bin/sh"):
+    # The shell forks the program instead of exec-ing it from this (large) process, whose peak RSS would
+    # otherwise be inherited by the child's ru_maxrss.
+    cmd = ["/bin/sh", "-c", shlex.join(cmd) + "; exit $?"]
+  base = {"impl": impl, "seq_len": seq_len, "head_dim": head_dim, "num_heads": num_heads, "timeout_s": timeout_s}
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=pathlib.Path(__file__).resolve().parent.parent, env=dict(os.environ),
+                          start_new_session=True)
+  return proc, base, time.perf_counter()
+
+
+def _collect_memory(launched) -> dict:
+  """Waits for a launched measurement (killing it at its time limit); returns its JSON row or why it failed."""
+  proc, base, start = launched
+  remaining = max(base["timeout_s"] - (time.perf_counter() - start), 0.0)
+  try:
+    stdout, stderr = proc.communicate(timeout=remaining)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)  # the shell and the program under it
+    proc.communicate()
+    return {**base, "status": "timeout", "reason": f"did not finish within {base['timeout_s']:g} s",
+            "wall_s": time.perf_counter() - start}
+  wall = time.perf_counter() - start
+  lines = stdout.strip().splitlines()
+  if proc.returncode != 0 or not lines:
+    tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {**base, "status": "failed", "reason": f"exit status {proc.returncode}: {tail}", "wall_s": wall}
+  return {**base, **json.loads(lines[-1]), "wall_s": wall}
+
+
+def _fmt_memory(row: dict) -> str:
+  if row.get("status") == "ok":
+    return (f"{row['impl']:>9} T={row['seq_len']} N={row['num_heads']}: peak RSS {row['peak_rss_mib']:.0f} MiB, baseline "
+            f"{row['baseline_rss_mib']:.0f} MiB, difference {row['delta_rss_mib']:.0f} MiB; XLA plans "
+            f"{row.get('xla_planned_mib', float('nan')):.0f} MiB; {row['seconds']:.1f} s")
+  planned = row.get("xla_planned_mib")
+  extra = f" (XLA plans {planned:.0f} MiB)" if planned is not None else ""
+  return f"{row['impl']:>9} T={row['seq_len']} N={row['num_heads']}: {row['status']}: {row.get('reason', '')}{extra}"
+
+
+def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq_len: int) -> dict:
+  """The goals this suite reports on (none is asserted)."""
+  by_key = {(r["seq_len"], r["head_dim"], r["mode"], r["impl"]): r for r in timings}
+  dense_vs_nn, bw_vs_dense = [], []
+  for (t, h, mode, impl), row in by_key.items():
+    if impl != "dense" or row.get("ms") is None:
+      continue
+    nn_row, bw_row = by_key[(t, h, mode, "jax_nn")], by_key[(t, h, mode, "blockwise")]
+    if mode == "fwd+bwd" and nn_row.get("ms") is not None:
+      dense_vs_nn.append({"seq_len": t, "head_dim": h, "dense_ms": row["ms"], "jax_nn_ms": nn_row["ms"],
+                          "met": row["ms"] <= nn_row["ms"]})
+    if bw_row.get("ms") is not None:
+      bw_vs_dense.append({"seq_len": t, "head_dim": h, "mode": mode, "ratio": bw_row["ms"] / row["ms"],
+                          "met": bw_row["ms"] <= 2 * row["ms"]})
+  mem = {r["impl"]: r for r in memory if r["seq_len"] == memory_seq_len}
+  mem_target: dict[str, Any] = {"seq_len": memory_seq_len, "met": None}
+  dense_m, bw_m = mem.get("dense", {}), mem.get("blockwise", {})
+  if dense_m.get("status") == "ok" and bw_m.get("status") == "ok":
+    ratio = bw_m["delta_rss_mib"] / max(dense_m["delta_rss_mib"], 1e-9)
+    mem_target.update(basis="measured peak RSS above baseline", ratio=ratio, met=ratio <= 1 / 8)
+  elif bw_m.get("status") == "ok" and dense_m.get("xla_planned_mib") and bw_m.get("xla_planned_mib"):
+    ratio = bw_m["xla_planned_mib"] / dense_m["xla_planned_mib"]
+    mem_target.update(basis=f"XLA-planned buffers (dense {dense_m.get('status')}: {dense_m.get('reason', '')})",
+                      ratio=ratio, met=ratio <= 1 / 8)
+  return {
+      "dense_fwd_bwd_at_least_as_fast_as_jax_nn": {
+          "per_size": dense_vs_nn, "met": all(r["met"] for r in dense_vs_nn) if dense_vs_nn else None},
+      "blockwise_within_2x_of_dense": {
+          "per_size": bw_vs_dense, "met": all(r["met"] for r in bw_vs_dense) if bw_vs_dense else None},
+      "blockwise_memory_at_most_eighth_of_dense": mem_target,
+      "blockwise_long_sequence_runs": {"seq_len": long_run.get("seq_len"), "met": long_run.get("status") == "ok"},
+  }
+
+
+def _fmt_target(name: str, target: dict) -> str:
+  verdict = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
+  detail = ""
+  if "per_size" in target and target["per_size"]:
+    parts = []
+    for r in target["per_size"]:
+      ratio = r["ratio"] if "ratio" in r else r["dense_ms"] / r["jax_nn_ms"]
+      parts.append(f"T={r['seq_len']} d_k={r['head_dim']}{' ' + r['mode'] if 'mode' in r else ''}: {ratio:.2f}")
+    detail = " (time ratio " + ", ".join(parts) + ")"
+  elif target.get("ratio") is not None:
+    detail = f" (blockwise/dense = {target['ratio']:.4f}, {target['basis']})"
+  return f"target {name}: {verdict}{detail}"
+
+
+def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig) -> None:
+  fig, axes = plotting.grid_figure(1, 2, width=5.5, height=4.0)
+  for ax, mode in zip(axes[0], MODES):
+    series = {}
+    for impl in IMPLEMENTATIONS:
+      for h in config.head_dims:
+        pts = [(r["seq_len"], r["ms"]) for r in timings
+               if r["impl"] == impl and r["head_dim"] == h and r["mode"] == mode and r.get("ms") is not None]
+        if pts:
+          series[f"{impl} d_k={h}"] = ([p[0] for p in pts], [p[1] for p in pts])
+    plotting.line_plot(path, series, xlabel="sequence length T", ylabel="milliseconds (median)",
+                       title=f"causal attention, {mode}", logx2=True, logy=True, ax=ax)
+  plotting.save_figure(fig, path)
+
+
+def run(out_dir: pathlib.Path, *, quick: bool = False, seq_lens=(512, 2048, 8192), head_dims=(64, 128),
+        repeats: int = 5, **overrides) -> dict:
+  """Runs the attention benchmark; prints the tables and writes attention.json and attention.png to out_dir.
+
+  Args:
+    out_dir: output directory (created if needed).
+    quick: tiny sizes for a smoke run (T 128 and 256, one head dim, 2 repeats,
+      memory at T = 1024, the long run at T = 2048); overrides the sizes below.
+    seq_lens: sequence lengths T (= S) to time.
+    head_dims: head dimensions d_k to time.
+    repeats: timed calls per implementation (median reported).
+    **overrides: other ``AttentionBenchConfig`` fields (e.g. ``max_call_s``).
+
+  Returns:
+    Everything written to attention.json.
+  """
+  wall_start = time.perf_counter()
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  fields = dict(seq_lens=tuple(seq_lens), head_dims=tuple(head_dims), repeats=int(repeats))
+  fields.update(overrides)
+  if quick:
+    fields.update(QUICK)
+  config = AttentionBenchConfig(**fields)
+  if not config.seq_lens or not config.head_dims or config.repeats < 1:
+    raise ValueError(f"need at least one sequence length, one head dim and one repeat, got {config}")
+
+  peak = measure_matmul_peak(config.peak_matmul_size)
+  print(f"matmul peak: {peak['gflops']:.1f} GFLOP/s (float32 {config.peak_matmul_size}^2 jnp.dot, best of 5) "
+        f"on {jax.devices()[0].platform}, {os.cpu_count()} cores; measured again after the timings", flush=True)
+  timings = []
+  total = len(config.head_dims) * len(MODES) * len(config.seq_lens)
+  progress = common.Progress(total, "attention")
+  for head_dim in config.head_dims:
+    for mode in MODES:
+      previous: dict[str, tuple[int, float]] = {}
+      for seq_len in sorted(config.seq_lens):
+        rows = _time_size(config, seq_len, head_dim, mode, previous)
+        for row in rows:
+          if row["status"] != "ok":
+            print(f"  skip {row['impl']} {mode} T={seq_len} d_k={head_dim}: {row['reason']}", flush=True)
+        timings.extend(rows)
+        progress.update(f"T={seq_len} d_k={head_dim} {mode}")
+  # The peak is measured before and after the timings (other load on the machine can depress either) and the
+  # better of the two is the reference.
+  peak_after = measure_matmul_peak(config.peak_matmul_size)
+  peak = {**max(peak, peak_after, key=lambda p: p["gflops"]), "before_gflops": peak["gflops"],
+          "after_gflops": peak_after["gflops"]}
+  print(f"matmul peak: {peak_after['gflops']:.1f} GFLOP/s after the timings; reference {peak['gflops']:.1f}",
+        flush=True)
+  for row in timings:
+    if row.get("gflops") is not None:
+      row["fraction_of_peak"] = row["gflops"] / peak["gflops"]
+  columns = ("seq_len", "head_dim", "mode", "impl", "ms", "gflops", "ratio_to_jax_nn", "fraction_of_peak")
+  table_rows = [{**r, "ms": r.get("ms", r["status"])} for r in timings]
+  table = common.format_table(table_rows, columns, floatfmt=".3g")
+  print(table, flush=True)
+
+  # One fresh process per measurement; sequential (they would compete for memory and cores), except in a
+  # quick run, whose tiny processes run side by side.
+  jobs = [(impl, seq_len, config.num_heads, config.memory_timeout_s) for seq_len in config.memory_seq_lens
+          for impl in ("dense", "blockwise")]
+  jobs.append(("blockwise", config.long_seq_len, config.long_num_heads, config.long_timeout_s))
+  if config.parallel_subprocesses:
+    launched = [_launch_memory(*job[:3], config, job[3]) for job in jobs]
+    rows = [_collect_memory(job) for job in launched]
+  else:
+    rows = [_collect_memory(_launch_memory(*job[:3], config, job[3])) for job in jobs]
+  memory, long_run = rows[:-1], rows[-1]
+  for row in memory:
+    print("memory " + _fmt_memory(row), flush=True)
+  print("long   " + _fmt_memory(long_run), flush=True)
+
+  targets = _targets(timings, memory, long_run, max(config.memory_seq_lens))
+  for name, target in targets.items():
+    print(_fmt_target(name, target), flush=True)
+  results = {
+      "config": dataclasses.asdict(config),
+      "machine": {"platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(), "jax": jax.__version__,
+                  "flax": flax.__version__, "matmul_peak": peak},
+      "flop_convention": "4*B*N*T*S*H forward, x0.5 causal, x3.5 forward+backward",
+      "timings": timings,
+      "table": table,
+      "memory": memory,
+      "long_run": long_run,
+      "targets": targets,
+      "wall_s": time.perf_counter() - wall_start,
+  }
+  io.write_json(out_dir / "attention.json", results)
+  _plot(out_dir / "attention.png", timings, config)
+  print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json and attention.png to {out_dir}")
+  return results
+
+
+def _define_flags():
+  """Flags for running this suite on its own (defined only then: the dispatcher has its own --out_dir)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  return {
+      "out_dir": flags.DEFINE_string("out_dir", "runs/bench_attention", "Output directory."),
+      "quick": flags.DEFINE_boolean("quick", False, "Tiny sizes: a smoke run, not a measurement."),
+      "seq_lens": common.define_int_list("seq_lens", "512,2048,8192", "Sequence lengths T to time."),
+      "head_dims": common.define_int_list("head_dims", "64,128", "Head dimensions d_k to time."),
+      "repeats": flags.DEFINE_integer("repeats", 5, "Timed calls per implementation.", lower_bound=1),
+      "max_call_s": common.define_finite_float("max_call_s", 8.0, "Skip a size when one call would take longer.",
+                                               positive=True),
+  }
+
+
+def main(argv):
+  common.reject_extra_args(argv)
+  out_dir = common.prepare_out_dir(_FLAGS["out_dir"].value)
+  run(out_dir, quick=_FLAGS["quick"].value, seq_lens=_FLAGS["seq_lens"].value, head_dims=_FLAGS["head_dims"].value,
+      repeats=_FLAGS["repeats"].value, max_call_s=_FLAGS["max_call_s"].value)
+
+
+if __name__ == "__main__":
+  _FLAGS = _define_flags()
+  common.run(main)

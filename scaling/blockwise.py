@@ -1,0 +1,439 @@
+"""Blockwise (online-softmax) attention: the dense result in O(T) memory, forward and backward.
+
+``blockwise_attention`` computes exactly what ``scaling.dot_product_attention``
+computes (same layout, options, logit-scale rules and masking conventions) but
+never holds a [T, S] matrix: queries are cut into blocks of ``block_q`` rows
+and, for each query block, key blocks of ``block_k`` columns are visited in
+turn while a running maximum m, running sum l and a rescaled float32
+accumulator are kept (Milakov & Gimelshein 2018, "Online normalizer
+calculation for softmax"; Dao 2023, "FlashAttention-2", Algorithm 1). The
+backward pass is a ``jax.custom_vjp`` that keeps only q, k, v, bias, mask, the
+output and the log-sum-exp, and recomputes each tile of probabilities
+(FlashAttention-2, Algorithm 2: D = rowsum(dO·O), dS = P·(dP − D)), so training
+memory grows like T·block instead of T·S.
+
+Exactness: every tile goes through the same pieces as the dense path
+(``rule.prepare`` once on q and k, ``shape_logits`` for scale, bias, soft cap
+and clamp, ``combined_mask`` with tile offsets, the rule's weight scale on the
+output), so outputs and gradients agree with the dense path to float32
+rounding. Logits, softmax statistics and accumulators are float32 whatever the
+input dtype. Key blocks that the causal mask, the local window or the sequence
+lengths hide completely are not visited (the inner loop runs from the first to
+the last key block that can be visible), which halves the work of causal
+attention. Any T and S work: both are padded up to block multiples and the
+padding is masked.
+
+The bias, when given, receives a gradient (accumulated tile by tile, so it
+costs memory of the bias's own size; a bias broadcast over some axes gets the
+correspondingly summed gradient). Masks and sequence lengths get none.
+
+Where it runs: this module is pure JAX (``lax.scan`` over query blocks, a
+``lax.fori_loop`` with data-dependent bounds over key blocks), so it runs on
+CPU, GPU and TPU alike, with every logit-scale rule. On GPU the fused
+cuDNN kernel is reached through ``scaling.dot_product_attention(...,
+implementation="cudnn")``, which hands over to
+``jax.nn.dot_product_attention(implementation="cudnn")`` when the rule allows it
+(a plain scale: no ``prepare``, weight scale, soft cap or clamp); use this
+module for everything else, or for long sequences on hosts without such a
+kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from scaling import attention as attention_lib
+from scaling import rules as rules_lib
+
+Array = jax.Array
+
+_F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+  """Static shapes and options of one blockwise call (hashable: a custom_vjp static argument)."""
+
+  batch: int
+  q_len: int
+  kv_len: int
+  num_kv_heads: int
+  groups: int
+  block_q: int
+  block_k: int
+  num_q_blocks: int
+  num_k_blocks: int
+  is_causal: bool
+  window: tuple[int, int] | None
+  opts: attention_lib.LogitOptions  # rule replaced by the base rule: only scale, cap and clamp are used here.
+
+  @property
+  def num_heads(self) -> int:
+    return self.num_kv_heads * self.groups
+
+  @property
+  def kv_padded(self) -> bool:
+    return self.num_k_blocks * self.block_k > self.kv_len
+
+
+def _blocks_q(x: Array, plan: _Plan) -> Array:
+  """[B, T, N, H] -> [nq, B, K, G, bq, H], padding T with zeros."""
+  b, t, _, h = x.shape
+  x = jnp.pad(x, ((0, 0), (0, plan.num_q_blocks * plan.block_q - t), (0, 0), (0, 0)))
+  x = x.reshape(b, plan.num_q_blocks, plan.block_q, plan.num_kv_heads, plan.groups, h)
+  return x.transpose(1, 0, 3, 4, 2, 5)
+
+
+def _unblocks_q(x: Array, plan: _Plan) -> Array:
+  """[nq, B, K, G, bq, ...] -> [B, T, N, ...], dropping the padding."""
+  rest = x.shape[5:]
+  x = jnp.moveaxis(x, 4, 1)  # [nq, bq, B, K, G, ...]
+  x = x.reshape(plan.num_q_blocks * plan.block_q, plan.batch, plan.num_heads, *rest)
+  return jnp.moveaxis(x, 0, 1)[:, :plan.q_len]
+
+
+def _blocks_kv(x: Array, plan: _Plan) -> Array:
+  """[B, S, K, H] -> [nk, B, K, bk, H], padding S with zeros."""
+  b, s, k, h = x.shape
+  x = jnp.pad(x, ((0, 0), (0, plan.num_k_blocks * plan.block_k - s), (0, 0), (0, 0)))
+  x = x.reshape(b, plan.num_k_blocks, plan.block_k, k, h)
+  return x.transpose(1, 0, 3, 2, 4)
+
+
+def _unblocks_kv(x: Array, plan: _Plan) -> Array:
+  """[nk, B, K, bk, H] -> [B, S, K, H], dropping the padding."""
+  nk, b, k, bk, h = x.shape
+  return x.transpose(1, 0, 3, 2, 4).reshape(b, nk * bk, k, h)[:, :plan.kv_len]
+
+
+def _check_broadcast(x: Array, full: tuple[int, int, int, int], name: str) -> None:
+  """Each axis of a [B|1, N|1, T|1, S|1] array must be 1 or the full size."""
+  for size, want, axis in zip(x.shape, full, "BNTS"):
+    if size not in (1, want):
+      raise ValueError(f"{name} of shape {x.shape} does not broadcast to [B, N, T, S] = {full} (axis {axis})")
+
+
+def _pad_ts(x: Array, plan: _Plan, value) -> Array:
+  """Pads the T and S axes of a [B|1, N|1, T|1, S|1] array (those not broadcast) to block multiples."""
+  pad_t = plan.num_q_blocks * plan.block_q - plan.q_len if x.shape[2] > 1 else 0
+  pad_s = plan.num_k_blocks * plan.block_k - plan.kv_len if x.shape[3] > 1 else 0
+  if not pad_t and not pad_s:
+    return x
+  return jnp.pad(x, ((0, 0), (0, 0), (0, pad_t), (0, pad_s)), constant_values=value)
+
+
+def _tile_starts_sizes(x: Array, plan: _Plan, i, j):
+  """Start indices and sizes of tile (i, j) of a padded [B|1, N|1, Tp|1, Sp|1] array."""
+  b, n, t, s = x.shape
+  zero = jnp.zeros((), jnp.int32)
+  starts = (zero, zero, i * plan.block_q if t > 1 else zero, j * plan.block_k if s > 1 else zero)
+  sizes = (b, n, plan.block_q if t > 1 else 1, plan.block_k if s > 1 else 1)
+  return starts, sizes
+
+
+def _tile(x: Array | None, plan: _Plan, i, j) -> Array | None:
+  """Tile (i, j) of a padded [B|1, N|1, Tp|1, Sp|1] array, broadcast axes kept at size 1."""
+  if x is None:
+    return None
+  starts, sizes = _tile_starts_sizes(x, plan, i, j)
+  return lax.dynamic_slice(x, starts, sizes)
+
+
+def _add_tile(acc: Array, update: Array, plan: _Plan, i, j) -> Array:
+  """Adds ``update`` into tile (i, j) of the padded accumulator ``acc``."""
+  starts, sizes = _tile_starts_sizes(acc, plan, i, j)
+  return lax.dynamic_update_slice(acc, lax.dynamic_slice(acc, starts, sizes) + update, starts)
+
+
+def _tile_visibility(plan: _Plan, mask: Array | None, q_lens: Array | None, kv_lens: Array | None,
+                     i, j) -> Array | None:
+  """Boolean visibility of tile (i, j), grouped [B|1, K|1, G|1, bq, bk], or None when all visible."""
+  q0, k0 = i * plan.block_q, j * plan.block_k
+  vis = attention_lib.combined_mask(
+      plan.batch, plan.num_heads, plan.block_q, plan.block_k, mask=_tile(mask, plan, i, j),
+      is_causal=plan.is_causal, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens,
+      local_window_size=plan.window, q_offset=q0, kv_offset=k0)
+  if plan.kv_padded:
+    real_key = (k0 + jnp.arange(plan.block_k) < plan.kv_len)[None, None, None, :]
+    vis = real_key if vis is None else jnp.logical_and(vis, real_key)
+  if vis is None:
+    return None
+  return attention_lib._group(vis, plan.num_kv_heads, plan.groups)  # pylint: disable=protected-access
+
+
+def _grouped_bias_tile(plan: _Plan, bias: Array | None, i, j) -> Array | None:
+  tile = _tile(bias, plan, i, j)
+  return None if tile is None else attention_lib._group(tile, plan.num_kv_heads, plan.groups)  # pylint: disable=protected-access
+
+
+def _key_block_range(plan: _Plan, i, q_lens: Array | None, kv_lens: Array | None):
+  """[lo, hi): the key blocks that query block i can see at all (causal, window, sequence lengths)."""
+  bq, bk = plan.block_q, plan.block_k
+  lo, hi = 0, plan.num_k_blocks
+  q_first = i * bq
+  q_last = jnp.minimum(q_first + bq - 1, plan.q_len - 1)
+  if plan.is_causal:
+    hi = jnp.minimum(hi, q_last // bk + 1)
+  if plan.window is not None:
+    left, right = plan.window
+    lo = jnp.maximum(lo, jnp.maximum(q_first - left, 0) // bk)
+    hi = jnp.minimum(hi, jnp.floor_divide(q_last + right, bk) + 1)
+  if kv_lens is not None:
+    hi = jnp.minimum(hi, (jnp.max(kv_lens) + bk - 1) // bk)
+  if q_lens is not None:
+    hi = jnp.where(q_first < jnp.max(q_lens), hi, lo)
+  if not isinstance(hi, int):
+    hi = jnp.maximum(hi, lo)
+  return lo, hi
+
+
+def _raw_logits(q_i: Array, k_j: Array) -> Array:
+  """q_i [B, K, G, bq, H] · k_j [B, K, bk, H] -> [B, K, G, bq, bk] in float32."""
+  return jnp.einsum("bkgqh,bksh->bkgqs", q_i, k_j, preferred_element_type=_F32)
+
+
+def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+  """Online-softmax forward. Returns (out [nq, B, K, G, bq, H], lse [nq, B, K, G, bq], tile count)."""
+  b, kh, g, bq, h = qb.shape[1:]
+  stat_shape = (b, kh, g, bq)
+
+  def query_block(args):
+    i, q_i = args
+    lo, hi = _key_block_range(plan, i, q_lens, kv_lens)
+
+    def key_block(j, carry):
+      m, l, acc, count = carry
+      s = attention_lib.shape_logits(_raw_logits(q_i, kb[j]), _grouped_bias_tile(plan, bias, i, j), plan.opts)
+      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j)
+      if vis is not None:
+        s = jnp.where(vis, s, -jnp.inf)
+      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+      shift = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+      p = jnp.exp(s - shift[..., None])
+      alpha = jnp.exp(m - shift)
+      l = alpha * l + jnp.sum(p, axis=-1)
+      pv = jnp.einsum("bkgqs,bksh->bkgqh", p.astype(vb.dtype), vb[j], preferred_element_type=_F32)
+      return m_new, l, alpha[..., None] * acc + pv, count + 1
+
+    init = (jnp.full(stat_shape, -jnp.inf, _F32), jnp.zeros(stat_shape, _F32),
+            jnp.zeros((*stat_shape, h), _F32), jnp.zeros((), jnp.int32))
+    m, l, acc, count = lax.fori_loop(lo, hi, key_block, init)
+    seen = l > 0
+    out = acc / jnp.where(seen, l, 1.0)[..., None]
+    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), -jnp.inf)
+    return out.astype(vb.dtype), lse, count
+
+  out, lse, counts = lax.map(query_block, (jnp.arange(plan.num_q_blocks, dtype=jnp.int32), qb))
+  return out, lse, jnp.sum(counts)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention_core(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+  """Blocked attention with a memory-efficient backward; returns (out, lse) in blocked layout."""
+  out, lse, _ = _forward(plan, qb, kb, vb, bias, mask, q_lens, kv_lens)
+  return out, lse
+
+
+def _attention_core_fwd(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+  out, lse, _ = _forward(plan, qb, kb, vb, bias, mask, q_lens, kv_lens)
+  return (out, lse), (qb, kb, vb, bias, mask, q_lens, kv_lens, out, lse)
+
+
+def _attention_core_bwd(plan: _Plan, residuals, cotangents):
+  """FlashAttention-2 backward: recompute P per tile; dV += PᵀdO, dS = P(dP − D), dQ += dS·K, dK += dSᵀQ."""
+  qb, kb, vb, bias, mask, q_lens, kv_lens, out, lse = residuals
+  d_out, _ = cotangents  # the log-sum-exp is returned under stop_gradient
+  d_out = d_out.astype(vb.dtype)
+  delta = jnp.sum(d_out.astype(_F32) * out.astype(_F32), axis=-1)  # D, [nq, B, K, G, bq]
+  dtype = qb.dtype
+
+  def query_block(carry, xs):
+    i, q_i, do_i, lse_i, delta_i = xs
+    lse_i = jnp.where(jnp.isfinite(lse_i), lse_i, 0.0)[..., None]
+    lo, hi = _key_block_range(plan, i, q_lens, kv_lens)
+
+    def key_block(j, c):
+      dq_i, dk, dv, dbias = c
+      k_j, v_j = kb[j], vb[j]
+      shape = lambda raw, bias_tile: attention_lib.shape_logits(raw, bias_tile, plan.opts)
+      bias_tile = _grouped_bias_tile(plan, bias, i, j)
+      if bias_tile is None:
+        s, shape_vjp = jax.vjp(lambda raw: shape(raw, None), _raw_logits(q_i, k_j))
+      else:
+        s, shape_vjp = jax.vjp(shape, _raw_logits(q_i, k_j), bias_tile)
+      p = jnp.exp(s - lse_i)
+      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j)
+      if vis is not None:
+        p = jnp.where(vis, p, 0.0)
+      dv = dv.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", p.astype(dtype), do_i, preferred_element_type=_F32))
+      dp = jnp.einsum("bkgqh,bksh->bkgqs", do_i, v_j, preferred_element_type=_F32)
+      ds = p * (dp - delta_i[..., None])
+      grads = shape_vjp(ds)
+      ds_raw = grads[0].astype(dtype)
+      dq_i = dq_i + jnp.einsum("bkgqs,bksh->bkgqh", ds_raw, k_j, preferred_element_type=_F32)
+      dk = dk.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", ds_raw, q_i, preferred_element_type=_F32))
+      if bias is not None:
+        dbias = _add_tile(dbias, attention_lib._ungroup(grads[1]), plan, i, j)  # pylint: disable=protected-access
+      return dq_i, dk, dv, dbias
+
+    dk, dv, dbias = carry
+    dq_i, dk, dv, dbias = lax.fori_loop(lo, hi, key_block, (jnp.zeros(q_i.shape, _F32), dk, dv, dbias))
+    return (dk, dv, dbias), dq_i
+
+  init = (jnp.zeros(kb.shape, _F32), jnp.zeros(vb.shape, _F32),
+          None if bias is None else jnp.zeros(bias.shape, _F32))
+  xs = (jnp.arange(plan.num_q_blocks, dtype=jnp.int32), qb, d_out, lse, delta)
+  (dk, dv, dbias), dq = lax.scan(query_block, init, xs)
+  dbias = None if bias is None else dbias.astype(bias.dtype)
+  return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), dbias, None, None, None
+
+
+_attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
+
+
+def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=128, scale=None, rule=None,
+             is_causal=False, query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+             logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True):
+  """Validates the arguments and builds the plan and the blocked, padded operands."""
+  if not float32_softmax or not subtract_max:
+    raise ValueError("blockwise attention always computes the softmax in float32 and subtracts the running "
+                     "maximum; float32_softmax=False and subtract_max=False exist only on the dense path")
+  for name, v in (("block_q", block_q), ("block_k", block_k)):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+      raise ValueError(f"{name} must be a positive integer, got {v!r}")
+  query, key, value, batched = attention_lib.check_qkv(query, key, value)
+  b, t, n, h = query.shape
+  s, kh = key.shape[1], key.shape[2]
+  if t == 0 or s == 0:
+    raise ValueError(f"query and key lengths must be positive, got T={t}, S={s}")
+  opts = attention_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
+                                             logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
+  window = None
+  if local_window_size is not None:
+    window = ((local_window_size, local_window_size) if isinstance(local_window_size, int)
+              else tuple(int(w) for w in local_window_size))
+    if len(window) != 2:
+      raise ValueError(f"local_window_size must be an int or a (left, right) pair, got {local_window_size!r}")
+  bq, bk = min(block_q, t), min(block_k, s)
+  plan = _Plan(batch=b, q_len=t, kv_len=s, num_kv_heads=kh, groups=n // kh, block_q=bq, block_k=bk,
+               num_q_blocks=-(-t // bq), num_k_blocks=-(-s // bk), is_causal=bool(is_causal), window=window,
+               opts=dataclasses.replace(opts, rule=rules_lib.ScaleRule()))
+  full = (b, n, t, s)
+  if bias is not None:
+    bias = attention_lib._ensure_4d(bias, "bias")  # pylint: disable=protected-access
+    _check_broadcast(bias, full, "bias")
+    bias = _pad_ts(bias.astype(_F32), plan, 0.0)
+  if mask is not None:
+    mask = attention_lib._ensure_4d(mask, "mask")  # pylint: disable=protected-access
+    if mask.dtype != jnp.bool_:
+      raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
+    _check_broadcast(mask, full, "mask")
+    mask = _pad_ts(mask, plan, False)
+  lens = []
+  for name, x in (("query_seq_lengths", query_seq_lengths), ("key_value_seq_lengths", key_value_seq_lengths)):
+    if x is not None:
+      x = jnp.asarray(x)
+      if x.size != b or not jnp.issubdtype(x.dtype, jnp.integer):
+        raise ValueError(f"{name} must be {b} integers (one per batch element), got shape {x.shape} {x.dtype}")
+      x = x.reshape(b).astype(jnp.int32)
+    lens.append(x)
+  query, key = opts.rule.prepare(query, key)
+  operands = (_blocks_q(query, plan), _blocks_kv(key, plan), _blocks_kv(value, plan), bias, mask, *lens)
+  return plan, opts, operands, batched
+
+
+def blockwise_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    *,
+    block_q: int = 128,
+    block_k: int = 128,
+    scale: float | None = None,
+    rule: str | rules_lib.ScaleRule | None = None,
+    is_causal: bool = False,
+    query_seq_lengths: Array | None = None,
+    key_value_seq_lengths: Array | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    logit_soft_cap: float | None = None,
+    logit_clamp: float | None = None,
+    float32_softmax: bool = True,
+    subtract_max: bool = True,
+    return_residual: bool = False,
+) -> Array | tuple[Array, Array]:
+  """Attention softmax(s·QKᵀ + bias)·V computed block by block in O(T) memory, with an O(T) backward.
+
+  Same result as ``scaling.dot_product_attention`` (online softmax: Milakov &
+  Gimelshein 2018; blocking and backward: Dao 2023, "FlashAttention-2"). B
+  batch, T query length, S key length, N query heads, K key/value heads (N a
+  multiple of K: GQA, without repeating K and V), H head dim.
+
+  Args:
+    query: [B, T, N, H] or [T, N, H].
+    key: [B, S, K, H] or [S, K, H].
+    value: same shape as key.
+    bias: added to the logits after scaling; broadcastable to [B, N, T, S]
+      (each axis 1 or full). It receives a gradient.
+    mask: boolean, True = attend; broadcastable to [B, N, T, S].
+    block_q: query rows per block (capped at T); T need not be a multiple.
+    block_k: key columns per block (capped at S); S need not be a multiple.
+      The defaults suit accelerators; on a 2-core CPU larger blocks amortize
+      the loop overhead (512 x 256 was fastest at T = 8192, see
+      ``experiments/bench_attention.py``).
+    scale: a number s; the default (with ``rule=None``) is 1/√H.
+    rule: a logit-scale rule name or ``ScaleRule``; ``prepare`` is applied once
+      to q and k, the weight scale to the output.
+    is_causal: query i attends keys j <= i; key blocks past the diagonal are
+      skipped.
+    query_seq_lengths: int [B]; queries at or past the length output 0.
+    key_value_seq_lengths: int [B]; keys at or past the length are masked.
+    local_window_size: (left, right) window, or one int for both; key blocks
+      outside the window are skipped.
+    logit_soft_cap: c > 0 replaces logits z by c·tanh(z/c).
+    logit_clamp: c > 0 clips logits to [-c, c].
+    float32_softmax: must be True (the statistics are always float32).
+    subtract_max: must be True (the running maximum is always subtracted).
+    return_residual: also return the log-sum-exp of the masked logits
+      [B, T, N] (-inf for fully masked rows), under stop_gradient.
+
+  Returns:
+    Output [B, T, N, H] in the value dtype (fully masked query rows give 0),
+    and the log-sum-exp when ``return_residual``.
+
+  Raises:
+    ValueError: on inconsistent shapes or options, including
+      ``float32_softmax=False`` or ``subtract_max=False``.
+  """
+  plan, opts, operands, batched = _prepare(
+      query, key, value, bias, mask, block_q=block_q, block_k=block_k, scale=scale, rule=rule,
+      is_causal=is_causal, query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+      float32_softmax=float32_softmax, subtract_max=subtract_max)
+  out, lse = _attention_core(plan, *operands)
+  out = _unblocks_q(out, plan)
+  if opts.weight_scale != 1.0:
+    out = out * jnp.asarray(opts.weight_scale, out.dtype)
+  if not return_residual:
+    return out if batched else out[0]
+  lse = lax.stop_gradient(_unblocks_q(lse, plan))
+  return (out, lse) if batched else (out[0], lse[0])
+
+
+def blockwise_tile_count(query: Array, key: Array, value: Array, bias: Array | None = None,
+                         mask: Array | None = None, **kwargs) -> Array:
+  """Number of (query block, key block) tiles the forward pass of ``blockwise_attention`` visits.
+
+  Runs the real forward loop and counts its iterations, so it shows which
+  blocks causal masking, windows and sequence lengths skip: causal T = S with
+  n blocks visits n(n+1)/2 of the n² tiles. Takes the arguments of
+  ``blockwise_attention`` (except ``return_residual``).
+  """
+  plan, _, operands, _ = _prepare(query, key, value, bias, mask, **kwargs)
+  return _forward(plan, *operands)[2]

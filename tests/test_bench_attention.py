@@ -1,0 +1,54 @@
+"""Smoke test of the attention benchmark suite on its quick configuration."""
+
+import contextlib
+import io as std_io
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from experiments import bench_attention
+
+
+class AttentionBenchTest(absltest.TestCase):
+
+  def test_flop_count(self):
+    self.assertEqual(bench_attention.attention_flops(2, 16, 3, 8, causal=False, mode="fwd"), 4 * 2 * 3 * 16 * 16 * 8)
+    self.assertEqual(bench_attention.attention_flops(2, 16, 3, 8, causal=True, mode="fwd+bwd"),
+                     3.5 * 4 * 2 * 3 * 16 * 16 * 8 / 2)
+
+  def test_quick_run_writes_every_measurement(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    buf = std_io.StringIO()
+    with contextlib.redirect_stdout(buf):
+      result = bench_attention.run(out, quick=True)
+    printed = buf.getvalue()
+    self.assertIn("ratio_to_jax_nn", printed)
+    self.assertIn("matmul peak", printed)
+    data = json.loads((out / "attention.json").read_text())
+    for key in ("config", "machine", "flop_convention", "timings", "table", "memory", "long_run", "targets",
+                "wall_s"):
+      self.assertIn(key, data)
+    self.assertEqual(set(result), set(data))
+    self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
+    cells = {(r["seq_len"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
+    self.assertEqual(cells, {(t, m, i) for t in (128, 256) for m in bench_attention.MODES
+                             for i in bench_attention.IMPLEMENTATIONS})
+    for row in data["timings"]:
+      self.assertLen(row["times_s"], 2)
+      self.assertGreater(row["ms"], 0)
+      self.assertGreater(row["gflops"], 0)
+      self.assertGreater(row["fraction_of_peak"], 0)
+      self.assertIn("ratio_to_jax_nn", row)
+    self.assertEqual({(r["impl"], r["seq_len"]) for r in data["memory"]}, {("dense", 1024), ("blockwise", 1024)})
+    for row in data["memory"] + [data["long_run"]]:
+      self.assertEqual(row["status"], "ok", row)
+      self.assertGreaterEqual(row["peak_rss_mib"], row["baseline_rss_mib"])
+      self.assertGreater(row["xla_planned_mib"], 0)
+    self.assertEqual(data["long_run"]["seq_len"], 2048)
+    self.assertTrue(data["targets"]["blockwise_long_sequence_runs"]["met"])
+    self.assertGreater((out / "attention.png").stat().st_size, 1000)
+
+
+if __name__ == "__main__":
+  absltest.main()
