@@ -17,5 +17,5 @@ setuptools.setup(
         "numpy>=1.26",
         "matplotlib>=3.7",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6.80"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80"]},
 )

@@ -57,7 +57,7 @@ def _finite_lse(lse):
 
 class BlockwiseMatchesDenseTest(chex.TestCase):
 
-  @settings(max_examples=15, deadline=None)
+  @settings(max_examples=10, deadline=None)
   @given(data=st.data())
   def test_outputs_and_gradients_match_dense(self, data):
     t = data.draw(st.integers(1, 40), label="T")
