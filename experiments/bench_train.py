@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import bench_attention
 from experiments import common
 from scaling import data as data_lib
 from scaling import io
@@ -78,21 +79,6 @@ class TrainBenchConfig:
 QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=3, matmul_size=512,
                          matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8, grid_batch_size=2,
                          grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5, shared_compile_row=False)
-
-
-def matmul_peak(n: int, repeats: int) -> float:
-  """Best float32 FLOP/s of a jitted [n, n] @ [n, n] over ``repeats`` timed calls (after one warm-up)."""
-  ka, kb = jax.random.split(jax.random.key(0))
-  a = jax.random.normal(ka, (n, n), jnp.float32)
-  b = jax.random.normal(kb, (n, n), jnp.float32)
-  dot = jax.jit(jnp.dot)
-  dot(a, b).block_until_ready()
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    dot(a, b).block_until_ready()
-    best = min(best, time.perf_counter() - start)
-  return 2.0 * n**3 / best
 
 
 def matmul_params(params: Any) -> int:
@@ -235,7 +221,7 @@ def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str
 def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   """Runs both measurements, prints tables, writes train.json and train.png into ``out_dir``."""
   config = QUICK if quick else TrainBenchConfig()
-  peak = matmul_peak(config.matmul_size, config.matmul_repeats)
+  peak = bench_attention.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
   thr = throughput(config, peak)
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],

@@ -38,9 +38,10 @@ class ClaimsConfig:
 
 def markdown_table(rows) -> str:
   """The claims as a Markdown table: claim, source, verdict, finding."""
+  cell = lambda text: str(text).replace("|", "\\|")
   lines = ["| claim | source | verdict | what we measured |", "|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['claim']} | {r['source']} | **{r['verdict']}** | {r['finding']} |")
+    lines.append(f"| {cell(r['claim'])} | {cell(r['source'])} | **{r['verdict']}** | {cell(r['finding'])} |")
   return "\n".join(lines) + "\n"
 
 

@@ -262,7 +262,7 @@ def _layernorm_not_enough(ctx: Context) -> Measurement:
   ratio = [v / d for v, d in zip(ctx.metric(rows, "none", "logit_var"), (16, 64, 256))]
   return Measurement(HOLDS,
                      f"Unit-variance (e.g. LayerNorm-ed) inputs of width 256 projected by fan-in-initialized W_q, "
-                     f"W_k give unscaled logit variance {min(ratio):.2f}–{max(ratio):.2f} × d_k: normalizing the "
+                     f"W_k give unscaled logit variance {min(ratio):.3f}–{max(ratio):.3f} × d_k: normalizing the "
                      "token vectors does not normalize q·k.",
                      {"var_over_dk": [_r(r) for r in ratio]})
 

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Every benchmark suite (sweep, attention, train); the numbers in README.md's Benchmarks section.
+# Usage: scripts/reproduce_benchmarks.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m experiments.benchmark --out_dir="${1:-runs}/benchmark"
