@@ -136,6 +136,20 @@ def make_dataset_or_fail(task: str, text_file: str | None, *, seq_len: int, batc
     fail(f"--task={task} with --seq_len={seq_len}: {e}")
 
 
+def check_width_family(family, parametrizations, widths, dataset) -> None:
+  """Fails with one line naming the flag unless a WidthFamily gives a valid model at its base and every width."""
+  try:
+    family.heads(family.base_width)
+  except ValueError as e:
+    fail(f"--base_width={family.base_width}: {e}")
+  for width in widths:
+    try:
+      family.check(parametrizations, [width], vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+    except ValueError as e:
+      message = str(e) if f"width {width}" in str(e) else f"width {width}: {e}"
+      fail(f"--widths: {message}")
+
+
 def fail(message: str, code: int = 2):
   """Prints one error line to stderr and exits non-zero (no traceback)."""
   sys.stderr.write(f"error: {message}\n")

@@ -73,20 +73,6 @@ class CoordCheckRun:
   out_dir: str
 
 
-def check_family(family: transfer_lib.WidthFamily, parametrizations, widths, dataset) -> None:
-  """Fails with one line naming the flag unless the base width and every width give a valid model."""
-  try:
-    family.heads(family.base_width)
-  except ValueError as e:
-    common.fail(f"--base_width={family.base_width}: {e}")
-  for width in widths:
-    try:
-      family.check(parametrizations, [width], vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-    except ValueError as e:
-      message = str(e) if f"width {width}" in str(e) else f"width {width}: {e}"
-      common.fail(f"--widths: {message}")
-
-
 def family_from_flags() -> transfer_lib.WidthFamily:
   """The WidthFamily of --depth, --num_heads, --head_dim, --base_width, --zero_query, --zero_readout."""
   if _NUM_HEADS.value is not None and _HEAD_DIM.value is not None:
@@ -103,7 +89,7 @@ def _run_from_flags():
   family = family_from_flags().with_base_width(widths)
   dataset = common.make_dataset_or_fail(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value,
                                         batch_size=_BATCH_SIZE.value, seed=_SEED.value)
-  check_family(family, parametrizations, widths, dataset)
+  common.check_width_family(family, parametrizations, widths, dataset)
   try:
     config = coord_lib.CoordCheckConfig(parametrizations=parametrizations, widths=widths, steps=_STEPS.value,
                                         family=family, learning_rate=_LEARNING_RATE.value,

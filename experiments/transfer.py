@@ -93,15 +93,7 @@ def _config_from_flags():
                                     zero_readout=_ZERO_READOUT.value).with_base_width(widths)
   dataset = common.make_dataset_or_fail(_TASK.value, _TEXT_FILE.value, seq_len=_SEQ_LEN.value,
                                         batch_size=_BATCH_SIZE.value, seed=_SEED.value)
-  try:
-    family.heads(family.base_width)
-  except ValueError as e:
-    common.fail(f"--base_width={family.base_width}: {e}")
-  for width in widths:
-    try:
-      family.check(parametrizations, [width], vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-    except ValueError as e:
-      common.fail(f"--widths: {e if f'width {width}' in str(e) else f'width {width}: {e}'}")
+  common.check_width_family(family, parametrizations, widths, dataset)
   try:
     spec = transfer_lib.OptimizerSpec(
         _OPTIMIZER.value, schedule=_SCHEDULE.value, warmup_steps=warmup if _SCHEDULE.value == "cosine" else 0,
