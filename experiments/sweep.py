@@ -48,6 +48,10 @@ _PARAMETRIZATION = common.define_enum_list(
 _WIDTH = common.define_int_list("width", None, "Width mode: model widths (input dimension of the projections).")
 _BASE_WIDTH = flags.DEFINE_integer("base_width", 64, "Width mode: base width of the parametrization.", lower_bound=1)
 _ZERO_QUERY = flags.DEFINE_boolean("zero_query", False, "Width mode: zero-initialized W_q (a muP option).")
+_ATTENTION = flags.DEFINE_enum("attention", "dense", list(sweep_lib.ATTENTION_IMPLEMENTATIONS),
+                               "dense, or blockwise: online softmax and statistics accumulated per block of "
+                               "query rows (memory ~ T*block instead of T^2).")
+_BLOCK_SIZE = flags.DEFINE_integer("block_size", 128, "Tile length of --attention=blockwise.", lower_bound=1)
 _OUT_DIR = flags.DEFINE_string("out_dir", "runs/sweep", "Output directory.")
 
 TABLE_COLUMNS = ("rule", "d_k", "logit_std", "logit_absmax", "entropy_normalized", "max_prob", "saturated_frac",
@@ -111,7 +115,8 @@ def _configs() -> list[sweep_lib.SweepConfig]:
   base = dict(d_k=tuple(_D_K.value), rules=tuple(dict.fromkeys(rules)), seq_len=_SEQ_LEN.value, batch=_BATCH.value,
               num_heads=_NUM_HEADS.value, num_seeds=_NUM_SEEDS.value, dtype=_DTYPE.value, qk_std=_QK_STD.value,
               causal=_CAUSAL.value, seed=_SEED.value, tau=_TAU.value, base_head_dim=_BASE_HEAD_DIM.value,
-              float32_softmax=_FLOAT32_SOFTMAX.value, subtract_max=_SUBTRACT_MAX.value)
+              float32_softmax=_FLOAT32_SOFTMAX.value, subtract_max=_SUBTRACT_MAX.value,
+              attention=_ATTENTION.value, block_size=_BLOCK_SIZE.value)
   try:
     if params is None:
       return [sweep_lib.SweepConfig(**base)]

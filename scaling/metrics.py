@@ -85,6 +85,24 @@ def softmax_jacobian_fro_norm(p: Array) -> Array:
   return jnp.sqrt(jnp.maximum(s2 - 2.0 * s3 + s2 * s2, 0.0))
 
 
+def _weight_row_values(weights: Array, mask: Array | None) -> tuple[dict[str, Array], Array, Array]:
+  """Per-row values [B, N, T] of each weight statistic, the rows they average over, and the entropy-normalized rows."""
+  vis = _visible(weights.shape, mask)
+  p = softmax_distribution(weights, vis)
+  n_visible = jnp.sum(vis, axis=-1)
+  ent = row_entropy(p)
+  log_n = jnp.log(jnp.maximum(n_visible, 2).astype(jnp.float32))
+  max_p = jnp.max(p, axis=-1)
+  rows = {
+      "entropy": ent,
+      "entropy_normalized": ent / log_n,
+      "max_prob": max_p,
+      "saturated_frac": (max_p > SATURATION_THRESHOLD).astype(jnp.float32),
+      "softmax_jacobian_norm": softmax_jacobian_fro_norm(p),
+  }
+  return rows, n_visible > 0, n_visible > 1
+
+
 def weight_stats_per_head(weights: Array, mask: Array | None = None) -> dict[str, Array]:
   """Entropy, normalized entropy, max probability, saturated fraction and Jacobian norm per head.
 
@@ -99,20 +117,8 @@ def weight_stats_per_head(weights: Array, mask: Array | None = None) -> dict[str
     ``saturated_frac`` (rows with max p > 0.99), ``softmax_jacobian_norm``
     (Frobenius norm of diag(p) − ppᵀ).
   """
-  vis = _visible(weights.shape, mask)
-  p = softmax_distribution(weights, vis)
-  n_visible = jnp.sum(vis, axis=-1)
-  valid = n_visible > 0
-  ent = row_entropy(p)
-  log_n = jnp.log(jnp.maximum(n_visible, 2).astype(jnp.float32))
-  max_p = jnp.max(p, axis=-1)
-  return {
-      "entropy": _mean_over_rows(ent, valid),
-      "entropy_normalized": _mean_over_rows(ent / log_n, n_visible > 1),
-      "max_prob": _mean_over_rows(max_p, valid),
-      "saturated_frac": _mean_over_rows((max_p > SATURATION_THRESHOLD).astype(jnp.float32), valid),
-      "softmax_jacobian_norm": _mean_over_rows(softmax_jacobian_fro_norm(p), valid),
-  }
+  rows, valid, valid_norm = _weight_row_values(weights, mask)
+  return {k: _mean_over_rows(v, valid_norm if k == "entropy_normalized" else valid) for k, v in rows.items()}
 
 
 def _norm_per_head(x: Array, head_axis: int) -> Array:
@@ -167,3 +173,81 @@ def attention_metrics_per_head(query: Array, key: Array, value: Array, cotangent
 def average_heads(per_head: dict[str, Array]) -> dict[str, Array]:
   """Averages each per-head metric over its head axis (the last one)."""
   return {k: jnp.mean(v, axis=-1) for k, v in per_head.items()}
+
+
+def blockwise_attention_metrics_per_head(query: Array, key: Array, value: Array, cotangent: Array, *,
+                                         block_q: int = 128, block_k: int = 128, rule: Any = None,
+                                         is_causal: bool = False) -> dict[str, Array]:
+  """``attention_metrics_per_head`` in O(T·block) memory instead of O(T·S).
+
+  The output and the gradients w.r.t. q, k and v come from
+  ``scaling.blockwise_attention`` (online softmax, recomputing backward pass);
+  the logit and weight statistics and the logit gradient are accumulated one
+  block of ``block_q`` query rows at a time (exact sums, then the same
+  averages as the dense function). The logit gradient uses the closed form
+  dL/dz = w ⊙ (dL/dw − Σ p·dL/dw) with dL/dw = cotangent·vᵀ.
+
+  Args:
+    query, key, value, cotangent: as ``attention_metrics_per_head``.
+    block_q, block_k: tile sizes.
+    rule: a logit-scale rule name or object.
+    is_causal: causal masking.
+
+  Returns:
+    The same dict of per-head arrays as ``attention_metrics_per_head``.
+  """
+  from scaling import blockwise as blockwise_lib  # pylint: disable=g-import-not-at-top
+
+  b, t, n, h = query.shape
+  s_len, kh = key.shape[1], key.shape[2]
+  attend = lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, block_q=block_q, block_k=block_k, rule=rule,
+                                                             is_causal=is_causal)
+  _, vjp = jax.vjp(attend, query, key, value)
+  gq, gk, gv = vjp(cotangent.astype(query.dtype))
+
+  bq = min(block_q, t)
+  nb = -(-t // bq)
+  pad = ((0, 0), (0, nb * bq - t), (0, 0), (0, 0))
+  q_blocks = jnp.moveaxis(jnp.pad(query, pad).reshape(b, nb, bq, n, h), 1, 0)
+  g_blocks = jnp.moveaxis(jnp.pad(cotangent, pad).reshape(b, nb, bq, n, h), 1, 0)
+  v_rep = jnp.repeat(value.astype(jnp.float32), n // kh, axis=2)
+
+  def block_sums(args):
+    i, q_i, g_i = args
+    q_pos = i * bq + jnp.arange(bq)
+    mask = (q_pos < t)[None, None, :, None]
+    causal = attention_lib.combined_mask(b, n, bq, s_len, is_causal=is_causal, q_offset=i * bq)
+    if causal is not None:
+      mask = mask & causal
+    _, logits, weights, vis = attention_lib.attention_with_aux(q_i, key, key, mask=mask, rule=rule)
+    vis = _visible(logits.shape, vis)
+    z = jnp.where(vis, logits.astype(jnp.float32), 0.0)
+    rows, valid, valid_norm = _weight_row_values(weights, vis)
+    out = {"count": jnp.sum(vis, axis=(0, 2, 3)), "z": jnp.sum(z, axis=(0, 2, 3)),
+           "z2": jnp.sum(z * z, axis=(0, 2, 3)), "absmax": jnp.max(jnp.abs(z), axis=(0, 2, 3)),
+           "rows": jnp.sum(valid, axis=(0, 2)), "rows_norm": jnp.sum(valid_norm, axis=(0, 2))}
+    for name, v in rows.items():
+      out[name] = jnp.sum(jnp.where(valid_norm if name == "entropy_normalized" else valid, v, 0.0), axis=(0, 2))
+    w = weights.astype(jnp.float32)
+    p = softmax_distribution(w, vis)
+    dw = jnp.einsum("btnh,bsnh->bnts", g_i.astype(jnp.float32), v_rep)
+    dz = w * (dw - jnp.sum(p * dw, axis=-1, keepdims=True))
+    out["dz2"] = jnp.sum(dz * dz, axis=(2, 3))  # [B, N]
+    return out
+
+  sums = jax.lax.map(block_sums, (jnp.arange(nb), q_blocks, g_blocks))
+  total = {k: (jnp.max(v, axis=0) if k == "absmax" else jnp.sum(v, axis=0)) for k, v in sums.items()}
+  count = jnp.maximum(total["count"], 1)
+  mean = total["z"] / count
+  var = jnp.maximum(total["z2"] / count - mean * mean, 0.0)
+  out = {"logit_mean": mean, "logit_var": var, "logit_std": jnp.sqrt(var), "logit_absmax": total["absmax"]}
+  for name in ("entropy", "entropy_normalized", "max_prob", "saturated_frac", "softmax_jacobian_norm"):
+    rows = total["rows_norm"] if name == "entropy_normalized" else total["rows"]
+    out[name] = total[name] / jnp.maximum(rows, 1)
+  out.update({
+      "grad_norm_q": _norm_per_head(gq, 2),
+      "grad_norm_k": _norm_per_head(gk, 2),
+      "grad_norm_v": _norm_per_head(gv, 2),
+      "grad_norm_logits": jnp.mean(jnp.sqrt(total["dz2"]), axis=0),
+  })
+  return out

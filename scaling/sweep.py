@@ -33,6 +33,8 @@ Array = jax.Array
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
+ATTENTION_IMPLEMENTATIONS = ("dense", "blockwise")
+
 METRICS = ("logit_mean", "logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",
            "saturated_frac", "softmax_jacobian_norm", "grad_norm_q", "grad_norm_k", "grad_norm_v",
            "grad_norm_logits")
@@ -64,6 +66,10 @@ class SweepConfig:
     width: model width in width mode.
     base_width: the parametrization's base width (width multiplier m = width / base_width).
     zero_query: width mode: the μP option of zero-initialized W_q.
+    attention: ``"dense"``, or ``"blockwise"``: output and q/k/v gradients
+      through ``scaling.blockwise_attention`` and the statistics accumulated one
+      block of query rows at a time, so memory grows like T·block, not T·S.
+    block_size: query and key tile length of the blockwise path.
   """
 
   d_k: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
@@ -84,6 +90,8 @@ class SweepConfig:
   width: int | None = None
   base_width: int = 64
   zero_query: bool = False
+  attention: str = "dense"
+  block_size: int = 128
 
   def __post_init__(self):
     for name in ("seq_len", "batch", "num_heads", "num_seeds"):
@@ -104,6 +112,13 @@ class SweepConfig:
         raise ValueError(f"width mode needs a positive width, got {self.width}")
     elif self.width is not None or self.zero_query:
       raise ValueError("width and zero_query need a parametrization")
+    if self.attention not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"unknown attention {self.attention!r}; known: {', '.join(ATTENTION_IMPLEMENTATIONS)}")
+    if self.block_size < 1:
+      raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+    if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
+      raise ValueError("blockwise attention always uses a float32 online softmax with max-subtraction; "
+                       "the float32_softmax/subtract_max failure demos need attention='dense'")
     if self.dtype not in DTYPES:
       raise ValueError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
     if not (math.isfinite(self.qk_std) and self.qk_std >= 0):
@@ -192,15 +207,27 @@ def _group_rules(config: SweepConfig, d_k: int) -> tuple[list[str], rules_lib.Fi
   return fixed_names, stacked, other
 
 
+def _metrics_fn(config: SweepConfig) -> Callable[..., dict[str, Array]]:
+  """(q, k, v, g, rule) -> head-averaged metrics, through the dense or the blockwise path."""
+  if config.attention == "blockwise":
+    return lambda q, k, v, g, rule: metrics_lib.average_heads(metrics_lib.blockwise_attention_metrics_per_head(
+        q, k, v, g, block_q=config.block_size, block_k=config.block_size, rule=rule, is_causal=config.causal))
+  return lambda q, k, v, g, rule: metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(
+      q, k, v, g, rule=rule, is_causal=config.causal, float32_softmax=config.float32_softmax,
+      subtract_max=config.subtract_max))
+
+
 @functools.lru_cache(maxsize=64)
 def make_shape_fn(config: SweepConfig, d_k: int,
                   source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
   """A jitted function key -> {rule: {metric: [num_seeds] array}} for one head dimension (cached)."""
   source = (source_factory or default_source)(config)
   dtype = DTYPES[config.dtype]
-  fixed_names, stacked, other = _group_rules(config, d_k)
-  attn_kwargs = dict(is_causal=config.causal, float32_softmax=config.float32_softmax,
-                     subtract_max=config.subtract_max)
+  if config.attention == "blockwise":  # the blockwise plan is static, so rules are evaluated one by one
+    fixed_names, stacked, other = [], None, list(config.rules)
+  else:
+    fixed_names, stacked, other = _group_rules(config, d_k)
+  compute = _metrics_fn(config)
 
   def one_seed(key):
     k_qkv, k_g = jax.random.split(key)
@@ -208,7 +235,7 @@ def make_shape_fn(config: SweepConfig, d_k: int,
     g = jax.random.normal(k_g, q.shape).astype(dtype)
 
     def metrics_for(rule):
-      return metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(q, k, v, g, rule=rule, **attn_kwargs))
+      return compute(q, k, v, g, rule)
 
     out = {}
     if stacked is not None:
@@ -270,6 +297,7 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
     values = jax.device_get(values)
     for rule in config.rules:
       row = {"rule": rule, "d_k": d_k, "seq_len": config.seq_len, "dtype": config.dtype, "causal": config.causal,
+           "attention": config.attention,
              **_mode_keys(config), **(extra_keys or {}), **summarize(values[rule])}
       by_rule[rule].append(row)
       if on_row:
@@ -285,15 +313,14 @@ def _single_config_fn(config: SweepConfig, d_k: int, rule_name: str) -> Callable
   dtype = DTYPES[config.dtype]
   source = default_source(config)
   rule = config.rule(rule_name)
+  compute = _metrics_fn(config)
 
   @jax.jit
   def single(key):
     k_qkv, k_g = jax.random.split(key)
     q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
     g = jax.random.normal(k_g, q.shape).astype(dtype)
-    return metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(
-        q, k, v, g, rule=rule, is_causal=config.causal, float32_softmax=config.float32_softmax,
-        subtract_max=config.subtract_max))
+    return compute(q, k, v, g, rule)
 
   return single
 

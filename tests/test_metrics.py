@@ -97,5 +97,23 @@ class GradNormTest(parameterized.TestCase):
     np.testing.assert_allclose(got["grad_norm_logits"], np.linalg.norm(dz, axis=(2, 3)).mean(0), rtol=1e-4)
 
 
+class BlockwiseMetricsTest(parameterized.TestCase):
+  """The O(T·block) metrics equal the dense ones (an independent, full T × S computation)."""
+
+  @parameterized.product(rule=("sqrt", "none", "qk_norm", "post_softmax"), causal=(False, True))
+  def test_equals_dense(self, rule, causal):
+    ks = jax.random.split(jax.random.key(3), 4)
+    q = 2.0 * jax.random.normal(ks[0], (2, 11, 4, 8))
+    k = jax.random.normal(ks[1], (2, 11, 2, 8))
+    v = jax.random.normal(ks[2], (2, 11, 2, 8))
+    g = jax.random.normal(ks[3], (2, 11, 4, 8))
+    dense = metrics.attention_metrics_per_head(q, k, v, g, rule=rule, is_causal=causal)
+    blockwise = metrics.blockwise_attention_metrics_per_head(q, k, v, g, rule=rule, is_causal=causal, block_q=4,
+                                                            block_k=3)
+    self.assertEqual(set(dense), set(blockwise))
+    for name in dense:
+      np.testing.assert_allclose(blockwise[name], dense[name], rtol=2e-4, atol=1e-6, err_msg=name)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -74,6 +74,17 @@ class ClosedFormTest(parameterized.TestCase):
     self.assertEqual(zq[("param", 16)]["logit_absmax"]["mean"], 0.0)
     self.assertAlmostEqual(zq[("param", 16)]["entropy_normalized"]["mean"], 1.0, places=5)
 
+  def test_blockwise_sweep_equals_dense(self):
+    kwargs = dict(d_k=(8,), rules=("sqrt", "linear", "qk_norm"), seq_len=12, batch=1, num_seeds=2, causal=True)
+    dense = _rows(**kwargs)
+    blockwise = _rows(**kwargs, attention="blockwise", block_size=5)
+    for key, row in dense.items():
+      for m in sweep.METRICS:
+        np.testing.assert_allclose(blockwise[key][m]["mean"], row[m]["mean"], rtol=2e-4, atol=1e-6,
+                                   err_msg=f"{key} {m}")
+    with self.assertRaisesRegex(ValueError, "blockwise"):
+      sweep.SweepConfig(attention="blockwise", subtract_max=False)
+
   def test_deterministic(self):
     a = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
     b = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
