@@ -76,7 +76,7 @@ class BadFlagsTest(parameterized.TestCase):
       ("--rules=sqrt,cube", "--rules"), ("--rules=", "--rules"), ("--dtype=int8", "--dtype"),
       ("--qk_std=nan", "--qk_std"), ("--qk_std=-1", "--qk_std"), ("--qk_std=inf", "--qk_std"),
       ("--num_seeds=0", "--num_seeds"), ("--seq_len=x", "--seq_len"), ("--batch=-1", "--batch"),
-      ("--bogus=1", "bogus"),
+      ("--attention=sparse", "--attention"), ("--block_size=0", "--block_size"), ("--bogus=1", "bogus"),
   )
   def test_parse_errors_are_one_line(self, arg, name):
     err = std_io.StringIO()
