@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import jax
 import numpy as np
 
+import experiment_main
 from experiments import common
 from experiments import coord_check as coord_exp
 from scaling import coord_check
@@ -163,23 +164,11 @@ class CoordCheckTest(chex.TestCase):
         _config(**kw)
 
 
-def _run_main(tmp, **flag_values):
-  """Runs the experiment's main; returns (exit code or None, stdout, stderr)."""
-  out, err = std_io.StringIO(), std_io.StringIO()
-  code = None
-  with flagsaver.flagsaver(**flag_values), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      coord_exp.main(["coord_check"])
-    except SystemExit as e:
-      code = e.code
-  return code, out.getvalue(), err.getvalue()
-
-
 class ExperimentTest(parameterized.TestCase):
 
   def test_main_writes_files(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "cc"
-    code, stdout, _ = _run_main(out, out_dir=str(out), **FLAGS_TINY)
+    code, stdout, _ = experiment_main.run_main(coord_exp, out_dir=str(out), **FLAGS_TINY)
     self.assertIsNone(code)
     self.assertIn("block_0/attn_logits", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -240,7 +229,7 @@ class ExperimentTest(parameterized.TestCase):
       content = kw.pop("text_file")
       kw["text_file"] = self._text_file(content) if content is not None else "/nonexistent/data.txt"
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    code, stdout, stderr = _run_main(out, out_dir=str(out), **{**FLAGS_TINY, **kw})
+    code, stdout, stderr = experiment_main.run_main(coord_exp, out_dir=str(out), **{**FLAGS_TINY, **kw})
     self.assertEqual(code, 2)
     lines = stderr.strip().splitlines()
     self.assertLen(lines, 1, stderr)

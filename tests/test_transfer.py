@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import jax
 import numpy as np
 
+import experiment_main
 from experiments import common
 from experiments import transfer as transfer_exp
 from scaling import data as data_lib
@@ -169,23 +170,11 @@ class SummaryTest(parameterized.TestCase):
     self.assertIsNone(transfer.parabola_vertex([0.0, 1.0, 2.0], [1.0, 2.0, 1.0]))
 
 
-def _run_main(**flag_values):
-  """Runs the experiment's main; returns (exit code or None, stdout, stderr)."""
-  out, err = std_io.StringIO(), std_io.StringIO()
-  code = None
-  with flagsaver.flagsaver(**flag_values), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      transfer_exp.main(["transfer"])
-    except SystemExit as e:
-      code = e.code
-  return code, out.getvalue(), err.getvalue()
-
-
 class ExperimentTest(parameterized.TestCase):
 
   def test_main_writes_files(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "tr"
-    code, stdout, _ = _run_main(out_dir=str(out), **FLAGS_TINY)
+    code, stdout, _ = experiment_main.run_main(transfer_exp, out_dir=str(out), **FLAGS_TINY)
     self.assertIsNone(code)
     self.assertIn("optimal learning rate", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -221,7 +210,7 @@ class ExperimentTest(parameterized.TestCase):
       return real(config, name, width, dataset)
 
     with mock.patch.object(transfer, "run_width", flaky), self.assertRaises(KeyboardInterrupt):
-      _run_main(out_dir=str(out), **FLAGS_TINY)
+      experiment_main.run_main(transfer_exp, out_dir=str(out), **FLAGS_TINY)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertEqual({r["parametrization"] for r in rows}, {"sp"})
     self.assertLen(rows, 3)
@@ -263,7 +252,7 @@ class ExperimentTest(parameterized.TestCase):
       path.write_bytes(kw["text_file"])
       kw["text_file"] = str(path)
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    code, stdout, stderr = _run_main(out_dir=str(out), **{**FLAGS_TINY, **kw})
+    code, stdout, stderr = experiment_main.run_main(transfer_exp, out_dir=str(out), **{**FLAGS_TINY, **kw})
     self.assertEqual(code, 2)
     lines = stderr.strip().splitlines()
     self.assertLen(lines, 1, stderr)
