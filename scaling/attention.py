@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling import masking as masking_lib
 from scaling import rules as rules_lib
 
 Array = jax.Array
@@ -71,15 +72,6 @@ def _is_one(x: float | Array) -> bool:
   return isinstance(x, float) and x == 1.0
 
 
-def _ensure_4d(x: Any, name: str) -> Array | None:
-  if x is None:
-    return None
-  x = jnp.asarray(x)
-  if x.ndim > 4:
-    raise ValueError(f"{name} must have at most 4 dimensions, got shape {x.shape}")
-  return x.reshape((1,) * (4 - x.ndim) + x.shape)
-
-
 def check_qkv(query: Array, key: Array, value: Array) -> tuple[Array, Array, Array, bool]:
   """Validates shapes; adds a batch axis to unbatched [T, N, H] inputs. Returns (q, k, v, batched)."""
   query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
@@ -96,54 +88,6 @@ def check_qkv(query: Array, key: Array, value: Array) -> tuple[Array, Array, Arr
   if query.shape[2] % key.shape[2]:
     raise ValueError(f"query heads ({query.shape[2]}) must be a multiple of key heads ({key.shape[2]})")
   return query, key, value, batched
-
-
-def combined_mask(
-    batch: int,
-    num_heads: int,
-    q_len: int,
-    kv_len: int,
-    *,
-    mask: Array | None = None,
-    is_causal: bool = False,
-    query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None,
-    local_window_size: int | tuple[int, int] | None = None,
-    q_offset: Array | int = 0,
-    kv_offset: Array | int = 0,
-) -> Array | None:
-  """Boolean mask broadcastable to [B, N, T, S] (True = attend), or None when nothing is masked.
-
-  ``q_offset`` and ``kv_offset`` shift the positions so that blockwise code can
-  build the mask of one tile; causal masking aligns query i with key i (top-left).
-  """
-  parts = []
-  if mask is not None:
-    mask = _ensure_4d(mask, "mask")
-    if mask.dtype != jnp.bool_:
-      raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
-    parts.append(mask)
-  q_pos = q_offset + jnp.arange(q_len)[:, None]
-  k_pos = kv_offset + jnp.arange(kv_len)[None, :]
-  if is_causal:
-    parts.append((k_pos <= q_pos)[None, None])
-  if local_window_size is not None:
-    left, right = ((local_window_size, local_window_size)
-                   if isinstance(local_window_size, int) else local_window_size)
-    parts.append(((q_pos <= k_pos + left) & (q_pos >= k_pos - right))[None, None])
-  if query_seq_lengths is not None:
-    qs = jnp.asarray(query_seq_lengths).reshape(batch)
-    parts.append((q_pos[None] < qs[:, None, None])[:, None])
-  if key_value_seq_lengths is not None:
-    ks = jnp.asarray(key_value_seq_lengths).reshape(batch)
-    parts.append((k_pos[None] < ks[:, None, None])[:, None])
-  if not parts:
-    return None
-  out = parts[0]
-  for p in parts[1:]:
-    out = jnp.logical_and(out, p)
-  del num_heads
-  return out
 
 
 def shape_logits(logits: Array, bias: Array | None, opts: LogitOptions) -> Array:
@@ -176,22 +120,6 @@ def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = Tr
   return e / jnp.where(denom == 0, jnp.ones_like(denom), denom)
 
 
-def _group(x: Array | None, num_kv_heads: int, groups: int) -> Array | None:
-  """Reshapes a [B, N|1, T, S] array to [B, K|1, G|1, T, S]."""
-  if x is None:
-    return None
-  b, n, t, s = x.shape
-  if n == 1:
-    return x[:, :, None]
-  return x.reshape(b, num_kv_heads, groups, t, s)
-
-
-def _ungroup(x: Array) -> Array:
-  """Reshapes [B, K, G, T, S] to [B, N, T, S]."""
-  b, k, g, t, s = x.shape
-  return x.reshape(b, k * g, t, s)
-
-
 def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
   """Core: returns (logits, weights, visible) as [B, K, G, T, S]; weights already carry weight_scale."""
   b, t, n, h = query.shape
@@ -204,9 +132,9 @@ def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
   compute_dtype = jnp.promote_types(query.dtype, jnp.float32) if opts.float32_softmax else query.dtype
   logits = jnp.einsum("bkmh,bskh->bkms", q, key, preferred_element_type=compute_dtype).reshape(b, kh, g, t, -1)
   if bias is not None:
-    bias = _group(_ensure_4d(bias, "bias"), kh, g)
+    bias = masking_lib.group_heads(masking_lib.ensure_4d(bias, "bias"), kh, g)
   logits = shape_logits(logits, bias, opts)
-  mask = _group(mask_bnts, kh, g)
+  mask = masking_lib.group_heads(mask_bnts, kh, g)
   weights = masked_softmax(logits, mask, subtract_max=opts.subtract_max)
   if not _is_one(opts.weight_scale):
     weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
@@ -224,24 +152,13 @@ def _attend_grouped(query, key, value, bias, mask_bnts, opts: LogitOptions):
   return out, logits, weights, mask_g
 
 
-def attention_with_aux(
-    query: Array,
-    key: Array,
-    value: Array,
-    bias: Array | None = None,
-    mask: Array | None = None,
-    *,
-    scale: float | None = None,
-    rule: str | rules_lib.ScaleRule | None = None,
-    is_causal: bool = False,
-    query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None,
-    local_window_size: int | tuple[int, int] | None = None,
-    logit_soft_cap: float | None = None,
-    logit_clamp: float | None = None,
-    float32_softmax: bool = True,
-    subtract_max: bool = True,
-) -> tuple[Array, Array, Array, Array | None]:
+def attention_with_aux(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
+                       scale: float | None = None, rule: str | rules_lib.ScaleRule | None = None,
+                       is_causal: bool = False, query_seq_lengths: Array | None = None,
+                       key_value_seq_lengths: Array | None = None,
+                       local_window_size: int | tuple[int, int] | None = None, logit_soft_cap: float | None = None,
+                       logit_clamp: float | None = None, float32_softmax: bool = True,
+                       subtract_max: bool = True) -> tuple[Array, Array, Array, Array | None]:
   """Attention output together with the logits, weights and mask it was computed from.
 
   Args: as ``dot_product_attention``.
@@ -257,11 +174,11 @@ def attention_with_aux(
   b, t, n, h = query.shape
   opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
                                float32_softmax=float32_softmax, subtract_max=subtract_max)
-  mask_bnts = combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
-                            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                            local_window_size=local_window_size)
+  mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
+                                       query_seq_lengths=query_seq_lengths,
+                                       key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
   out, logits, weights, _ = _attend_grouped(query, key, value, bias, mask_bnts, opts)
-  logits, weights = _ungroup(logits), _ungroup(weights)
+  logits, weights = masking_lib.ungroup_heads(logits), masking_lib.ungroup_heads(weights)
   if not batched:
     out, logits, weights = out[0], logits[0], weights[0]
     mask_bnts = None if mask_bnts is None else mask_bnts[0]
@@ -287,27 +204,14 @@ def attention_weights(query: Array, key: Array, bias: Array | None = None, mask:
   return attention_logits_and_weights(query, key, bias, mask, **kwargs)[1]
 
 
-def dot_product_attention(
-    query: Array,
-    key: Array,
-    value: Array,
-    bias: Array | None = None,
-    mask: Array | None = None,
-    *,
-    scale: float | None = None,
-    rule: str | rules_lib.ScaleRule | None = None,
-    is_causal: bool = False,
-    query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None,
-    local_window_size: int | tuple[int, int] | None = None,
-    logit_soft_cap: float | None = None,
-    logit_clamp: float | None = None,
-    float32_softmax: bool = True,
-    subtract_max: bool = True,
-    implementation: str | None = None,
-    return_residual: bool = False,
-    return_weights: bool = False,
-) -> Array | tuple[Array, ...]:
+def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
+                          mask: Array | None = None, *, scale: float | None = None,
+                          rule: str | rules_lib.ScaleRule | None = None, is_causal: bool = False,
+                          query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
+                          local_window_size: int | tuple[int, int] | None = None,
+                          logit_soft_cap: float | None = None, logit_clamp: float | None = None,
+                          float32_softmax: bool = True, subtract_max: bool = True, implementation: str | None = None,
+                          return_residual: bool = False, return_weights: bool = False) -> Array | tuple[Array, ...]:
   """Scaled dot-product attention, softmax(s·QKᵀ + bias)·V, with pluggable logit-scale rules.
 
   A drop-in for ``jax.nn.dot_product_attention`` (same layout and argument
@@ -357,9 +261,9 @@ def dot_product_attention(
                   query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
                   local_window_size=local_window_size, return_residual=return_residual,
                   return_weights=return_weights)
-  mask_bnts = combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
-                            query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                            local_window_size=local_window_size)
+  mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
+                                       query_seq_lengths=query_seq_lengths,
+                                       key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
   out, logits, weights, mask_g = _attend_grouped(query, key, value, bias, mask_bnts, opts)
   extras = []
   if return_residual:
@@ -367,7 +271,7 @@ def dot_product_attention(
     lse = jax.nn.logsumexp(masked.astype(jnp.float32), axis=-1)  # [B, K, G, T]
     extras.append(jax.lax.stop_gradient(jnp.moveaxis(lse.reshape(b, n, t), 1, 2)))
   if return_weights:
-    extras.append(_ungroup(weights))
+    extras.append(masking_lib.ungroup_heads(weights))
   if not batched:
     out = out[0]
     extras = [e[0] for e in extras]

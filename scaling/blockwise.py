@@ -14,14 +14,14 @@ memory grows like T·block instead of T·S.
 
 Exactness: every tile goes through the same pieces as the dense path
 (``rule.prepare`` once on q and k, ``shape_logits`` for scale, bias, soft cap
-and clamp, ``combined_mask`` with tile offsets, the rule's weight scale on the
-output), so outputs and gradients agree with the dense path to float32
-rounding. Logits, softmax statistics and accumulators are float32 whatever the
-input dtype. Key blocks that the causal mask, the local window or the sequence
-lengths hide completely are not visited (the inner loop runs from the first to
-the last key block that can be visible), which halves the work of causal
-attention. Any T and S work: both are padded up to block multiples and the
-padding is masked.
+and clamp, ``masking.tile_mask`` for the visibility of a tile, the rule's
+weight scale on the output), so outputs and gradients agree with the dense
+path to float32 rounding. Logits, softmax statistics and accumulators are
+float32 whatever the input dtype. Key blocks that the causal mask, the local
+window or the sequence lengths hide completely are not visited (the inner loop
+runs from the first to the last key block that can be visible), which halves
+the work of causal attention. Any T and S work: both are padded up to block
+multiples and the padding is masked.
 
 The bias, when given, receives a gradient (accumulated tile by tile, so it
 costs memory of the bias's own size; a bias broadcast over some axes gets the
@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from scaling import attention as attention_lib
+from scaling import masking as masking_lib
 from scaling import rules as rules_lib
 
 Array = jax.Array
@@ -153,22 +154,16 @@ def _add_tile(acc: Array, update: Array, plan: _Plan, i, j) -> Array:
 def _tile_visibility(plan: _Plan, mask: Array | None, q_lens: Array | None, kv_lens: Array | None,
                      i, j) -> Array | None:
   """Boolean visibility of tile (i, j), grouped [B|1, K|1, G|1, bq, bk], or None when all visible."""
-  q0, k0 = i * plan.block_q, j * plan.block_k
-  vis = attention_lib.combined_mask(
-      plan.batch, plan.num_heads, plan.block_q, plan.block_k, mask=_tile(mask, plan, i, j),
-      is_causal=plan.is_causal, query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens,
-      local_window_size=plan.window, q_offset=q0, kv_offset=k0)
-  if plan.kv_padded:
-    real_key = (k0 + jnp.arange(plan.block_k) < plan.kv_len)[None, None, None, :]
-    vis = real_key if vis is None else jnp.logical_and(vis, real_key)
-  if vis is None:
-    return None
-  return attention_lib._group(vis, plan.num_kv_heads, plan.groups)  # pylint: disable=protected-access
+  vis = masking_lib.tile_mask(
+      plan.batch, plan.num_heads, plan.block_q, plan.block_k, q_offset=i * plan.block_q, kv_offset=j * plan.block_k,
+      kv_len=plan.kv_len if plan.kv_padded else None, mask=_tile(mask, plan, i, j), is_causal=plan.is_causal,
+      query_seq_lengths=q_lens, key_value_seq_lengths=kv_lens, local_window_size=plan.window)
+  return masking_lib.group_heads(vis, plan.num_kv_heads, plan.groups)
 
 
 def _grouped_bias_tile(plan: _Plan, bias: Array | None, i, j) -> Array | None:
-  tile = _tile(bias, plan, i, j)
-  return None if tile is None else attention_lib._group(tile, plan.num_kv_heads, plan.groups)  # pylint: disable=protected-access
+  """Tile (i, j) of the padded bias, grouped [B|1, K|1, G|1, bq|1, bk|1], or None without a bias."""
+  return masking_lib.group_heads(_tile(bias, plan, i, j), plan.num_kv_heads, plan.groups)
 
 
 def _key_block_range(plan: _Plan, i, q_lens: Array | None, kv_lens: Array | None):
@@ -278,7 +273,7 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
       dq_i = dq_i + jnp.einsum("bkgqs,bksh->bkgqh", ds_raw, k_j, preferred_element_type=_F32)
       dk = dk.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", ds_raw, q_i, preferred_element_type=_F32))
       if bias is not None:
-        dbias = _add_tile(dbias, attention_lib._ungroup(grads[1]), plan, i, j)  # pylint: disable=protected-access
+        dbias = _add_tile(dbias, masking_lib.ungroup_heads(grads[1]), plan, i, j)
       return dq_i, dk, dv, dbias
 
     dk, dv, dbias = carry
@@ -313,25 +308,18 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
     raise ValueError(f"query and key lengths must be positive, got T={t}, S={s}")
   opts = attention_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                              logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
-  window = None
-  if local_window_size is not None:
-    window = ((local_window_size, local_window_size) if isinstance(local_window_size, int)
-              else tuple(int(w) for w in local_window_size))
-    if len(window) != 2:
-      raise ValueError(f"local_window_size must be an int or a (left, right) pair, got {local_window_size!r}")
+  window = masking_lib.window_bounds(local_window_size)
   bq, bk = min(block_q, t), min(block_k, s)
   plan = _Plan(batch=b, q_len=t, kv_len=s, num_kv_heads=kh, groups=n // kh, block_q=bq, block_k=bk,
                num_q_blocks=-(-t // bq), num_k_blocks=-(-s // bk), is_causal=bool(is_causal), window=window,
                opts=dataclasses.replace(opts, rule=rules_lib.ScaleRule()))
   full = (b, n, t, s)
   if bias is not None:
-    bias = attention_lib._ensure_4d(bias, "bias")  # pylint: disable=protected-access
+    bias = masking_lib.ensure_4d(bias, "bias")
     _check_broadcast(bias, full, "bias")
     bias = _pad_ts(bias.astype(_F32), plan, 0.0)
+  mask = masking_lib.ensure_bool_mask(mask)
   if mask is not None:
-    mask = attention_lib._ensure_4d(mask, "mask")  # pylint: disable=protected-access
-    if mask.dtype != jnp.bool_:
-      raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
     _check_broadcast(mask, full, "mask")
     mask = _pad_ts(mask, plan, False)
   lens = []
@@ -347,27 +335,13 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
   return plan, opts, operands, batched
 
 
-def blockwise_attention(
-    query: Array,
-    key: Array,
-    value: Array,
-    bias: Array | None = None,
-    mask: Array | None = None,
-    *,
-    block_q: int = 128,
-    block_k: int = 128,
-    scale: float | None = None,
-    rule: str | rules_lib.ScaleRule | None = None,
-    is_causal: bool = False,
-    query_seq_lengths: Array | None = None,
-    key_value_seq_lengths: Array | None = None,
-    local_window_size: int | tuple[int, int] | None = None,
-    logit_soft_cap: float | None = None,
-    logit_clamp: float | None = None,
-    float32_softmax: bool = True,
-    subtract_max: bool = True,
-    return_residual: bool = False,
-) -> Array | tuple[Array, Array]:
+def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
+                        block_q: int = 128, block_k: int = 128, scale: float | None = None,
+                        rule: str | rules_lib.ScaleRule | None = None, is_causal: bool = False,
+                        query_seq_lengths: Array | None = None, key_value_seq_lengths: Array | None = None,
+                        local_window_size: int | tuple[int, int] | None = None, logit_soft_cap: float | None = None,
+                        logit_clamp: float | None = None, float32_softmax: bool = True, subtract_max: bool = True,
+                        return_residual: bool = False) -> Array | tuple[Array, Array]:
   """Attention softmax(s·QKᵀ + bias)·V computed block by block in O(T) memory, with an O(T) backward.
 
   Same result as ``scaling.dot_product_attention`` (online softmax: Milakov &
@@ -376,28 +350,19 @@ def blockwise_attention(
   multiple of K: GQA, without repeating K and V), H head dim.
 
   Args:
-    query: [B, T, N, H] or [T, N, H].
-    key: [B, S, K, H] or [S, K, H].
-    value: same shape as key.
-    bias: added to the logits after scaling; broadcastable to [B, N, T, S]
-      (each axis 1 or full). It receives a gradient.
-    mask: boolean, True = attend; broadcastable to [B, N, T, S].
+    query, key, value, bias, mask, scale, rule, query_seq_lengths,
+      key_value_seq_lengths, logit_soft_cap, logit_clamp: as for
+      ``scaling.dot_product_attention``; the bias (each axis 1 or full) also
+      receives a gradient, and ``rule.prepare`` is applied once to q and k.
     block_q: query rows per block (capped at T); T need not be a multiple.
     block_k: key columns per block (capped at S); S need not be a multiple.
       The defaults suit accelerators; on a 2-core CPU larger blocks amortize
       the loop overhead (512 x 256 was fastest at T = 8192, see
       ``experiments/bench_attention.py``).
-    scale: a number s; the default (with ``rule=None``) is 1/√H.
-    rule: a logit-scale rule name or ``ScaleRule``; ``prepare`` is applied once
-      to q and k, the weight scale to the output.
     is_causal: query i attends keys j <= i; key blocks past the diagonal are
       skipped.
-    query_seq_lengths: int [B]; queries at or past the length output 0.
-    key_value_seq_lengths: int [B]; keys at or past the length are masked.
     local_window_size: (left, right) window, or one int for both; key blocks
       outside the window are skipped.
-    logit_soft_cap: c > 0 replaces logits z by c·tanh(z/c).
-    logit_clamp: c > 0 clips logits to [-c, c].
     float32_softmax: must be True (the statistics are always float32).
     subtract_max: must be True (the running maximum is always subtracted).
     return_residual: also return the log-sum-exp of the masked logits

@@ -1,4 +1,4 @@
-"""Dense attention against jax.nn.dot_product_attention and closed forms."""
+"""Dense attention against jax.nn.dot_product_attention and closed forms; masking against numpy positions."""
 
 import math
 
@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
+from scaling import masking
 from scaling import rules
 
 
@@ -244,6 +245,67 @@ class LowPrecisionTest(parameterized.TestCase):
     # float32 softmax alone prevents it too at these magnitudes (exp(40) fits float32).
     out = scaling.dot_product_attention(q, k, v, rule="none", subtract_max=False)
     chex.assert_tree_all_finite(out)
+
+
+class MaskingModuleTest(parameterized.TestCase):
+  """scaling.masking against masks built from numpy positions."""
+
+  @parameterized.named_parameters(
+      ("causal", dict(is_causal=True)),
+      ("window_int", dict(local_window_size=2)),
+      ("window_pair_causal", dict(local_window_size=(3, 0), is_causal=True)),
+      ("lengths", dict(query_seq_lengths=np.array([2, 7]), key_value_seq_lengths=np.array([9, 4]))),
+      ("user_mask_causal", dict(mask=True, is_causal=True)),
+  )
+  def test_combined_mask_against_numpy(self, kwargs):
+    b, n, t, s, q0, k0 = 2, 4, 7, 9, 3, 1  # offsets: the mask of a tile starting at query 3, key 1
+    kwargs = dict(kwargs)
+    i, j = q0 + np.arange(t)[:, None], k0 + np.arange(s)[None, :]
+    want = np.ones((b, n, t, s), bool)
+    if kwargs.get("mask") is not None:
+      kwargs["mask"] = np.random.default_rng(0).random((b, 1, t, s)) < 0.6
+      want &= kwargs["mask"]
+    if kwargs.get("is_causal"):
+      want &= j <= i
+    if "local_window_size" in kwargs:
+      w = kwargs["local_window_size"]
+      left, right = (w, w) if isinstance(w, int) else w
+      want &= (j >= i - left) & (j <= i + right)
+    if "query_seq_lengths" in kwargs:
+      want &= i < kwargs["query_seq_lengths"][:, None, None, None]
+    if "key_value_seq_lengths" in kwargs:
+      want &= j < kwargs["key_value_seq_lengths"][:, None, None, None]
+    got = masking.combined_mask(b, n, t, s, q_offset=q0, kv_offset=k0, **kwargs)
+    np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
+
+  def test_nothing_masked_is_none(self):
+    self.assertIsNone(masking.combined_mask(2, 4, 7, 9))
+    self.assertIsNone(masking.tile_mask(2, 4, 7, 9, q_offset=7))
+
+  def test_group_heads_round_trip(self):
+    b, kh, g, t, s = 2, 3, 2, 4, 5
+    x = jnp.arange(b * kh * g * t * s).reshape(b, kh * g, t, s)
+    grouped = masking.group_heads(x, kh, g)
+    chex.assert_shape(grouped, (b, kh, g, t, s))
+    for head in range(kh * g):  # query head n belongs to kv head n // G, as jnp.repeat(k, G, axis=2) pairs them
+      np.testing.assert_array_equal(grouped[:, head // g, head % g], x[:, head])
+    np.testing.assert_array_equal(masking.ungroup_heads(grouped), x)
+    chex.assert_shape(masking.group_heads(x[:, :1], kh, g), (b, 1, 1, t, s))  # a broadcast head stays broadcast
+    self.assertIsNone(masking.group_heads(None, kh, g))
+
+  def test_coercions_and_errors(self):
+    chex.assert_shape(masking.ensure_4d(jnp.ones((5, 6)), "bias"), (1, 1, 5, 6))
+    self.assertIsNone(masking.ensure_4d(None, "bias"))
+    with self.assertRaisesRegex(ValueError, "bias must have at most 4 dimensions"):
+      masking.ensure_4d(jnp.ones((1, 1, 1, 5, 6)), "bias")
+    self.assertEqual(masking.ensure_bool_mask(np.ones((6,), bool)).shape, (1, 1, 1, 6))
+    with self.assertRaisesRegex(ValueError, "boolean"):
+      masking.ensure_bool_mask(jnp.ones((5, 6)))
+    self.assertEqual(masking.window_bounds(3), (3, 3))
+    self.assertEqual(masking.window_bounds([4, 0]), (4, 0))
+    self.assertIsNone(masking.window_bounds(None))
+    with self.assertRaisesRegex(ValueError, "pair"):
+      masking.window_bounds((1, 2, 3))
 
 
 if __name__ == "__main__":

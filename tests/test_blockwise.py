@@ -1,4 +1,4 @@
-"""Blockwise attention against the dense path, jax.nn and closed forms."""
+"""Blockwise attention against the dense path, jax.nn and closed forms; tile masks against the dense mask."""
 
 import functools
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from scaling import attention
 from scaling import blockwise
+from scaling import masking
 from scaling import rules
 
 blockwise_attention = blockwise.blockwise_attention
@@ -209,7 +210,7 @@ class BlockSkippingTest(parameterized.TestCase):
     count = int(_run_jitted(functools.partial(blockwise.blockwise_tile_count, block_q=block_q, block_k=block_k,
                                               **kwargs), q, key, value))
     # Oracle: the dense visibility mask, padded to whole tiles; count tiles with any visible entry in any batch row.
-    vis = attention.combined_mask(b, 1, t, s, **kwargs)
+    vis = masking.combined_mask(b, 1, t, s, **kwargs)
     vis = np.broadcast_to(np.asarray(vis), (b, 1, t, s)).any(axis=(0, 1))
     nq, nk = -(-t // block_q), -(-s // block_k)
     padded = np.zeros((nq * block_q, nk * block_k), bool)
@@ -217,6 +218,30 @@ class BlockSkippingTest(parameterized.TestCase):
     expected = padded.reshape(nq, block_q, nk, block_k).any(axis=(1, 3)).sum()
     self.assertEqual(count, expected)
     self.assertLess(count, nq * nk)
+
+  @parameterized.named_parameters(
+      ("causal_window", dict(is_causal=True, local_window_size=(5, 1))),
+      ("lengths", dict(query_seq_lengths=jnp.array([3, 10]), key_value_seq_lengths=jnp.array([12, 5]))),
+      ("user_mask", dict(mask=True)),
+  )
+  def test_tile_mask_is_a_tile_of_the_padded_dense_mask(self, kwargs):
+    b, n, t, s, bq, bk = 2, 3, 10, 13, 4, 5
+    nq, nk = -(-t // bq), -(-s // bk)
+    kwargs = dict(kwargs)
+    user = None
+    if kwargs.pop("mask", None):
+      user = np.zeros((b, n, nq * bq, nk * bk), bool)
+      user[:, :, :t, :s] = np.random.default_rng(1).random((b, n, t, s)) < 0.7
+    # Oracle: the mask of the whole padded grid with the padding rows and columns hidden, cut into tiles.
+    full = masking.combined_mask(b, n, nq * bq, nk * bk, mask=user, **kwargs)
+    full = np.array(np.broadcast_to(full, (b, n, nq * bq, nk * bk)))
+    full[:, :, t:], full[:, :, :, s:] = False, False
+    for i in range(nq):
+      for j in range(nk):
+        rows, cols = slice(i * bq, (i + 1) * bq), slice(j * bk, (j + 1) * bk)
+        got = masking.tile_mask(b, n, bq, bk, q_offset=i * bq, kv_offset=j * bk, q_len=t, kv_len=s,
+                                mask=None if user is None else user[:, :, rows, cols], **kwargs)
+        np.testing.assert_array_equal(np.broadcast_to(got, (b, n, bq, bk)), full[:, :, rows, cols], err_msg=(i, j))
 
   def test_causal_square_visits_half_plus_diagonal(self):
     q, key, value, _ = _inputs(0, 1, 64, 64, 1, 1, 4)
