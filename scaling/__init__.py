@@ -1,4 +1,9 @@
-"""scaling: attention logit scaling as pure JAX functions, with metrics and parametrizations."""
+"""scaling: attention logit scaling as pure JAX functions, with metrics, parametrizations and training.
+
+The core library is imported here; the studies built on it (the d_k sweep, the
+claims of the notes, the coordinate check, learning-rate transfer, training
+runs) live in ``scaling.studies``.
+"""
 
 from scaling.attention import attention_logits
 from scaling.attention import attention_logits_and_weights
@@ -8,11 +13,9 @@ from scaling.attention import dot_product_attention
 from scaling.attention import masked_softmax
 from scaling.blockwise import blockwise_attention
 from scaling.blockwise import blockwise_tile_count
-from scaling.coord_check import CoordCheckConfig
-from scaling.coord_check import fit_slope
-from scaling.coord_check import run_coord_check
-from scaling.data import Dataset
+from scaling.data import DataConfig
 from scaling.data import DataError
+from scaling.data import Dataset
 from scaling.data import make_dataset
 from scaling.metrics import attention_metrics_per_head
 from scaling.metrics import average_heads
@@ -21,9 +24,13 @@ from scaling.metrics import row_entropy
 from scaling.metrics import softmax_jacobian
 from scaling.metrics import softmax_jacobian_fro_norm
 from scaling.metrics import weight_stats_per_head
+from scaling.model import apply_with_aux
 from scaling.model import ModelConfig
+from scaling.model import ModelFamily
+from scaling.model import param_kinds
 from scaling.model import Transformer
 from scaling.optim import make_optimizer
+from scaling.optim import OptimizerConfig
 from scaling.optim import scale_by_parametrization
 from scaling.optim import warmup_cosine_schedule
 from scaling.parametrization import available_parametrizations
@@ -36,13 +43,9 @@ from scaling.rules import get_rule
 from scaling.rules import register_rule
 from scaling.rules import ScaleRule
 from scaling.train import run_training
-from scaling.transfer import find_optimum
-from scaling.transfer import OptimizerSpec
-from scaling.transfer import run_transfer
-from scaling.transfer import train_grid
-from scaling.transfer import TransferConfig
-from scaling.transfer import WidthFamily
 from scaling.train import train_step
+from scaling.train import TrainResult
 from scaling.train import TrainState
+from scaling.flax_attention import make_attention_fn
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -62,6 +62,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from scaling.config import option
+from scaling.config import Options
 from scaling.validation import check_positive_int
 
 Array = jax.Array
@@ -137,6 +140,23 @@ def recall_vocab_split(vocab_size: int) -> tuple[int, int]:
 def recall_min_vocab(num_pairs: int) -> int:
   """The smallest vocabulary with num_pairs distinct keys and at least two values."""
   return max(2 * num_pairs + 1, 5)
+
+
+def recall_split(seq_len: int, num_pairs: int | None, num_queries: int | None) -> tuple[int, int]:
+  """(num_pairs, num_queries): the (T + 1) // 2 slots of a sequence, split evenly, or the slots the given one leaves.
+
+  ``check_recall`` then tells whether they fit.
+  """
+  slots = (check_positive_int("seq_len", seq_len) + 1) // 2
+  if num_pairs is None and num_queries is None:
+    num_queries = max(1, slots // 2)
+    if slots < 2:
+      raise ValueError(f"recall needs seq_len >= 3 (one pair and one query), got seq_len={seq_len}")
+  if num_queries is None:
+    num_queries = max(1, slots - check_positive_int("num_pairs", num_pairs))
+  if num_pairs is None:
+    num_pairs = max(1, slots - check_positive_int("num_queries", num_queries))
+  return check_positive_int("num_pairs", num_pairs), check_positive_int("num_queries", num_queries)
 
 
 def check_recall(seq_len: int, vocab_size: int, num_pairs: int, num_queries: int) -> None:
@@ -532,8 +552,8 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
     text_file: path of a UTF-8 text file (name="text" only).
     seed: the default seed of ``batch`` and ``eval_batch``.
     **opts: task options.
-      recall: ``num_pairs`` (default: as many as fit, (T + 1) // 2 - Q) and
-        ``num_queries`` (default 1).
+      recall: ``num_pairs`` and ``num_queries`` (default: ``recall_split``,
+        the (T + 1) // 2 slots shared evenly between pairs and queries).
       induction: ``prefix_len`` (default (T + 1) // 2, one repeat) and
         ``distinct`` (default True).
       text: ``val_fraction`` (default 0.1, the end of the file).
@@ -565,13 +585,7 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
     vocab_size = check_positive_int("vocab_size", vocab_size)
   if name == "recall":
     _check_opts(name, opts, ("num_pairs", "num_queries"))
-    num_queries = check_positive_int("num_queries", opts.get("num_queries", 1))
-    num_pairs = opts.get("num_pairs")
-    if num_pairs is None:
-      num_pairs = (seq_len + 1) // 2 - num_queries
-      if num_pairs < 1:
-        raise ValueError(f"recall with num_queries={num_queries} needs seq_len >= "
-                         f"{2 * num_queries + 1}, got seq_len={seq_len}")
+    num_pairs, num_queries = recall_split(seq_len, opts.get("num_pairs"), opts.get("num_queries"))
     num_pairs = check_positive_int("num_pairs", num_pairs)
     if vocab_size is None:
       vocab_size = _default_vocab(recall_min_vocab(num_pairs))
@@ -602,3 +616,52 @@ def describe(dataset: Dataset) -> dict[str, Any]:
       out[field.name] = value
   out["chance_accuracy"] = dataset.chance_accuracy
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(Options):
+  """The data options every training study shares (``--task``, ``--text_file``, ``--seq_len``, ...)."""
+
+  task: str | None = option(None, "Training data: recall, induction or text; default: text when --text_file is "
+                            "given, else recall.", choices=DATASET_NAMES)
+  text_file: str | None = option(None, "UTF-8 text file for character-level training (selects --task=text).")
+  seq_len: int = option(64, "Sequence length T.", lower=1)
+  batch_size: int = option(16, "Sequences per batch.", lower=1)
+  vocab_size: int | None = option(None, "Vocabulary size; default: the smallest power of two >= 64 that the "
+                                  "synthetic task needs, or the text file's characters.", lower=1)
+  num_pairs: int | None = option(None, "Recall: key-value pairs (default: half of the (T + 1) // 2 slots).",
+                                 lower=1)
+  num_queries: int | None = option(None, "Recall: queries per sequence (default: the slots the pairs leave).",
+                                   lower=1)
+  prefix_len: int | None = option(None, "Induction: period of the repeated prefix (default: (T + 1) // 2).",
+                                  lower=2)
+
+  def validate(self):
+    if self.text_file is not None and self.task not in (None, "text"):
+      raise ValueError(f"--text_file selects --task=text, but --task={self.task} was given")
+    if self.text_file is None and self.task == "text":
+      raise ValueError("--task=text needs --text_file")
+    name = self.name
+    if name != "recall" and (self.num_pairs is not None or self.num_queries is not None):
+      raise ValueError("--num_pairs and --num_queries only apply to --task=recall")
+    if name != "induction" and self.prefix_len is not None:
+      raise ValueError("--prefix_len only applies to --task=induction")
+
+  @property
+  def name(self) -> str:
+    """The task: ``task``, or text when a file is given, else recall."""
+    if self.task is not None:
+      return self.task
+    return "text" if self.text_file is not None else "recall"
+
+  def make(self, seed: int = 0) -> Dataset:
+    """The ``Dataset`` (ValueError, or ``DataError`` naming the file, when the options do not fit)."""
+    options = {"recall": {"num_pairs": self.num_pairs, "num_queries": self.num_queries},
+               "induction": {"prefix_len": self.prefix_len}}.get(self.name, {})
+    try:
+      return make_dataset(self.name, seq_len=self.seq_len, batch_size=self.batch_size, vocab_size=self.vocab_size,
+                          text_file=self.text_file, seed=seed, **{k: v for k, v in options.items() if v is not None})
+    except DataError:
+      raise
+    except ValueError as e:
+      raise ValueError(f"--task={self.name} with --seq_len={self.seq_len}: {e}") from None

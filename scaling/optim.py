@@ -1,11 +1,13 @@
 """Per-layer learning rates of a parametrization, as optax transformations.
 
 ``scale_by_parametrization`` multiplies each parameter's update by the LR
-multiplier (``LayerSpec.lr_adam`` or ``lr_sgd``) of its layer kind, read from
-its path in the parameter tree (``scaling.parametrization.layer_kind``). It
-composes with any optax optimizer placed before it::
+multiplier (``LayerSpec.lr_adam`` or ``lr_sgd``) of its layer kind. The kinds
+come from the model: every parameter is created with its kind as Flax metadata
+(``scaling.layers``) and ``scaling.model.param_kinds`` reads them, so names of
+modules play no part. It composes with any optax optimizer placed before it::
 
-    opt = optax.chain(optax.adam(1e-3), scale_by_parametrization("mup", width=256))
+    kinds = scaling.model.param_kinds(model_config)
+    opt = optax.chain(optax.adam(1e-3), scale_by_parametrization(mup, width=256, kinds=kinds))
 
 ``make_optimizer`` builds Adam, AdamW or SGD that way, with the learning rate
 injected into the optimizer state (``optax.inject_hyperparams``) so that it may
@@ -13,7 +15,7 @@ be a float, an optax schedule, or a traced value: a grid of learning rates can
 be trained in one program by vmapping over it::
 
     def train(lr):
-      opt = make_optimizer("adam", lr, "mup", width, schedule=warmup_cosine_schedule(1.0, 100, 1000))
+      opt = make_optimizer("adam", lr, mup, width, kinds, schedule=warmup_cosine_schedule(1.0, 100, 1000))
       ...
     jax.vmap(train)(jnp.array([1e-3, 3e-3, 1e-2]))
 
@@ -23,10 +25,15 @@ decay (AdamW's decoupled decay, SGD's L2 term) is added after the per-layer
 scaling, so its per-step strength is ``lr_t · wd`` for every parameter at every
 width, as in ``mup`` with ``decoupled_wd=False`` (see the weight-decay note in
 ``scaling.parametrization``).
+
+``OptimizerConfig`` declares the optimizer and schedule options every training
+study shares and builds the optimizer (``OptimizerConfig.build``): the one
+place where an optimizer is made from options.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -35,12 +42,15 @@ import jax.numpy as jnp
 import optax
 
 from scaling import parametrization as param_lib
+from scaling.config import option
+from scaling.config import Options
 from scaling.validation import check_positive_int
 
 Schedule = Callable[[Any], Any]
 
 DEFAULT_DECAY_KINDS = param_lib.MATRIX_KINDS
 OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("constant", "cosine")
 
 
 class ScaleByParametrizationState(NamedTuple):
@@ -49,55 +59,56 @@ class ScaleByParametrizationState(NamedTuple):
   multipliers: Any
 
 
-def lr_multipliers(params: Any, parametrization: str | param_lib.Parametrization, width: int,
+def lr_multipliers(params: Any, kinds: Any, parametrization: param_lib.Parametrization, width: int,
                    optimizer: str = "adam") -> Any:
   """The LR multiplier of every parameter (Python floats, structure of ``params``).
 
   Args:
     params: the ``params`` tree (arrays or anything with ``.shape``).
-    parametrization: a Parametrization or a registered name.
+    kinds: the layer kind of every parameter, same structure (``scaling.model.param_kinds``).
+    parametrization: the scheme.
     width: the model width.
     optimizer: "adam", "adamw" or "sgd".
 
   Returns:
     A pytree of floats with the structure of ``params``.
   """
-  param_lib._optimizer_family(optimizer)  # pylint: disable=protected-access
-  specs = param_lib.param_specs(params, parametrization, width)
-  return jax.tree.map(lambda spec: spec.lr(optimizer), specs,
-                      is_leaf=lambda x: isinstance(x, param_lib.LayerSpec))
+  specs = param_lib.param_specs(params, kinds, parametrization, width)
+  return jax.tree.map(lambda spec: spec.lr(optimizer), specs, is_leaf=lambda x: isinstance(x, param_lib.LayerSpec))
 
 
-def scale_by_parametrization(parametrization: str | param_lib.Parametrization, width: int,
+def scale_by_parametrization(parametrization: param_lib.Parametrization, width: int, kinds: Any,
                              optimizer: str = "adam") -> optax.GradientTransformation:
   """Multiplies each update by its parameter's LR multiplier under ``parametrization``.
 
-  The multipliers are computed once, in ``init``, from the parameter paths and
-  shapes, and kept in the state as float32 scalars; ``update`` is one multiply
-  per leaf. Place it after the optimizer's direction (e.g. after
+  The multipliers are computed once, in ``init``, from the parameters' kinds
+  and shapes, and kept in the state as float32 scalars; ``update`` is one
+  multiply per leaf. Place it after the optimizer's direction (e.g. after
   ``optax.scale_by_adam``), before or after the global learning rate: all
   these scalings commute. Add weight decay after it, so that the decay is not
   rescaled (see ``make_optimizer``).
 
   Args:
-    parametrization: a Parametrization or a registered name ("sp", "ntk",
-      "mup", "umup"; default options).
+    parametrization: a ``scaling.parametrization.Parametrization``.
     width: the model width (d_model).
+    kinds: the layer kind of every parameter (a pytree of strings with the
+      structure of the parameters; ``scaling.model.param_kinds``).
     optimizer: "adam"/"adamw" (use ``LayerSpec.lr_adam``) or "sgd" (``lr_sgd``).
 
   Returns:
     An optax GradientTransformation.
 
   Raises:
-    ValueError: unknown parametrization or optimizer, non-positive width, or
-      (in ``init``) a parameter path with no known layer kind.
+    ValueError: unknown optimizer, non-positive width, or (in ``init``) a
+      parameter whose kind is unknown or whose tree differs from ``kinds``.
   """
-  scheme = param_lib.resolve_parametrization(parametrization)
+  if not isinstance(parametrization, param_lib.Parametrization):
+    raise ValueError(f"parametrization must be a Parametrization object, got {parametrization!r}")
   width = check_positive_int("width", width)
-  param_lib._optimizer_family(optimizer)  # pylint: disable=protected-access
+  param_lib.optimizer_family(optimizer)
 
   def init_fn(params):
-    multipliers = lr_multipliers(params, scheme, width, optimizer)
+    multipliers = lr_multipliers(params, kinds, parametrization, width, optimizer)
     return ScaleByParametrizationState(
         multipliers=jax.tree.map(lambda c: jnp.asarray(c, jnp.float32), multipliers))
 
@@ -109,11 +120,10 @@ def scale_by_parametrization(parametrization: str | param_lib.Parametrization, w
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def decay_mask(params: Any, kinds: Sequence[str] = DEFAULT_DECAY_KINDS) -> Any:
-  """True for parameters whose layer kind is in ``kinds`` (the weight-decay mask)."""
-  kinds = tuple(kinds)
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: param_lib.layer_kind(param_lib.path_names(path)) in kinds, params)
+def decay_mask(kinds: Any, decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS) -> Any:
+  """True for parameters whose layer kind is in ``decay_kinds`` (the weight-decay mask)."""
+  decay_kinds = tuple(decay_kinds)
+  return jax.tree.map(lambda kind: kind in decay_kinds, kinds)
 
 
 def warmup_cosine_schedule(peak: float, warmup: int, total: int, *, end_value: float = 0.0) -> Schedule:
@@ -136,8 +146,7 @@ def warmup_cosine_schedule(peak: float, warmup: int, total: int, *, end_value: f
       raise ValueError(f"{name} must be a finite non-negative number, got {value!r}")
   if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
     raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-  if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-    raise ValueError(f"total must be a positive integer, got {total!r}")
+  total = check_positive_int("total", total)
   if warmup >= total:
     raise ValueError(f"warmup ({warmup}) must be smaller than total ({total})")
   return optax.warmup_cosine_decay_schedule(
@@ -169,7 +178,7 @@ def _check_learning_rate(learning_rate: Any) -> None:
 
 
 def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
-                   parametrization: str | param_lib.Parametrization, width: int, *,
+                   parametrization: param_lib.Parametrization, width: int, kinds: Any, *,
                    weight_decay: float | jax.Array = 0.0, schedule: Schedule | None = None,
                    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    momentum: float = 0.0, nesterov: bool = False,
@@ -200,8 +209,9 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     name: "adam", "adamw" or "sgd".
     learning_rate: a non-negative float, a scalar array (may be traced), or an
       optax schedule (step -> learning rate).
-    parametrization: a Parametrization or a registered name.
+    parametrization: a ``scaling.parametrization.Parametrization``.
     width: the model width.
+    kinds: the layer kind of every parameter (``scaling.model.param_kinds``).
     weight_decay: decoupled decay coefficient (adamw) or L2 coefficient (sgd);
       must be 0 for adam.
     schedule: optional step -> factor multiplying the learning rate (e.g.
@@ -242,11 +252,11 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     raise ValueError("nesterov=True needs momentum > 0")
   decay_kinds = tuple(decay_kinds)
   for kind in decay_kinds:
-    param_lib._check_kind(kind)  # pylint: disable=protected-access
+    param_lib.check_kind(kind)
 
   family = "sgd" if name == "sgd" else "adam"
-  scale = scale_by_parametrization(parametrization, width, family)
-  mask = lambda params: decay_mask(params, decay_kinds)
+  scale = scale_by_parametrization(parametrization, width, kinds, family)
+  mask = decay_mask(kinds, decay_kinds)
 
   def tail(learning_rate):
     parts = []
@@ -286,3 +296,63 @@ def set_learning_rate(state: optax.InjectHyperparamsState, learning_rate: Any) -
   old = hyperparams["learning_rate"]
   new = jnp.asarray(learning_rate, dtype=jnp.result_type(old))
   return state._replace(hyperparams={**hyperparams, "learning_rate": new})
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig(Options):
+  """The optimizer and schedule options every training study shares; ``build`` makes the optimizer.
+
+  The learning rate of step t is ``learning_rate · schedule(t) · C`` with C the
+  parameter's LR multiplier: "constant" is a linear warmup over
+  ``warmup_steps`` then 1; "cosine" is a linear warmup then a cosine decay to
+  ``end_factor`` at ``steps`` (``warmup_cosine_schedule``).
+  """
+
+  optimizer: str = option("adam", "Optimizer.", choices=OPTIMIZERS)
+  learning_rate: float = option(3e-3, "Global (peak) learning rate.", positive=True)
+  weight_decay: float = option(0.0, "Weight decay (adamw: decoupled; sgd: L2), per step lr * wd whatever the "
+                               "layer and width.", lower=0.0)
+  momentum: float = option(0.0, "SGD momentum in [0, 1).", lower=0.0, upper=1.0, upper_exclusive=True)
+  steps: int = option(600, "Training steps.", lower=1)
+  schedule: str = option("constant", "Learning-rate schedule: constant (after the warmup) or cosine (warmup, then "
+                         "cosine decay to --end_factor).", choices=SCHEDULES)
+  warmup_steps: int | None = option(None, "Linear warmup steps (default: steps // 10 with --schedule=cosine, else 0).",
+                                    lower=0)
+  end_factor: float = option(0.0, "Final learning rate of the cosine schedule, as a fraction of the peak.", lower=0.0)
+
+  def validate(self):
+    if self.optimizer == "adam" and self.weight_decay:
+      raise ValueError("--weight_decay needs --optimizer=adamw or sgd")
+    if self.momentum and self.optimizer != "sgd":
+      raise ValueError("--momentum only applies to --optimizer=sgd")
+    if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
+      raise ValueError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
+
+  @property
+  def warmup(self) -> int:
+    """The warmup length: ``warmup_steps``, or its default."""
+    if self.warmup_steps is not None:
+      return self.warmup_steps
+    return self.steps // 10 if self.schedule == "cosine" else 0
+
+  def schedule_fn(self) -> Schedule | None:
+    """step -> factor of the learning rate, or None for a constant rate without warmup."""
+    if self.schedule == "cosine":
+      return warmup_cosine_schedule(1.0, self.warmup, self.steps, end_value=self.end_factor)
+    if self.warmup:
+      return optax.linear_schedule(0.0, 1.0, self.warmup)
+    return None
+
+  def build(self, parametrization: param_lib.Parametrization, width: int, kinds: Any,
+            learning_rate: float | None = None) -> optax.GradientTransformation:
+    """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state)."""
+    kwargs = {} if self.optimizer == "adam" else {"weight_decay": self.weight_decay}
+    if self.optimizer == "sgd":
+      kwargs["momentum"] = self.momentum
+    lr = self.learning_rate if learning_rate is None else learning_rate
+    return make_optimizer(self.optimizer, lr, parametrization, width, kinds, schedule=self.schedule_fn(), **kwargs)
+
+  def applied_learning_rate(self, base: Any, step: Any) -> Any:
+    """The learning rate applied at ``step`` (before per-layer multipliers) for a base rate ``base``."""
+    schedule = self.schedule_fn()
+    return base if schedule is None else base * schedule(step)

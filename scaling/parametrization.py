@@ -16,7 +16,7 @@ relative to the base model, so they equal 1 at ``width == base_width``; those
 written in ``n_in``/``n_out`` are absolute. μP's relative factors assume every
 width-like dimension (d_model, d_ff, heads·head_dim) grows by the same m.
 
-Layer kinds (paths in ``layer_kind``): ``embedding`` (input weights, one-hot
+Layer kinds (set by the layer that creates each parameter, ``scaling.layers``): ``embedding`` (input weights, one-hot
 input), ``hidden`` (MLP matrices), ``attn_q``/``attn_k``/``attn_v``/``attn_o``
 (attention projections), ``readout`` (output weights), ``bias`` (every bias)
 and ``norm`` (LayerNorm/RMSNorm gains and QK-norm gains).
@@ -133,9 +133,8 @@ which is not implemented here. By default only matrices decay (biases and
 gains do not).
 
 A bias on the readout (fan-out = vocabulary, not width) would need SGD LR 1 in
-μP/u-μP and Adam LR 1 in NTK; ``layer_kind`` cannot tell it from a hidden bias,
-so models should not give the readout a bias (the contract's model has only
-``readout/kernel``). Likewise the QK-norm gains (``attn/query_gain``, size
+μP/u-μP and Adam LR 1 in NTK, which the kind "bias" does not give, so the model
+gives the readout no bias. Likewise the QK-norm gains (``attn/query_gain``, size
 d_head) are treated as width-like vectors; when d_head stays fixed as the width
 grows, their SGD multipliers (m in μP, d_head in u-μP) should be 1. Their Adam
 multipliers (1) are right either way.
@@ -146,7 +145,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-import re
 from typing import Any, Iterable, Sequence
 
 import jax
@@ -181,10 +179,10 @@ class LayerSpec:
 
   def lr(self, optimizer: str) -> float:
     """The LR multiplier for ``optimizer`` ("adam", "adamw" or "sgd")."""
-    return self.lr_adam if _optimizer_family(optimizer) == "adam" else self.lr_sgd
+    return self.lr_adam if optimizer_family(optimizer) == "adam" else self.lr_sgd
 
 
-def _optimizer_family(optimizer: str) -> str:
+def optimizer_family(optimizer: str) -> str:
   """Maps an optimizer name to "adam" or "sgd"."""
   if optimizer in ("adam", "adamw"):
     return "adam"
@@ -193,7 +191,7 @@ def _optimizer_family(optimizer: str) -> str:
   raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
 
 
-def _check_kind(kind: Any) -> str:
+def check_kind(kind: Any) -> str:
   """Returns ``kind`` if it is one of LAYER_KINDS, else raises ValueError."""
   if not isinstance(kind, str) or kind not in LAYER_KINDS:
     raise ValueError(f"unknown layer kind {kind!r}; known: {', '.join(LAYER_KINDS)}")
@@ -248,7 +246,7 @@ class Parametrization:
     Returns:
       The parameter's LayerSpec (formulas in the module docstring).
     """
-    kind = _check_kind(kind)
+    kind = check_kind(kind)
     fan_in = check_positive_int("fan_in", fan_in)
     fan_out = check_positive_int("fan_out", fan_out)
     spec = self._layer(kind, fan_in, fan_out, self.width_mult(width))
@@ -437,13 +435,6 @@ def get_parametrization(name: str, *, base_width: int = 64, base_head_dim: int =
   return cls(base_width=base_width, base_head_dim=base_head_dim, **options)
 
 
-def resolve_parametrization(parametrization: str | Parametrization) -> Parametrization:
-  """Returns ``parametrization`` itself, or the default-configured scheme of that name."""
-  if isinstance(parametrization, Parametrization):
-    return parametrization
-  return get_parametrization(parametrization)
-
-
 def path_names(path: Iterable[Any]) -> tuple[str, ...]:
   """Turns a jax key path (DictKey, GetAttrKey, SequenceKey, ...) or strings into strings."""
   names = []
@@ -456,70 +447,9 @@ def path_names(path: Iterable[Any]) -> tuple[str, ...]:
       names.append(entry.name)
     elif isinstance(entry, jax.tree_util.SequenceKey):
       names.append(str(entry.idx))
-    elif isinstance(entry, jax.tree_util.FlattenedIndexKey):
-      names.append(str(entry.key))
     else:
       names.append(str(entry))
   return tuple(names)
-
-
-_ATTN_KERNELS = {"query": "attn_q", "key": "attn_k", "value": "attn_v", "out": "attn_o"}
-_MLP_KERNELS = ("fc_in", "fc_out")
-_EMBED_MODULES = ("embed", "pos_embed")
-_NORM_MODULE = re.compile(r"ln(_\w+)?")
-_QK_GAINS = ("query_gain", "key_gain")
-
-
-def layer_kind(path: Sequence[Any] | str) -> str:
-  """The layer kind of a parameter from its path in the ``params`` tree.
-
-  Paths follow the model's Flax naming; any prefix (for instance a leading
-  ``params`` collection) is allowed before the parts matched here:
-
-  * ``embed/embedding``, ``pos_embed/embedding`` -> "embedding"
-  * ``attn/query/kernel`` (``key``, ``value``, ``out``) -> "attn_q" ("attn_k",
-    "attn_v", "attn_o")
-  * ``mlp/fc_in/kernel``, ``mlp/fc_out/kernel`` -> "hidden"
-  * ``readout/kernel`` -> "readout"
-  * ``.../bias`` -> "bias"
-  * ``ln_*/scale`` (``ln_attn``, ``ln_mlp``, ``ln_final``),
-    ``attn/query_gain``, ``attn/key_gain`` -> "norm"
-
-  Args:
-    path: a tuple of names (or jax key-path entries), or a "/"-joined string.
-
-  Returns:
-    One of LAYER_KINDS.
-
-  Raises:
-    ValueError: the path matches none of the forms above.
-  """
-  names = tuple(path.split("/")) if isinstance(path, str) else path_names(path)
-  shown = "/".join(names)
-  if not names or any(not name for name in names):
-    raise ValueError(f"cannot tell the layer kind of parameter path {shown!r}")
-  leaf = names[-1]
-  parent = names[-2] if len(names) >= 2 else None
-  grandparent = names[-3] if len(names) >= 3 else None
-  if leaf == "bias":
-    return "bias"
-  if leaf == "embedding" and parent in _EMBED_MODULES:
-    return "embedding"
-  if leaf == "scale" and parent is not None and _NORM_MODULE.fullmatch(parent):
-    return "norm"
-  if leaf in _QK_GAINS and parent == "attn":
-    return "norm"
-  if leaf == "kernel":
-    if parent in _ATTN_KERNELS and grandparent == "attn":
-      return _ATTN_KERNELS[parent]
-    if parent in _MLP_KERNELS and grandparent == "mlp":
-      return "hidden"
-    if parent == "readout":
-      return "readout"
-  raise ValueError(
-      f"cannot tell the layer kind of parameter {shown!r}; expected embed/embedding, pos_embed/embedding, "
-      "attn/{query,key,value,out}/kernel, mlp/{fc_in,fc_out}/kernel, readout/kernel, .../bias, "
-      "ln_*/scale or attn/{query,key}_gain")
 
 
 def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
@@ -534,7 +464,7 @@ def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
   Raises:
     ValueError: unknown kind, wrong rank, or an empty axis.
   """
-  kind = _check_kind(kind)
+  kind = check_kind(kind)
   try:
     dims = tuple(operator.index(d) for d in shape)
   except TypeError:
@@ -554,35 +484,32 @@ def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
   return dims[0], math.prod(dims[1:])
 
 
-def param_specs(params: Any, parametrization: str | Parametrization, width: int) -> Any:
+def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
   """The LayerSpec of every parameter, in a tree with the structure of ``params``.
 
   Args:
-    params: the ``params`` tree (arrays or anything with ``.shape``), keyed as
-      in ``layer_kind``.
-    parametrization: a Parametrization or a registered name (default options).
+    params: the ``params`` tree (arrays or anything with ``.shape``).
+    kinds: the layer kind of every parameter, a tree of strings with the same
+      structure (``scaling.model.param_kinds``).
+    parametrization: the scheme.
     width: the model width.
 
   Returns:
     A pytree with the structure of ``params`` whose leaves are LayerSpecs.
 
   Raises:
-    ValueError: a path has no known kind, or a shape or width is invalid;
-      the message names the parameter.
+    ValueError: the trees differ, a kind is unknown, or a shape or width is
+      invalid; the message names the parameter.
   """
-  scheme = resolve_parametrization(parametrization)
   check_positive_int("width", width)
+  if jax.tree.structure(params) != jax.tree.structure(kinds):
+    raise ValueError("params and kinds must have the same tree structure (kinds from scaling.model.param_kinds)")
 
-  def spec(path, leaf):
-    names = path_names(path)
+  def spec(path, leaf, kind):
     try:
-      kind = layer_kind(names)
       fan_in, fan_out = fans(kind, getattr(leaf, "shape", ()))
-      return scheme.layer(kind, fan_in, fan_out, width)
+      return parametrization.layer(kind, fan_in, fan_out, width)
     except ValueError as e:
-      shown = "/".join(names)
-      if shown in str(e):
-        raise
-      raise ValueError(f"parameter {shown!r}: {e}") from None
+      raise ValueError(f"parameter {'/'.join(path_names(path))!r}: {e}") from None
 
-  return jax.tree_util.tree_map_with_path(spec, params)
+  return jax.tree_util.tree_map_with_path(spec, params, kinds)

@@ -248,7 +248,10 @@ def get_rule(rule: str | ScaleRule, **kwargs: Any) -> ScaleRule:
     factory = _REGISTRY[rule]
   except KeyError:
     raise ValueError(f"unknown logit-scale rule {rule!r}; known: {', '.join(_REGISTRY)}") from None
-  return factory(**kwargs)
+  try:
+    return factory(**kwargs)
+  except TypeError as e:
+    raise ValueError(f"bad options for rule {rule!r}: {e}") from None
 
 
 for _name, _factory in (

@@ -1,12 +1,16 @@
-"""Training: the weighted next-token loss, a pure (vmappable) train step, and a loop that detects divergence.
+"""Training: the weighted next-token loss, one pure train step, and one loop for a run or a vmapped grid.
 
-``train_step`` is a pure function of (state, batch): the optimizer and model are
-static, so one compiled step can be ``jax.vmap``-ed over a leading axis of
-states and batches, e.g. a grid of learning rates × seeds with the learning
-rate living inside the optimizer state (``optax.inject_hyperparams``; see
-``set_hyperparam``). ``run_training`` streams batches from a
-``scaling.data.Dataset`` and stops at the first non-finite loss or at a loss
-above ``divergence_factor`` × the initial loss.
+``train_step`` is a pure function of (state, batch); the model and optimizer
+are static. ``run_training`` runs it either for a single run or, with a leading grid
+axis, for a grid of learning rates × seeds: the learning rate lives in the
+optimizer state (``optax.inject_hyperparams``), so every member shares one
+compiled step (``jax.vmap``). Member i is initialized with ``PRNGKey(seed_i)``
+and trained on ``dataset.batch(t, seed_i)`` at step t, exactly as a single run
+of that seed would be. The loop stops on divergence (a non-finite loss, or one
+above ``divergence_factor`` × the initial loss) once every member has
+diverged, and keeps the last state whose loss was finite so that a diverged
+run is evaluated there rather than on NaN parameters. Every step reports the
+learning rate actually applied (peak × schedule factor).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +28,7 @@ import optax
 from flax import struct
 
 from scaling import model as model_lib
+from scaling import optim as optim_lib
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -60,7 +65,7 @@ def loss_fn(params: Any, batch: Batch, *, model: model_lib.Transformer) -> tuple
   Returns:
     (loss, (accuracy, aux)) with ``aux`` the model's forward-pass metrics.
   """
-  logits, aux = model.apply({"params": params}, batch["inputs"])
+  logits, aux = model_lib.apply_with_aux(model, params, batch["inputs"])
   loss, accuracy = weighted_cross_entropy(logits, batch["targets"], batch["weights"])
   return loss, (accuracy, aux)
 
@@ -81,11 +86,21 @@ class TrainState:
   opt_state: Any
 
 
-def init_train_state(rng: Array, config: model_lib.ModelConfig,
-                     optimizer: optax.GradientTransformation) -> TrainState:
-  """Initial parameters from ``rng`` and the optimizer state for them."""
-  params = model_lib.init_params(rng, config)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+@functools.lru_cache(maxsize=64)
+def make_optimizer(model_config: model_lib.ModelConfig,
+                   opt_config: optim_lib.OptimizerConfig) -> optax.GradientTransformation:
+  """The optimizer of a model: ``opt_config.build`` with the model's parametrization, width and layer kinds."""
+  return opt_config.build(model_config.parametrization, model_config.width, model_lib.param_kinds(model_config))
+
+
+def init_train_state(seed: Any, model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
+                     learning_rate: Any = None) -> TrainState:
+  """Parameters from ``PRNGKey(seed)`` and the optimizer state, with ``learning_rate`` (default: the config's)."""
+  params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
+  opt_state = make_optimizer(model_config, opt_config).init(params)
+  lr = opt_config.learning_rate if learning_rate is None else learning_rate
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=optim_lib.set_learning_rate(opt_state, lr))
 
 
 def layer_grad_norms(grads: Any, depth: int) -> Array:
@@ -93,39 +108,32 @@ def layer_grad_norms(grads: Any, depth: int) -> Array:
   return jnp.stack([optax.tree.norm(grads[f"block_{i}"]) for i in range(depth)])
 
 
-def _learning_rate(opt_state: Any) -> Array | None:
-  """The injected learning rate in an optimizer state, or None when there is none (or several)."""
-  try:
-    lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
-  except (KeyError, ValueError):
-    return None
-  if lr is None:
-    return None
-  return jnp.asarray(lr, jnp.float32)
-
-
 def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
-               optimizer: optax.GradientTransformation) -> tuple[TrainState, dict[str, Array]]:
+               optimizer: optax.GradientTransformation,
+               opt_config: optim_lib.OptimizerConfig) -> tuple[TrainState, dict[str, Array]]:
   """One optimizer update; pure, so it can be jitted and vmapped over (state, batch).
 
   Args:
     state: the current TrainState.
     batch: {"inputs", "targets", "weights"} each [B, T].
     model: the Transformer (static).
-    optimizer: an optax GradientTransformation (static).
+    optimizer: its optax GradientTransformation (static; ``make_optimizer``).
+    opt_config: the optimizer's config (static), for the applied learning rate.
 
   Returns:
     (new state, metrics) where metrics are measured at the parameters *before*
     the update: ``loss``, ``accuracy``, ``grad_norm`` (global),
     ``layer_grad_norm`` [depth], ``embed_grad_norm``, ``readout_grad_norm``,
-    ``update_norm``, ``learning_rate`` (when injected), the model's per-layer
-    aux metrics [depth] (``attn_entropy``, ``attn_max_logit``, ...) and
+    ``update_norm``, ``learning_rate`` (the rate applied in this update: the
+    peak in the optimizer state times the schedule factor), the model's
+    per-layer metrics [depth] (``attn_entropy``, ``attn_max_logit``, ...) and
     ``embed_rms``, ``readout_rms``.
   """
   grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model), has_aux=True)
   (loss, (accuracy, aux)), grads = grad_fn(state.params, batch)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  peak = jnp.asarray(optax.tree_utils.tree_get(state.opt_state, "learning_rate"), jnp.float32)
   metrics = {
       "loss": loss,
       "accuracy": accuracy,
@@ -134,27 +142,47 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       "embed_grad_norm": optax.tree.norm(grads["embed"]),
       "readout_grad_norm": optax.tree.norm(grads["readout"]),
       "update_norm": optax.tree.norm(updates),
+      "learning_rate": jnp.asarray(opt_config.applied_learning_rate(peak, state.step), jnp.float32),
       "embed_rms": aux["embed_rms"],
       "readout_rms": aux["readout_rms"],
       **aux["layers"],
   }
-  lr = _learning_rate(state.opt_state)
-  if lr is not None:
-    metrics["learning_rate"] = lr
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-@functools.lru_cache(maxsize=16)
-def make_train_step(model_config: model_lib.ModelConfig, optimizer: optax.GradientTransformation, *,
-                    vmapped: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
-  """``train_step`` for this model and optimizer, jitted (and vmapped over a leading axis when asked).
+@functools.lru_cache(maxsize=64)
+def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
+                    grid: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
+  """``train_step`` for this model and optimizer, jitted, vmapped over a leading grid axis when ``grid``.
 
-  Cached: the same (config, optimizer object) returns the same compiled function.
+  Cached: the same configs return the same compiled function.
   """
-  fn = functools.partial(train_step, model=model_lib.Transformer(model_config), optimizer=optimizer)
-  if vmapped:
-    fn = jax.vmap(fn)
-  return jax.jit(fn)
+  fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
+                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
+  return jax.jit(jax.vmap(fn) if grid else fn)
+
+
+@functools.lru_cache(maxsize=64)
+def make_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
+              grid: bool = False) -> Callable[[Any, Any], TrainState]:
+  """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``)."""
+  fn = functools.partial(init_train_state, model_config=model_config, opt_config=opt_config)
+  fn = lambda seed, lr, fn=fn: fn(seed, learning_rate=lr)
+  return jax.jit(jax.vmap(fn) if grid else fn)
+
+
+@jax.jit
+def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
+  """Batch ``step`` of each seed: {inputs, targets, weights} [M, B, T] (compiled once per dataset config)."""
+  return jax.vmap(lambda s: dataset.batch(step, s))(seeds)
+
+
+@jax.jit
+def _keep(ok: Array, new: Any, old: Any) -> Any:
+  """Per member: ``new`` where ``ok`` (shape [] or [M]), else ``old``."""
+  def pick(a, b):
+    return jnp.where(jnp.reshape(ok, ok.shape + (1,) * (a.ndim - ok.ndim)), a, b)
+  return jax.tree.map(pick, new, old)
 
 
 @functools.lru_cache(maxsize=16)
@@ -179,59 +207,13 @@ def evaluate(params: Any, model_config: model_lib.ModelConfig, dataset: Any, num
   return {k: float(np.mean([r[k] for r in rows])) for k in ("loss", "accuracy")}
 
 
-def set_hyperparam(state: TrainState, name: str, value: Any) -> TrainState:
-  """Returns ``state`` with an injected optimizer hyperparameter (e.g. "learning_rate") set to ``value``."""
-  current = optax.tree_utils.tree_get(state.opt_state, name)
-  if current is None:
-    raise ValueError(f"the optimizer state has no injected hyperparameter {name!r}; "
-                     "build the optimizer with optax.inject_hyperparams")
-  value = jnp.asarray(value, jnp.asarray(current).dtype)
-  return state.replace(opt_state=optax.tree_utils.tree_set(state.opt_state, **{name: value}))
-
-
-def stack_trees(trees: list[Any]) -> Any:
-  """Stacks identically structured pytrees along a new leading axis (for vmapped steps)."""
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
-
-
 def to_host(metrics: dict[str, Array]) -> dict[str, Any]:
-  """Metrics as Python floats (scalars) and lists (per-layer arrays)."""
+  """Metrics as Python floats (scalars) and lists (arrays)."""
   out = {}
   for k, v in jax.device_get(metrics).items():
     v = np.asarray(v)
     out[k] = float(v) if v.ndim == 0 else v.astype(np.float64).tolist()
   return out
-
-
-@dataclasses.dataclass
-class TrainResult:
-  """Outcome of ``run_training``.
-
-  Attributes:
-    state: the final TrainState (after the last update that was applied).
-    steps_run: number of train steps executed (including a diverging one).
-    stop_reason: STOP_COMPLETED, STOP_NONFINITE or STOP_LOSS_GROWTH.
-    divergence_step: the step whose loss diverged, or None.
-    initial_loss: loss of step 0.
-    final_loss: loss of the last step run.
-    history: host metrics (with "step") of every logged step.
-    wall_time: seconds for the whole loop, compilation included.
-    steps_per_sec: throughput after the first (compiling) step.
-  """
-
-  state: TrainState
-  steps_run: int
-  stop_reason: str
-  divergence_step: int | None
-  initial_loss: float
-  final_loss: float
-  history: list[dict[str, Any]]
-  wall_time: float
-  steps_per_sec: float
-
-  @property
-  def diverged(self) -> bool:
-    return self.divergence_step is not None
 
 
 def check_divergence(loss: float, initial_loss: float, factor: float) -> str | None:
@@ -243,70 +225,152 @@ def check_divergence(loss: float, initial_loss: float, factor: float) -> str | N
   return None
 
 
-def run_training(model_config: model_lib.ModelConfig, optimizer: optax.GradientTransformation, dataset: Any, *,
-                 steps: int, seed: int = 0, log_every: int = 1,
-                 callback: Callable[[int, dict[str, Any]], None] | None = None,
-                 divergence_factor: float = DEFAULT_DIVERGENCE_FACTOR,
-                 state: TrainState | None = None) -> TrainResult:
-  """Trains for ``steps`` steps on ``dataset``, stopping early on divergence.
+@dataclasses.dataclass
+class TrainResult:
+  """Outcome of ``run_training``. For a grid, per-member values are arrays [M]; for a single run, scalars.
 
-  Deterministic given ``seed``: the parameters come from ``PRNGKey(seed)`` and
-  batch i is ``dataset.batch(i, seed)``.
+  Attributes:
+    state: the final TrainState (after the last update that was applied).
+    last_finite_state: the state to evaluate: ``state`` for a member that never
+      diverged, else the last state whose loss was finite and not diverged
+      (None unless ``keep_last_finite``).
+    steps_run: number of train steps executed (including a diverging one).
+    stop_reason: STOP_COMPLETED, STOP_NONFINITE or STOP_LOSS_GROWTH (per member).
+    divergence_step: the step whose loss diverged, or None (-1 in a grid).
+    initial_loss: loss of step 0.
+    final_loss: loss of the last step run.
+    history: host metrics (with "step") of every logged step.
+    records: the metrics named in ``record`` at every step run, numpy float64
+      [steps_run, (M,) ...].
+    wall_time: seconds for the whole loop, compilation included.
+    steps_per_sec: throughput after the first (compiling) step.
+  """
+
+  state: TrainState
+  last_finite_state: TrainState | None
+  steps_run: int
+  stop_reason: Any
+  divergence_step: Any
+  initial_loss: Any
+  final_loss: Any
+  history: list[dict[str, Any]]
+  records: dict[str, np.ndarray]
+  wall_time: float
+  steps_per_sec: float
+
+  @property
+  def diverged(self) -> Any:
+    """Whether the run (each member) diverged."""
+    if isinstance(self.divergence_step, np.ndarray):
+      return self.divergence_step >= 0
+    return self.divergence_step is not None
+
+
+def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, dataset: Any, *,
+          seed: int | Sequence[int] = 0, learning_rates: Sequence[float] | None = None, log_every: int = 1,
+          callback: Callable[[int, dict[str, Any]], None] | None = None,
+          divergence_factor: float = DEFAULT_DIVERGENCE_FACTOR, record: Sequence[str] = (),
+          fixed_batch: bool = False, keep_last_finite: bool = False, stop_on_divergence: bool = True,
+          state: TrainState | None = None) -> TrainResult:
+  """Trains one run, or a grid of runs in one vmapped program, for ``opt_config.steps`` steps.
+
+  Deterministic given the seeds: member i starts from ``PRNGKey(seed_i)`` and
+  sees ``dataset.batch(t, seed_i)`` at step t (batch 0 throughout with
+  ``fixed_batch``).
 
   Args:
     model_config: the model.
-    optimizer: an optax GradientTransformation.
-    dataset: a ``scaling.data.Dataset`` (``batch(step, seed)``).
-    steps: number of updates.
-    seed: initialization and data seed.
-    log_every: call ``callback`` and record history every this many steps
-      (the first, the last and a diverging step are always logged).
-    callback: ``callback(step, metrics)`` with host metrics (floats and lists).
-    divergence_factor: stop when the loss exceeds this × the step-0 loss.
-    state: optional starting state (default: ``init_train_state``).
+    opt_config: the optimizer, schedule and number of steps.
+    dataset: a ``scaling.data.Dataset``.
+    seed: an int for a single run, or a sequence [M] for a grid.
+    learning_rates: a grid's learning rates [M] (with a sequence of seeds);
+      None: ``opt_config.learning_rate`` for every member.
+    log_every: call ``callback`` and keep history every this many steps (the
+      first, the last and a diverging step are always logged).
+    callback: ``callback(step, row)`` with host metrics (floats and lists).
+    divergence_factor: a member diverges at a non-finite loss or one above
+      this × its step-0 loss.
+    record: metric names kept at every step in ``TrainResult.records``.
+    fixed_batch: train every step on batch 0.
+    keep_last_finite: keep the last finite state of each member (a second copy
+      of the state on the device).
+    stop_on_divergence: stop once every member has diverged.
+    state: optional starting state (single run).
 
   Returns:
     A TrainResult.
   """
-  if steps < 1:
-    raise ValueError(f"steps must be positive, got {steps}")
+  steps = opt_config.steps
   if log_every < 1:
     raise ValueError(f"log_every must be positive, got {log_every}")
   if not (math.isfinite(divergence_factor) and divergence_factor > 0):
     raise ValueError(f"divergence_factor must be a positive number, got {divergence_factor}")
   if dataset.vocab_size > model_config.vocab_size:
     raise ValueError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
+  grid = not isinstance(seed, (int, np.integer))
   start = time.perf_counter()
+  if grid:
+    seeds = jnp.asarray(seed, jnp.int32)
+    lrs = (jnp.full(seeds.shape, opt_config.learning_rate, jnp.float32) if learning_rates is None
+           else jnp.asarray(learning_rates, jnp.float32))
+    if seeds.ndim != 1 or seeds.shape != lrs.shape:
+      raise ValueError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
+    batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
+    shape = seeds.shape
+  else:
+    if learning_rates is not None:
+      raise ValueError("learning_rates need a sequence of seeds (a grid)")
+    seeds, lrs = int(seed), None
+    batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
+    shape = ()
   if state is None:
-    state = init_train_state(jax.random.PRNGKey(seed), model_config, optimizer)
-  step_fn = make_train_step(model_config, optimizer)
+    state = make_init(model_config, opt_config, grid=grid)(seeds, opt_config.learning_rate if lrs is None else lrs)
+  step_fn = make_train_step(model_config, opt_config, grid=grid)
+  kept = state if keep_last_finite else None
   history: list[dict[str, Any]] = []
-  initial_loss = final_loss = float("nan")
-  stop_reason, divergence_step = STOP_COMPLETED, None
-  first_step_done = None
+  records: dict[str, list] = {name: [] for name in record}
+  initial = final = np.full(shape, np.nan)
+  diverged_at = np.full(shape, -1)
+  reasons = np.full(shape, STOP_COMPLETED, dtype=object)
+  first_step_done = start
   steps_run = 0
-  for i in range(steps):
-    batch = dataset.batch(i, seed)
-    state, metrics = step_fn(state, batch)
-    loss = float(metrics["loss"])
-    steps_run = i + 1
-    if i == 0:
-      initial_loss = loss
+  for t in range(steps):
+    state_in = state
+    state, metrics = step_fn(state_in, batch_of(t))
+    loss = np.asarray(jax.device_get(metrics["loss"]), np.float64)
+    steps_run = t + 1
+    if t == 0:
+      initial = loss
       first_step_done = time.perf_counter()
-    final_loss = loss
-    reason = check_divergence(loss, initial_loss, divergence_factor)
-    if reason is not None:
-      stop_reason, divergence_step = reason, i
-    if i % log_every == 0 or i == steps - 1 or reason is not None:
-      row = {"step": i, **to_host(metrics)}
+    final = loss
+    new = np.zeros(shape, bool)
+    for idx in np.ndindex(shape):
+      if diverged_at[idx] < 0:
+        reason = check_divergence(float(loss[idx]), float(initial[idx]), divergence_factor)
+        if reason is not None:
+          diverged_at[idx], reasons[idx], new[idx] = t, reason, True
+    if kept is not None:
+      kept = _keep(jnp.asarray(diverged_at < 0), state_in, kept)
+    for name in record:
+      records[name].append(metrics[name])
+    if t % log_every == 0 or t == steps - 1 or new.any():
+      row = {"step": t, **to_host(metrics)}
       history.append(row)
       if callback is not None:
-        callback(i, row)
-    if reason is not None:
+        callback(t, row)
+    if stop_on_divergence and np.all(diverged_at >= 0):
       break
   end = time.perf_counter()
+  if kept is not None:
+    kept = _keep(jnp.asarray(diverged_at >= 0), kept, state)
   timed = steps_run - 1
   steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
-  return TrainResult(state=state, steps_run=steps_run, stop_reason=stop_reason, divergence_step=divergence_step,
-                     initial_loss=initial_loss, final_loss=final_loss, history=history, wall_time=end - start,
-                     steps_per_sec=steps_per_sec)
+  host_records = {k: np.asarray(jax.device_get(jnp.stack(v)), np.float64) for k, v in records.items()}
+  if grid:
+    result = dict(stop_reason=reasons, divergence_step=diverged_at, initial_loss=initial, final_loss=final)
+  else:
+    step = int(diverged_at)
+    result = dict(stop_reason=str(reasons[()]), divergence_step=None if step < 0 else step,
+                  initial_loss=float(initial), final_loss=float(final))
+  return TrainResult(state=state, last_finite_state=kept, steps_run=steps_run, history=history,
+                     records=host_records, wall_time=end - start, steps_per_sec=steps_per_sec, **result)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
-
-import numpy as np
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -20,13 +17,3 @@ def check_positive_int(name: str, value: Any) -> int:
   if result <= 0:
     raise ValueError(f"{name} must be a positive integer, got {result}")
   return result
-
-
-def check_finite(name: str, value: Any, *, positive: bool = False, nonnegative: bool = False) -> float:
-  """``value`` as a float, or ValueError unless it is a finite (positive / non-negative) number."""
-  ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-  ok = ok and math.isfinite(value) and (not positive or value > 0) and (not nonnegative or value >= 0)
-  if not ok:
-    kind = "positive " if positive else "non-negative " if nonnegative else ""
-    raise ValueError(f"{name} must be a finite {kind}number, got {value!r}")
-  return float(value)

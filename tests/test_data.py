@@ -90,12 +90,14 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
 
   def test_recall_default_fills_sequence(self):
     ds = data.make_dataset("recall", seq_len=T, batch_size=B)
-    self.assertEqual((ds.num_pairs, ds.num_queries, ds.vocab_size), ((T + 1) // 2 - 1, 1, 64))
+    # The (T + 1) // 2 slots are shared evenly between pairs and queries.
+    slots = (T + 1) // 2
+    self.assertEqual((ds.num_pairs, ds.num_queries, ds.vocab_size), (slots - slots // 2, slots // 2, 64))
     summary = json.loads(json.dumps(data.describe(ds)))
     self.assertEqual(summary, {"name": "recall", "seq_len": T, "batch_size": B, "vocab_size": 64,
-                               "seed": 0, "num_pairs": 7, "num_queries": 1,
+                               "seed": 0, "num_pairs": 4, "num_queries": 4,
                                "chance_accuracy": 1 / 32})
-    _check_recall_oracle(self, _np(ds.batch(0)), 64, ds.num_pairs, 1)
+    _check_recall_oracle(self, _np(ds.batch(0)), 64, ds.num_pairs, ds.num_queries)
 
   def test_recall_query_spread_and_chance(self):
     ds = data.make_dataset("recall", **RECALL)

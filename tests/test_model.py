@@ -1,4 +1,5 @@
-"""The transformer: shapes, causality by Jacobian, init against the parametrization, aux metrics by hand."""
+"""The transformer: shapes, causality by Jacobian, logits against a hand-written reference, kinds and init against
+the parametrization, aux metrics by hand."""
 
 import math
 
@@ -10,17 +11,35 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
+from scaling import layers as layers_lib
 from scaling import model as model_lib
 from scaling import parametrization as param_lib
 from scaling import rules
 
 V = 13
 
+_PARAMETRIZATION_OPTIONS = ("base_width", "base_head_dim", "zero_query", "zero_readout")
+
 
 def _config(**kw):
+  """A small ModelConfig. Names are resolved to objects here, the one place in these tests: ``parametrization``
+  and ``rule`` may be names, with ``base_width``, ``base_head_dim``, ``zero_query``, ``zero_readout`` and
+  ``parametrization_options`` for ``get_parametrization`` and ``rule_options`` for ``get_rule``."""
   base = dict(vocab_size=V, width=16, depth=1, num_heads=2, head_dim=8, max_len=16)
   base.update(kw)
-  return model_lib.ModelConfig(**base)
+  parametrization = base.pop("parametrization", "sp")
+  options = {name: base.pop(name) for name in _PARAMETRIZATION_OPTIONS if name in base}
+  options.update(dict(base.pop("parametrization_options", ())))
+  if isinstance(parametrization, str):
+    parametrization = param_lib.get_parametrization(parametrization, **options)
+  elif options:
+    raise ValueError("parametrization options need a parametrization name")
+  rule, rule_options = base.pop("rule", None), dict(base.pop("rule_options", ()))
+  if isinstance(rule, str):
+    rule = rules.get_rule(rule, **rule_options)
+  elif rule_options:
+    raise ValueError("rule_options need a rule name")
+  return model_lib.ModelConfig(parametrization=parametrization, rule=rule, **base)
 
 
 def _tokens(b=2, t=8, seed=1):
@@ -32,15 +51,29 @@ def _params(cfg, seed=0):
 
 
 def _init_apply(cfg, tokens, seed=0, jit=False):
-  # Eager by default: configurations with the shapes of _config() reuse the compiled ops of earlier tests.
+  """(params, logits, aux). Eager by default: configurations with the shapes of _config() reuse the compiled ops
+  of earlier tests."""
   params = _params(cfg, seed)
-  apply = model_lib.Transformer(cfg).apply
-  logits, aux = (jax.jit(apply) if jit else apply)({"params": params}, tokens)
+  model = model_lib.Transformer(cfg)
+  apply = lambda p, x: model_lib.apply_with_aux(model, p, x)
+  logits, aux = (jax.jit(apply) if jit else apply)(params, tokens)
   return params, logits, aux
+
+
+def _apply_capturing(model, params, tokens):
+  """(logits, aux, intermediates): the forward pass with every module's output captured."""
+  logits, state = model.apply({"params": params}, tokens, capture_intermediates=True,
+                              mutable=["intermediates", layers_lib.METRICS])
+  return logits, model_lib.gather_aux(state[layers_lib.METRICS], model.config.depth), state["intermediates"]
 
 
 def _paths(params):
   return {"/".join(param_lib.path_names(p)) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+
+
+def _flat(tree):
+  """{"a/b/c": leaf} of a nested dict."""
+  return {"/".join(param_lib.path_names(p)): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 class ShapeAndNamesTest(parameterized.TestCase):
@@ -94,8 +127,8 @@ class ShapeAndNamesTest(parameterized.TestCase):
     self.assertEqual(shapes["block_0/mlp/fc_in/kernel"], (16, 64))
     self.assertEqual(shapes["block_0/attn/query_gain"], (8,))
     self.assertEqual(shapes["readout/kernel"], (16, V))
-    # Every path has a kind in the parametrization's table.
-    param_lib.param_specs(params, "mup", cfg.width)
+    # Every parameter has a kind in the parametrization's table.
+    param_lib.param_specs(params, model_lib.param_kinds(cfg), param_lib.get_parametrization("mup"), cfg.width)
 
   def test_post_ln_has_no_final_norm(self):
     params = model_lib.init_params(jax.random.PRNGKey(0), _config(pre_ln=False))
@@ -115,7 +148,7 @@ def _dependence(cfg, t=8, seed=0):
   emb = jax.random.normal(jax.random.key(7), (2, t, cfg.width))
   # A random projection of the vocabulary keeps the Jacobian small: [T] outputs of sequence 0.
   proj = jax.random.normal(jax.random.key(8), (cfg.vocab_size,))
-  f = lambda e: model.apply({"params": params}, tokens, embedded=e)[0][0] @ proj
+  f = lambda e: model.apply({"params": params}, tokens, embedded=e)[0] @ proj
   jac = jax.jit(jax.jacobian(f))(emb)  # [T, 2, T, D]
   np.testing.assert_array_equal(jac[:, 1], 0.0)  # sequences do not interact
   return np.asarray(jnp.sum(jnp.abs(jac[:, 0]), axis=-1))
@@ -153,16 +186,15 @@ class VariantsTest(parameterized.TestCase):
     model = model_lib.Transformer(cfg)
     params = _params(cfg)
     np.testing.assert_array_equal(params["block_0"]["attn"]["query_gain"], np.ones(8))
-    grads = jax.jit(jax.grad(lambda p: jnp.sum(model.apply({"params": p}, tokens)[0] ** 2)))(params)
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(model.apply({"params": p}, tokens) ** 2)))(params)
     for name in ("query_gain", "key_gain"):
       self.assertGreater(float(jnp.linalg.norm(grads["block_0"]["attn"][name])), 0.0)
     # The gains multiply the normalized q and k: doubling both quadruples every logit.
     doubled = jax.tree.map(lambda x: x, params)
     doubled["block_0"]["attn"]["query_gain"] = 2.0 * params["block_0"]["attn"]["query_gain"]
     doubled["block_0"]["attn"]["key_gain"] = 2.0 * params["block_0"]["attn"]["key_gain"]
-    apply = model.apply
-    a = apply({"params": params}, tokens)[1]["layers"]["attn_logits_rms"][0]
-    b = apply({"params": doubled}, tokens)[1]["layers"]["attn_logits_rms"][0]
+    a = model_lib.apply_with_aux(model, params, tokens)[1]["layers"]["attn_logits_rms"][0]
+    b = model_lib.apply_with_aux(model, doubled, tokens)[1]["layers"]["attn_logits_rms"][0]
     np.testing.assert_allclose(b, 4.0 * a, rtol=1e-4)
 
   def test_rule_options_are_used(self):
@@ -212,40 +244,134 @@ class VariantsTest(parameterized.TestCase):
       ({"depth": -1}, "depth"),
       ({"head_dim": 7}, "even head_dim"),
       ({"num_heads": 4, "num_kv_heads": 3}, "multiple"),
-      ({"parametrization": "foo"}, "parametrization"),
-      ({"rule": "foo"}, "rule"),
-      ({"rule_options": (("tau", 2.0),)}, "explicit rule"),
-      ({"rule": "sqrt", "rule_options": (("tau", 2.0),)}, "rule_options"),
       ({"dtype": "float64"}, "dtype"),
       ({"positions": "alibi"}, "positions"),
       ({"attention": "flash"}, "attention"),
       ({"mlp_ratio": 0}, "mlp_ratio"),
       ({"logit_soft_cap": -1.0}, "logit_soft_cap"),
+      # Names and options are checked where they are resolved (get_parametrization, get_rule).
+      ({"parametrization": "foo"}, "unknown parametrization"),
+      ({"parametrization": "sp", "parametrization_options": (("attn_mult", 2.0),)}, "unknown option.*attn_mult"),
+      ({"base_width": 0}, "base_width"),
+      ({"rule": "foo"}, "unknown logit-scale rule"),
+      ({"rule": "temperature", "rule_options": (("tau", -1.0),)}, "tau"),
   )
   def test_bad_config(self, kw, message):
     with self.assertRaisesRegex(ValueError, message):
       _config(**kw)
+
+  def test_rule_options_must_fit_the_rule(self):
+    # SqrtScale takes no tau: get_rule says so with a ValueError.
+    with self.assertRaises(ValueError):
+      _config(rule="sqrt", rule_options=(("tau", 2.0),))
+
+  @parameterized.named_parameters(
+      ("parametrization_name", {"parametrization": "mup"}, "parametrization must be a Parametrization object"),
+      ("parametrization_none", {"parametrization": None}, "parametrization must be a Parametrization object"),
+      ("parametrization_class", {"parametrization": param_lib.MuParametrization},
+       "parametrization must be a Parametrization object"),
+      ("rule_name", {"rule": "sqrt"}, "rule must be a ScaleRule object"),
+      ("rule_class", {"rule": rules.SqrtScale}, "rule must be a ScaleRule object"),
+  )
+  def test_names_are_not_accepted_by_the_config(self, kw, message):
+    # ModelConfig takes objects; names are resolved once, before (ModelFamily.model_config, _config here).
+    with self.assertRaisesRegex(ValueError, message):
+      model_lib.ModelConfig(vocab_size=V, **kw)
+
+  def test_objects_and_effective_rule(self):
+    mup = param_lib.get_parametrization("mup", base_head_dim=32)
+    cfg = model_lib.ModelConfig(vocab_size=V, parametrization=mup)
+    self.assertIs(cfg.parametrization, mup)
+    self.assertEqual(cfg.attention_rule, rules.LinearScale(base_head_dim=32))
+    tau = rules.get_rule("temperature", tau=3.0)
+    self.assertIs(model_lib.ModelConfig(vocab_size=V, parametrization=mup, rule=tau).attention_rule, tau)
+    self.assertIsInstance(model_lib.ModelConfig(vocab_size=V).parametrization, param_lib.StandardParametrization)
+    self.assertIsInstance(model_lib.ModelConfig(vocab_size=V).attention_rule, rules.SqrtScale)
+    hash(cfg)  # a static jit argument and a param_kinds cache key
+
+
+def _expected_kinds(cfg):
+  """The layer kind of every parameter, written out from the model's parameter contract."""
+  def dense(kind):
+    return {"kernel": kind, "bias": "bias"} if cfg.use_bias else {"kernel": kind}
+
+  def norm():
+    return {"scale": "norm", "bias": "bias"} if cfg.use_bias else {"scale": "norm"}
+
+  kinds = {"embed": {"embedding": "embedding"}, "readout": {"kernel": "readout"}}  # the readout has no bias
+  if cfg.positions == "learned":
+    kinds["pos_embed"] = {"embedding": "embedding"}
+  if cfg.pre_ln:
+    kinds["ln_final"] = norm()
+  for i in range(cfg.depth):
+    attn = {"query": dense("attn_q"), "key": dense("attn_k"), "value": dense("attn_v"), "out": dense("attn_o")}
+    if isinstance(cfg.attention_rule, rules.QKNorm):
+      attn.update(query_gain="norm", key_gain="norm")
+    kinds[f"block_{i}"] = {"ln_attn": norm(), "attn": attn, "ln_mlp": norm(),
+                           "mlp": {"fc_in": dense("hidden"), "fc_out": dense("hidden")}}
+  return kinds
+
+
+class KindsTest(parameterized.TestCase):
+
+  def test_every_kind_written_out(self):
+    cfg = _config(positions="learned", use_bias=True, rule="qk_norm", num_kv_heads=1)
+    want = {
+        "embed/embedding": "embedding",
+        "pos_embed/embedding": "embedding",
+        "block_0/ln_attn/scale": "norm", "block_0/ln_attn/bias": "bias",
+        "block_0/attn/query/kernel": "attn_q", "block_0/attn/query/bias": "bias",
+        "block_0/attn/key/kernel": "attn_k", "block_0/attn/key/bias": "bias",
+        "block_0/attn/value/kernel": "attn_v", "block_0/attn/value/bias": "bias",
+        "block_0/attn/out/kernel": "attn_o", "block_0/attn/out/bias": "bias",
+        "block_0/attn/query_gain": "norm", "block_0/attn/key_gain": "norm",
+        "block_0/ln_mlp/scale": "norm", "block_0/ln_mlp/bias": "bias",
+        "block_0/mlp/fc_in/kernel": "hidden", "block_0/mlp/fc_in/bias": "bias",
+        "block_0/mlp/fc_out/kernel": "hidden", "block_0/mlp/fc_out/bias": "bias",
+        "ln_final/scale": "norm", "ln_final/bias": "bias",
+        "readout/kernel": "readout",
+    }
+    kinds = model_lib.param_kinds(cfg)
+    self.assertEqual(_flat(kinds), want)
+    self.assertEqual(jax.tree.structure(kinds), jax.tree.structure(_params(cfg)))
+
+  @parameterized.named_parameters(
+      ("sp_default", {}),
+      ("mup_depth2_post_ln_learned", {"parametrization": "mup", "depth": 2, "pre_ln": False, "positions": "learned"}),
+      ("umup_bias_gqa_qk_norm", {"parametrization": "umup", "use_bias": True, "num_kv_heads": 1,
+                                 "rule": "qk_norm"}),
+  )
+  def test_param_kinds_match_the_contract(self, kw):
+    cfg = _config(**kw)
+    self.assertEqual(model_lib.param_kinds(cfg), _expected_kinds(cfg))
+    self.assertEqual(_paths(_params(cfg)), set(_flat(_expected_kinds(cfg))))
 
 
 class InitTest(parameterized.TestCase):
 
   @parameterized.parameters(*param_lib.available_parametrizations())
   def test_init_std_matches_parametrization(self, name):
-    cfg = _config(width=64, num_heads=4, head_dim=16, parametrization=name, vocab_size=128, use_bias=True)
+    cfg = _config(width=64, num_heads=4, head_dim=16, parametrization=name, vocab_size=128, use_bias=True,
+                  rule="qk_norm", positions="learned")
     params = model_lib.init_params(jax.random.PRNGKey(3), cfg)
-    specs = param_lib.param_specs(params, cfg.make_parametrization(), cfg.width)
-    flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, param_lib.LayerSpec))
-    self.assertLen(spec_leaves, len(flat))
-    for (path, x), spec in zip(flat, spec_leaves):
-      name_ = "/".join(param_lib.path_names(path))
+    kinds = _flat(_expected_kinds(cfg))
+    flat = _flat(params)
+    self.assertEqual(set(flat), set(kinds))
+    for path, x in flat.items():
+      kind = kinds[path]
+      spec = cfg.parametrization.layer(kind, *param_lib.fans(kind, x.shape), cfg.width)
       x = np.asarray(x, np.float64)
       if spec.init_std == 0:
-        np.testing.assert_array_equal(x, spec.init_mean, err_msg=name_)
+        np.testing.assert_array_equal(x, spec.init_mean, err_msg=path)
       else:
         self.assertAlmostEqual(float(np.mean(x)), spec.init_mean, delta=5 * spec.init_std / math.sqrt(x.size),
-                               msg=name_)
-        np.testing.assert_allclose(np.std(x), spec.init_std, rtol=0.08, err_msg=name_)
+                               msg=path)
+        np.testing.assert_allclose(np.std(x), spec.init_std, rtol=0.08, err_msg=path)
+    # param_specs gives the same specs from param_kinds.
+    specs = _flat(param_lib.param_specs(params, model_lib.param_kinds(cfg), cfg.parametrization, cfg.width))
+    for path, x in flat.items():
+      self.assertEqual(specs[path], cfg.parametrization.layer(kinds[path], *param_lib.fans(kinds[path], x.shape),
+                                                              cfg.width), msg=path)
 
   def test_sp_init_closed_form(self):
     cfg = _config(width=64, num_heads=4, head_dim=16, vocab_size=128)
@@ -254,6 +380,12 @@ class InitTest(parameterized.TestCase):
     np.testing.assert_allclose(np.std(p["block_0"]["mlp"]["fc_out"]["kernel"]), 1 / math.sqrt(256), rtol=0.05)
     np.testing.assert_allclose(np.std(p["block_0"]["attn"]["out"]["kernel"]), 1 / math.sqrt(64), rtol=0.05)
     np.testing.assert_array_equal(p["ln_final"]["scale"], np.ones(64))
+
+  def test_params_are_plain_arrays(self):
+    params = _params(_config(use_bias=True))
+    self.assertTrue(all(isinstance(x, jax.Array) for x in jax.tree.leaves(params)))
+    self.assertFalse(any(isinstance(x, layers_lib.Kinded)
+                         for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, layers_lib.Kinded))))
 
   @parameterized.parameters("sp", "mup")
   def test_zero_query_and_readout(self, name):
@@ -271,16 +403,151 @@ class InitTest(parameterized.TestCase):
     expected = np.mean(np.log(np.arange(1, t + 1)))
     np.testing.assert_allclose(aux["layers"]["attn_entropy"], expected, rtol=1e-5)
 
-  def test_readout_multiplier_applied(self):
-    # μP at width 16 with base width 8 (m = 2): logits = (1/m) · h @ W_readout.
+
+def _gelu_tanh(x):
+  """GELU, tanh approximation (Hendrycks & Gimpel 2016; flax.linen.gelu's default)."""
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _rope(x, base):
+  """RoPE (Su et al. 2021, §3.4) in the rotate-half layout: coordinates (i, i + H/2) of position t are rotated by
+  the angle t · base^(-2i/H). x [B, T, heads, H]."""
+  h = x.shape[-1]
+  half = h // 2
+  angles = np.arange(x.shape[1])[:, None] * base ** (-2.0 * np.arange(half) / h)  # [T, H/2]
+  cos, sin = np.cos(angles)[None, :, None, :], np.sin(angles)[None, :, None, :]
+  x1, x2 = x[..., :half], x[..., half:]
+  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
+  """The decoder's logits recomputed in float64 numpy from the parameters.
+
+  Args:
+    cfg: the ModelConfig (shapes and switches only).
+    params: the params tree.
+    tokens: int [B, T].
+    mult: (kind, fan_in) -> the forward multiplier A of a layer, written out by the test.
+    logit_scale: the factor s in softmax(s · q·k), written out by the test.
+  """
+  p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+  tokens = np.asarray(tokens)
+  b, t = tokens.shape
+  n, kv, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
+  eps = 1e-6
+
+  def dense(layer, x, kind):
+    y = mult(kind, layer["kernel"].shape[0]) * np.einsum("...i,io->...o", x, layer["kernel"])
+    return y + mult("bias", 1) * layer["bias"] if "bias" in layer else y
+
+  def norm(layer, x):
+    # LayerNorm without a learned centring bias (unless use_bias), or RMSNorm; then the gain.
+    if cfg.norm == "layer":
+      x = x - x.mean(-1, keepdims=True)
+    y = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * (mult("norm", 1) * layer["scale"])
+    return y + mult("bias", 1) * layer["bias"] if "bias" in layer else y
+
+  def attention(a, x):
+    q = dense(a["query"], x, "attn_q").reshape(b, t, n, h)
+    k = dense(a["key"], x, "attn_k").reshape(b, t, kv, h)
+    v = dense(a["value"], x, "attn_v").reshape(b, t, kv, h)
+    if cfg.positions == "rope":
+      q, k = _rope(q, cfg.rope_base), _rope(k, cfg.rope_base)
+    if "query_gain" in a:  # QK-norm: RMS-normalize every head vector, then the learnable gains
+      q = q / np.sqrt(np.mean(q * q, -1, keepdims=True) + eps) * a["query_gain"]
+      k = k / np.sqrt(np.mean(k * k, -1, keepdims=True) + eps) * a["key_gain"]
+    # GQA: query head j reads key/value head j // (N / K).
+    k, v = np.repeat(k, n // kv, axis=2), np.repeat(v, n // kv, axis=2)
+    z = logit_scale * np.einsum("bqnh,bsnh->bnqs", q, k)
+    z = np.where(np.tril(np.ones((t, t), bool)), z, -np.inf)  # causal: query q sees keys s <= q
+    w = np.exp(z - z.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    o = np.einsum("bnqs,bsnh->bqnh", w, v).reshape(b, t, n * h)
+    return dense(a["out"], o, "attn_o")
+
+  def mlp(m, x):
+    return dense(m["fc_out"], _gelu_tanh(dense(m["fc_in"], x, "hidden")), "hidden")
+
+  x = mult("embedding", V) * p["embed"]["embedding"][tokens]
+  if cfg.positions == "learned":
+    x = x + mult("embedding", cfg.max_len) * p["pos_embed"]["embedding"][:t][None]
+  for i in range(cfg.depth):
+    blk = p[f"block_{i}"]
+    if cfg.pre_ln:
+      x = x + attention(blk["attn"], norm(blk["ln_attn"], x))
+      x = x + mlp(blk["mlp"], norm(blk["ln_mlp"], x))
+    else:
+      x = norm(blk["ln_attn"], x + attention(blk["attn"], x))
+      x = norm(blk["ln_mlp"], x + mlp(blk["mlp"], x))
+  if cfg.pre_ln:
+    x = norm(p["ln_final"], x)
+  return mult("readout", cfg.width) * np.einsum("btd,dv->btv", x, p["readout"]["kernel"])
+
+
+def _ones(kind, fan_in):
+  del kind, fan_in
+  return 1.0
+
+
+def _mup_m2(kind, fan_in):
+  # μP at m = width / base_width = 16 / 8 = 2 (Tensor Programs V, Table 8): only the readout has A = 1/m.
+  del fan_in
+  return 0.5 if kind == "readout" else 1.0
+
+
+def _umup(kind, fan_in):
+  # u-μP (Blake et al. 2024, §4): A = 1/√n_in for hidden and attention matrices, 1/n_in for the readout.
+  if kind == "readout":
+    return 1.0 / fan_in
+  if kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o"):
+    return 1.0 / math.sqrt(fan_in)
+  return 1.0
+
+
+def _perturbed(params, seed=5, scale=0.3):
+  """params plus scale · N(0, 1) noise, so that gains and biases differ from their init (1 and 0)."""
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(treedef, [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+
+
+class ReferenceLogitsTest(parameterized.TestCase):
+  """Transformer(cfg).apply against the decoder written out with numpy einsums."""
+
+  @parameterized.named_parameters(
+      # SP: Vaswani et al.'s 1/√d_head with d_head = 8.
+      ("sp_rope_pre_ln", {}, _ones, 1 / math.sqrt(8)),
+      # μP (base width 8, base head dim 64): readout multiplier 1/m = 1/2 and logits α/d = √64 / 8 = 1.
+      ("mup_m2_gqa_bias", {"parametrization": "mup", "base_width": 8, "num_kv_heads": 1, "use_bias": True},
+       _mup_m2, 1.0),
+      # u-μP: fan-based multipliers, logits α_attn/d = 1/8.
+      ("umup_post_ln_rms_learned", {"parametrization": "umup", "pre_ln": False, "norm": "rms",
+                                    "positions": "learned"}, _umup, 1 / 8),
+      # QK-norm keeps 1/√d; two blocks, no positions.
+      ("sp_qk_norm_depth2_none", {"rule": "qk_norm", "depth": 2, "positions": "none"}, _ones, 1 / math.sqrt(8)),
+      # An explicit rule overrides the parametrization's: temperature τ = 2 gives s = 1/2 (μP at m = 1: all A = 1).
+      ("mup_m1_temperature", {"parametrization": "mup", "base_width": 16, "rule": "temperature",
+                              "rule_options": (("tau", 2.0),)}, _ones, 0.5),
+  )
+  def test_logits_match_reference(self, kw, mult, logit_scale):
+    cfg = _config(**kw)
+    tokens = _tokens(2, 8)
+    params = _perturbed(_params(cfg))
+    logits = model_lib.Transformer(cfg).apply({"params": params}, tokens)
+    want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale)
+    chex.assert_shape(logits, (2, 8, V))
+    np.testing.assert_allclose(np.asarray(logits, np.float64), want, rtol=2e-4, atol=2e-5)
+
+  def test_reference_detects_a_wrong_multiplier(self):
+    # The comparison is sensitive to the readout multiplier (μP at m = 2): with A = 1 it fails.
     cfg = _config(parametrization="mup", base_width=8)
-    tokens = _tokens()
-    model = model_lib.Transformer(cfg)
-    params = _params(cfg)
-    apply = lambda p, x: model.apply({"params": p}, x, capture_intermediates=True)
-    (logits, _), state = apply(params, tokens)
-    h = state["intermediates"]["ln_final"]["__call__"][0]
-    np.testing.assert_allclose(logits, 0.5 * h @ params["readout"]["kernel"], rtol=1e-5, atol=1e-6)
+    tokens = _tokens(2, 8)
+    params = _perturbed(_params(cfg))
+    logits = np.asarray(model_lib.Transformer(cfg).apply({"params": params}, tokens), np.float64)
+    np.testing.assert_allclose(logits, _reference_logits(cfg, params, tokens, mult=_mup_m2, logit_scale=1.0),
+                               rtol=2e-4, atol=2e-5)
+    wrong = _reference_logits(cfg, params, tokens, mult=_ones, logit_scale=1.0)
+    np.testing.assert_allclose(logits, 0.5 * wrong, rtol=2e-4, atol=2e-5)
 
 
 def _entropy(p):
@@ -300,16 +567,14 @@ class AuxMetricsTest(parameterized.TestCase):
     tokens = _tokens(2, 8)
     model = model_lib.Transformer(cfg)
     params = _params(cfg)
-    apply = lambda p, x: model.apply({"params": p}, x, capture_intermediates=True)
-    (logits, aux), state = apply(params, tokens)
-    inter = state["intermediates"]
+    logits, aux, inter = _apply_capturing(model, params, tokens)
     attn = inter["block_0"]["attn"]
     b, t = tokens.shape
     q = attn["query"]["__call__"][0].reshape(b, t, cfg.num_heads, cfg.head_dim)
     k = attn["key"]["__call__"][0].reshape(b, t, cfg.kv_heads, cfg.head_dim)
     if cfg.positions == "rope":
       q, k = scaling.apply_rope(q), scaling.apply_rope(k)
-    rule = cfg.make_rule()
+    rule = cfg.attention_rule
     z = np.asarray(scaling.attention_logits(q, k, rule=rule, is_causal=True), np.float64)  # [B, N, T, T]
     causal = np.tril(np.ones((t, t), bool))
     zm = np.where(causal, z, -np.inf)
@@ -335,11 +600,6 @@ class AuxMetricsTest(parameterized.TestCase):
 
 class BlockwiseTest(parameterized.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    if not model_lib.blockwise_available():
-      self.skipTest("scaling.blockwise is not available")
-
   @parameterized.named_parameters(
       ("qk_norm_gqa_mup_soft_cap", {"rule": "qk_norm", "num_kv_heads": 1, "parametrization": "mup",
                                     "logit_soft_cap": 5.0}),
@@ -352,7 +612,7 @@ class BlockwiseTest(parameterized.TestCase):
 
     def loss_and_grad(model):
       def loss(p):
-        logits, aux = model.apply({"params": p}, tokens)
+        logits, aux = model_lib.apply_with_aux(model, p, tokens)
         return jnp.mean(logits**2), (logits, aux)
       return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 

@@ -1,35 +1,39 @@
-"""Tests for scaling.optim: per-layer LRs against hand computations, schedules, vmap over LRs."""
+"""Tests for scaling.optim: per-layer LRs against hand computations, kinds not names, schedules, vmap over LRs."""
 
 import math
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scaling import layers
 from scaling import optim
 from scaling import parametrization as P
 
-_D, _V, _F = 8, 8, 16  # width 8 with base width 2: m = 4; V = D so only paths tell embed from readout
+_D, _V, _F = 8, 8, 16  # width 8 with base width 2: m = 4; V = D so only kinds tell embed from readout
 _MUP = P.get_parametrization("mup", base_width=2)
+_SP = P.get_parametrization("sp")
+_UMUP = P.get_parametrization("umup")
 
-# Paths of the contract and their multipliers under μP at m = 4, written by hand.
+# Paths of the contract, their layer kinds and their multipliers (Adam, SGD) under μP at m = 4, written by hand.
 _PATHS = {
-    ("embed", "embedding"): ((_V, _D), 1.0, 4.0),
-    ("block_0", "attn", "query", "kernel"): ((_D, _D), 0.25, 1.0),
-    ("block_0", "attn", "key", "kernel"): ((_D, _D), 0.25, 1.0),
-    ("block_0", "attn", "value", "kernel"): ((_D, _D), 0.25, 1.0),
-    ("block_0", "attn", "out", "kernel"): ((_D, _D), 0.25, 1.0),
-    ("block_0", "attn", "query_gain"): ((_D,), 1.0, 4.0),
-    ("block_0", "ln_attn", "scale"): ((_D,), 1.0, 4.0),
-    ("block_0", "mlp", "fc_in", "kernel"): ((_D, _F), 0.25, 1.0),
-    ("block_0", "mlp", "fc_in", "bias"): ((_F,), 1.0, 4.0),
-    ("block_0", "mlp", "fc_out", "kernel"): ((_F, _D), 0.25, 1.0),
-    ("ln_final", "scale"): ((_D,), 1.0, 4.0),
-    ("readout", "kernel"): ((_D, _V), 1.0, 4.0),
+    ("embed", "embedding"): ((_V, _D), "embedding", 1.0, 4.0),
+    ("block_0", "attn", "query", "kernel"): ((_D, _D), "attn_q", 0.25, 1.0),
+    ("block_0", "attn", "key", "kernel"): ((_D, _D), "attn_k", 0.25, 1.0),
+    ("block_0", "attn", "value", "kernel"): ((_D, _D), "attn_v", 0.25, 1.0),
+    ("block_0", "attn", "out", "kernel"): ((_D, _D), "attn_o", 0.25, 1.0),
+    ("block_0", "attn", "query_gain"): ((_D,), "norm", 1.0, 4.0),
+    ("block_0", "ln_attn", "scale"): ((_D,), "norm", 1.0, 4.0),
+    ("block_0", "mlp", "fc_in", "kernel"): ((_D, _F), "hidden", 0.25, 1.0),
+    ("block_0", "mlp", "fc_in", "bias"): ((_F,), "bias", 1.0, 4.0),
+    ("block_0", "mlp", "fc_out", "kernel"): ((_F, _D), "hidden", 0.25, 1.0),
+    ("ln_final", "scale"): ((_D,), "norm", 1.0, 4.0),
+    ("readout", "kernel"): ((_D, _V), "readout", 1.0, 4.0),
 }
 _DECAYED = {path for path in _PATHS if path[-1] in ("kernel", "embedding")}
 
@@ -37,12 +41,20 @@ _DECAYED = {path for path in _PATHS if path[-1] in ("kernel", "embedding")}
 def _tree(fn):
   """A nested dict over _PATHS with leaf fn(path, shape)."""
   tree = {}
-  for path, (shape, _, _) in _PATHS.items():
+  for path, (shape, *_) in _PATHS.items():
     node = tree
     for name in path[:-1]:
       node = node.setdefault(name, {})
     node[path[-1]] = fn(path, shape)
   return tree
+
+
+def _kinds():
+  """The layer kind of every parameter of _random_tree (as scaling.model.param_kinds gives them)."""
+  return _tree(lambda path, shape: _PATHS[path][1])
+
+
+_KINDS = _kinds()
 
 
 def _random_tree(seed):
@@ -59,53 +71,58 @@ def _get(tree, path):
 
 def _hand(fn):
   """The tree of fn(path, adam_mult, sgd_mult) over _PATHS."""
-  return _tree(lambda path, shape: fn(path, _PATHS[path][1], _PATHS[path][2]))
+  return _tree(lambda path, shape: fn(path, _PATHS[path][2], _PATHS[path][3]))
 
 
 class ScaleByParametrizationTest(chex.TestCase):
 
   def test_multipliers_in_state(self):
     params = _random_tree(0)
-    for optimizer, column in (("adam", 1), ("sgd", 2)):
-      state = optim.scale_by_parametrization(_MUP, _D, optimizer).init(params)
+    for optimizer, column in (("adam", 2), ("sgd", 3)):
+      state = optim.scale_by_parametrization(_MUP, _D, _KINDS, optimizer).init(params)
       want = _tree(lambda path, shape: jnp.float32(_PATHS[path][column]))
       chex.assert_trees_all_equal(state.multipliers, want)
 
   def test_lr_multipliers_umup(self):
-    mults = optim.lr_multipliers(_random_tree(0), "umup", _D, "sgd")
+    mults = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "sgd")
     self.assertEqual(_get(mults, ("embed", "embedding")), 8.0)
     self.assertEqual(_get(mults, ("block_0", "mlp", "fc_out", "kernel")), 16.0)
     self.assertEqual(_get(mults, ("block_0", "mlp", "fc_in", "bias")), 16.0)
     self.assertEqual(_get(mults, ("readout", "kernel")), 8.0)
-    adam = optim.lr_multipliers(_random_tree(0), "umup", _D, "adam")
+    adam = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "adam")
     self.assertAlmostEqual(_get(adam, ("embed", "embedding")), 8**-0.5)
     self.assertEqual(_get(adam, ("block_0", "mlp", "fc_out", "kernel")), 0.25)
 
   def test_composes_with_optax_sgd(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr = 0.3
-    opt = optax.chain(optax.sgd(lr), optim.scale_by_parametrization(_MUP, _D, "sgd"))
+    opt = optax.chain(optax.sgd(lr), optim.scale_by_parametrization(_MUP, _D, _KINDS, "sgd"))
     updates, _ = opt.update(grads, opt.init(params), params)
     want = _hand(lambda path, a, s: -lr * s * _get(grads, path))
     chex.assert_trees_all_close(updates, want, rtol=1e-6)
 
   def test_keeps_dtype(self):
     params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _random_tree(0))
-    t = optim.scale_by_parametrization(_MUP, _D, "sgd")
+    t = optim.scale_by_parametrization(_MUP, _D, _KINDS, "sgd")
     updates, _ = t.update(params, t.init(params))
     chex.assert_trees_all_equal_dtypes(updates, params)
 
   def test_errors(self):
     with self.assertRaisesRegex(ValueError, "unknown optimizer 'lion'"):
-      optim.scale_by_parametrization("mup", 8, "lion")
+      optim.scale_by_parametrization(_MUP, 8, _KINDS, "lion")
     with self.assertRaisesRegex(ValueError, "width must be a positive integer"):
-      optim.scale_by_parametrization("mup", 0)
-    with self.assertRaisesRegex(ValueError, "unknown parametrization"):
-      optim.scale_by_parametrization("abc", 8)
-    params = _random_tree(0)
+      optim.scale_by_parametrization(_MUP, 0, _KINDS)
+    with self.assertRaisesRegex(ValueError, "parametrization must be a Parametrization object"):
+      optim.scale_by_parametrization("mup", 8, _KINDS)
+    # A parameter whose kind is unknown is named.
+    params, kinds = _random_tree(0), _kinds()
     params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((2, 2))}
-    with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel"):
-      optim.scale_by_parametrization("mup", 8).init(params)
+    kinds["block_0"]["attn"]["rotary"] = {"kernel": "rotary"}
+    with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel.*unknown layer kind 'rotary'"):
+      optim.scale_by_parametrization(_MUP, 8, kinds).init(params)
+    # A parameter without a kind: the trees differ.
+    with self.assertRaisesRegex(ValueError, "same tree structure"):
+      optim.scale_by_parametrization(_MUP, 8, _KINDS).init(params)
 
 
 class MakeOptimizerTest(chex.TestCase):
@@ -118,7 +135,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_adam_first_step(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr, eps = 0.01, 1e-8
-    opt = optim.make_optimizer("adam", lr, _MUP, _D, eps=eps)
+    opt = optim.make_optimizer("adam", lr, _MUP, _D, _KINDS, eps=eps)
 
     @self.variant
     def step(grads, state, params):
@@ -134,7 +151,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_sgd_two_steps_with_momentum(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     lr, mu = 0.1, 0.9
-    opt = optim.make_optimizer("sgd", lr, _MUP, _D, momentum=mu)
+    opt = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS, momentum=mu)
     step = self.variant(opt.update)
     state = opt.init(params)
     u1, state = step(g1, state, params)
@@ -145,7 +162,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_plain_sgd_step(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 0.5, _MUP, _D)
+    opt = optim.make_optimizer("sgd", 0.5, _MUP, _D, _KINDS)
     updates, _ = opt.update(grads, opt.init(params), params)
     chex.assert_trees_all_close(updates, _hand(lambda p, a, s: -0.5 * s * _get(grads, p)), rtol=1e-6)
 
@@ -153,7 +170,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_adamw_decays_matrices_only(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr, wd, eps = 0.01, 0.1, 1e-8
-    opt = optim.make_optimizer("adamw", lr, _MUP, _D, weight_decay=wd, eps=eps)
+    opt = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=wd, eps=eps)
     updates, _ = self.variant(opt.update)(grads, opt.init(params), params)
 
     def want(path, a, s):
@@ -165,7 +182,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_adamw_is_optax_adam_times_multiplier_plus_decay(self):
     params, lr, wd = _random_tree(0), 3e-3, 0.05
-    ours = optim.make_optimizer("adamw", lr, _MUP, _D, weight_decay=wd, b1=0.8, b2=0.99)
+    ours = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=wd, b1=0.8, b2=0.99)
     ref = optax.adam(lr, b1=0.8, b2=0.99)
     s_ours, s_ref = ours.init(params), ref.init(params)
     for seed in (1, 2, 3):
@@ -178,7 +195,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_sgd_weight_decay_and_momentum(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     lr, wd, mu = 0.1, 0.01, 0.5
-    opt = optim.make_optimizer("sgd", lr, _MUP, _D, weight_decay=wd, momentum=mu)
+    opt = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS, weight_decay=wd, momentum=mu)
     state = opt.init(params)
     u1, state = opt.update(g1, state, params)
     u2, state = opt.update(g2, state, params)
@@ -194,14 +211,14 @@ class MakeOptimizerTest(chex.TestCase):
     for width, base in ((8, 8), (8, 2)):
       scheme = P.get_parametrization("mup", base_width=base)
       params = _random_tree(0)
-      opt = optim.make_optimizer("adamw", lr, scheme, width, weight_decay=wd)
+      opt = optim.make_optimizer("adamw", lr, scheme, width, _KINDS, weight_decay=wd)
       updates, _ = opt.update(jax.tree.map(jnp.zeros_like, params), opt.init(params), params)
       chex.assert_trees_all_close(updates, _hand(lambda p, a, s: -lr * wd * _get(params, p) * (p in _DECAYED)),
                                   rtol=1e-6)
 
   def test_sp_adam_is_optax_adam(self):
     params = _random_tree(0)
-    ours = optim.make_optimizer("adam", 1e-2, "sp", _D)
+    ours = optim.make_optimizer("adam", 1e-2, _SP, _D, _KINDS)
     ref = optax.adam(1e-2)
     s_ours, s_ref = ours.init(params), ref.init(params)
     for seed in (1, 2, 3):
@@ -212,7 +229,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_umup_sgd_step(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 1e-3, "umup", _D)
+    opt = optim.make_optimizer("sgd", 1e-3, _UMUP, _D, _KINDS)
     updates, _ = opt.update(grads, opt.init(params), params)
     # u-μP SGD multipliers: n_out for embedding/bias/gains, n_in for matrices.
     mult = {("embed", "embedding"): 8, ("block_0", "attn", "query_gain"): 8, ("block_0", "mlp", "fc_in", "bias"): 16,
@@ -224,8 +241,9 @@ class MakeOptimizerTest(chex.TestCase):
     params, grads = _random_tree(0), _random_tree(1)
     lr = 0.2
     factors = [0.0, 0.5, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5]  # warmup 2, total 6
-    with_factor = optim.make_optimizer("sgd", lr, _MUP, _D, schedule=optim.warmup_cosine_schedule(1.0, 2, 6))
-    with_sched = optim.make_optimizer("sgd", optim.warmup_cosine_schedule(lr, 2, 6), _MUP, _D)
+    with_factor = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS,
+                                          schedule=optim.warmup_cosine_schedule(1.0, 2, 6))
+    with_sched = optim.make_optimizer("sgd", optim.warmup_cosine_schedule(lr, 2, 6), _MUP, _D, _KINDS)
     s1, s2 = with_factor.init(params), with_sched.init(params)
     for t, factor in enumerate(factors):
       want = _hand(lambda p, a, s: -lr * factor * s * _get(grads, p))
@@ -242,7 +260,7 @@ class MakeOptimizerTest(chex.TestCase):
     schedule = optim.warmup_cosine_schedule(1.0, 1, 4)
 
     def two_steps(lr):
-      opt = optim.make_optimizer("adamw", lr, _MUP, _D, weight_decay=0.1, schedule=schedule)
+      opt = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=0.1, schedule=schedule)
       state = opt.init(params)
       p = params
       for g in (g1, g2):
@@ -258,7 +276,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_vmap_over_injected_learning_rate(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 0.0, _MUP, _D)
+    opt = optim.make_optimizer("sgd", 0.0, _MUP, _D, _KINDS)
     state = opt.init(params)
     lrs = jnp.array([0.1, 0.2, 0.3])
     step = jax.jit(jax.vmap(lambda lr: opt.update(grads, optim.set_learning_rate(state, lr), params)[0]))
@@ -269,7 +287,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_no_retrace_across_steps(self):
     params = _random_tree(0)
-    opt = optim.make_optimizer("adamw", 1e-3, _MUP, _D, weight_decay=0.01)
+    opt = optim.make_optimizer("adamw", 1e-3, _MUP, _D, _KINDS, weight_decay=0.01)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -300,7 +318,7 @@ class MakeOptimizerTest(chex.TestCase):
   )
   def test_errors(self, args, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
-      optim.make_optimizer(*args, _MUP, _D, **kwargs)
+      optim.make_optimizer(*args, _MUP, _D, _KINDS, **kwargs)
 
   def test_set_learning_rate_needs_injected_state(self):
     with self.assertRaisesRegex(ValueError, "no injected learning_rate"):
@@ -336,11 +354,205 @@ class WarmupCosineTest(parameterized.TestCase):
 class DecayMaskTest(absltest.TestCase):
 
   def test_default_and_custom(self):
-    params = _random_tree(0)
-    chex.assert_trees_all_equal(optim.decay_mask(params), _tree(lambda path, shape: path in _DECAYED))
-    only_norm = optim.decay_mask(params, ("norm",))
+    chex.assert_trees_all_equal(optim.decay_mask(_KINDS), _tree(lambda path, shape: path in _DECAYED))
+    only_norm = optim.decay_mask(_KINDS, ("norm",))
     self.assertTrue(only_norm["ln_final"]["scale"])
     self.assertFalse(only_norm["readout"]["kernel"])
+
+
+class _ThreeLayers(nn.Module):
+  """x -> Dense(attn_q, with bias) -> · gain(norm) -> Dense(hidden) -> Dense(readout), under names given by the test.
+
+  The kinds are set where the parameters are made (``scaling.layers``); the names are free.
+  """
+
+  names: tuple[str, str, str, str]  # (attn_q layer, norm gain, hidden layer, readout layer)
+  parametrization: P.Parametrization
+  width: int
+
+  @nn.compact
+  def __call__(self, x):
+    q_name, gain_name, hidden_name, readout_name = self.names
+    p, d = self.parametrization, self.width
+    h = layers.ScaledDense(d, "attn_q", p, d, use_bias=True, name=q_name)(x)
+    gain, mult = layers.kind_param(self, gain_name, "norm", (d,), p, d)
+    h = layers.ScaledDense(4 * d, "hidden", p, d, name=hidden_name)(h * layers.scaled(gain, mult))
+    return layers.ScaledDense(11, "readout", p, d, name=readout_name)(h)
+
+
+_CANONICAL = ("query", "query_gain", "fc_in", "readout")
+# Names that say nothing about the kind, or the wrong thing: a "hidden" layer called "readout", a readout called
+# "fc_in", a gain called "kernel".
+_RENAMED = ("totally_different", "kernel", "readout", "fc_in")
+
+
+class KindsNotNamesTest(chex.TestCase):
+  """Per-layer learning rates follow the kinds the layers set, not the module names."""
+
+  _WIDTH = 32
+  _SCHEME = P.get_parametrization("mup", base_width=8)  # m = 4
+
+  def _init(self, names):
+    module = _ThreeLayers(names, self._SCHEME, self._WIDTH)
+    boxed = module.init(jax.random.PRNGKey(0), jnp.ones((2, 16)))["params"]
+    return layers.unbox(boxed), layers.param_kinds(boxed)
+
+  @staticmethod
+  def _by_role(tree, names):
+    """{role: subtree} so trees with different names can be compared."""
+    return {role: tree[name] for role, name in zip(("q", "gain", "hidden", "readout"), names)}
+
+  def test_kinds_come_from_the_layers(self):
+    for names in (_CANONICAL, _RENAMED):
+      _, kinds = self._init(names)
+      self.assertEqual(self._by_role(kinds, names), {
+          "q": {"kernel": "attn_q", "bias": "bias"},
+          "gain": "norm",
+          "hidden": {"kernel": "hidden"},
+          "readout": {"kernel": "readout"},
+      })
+
+  @parameterized.parameters("adam", "sgd")
+  def test_renaming_keeps_the_multipliers(self, optimizer):
+    results = []
+    for names in (_CANONICAL, _RENAMED):
+      params, kinds = self._init(names)
+      results.append(self._by_role(optim.lr_multipliers(params, kinds, self._SCHEME, self._WIDTH, optimizer), names))
+    self.assertEqual(results[0], results[1])
+    # The μP table (Tensor Programs V, Table 8) at m = 4: matrix-like hidden and attention layers get Adam LR 1/m
+    # and SGD LR 1; the readout, biases and gains Adam LR 1 and SGD LR m.
+    m = 4.0
+    want = {
+        "adam": {"q": {"kernel": 1 / m, "bias": 1.0}, "gain": 1.0, "hidden": {"kernel": 1 / m},
+                 "readout": {"kernel": 1.0}},
+        "sgd": {"q": {"kernel": 1.0, "bias": m}, "gain": m, "hidden": {"kernel": 1.0}, "readout": {"kernel": m}},
+    }[optimizer]
+    self.assertEqual(results[1], want)
+
+  def test_renaming_keeps_the_updates(self):
+    # Flax draws the init from the module names, so both trees get the same values, moved to the other names.
+    params0, _ = self._init(_CANONICAL)
+    values = self._by_role(params0, _CANONICAL)
+    updates = []
+    for names in (_CANONICAL, _RENAMED):
+      _, kinds = self._init(names)
+      params = {name: values[role] for role, name in zip(("q", "gain", "hidden", "readout"), names)}
+      grads = jax.tree.map(jnp.ones_like, params)
+      opt = optim.make_optimizer("adamw", 0.1, self._SCHEME, self._WIDTH, kinds, weight_decay=0.5)
+      u, _ = opt.update(grads, opt.init(params), params)
+      updates.append(self._by_role(u, names))
+    chex.assert_trees_all_close(updates[0], updates[1])
+    # First Adam step with g = 1: direction 1, so the update is -lr · (C + wd · p) with C = 1/m for the hidden
+    # layer (named "readout" in the renamed tree) and C = 1 for the readout (named "fc_in").
+    np.testing.assert_allclose(updates[1]["hidden"]["kernel"], -0.1 * (0.25 + 0.5 * values["hidden"]["kernel"]),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(updates[1]["readout"]["kernel"], -0.1 * (1.0 + 0.5 * values["readout"]["kernel"]),
+                               rtol=1e-5, atol=1e-6)
+
+
+class OptimizerConfigTest(chex.TestCase):
+
+  def test_defaults(self):
+    cfg = optim.OptimizerConfig()
+    self.assertEqual((cfg.optimizer, cfg.schedule, cfg.warmup), ("adam", "constant", 0))
+    self.assertIsNone(cfg.schedule_fn())
+    self.assertEqual(optim.OptimizerConfig(schedule="cosine", steps=95).warmup, 9)  # steps // 10
+    self.assertEqual(optim.OptimizerConfig(schedule="cosine", steps=95, warmup_steps=0).warmup, 0)
+
+  @parameterized.parameters(
+      ({"optimizer": "sgd", "weight_decay": 0.1, "momentum": 0.9},),
+      ({"optimizer": "adamw", "weight_decay": 0.1},),
+      ({"schedule": "cosine", "steps": 1},),  # default warmup 0 < 1
+      ({"warmup_steps": 9, "steps": 10},),
+      ({"schedule": "cosine", "steps": 10, "warmup_steps": 9, "end_factor": 0.5},),
+  )
+  def test_valid(self, kw):
+    optim.OptimizerConfig(**kw)
+
+  @parameterized.parameters(
+      # Combinations (validate).
+      ({"optimizer": "adam", "weight_decay": 0.1}, "weight_decay needs --optimizer=adamw or sgd"),
+      ({"optimizer": "adamw", "momentum": 0.9}, "momentum only applies to --optimizer=sgd"),
+      ({"optimizer": "adam", "momentum": 0.5}, "momentum only applies"),
+      ({"warmup_steps": 10, "steps": 10}, "warmup_steps=10 must be smaller than --steps=10"),
+      ({"schedule": "cosine", "warmup_steps": 12, "steps": 10}, "warmup_steps=12 must be smaller"),
+      # Bounds from the field declarations.
+      ({"optimizer": "lion"}, "optimizer must be one of adam, adamw, sgd"),
+      ({"schedule": "linear"}, "schedule must be one of constant, cosine"),
+      ({"learning_rate": 0.0}, "learning_rate must be positive"),
+      ({"learning_rate": -1e-3}, "learning_rate must be positive"),
+      ({"learning_rate": float("nan")}, "learning_rate must be finite"),
+      ({"optimizer": "adamw", "weight_decay": -0.1}, "weight_decay must be at least 0"),
+      ({"optimizer": "sgd", "momentum": 1.0}, "momentum must be below 1"),
+      ({"optimizer": "sgd", "momentum": -0.1}, "momentum must be at least 0"),
+      ({"steps": 0}, "steps must be at least 1"),
+      ({"steps": 2.5}, "steps must be an integer"),
+      ({"warmup_steps": -1}, "warmup_steps must be at least 0"),
+      ({"end_factor": -0.5}, "end_factor must be at least 0"),
+  )
+  def test_invalid(self, kw, message):
+    with self.assertRaisesRegex(ValueError, message):
+      optim.OptimizerConfig(**kw)
+
+  def test_constant_rate_without_warmup(self):
+    cfg = optim.OptimizerConfig(steps=10)
+    for step in (0, 3, 10, 50):
+      self.assertEqual(cfg.applied_learning_rate(0.3, step), 0.3)
+
+  def test_constant_rate_with_linear_warmup(self):
+    cfg = optim.OptimizerConfig(steps=10, warmup_steps=4)
+    base = 0.3
+    for step in range(12):
+      want = base * min(step / 4, 1.0)  # 0 at step 0, the base rate from step 4 on
+      np.testing.assert_allclose(float(cfg.applied_learning_rate(base, step)), want, rtol=1e-6, atol=1e-9,
+                                 err_msg=f"step {step}")
+
+  @parameterized.parameters((None, 0.0), (5, 0.1))
+  def test_cosine(self, warmup_steps, end_factor):
+    steps, base = 40, 2e-3
+    cfg = optim.OptimizerConfig(schedule="cosine", steps=steps, warmup_steps=warmup_steps, end_factor=end_factor)
+    w = steps // 10 if warmup_steps is None else warmup_steps
+
+    def closed_form(t):
+      # Linear warmup 0 -> base over w steps, then base · (e + (1 - e) · (1 + cos(π (t - w) / (T - w))) / 2).
+      if t < w:
+        return base * t / w
+      if t >= steps:
+        return base * end_factor
+      return base * (end_factor + (1 - end_factor) * 0.5 * (1 + math.cos(math.pi * (t - w) / (steps - w))))
+
+    for t in (0, 1, w - 1, w, w + 1, (w + steps) // 2, steps - 1, steps, steps + 5):
+      np.testing.assert_allclose(float(cfg.applied_learning_rate(base, t)), closed_form(t), rtol=1e-5, atol=1e-9,
+                                 err_msg=f"step {t}")
+    # Vectorized over steps and with a traced base rate.
+    ts = jnp.arange(steps + 2)
+    got = jax.jit(cfg.applied_learning_rate)(jnp.float32(base), ts)
+    np.testing.assert_allclose(got, [closed_form(int(t)) for t in ts], rtol=1e-5, atol=1e-9)
+
+  def test_build_follows_the_schedule_and_multipliers(self):
+    params, grads = _random_tree(0), _random_tree(1)
+    cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.2, schedule="cosine", steps=6, warmup_steps=2)
+    factors = [0.0, 0.5, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5]
+    for lr, opt in ((0.2, cfg.build(_MUP, _D, _KINDS)), (0.7, cfg.build(_MUP, _D, _KINDS, learning_rate=0.7))):
+      state = opt.init(params)
+      for t, factor in enumerate(factors):
+        self.assertAlmostEqual(float(cfg.applied_learning_rate(lr, t)), lr * factor, places=6)
+        u, state = opt.update(grads, state, params)
+        chex.assert_trees_all_close(u, _hand(lambda p, a, s: -lr * factor * s * _get(grads, p)), rtol=1e-5,
+                                    atol=1e-8, custom_message=f"lr {lr} step {t}")
+
+  def test_build_passes_weight_decay_and_momentum(self):
+    params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
+    cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1, weight_decay=0.01, momentum=0.5)
+    ref = optim.make_optimizer("sgd", 0.1, _MUP, _D, _KINDS, weight_decay=0.01, momentum=0.5)
+    ours = cfg.build(_MUP, _D, _KINDS)
+    s_ours, s_ref = ours.init(params), ref.init(params)
+    for g in (g1, g2):
+      u_ours, s_ours = ours.update(g, s_ours, params)
+      u_ref, s_ref = ref.update(g, s_ref, params)
+      chex.assert_trees_all_close(u_ours, u_ref, rtol=1e-6)
+    adamw = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.05).build(_MUP, _D, _KINDS)
+    self.assertAlmostEqual(float(adamw.init(params).hyperparams["weight_decay"]), 0.05)
 
 
 if __name__ == "__main__":

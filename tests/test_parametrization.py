@@ -1,5 +1,6 @@
-"""Tests for scaling.parametrization: closed-form tables, μP = SP at m = 1, paths and fans."""
+"""Tests for scaling.parametrization: the paper tables, μP = SP at m = 1, fans and param_specs."""
 
+import itertools
 import math
 
 from absl.testing import absltest
@@ -16,7 +17,8 @@ from scaling import rules
 _S = P.LayerSpec
 
 # (scheme, kind, fan_in, fan_out, width) -> expected LayerSpec, all with base_width 64.
-# Numbers written out by hand from the tables in the module docstring.
+# Numbers worked out by hand from the paper tables written as formulas below (_REFERENCE), for particular fans
+# and widths (e.g. 1/√256 = 0.0625, √2/32 = 0.0441941...): a check of those formulas at fixed points.
 _CLOSED_FORM = [
     # SP
     ("sp", "embedding", 100, 256, 256, _S(1.0, 1.0, 1.0, 1.0)),
@@ -67,6 +69,142 @@ _CLOSED_FORM = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The parametrizations as the papers state them, written here as formulas (independently of the module).
+#
+# Every scheme is an abc-parametrization (Yang & Hu 2021, "Tensor Programs IV", §3): a weight is used as A·w with
+# w ~ N(init_mean, B²) at init and trained with learning rate η·C. Each function returns the LayerSpec
+# (B, A, C_adam, C_sgd, init_mean) of a parameter of ``kind`` with fan-in n_in and fan-out n_out at width multiplier
+# m = width / base_width. Biases start at 0 and norm gains at 1 in every scheme (B = 0, A = 1).
+# ---------------------------------------------------------------------------------------------------------------
+
+_HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
+
+
+def _vector_spec(kind, lr_adam, lr_sgd):
+  return _S(init_std=0.0, multiplier=1.0, lr_adam=lr_adam, lr_sgd=lr_sgd, init_mean=1.0 if kind == "norm" else 0.0)
+
+
+def _sp_reference(kind, n_in, n_out, m):
+  """SP: PyTorch/Flax defaults. Dense kernels W ~ N(0, 1/n_in) (fan-in, "LeCun" init), embedding tables N(0, 1)
+  (``torch.nn.Embedding``), every multiplier 1 and one global learning rate: Tensor Programs IV §3 with
+  a = 0, b = 1/2, c = 0 (the embedding's one-hot input has fan-in 1)."""
+  del n_out, m
+  if kind in P.VECTOR_KINDS:
+    return _vector_spec(kind, 1.0, 1.0)
+  b = 1.0 if kind == "embedding" else 1.0 / math.sqrt(n_in)
+  return _S(init_std=b, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+
+
+def _ntk_reference(kind, n_in, n_out, m):
+  """NTK parametrization: Jacot et al. 2018, "Neural Tangent Kernel", eq. 1, h = (1/√n_in) W x with
+  W_ij ~ N(0, 1), trained by SGD with a constant learning rate (Tensor Programs IV §3, "NTP": a_1 = 0,
+  a_l = 1/2 for l >= 2, b = 0, c = 0). The first layer's input is one-hot, so its effective fan-in is 1 (A = 1).
+
+  Adam column (Tensor Programs IVb, Yang & Littwin 2023, kernel regime for entrywise-normalized updates): an
+  update Φ with O(1) entries changes a hidden layer's output by A·C·n_in, which must be Θ(n^{-1/2}), so
+  C ∝ 1/n; the readout's by A·C·n_in = Θ(1), so C ∝ n^{-1/2}; vector-like parameters C ∝ n^{-1/2}.
+  Constants are 1 at the base width, hence 1/m and 1/√m.
+  """
+  del n_out
+  if kind in P.VECTOR_KINDS:
+    return _vector_spec(kind, 1.0 / math.sqrt(m), 1.0)
+  if kind == "embedding":
+    return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0 / math.sqrt(m), lr_sgd=1.0)
+  lr_adam = 1.0 / math.sqrt(m) if kind == "readout" else 1.0 / m
+  return _S(init_std=1.0, multiplier=1.0 / math.sqrt(n_in), lr_adam=lr_adam, lr_sgd=1.0)
+
+
+def _mup_reference(kind, n_in, n_out, m):
+  """μP: Yang et al. 2022, "Tensor Programs V", Table 8, the formulation of the ``mup`` package (MuReadout,
+  MuAdam, MuSGD) with widths relative to a base model:
+
+  =========  =========  ====  =======  ======
+  kind       B          A     Adam LR  SGD LR
+  =========  =========  ====  =======  ======
+  embedding  1          1     1        m
+  hidden     1/√n_in    1     1/m      1
+  readout    1/√n_in    1/m   1        m
+  bias/norm  0          1     1        m
+  =========  =========  ====  =======  ======
+
+  Attention projections are hidden matrices.
+  """
+  del n_out
+  if kind in P.VECTOR_KINDS:
+    return _vector_spec(kind, 1.0, m)
+  if kind == "embedding":
+    return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0, lr_sgd=m)
+  if kind == "readout":
+    return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
+  return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
+
+
+def _tp5_table3(kind, n_in, n_out):
+  """μP in absolute form, Tensor Programs V Table 3: (A, B, C_sgd).
+
+  Input weights and all biases (vectors): B = 1 (one-hot input, fan-in 1), SGD LR n_out; output weights:
+  B = 1/n_in (variance 1/n_in²), SGD LR 1/n_in; hidden weights: B = 1/√n_in, SGD LR 1. Every A = 1.
+  """
+  if kind in ("embedding", *P.VECTOR_KINDS):
+    return 1.0, 1.0, float(n_out)
+  if kind == "readout":
+    return 1.0, 1.0 / n_in, 1.0 / n_in
+  return 1.0, 1.0 / math.sqrt(n_in), 1.0
+
+
+def _umup_reference(kind, n_in, n_out, m):
+  """u-μP: Blake et al. 2024, "u-μP: The Unit-Scaled Maximal Update Parametrization", §4 (u-μP column of the
+  ABC-multiplier table), absolute in the fans (no base shapes, so m plays no part):
+
+  =========  ====  ========  ========
+  kind       B     A         Adam LR
+  =========  ====  ========  ========
+  embedding  1     1         1/√n_out
+  hidden     1     1/√n_in   1/√n_in
+  attn_*     1     1/√n_in   1/√n_in
+  readout    1     1/n_in    1
+  bias/norm  0     1         1
+  =========  ====  ========  ========
+
+  The SGD LR follows from Tensor Programs V Table 3 by abc-symmetry (TP5 §"abc-symmetry": (A, B, C) ->
+  (θA, B/θ, C/θ²) leaves SGD training unchanged), with θ = A_u-μP / A_Table3.
+  """
+  del m
+  if kind in P.VECTOR_KINDS:
+    a, lr_adam, b = 1.0, 1.0, 0.0
+  elif kind == "embedding":
+    a, lr_adam, b = 1.0, 1.0 / math.sqrt(n_out), 1.0
+  elif kind == "readout":
+    a, lr_adam, b = 1.0 / n_in, 1.0, 1.0
+  else:
+    a, lr_adam, b = 1.0 / math.sqrt(n_in), 1.0 / math.sqrt(n_in), 1.0
+  a3, _, c3 = _tp5_table3(kind, n_in, n_out)
+  theta = a / a3
+  lr_sgd = c3 / theta**2
+  if kind in P.VECTOR_KINDS:
+    return _vector_spec(kind, lr_adam, lr_sgd)
+  return _S(init_std=b, multiplier=a, lr_adam=lr_adam, lr_sgd=lr_sgd)
+
+
+_REFERENCE = {"sp": _sp_reference, "ntk": _ntk_reference, "mup": _mup_reference, "umup": _umup_reference}
+
+
+def _fan_cases(kind, width):
+  """(fan_in, fan_out) pairs of a parameter of ``kind`` in a model of ``width``, plus fans unrelated to it."""
+  if kind in P.VECTOR_KINDS:
+    return [(1, width), (1, 4 * width), (1, 7)]
+  if kind == "embedding":
+    return [(100, width), (50_257, width), (3, 7)]
+  if kind == "readout":
+    return [(width, 100), (width, 50_257), (7, 3)]
+  return [(width, width), (width, 4 * width), (4 * width, width), (7, 300)]
+
+
+_WIDTHS = (16, 64, 96, 256, 1024)
+_BASE_WIDTHS = (32, 64)
+
+
 def _assert_spec_close(test, got, want):
   for field in ("init_std", "multiplier", "lr_adam", "lr_sgd", "init_mean"):
     test.assertAlmostEqual(getattr(got, field), getattr(want, field), places=12, msg=field)
@@ -96,6 +234,51 @@ class ClosedFormTest(parameterized.TestCase):
     self.assertEqual(spec.lr("sgd"), 4.0)
     with self.assertRaisesRegex(ValueError, "unknown optimizer"):
       spec.lr("lion")
+
+
+def _assert_spec_rel_close(test, got, want, msg):
+  for field in ("init_std", "multiplier", "lr_adam", "lr_sgd", "init_mean"):
+    g, w = getattr(got, field), getattr(want, field)
+    test.assertTrue(math.isclose(g, w, rel_tol=1e-12, abs_tol=0.0), f"{msg}: {field} = {g!r}, paper: {w!r}")
+
+
+class PaperTableTest(parameterized.TestCase):
+  """Every scheme against its paper's table (the _REFERENCE formulas) over many widths and fans."""
+
+  @parameterized.parameters(*itertools.product(sorted(_REFERENCE), P.LAYER_KINDS))
+  def test_layer_matches_paper(self, scheme, kind):
+    for base_width, width in itertools.product(_BASE_WIDTHS, _WIDTHS):
+      scheme_obj = P.get_parametrization(scheme, base_width=base_width)
+      for fan_in, fan_out in _fan_cases(kind, width):
+        got = scheme_obj.layer(kind, fan_in, fan_out, width)
+        want = _REFERENCE[scheme](kind, fan_in, fan_out, width / base_width)
+        _assert_spec_rel_close(self, got, want, f"{scheme} {kind} fans ({fan_in}, {fan_out}) width {width} "
+                               f"base {base_width}")
+
+  @parameterized.parameters(*sorted(_REFERENCE))
+  def test_zero_init_options_only_zero_the_init(self, scheme):
+    # zero_query (TP5's Transformer experiments) and zero_readout (mup's readout_zero_init) set B = 0 for W_q and
+    # the readout and leave A, C and every other kind as in the paper's table.
+    scheme_obj = P.get_parametrization(scheme, base_width=32, zero_query=True, zero_readout=True)
+    for kind in P.LAYER_KINDS:
+      for fan_in, fan_out in _fan_cases(kind, 128):
+        want = _REFERENCE[scheme](kind, fan_in, fan_out, 4.0)
+        if kind in ("attn_q", "readout"):
+          want = P.LayerSpec(0.0, want.multiplier, want.lr_adam, want.lr_sgd, want.init_mean)
+        _assert_spec_rel_close(self, scheme_obj.layer(kind, fan_in, fan_out, 128), want, f"{scheme} {kind}")
+
+  def test_umup_has_no_base_shapes(self):
+    # u-μP's factors are absolute in the fans (Blake et al. 2024, §4): the base width changes nothing.
+    for kind in P.LAYER_KINDS:
+      for fan_in, fan_out in _fan_cases(kind, 256):
+        specs = {P.get_parametrization("umup", base_width=b).layer(kind, fan_in, fan_out, 256) for b in (8, 64, 256)}
+        self.assertLen(specs, 1, msg=kind)
+
+  def test_reference_tables_at_the_base_width(self):
+    # A check of the reference formulas themselves: Table 8's relative form equals SP at m = 1.
+    for kind in P.LAYER_KINDS:
+      for fan_in, fan_out in _fan_cases(kind, 64):
+        self.assertEqual(_mup_reference(kind, fan_in, fan_out, 1.0), _sp_reference(kind, fan_in, fan_out, 1.0))
 
 
 class MupEqualsSpAtBaseTest(parameterized.TestCase):
@@ -252,60 +435,39 @@ class RegistryTest(parameterized.TestCase):
       P.get_parametrization("mup").width_mult(0)
 
 
-class LayerKindTest(parameterized.TestCase):
-
-  @parameterized.parameters(
-      (("embed", "embedding"), "embedding"),
-      (("pos_embed", "embedding"), "embedding"),
-      (("block_0", "attn", "query", "kernel"), "attn_q"),
-      (("block_0", "attn", "key", "kernel"), "attn_k"),
-      (("block_0", "attn", "value", "kernel"), "attn_v"),
-      (("block_11", "attn", "out", "kernel"), "attn_o"),
-      (("block_2", "mlp", "fc_in", "kernel"), "hidden"),
-      (("block_2", "mlp", "fc_out", "kernel"), "hidden"),
-      (("block_0", "mlp", "fc_in", "bias"), "bias"),
-      (("block_0", "attn", "out", "bias"), "bias"),
-      (("block_0", "ln_attn", "bias"), "bias"),
-      (("block_0", "ln_attn", "scale"), "norm"),
-      (("block_5", "ln_mlp", "scale"), "norm"),
-      (("ln_final", "scale"), "norm"),
-      (("block_0", "attn", "query_gain"), "norm"),
-      (("block_0", "attn", "key_gain"), "norm"),
-      (("readout", "kernel"), "readout"),
-      (("params", "readout", "kernel"), "readout"),
-      (("params", "block_0", "attn", "query", "kernel"), "attn_q"),
-      ("block_0/mlp/fc_out/kernel", "hidden"),
-  )
-  def test_known(self, path, kind):
-    self.assertEqual(P.layer_kind(path), kind)
-
-  @parameterized.parameters(
-      ("block_0", "attn", "foo", "kernel"),
-      ("block_0", "attn", "query", "weight"),
-      ("fc_in", "kernel"),
-      ("block_0", "mlp", "query", "kernel"),
-      ("readout", "scale"),
-      ("embed", "kernel"),
-      ("embedding",),
-      ("block_0", "attn", "value_gain"),
-      ("block_0", "ln_attn", "weight"),
-      ("block_0", "norm", "scale"),
-      (),
-  )
-  def test_unknown_raises_naming_path(self, *path):
-    with self.assertRaisesRegex(ValueError, "cannot tell the layer kind") as ctx:
-      P.layer_kind(path)
-    self.assertIn("/".join(path), str(ctx.exception))
+class PathNamesTest(absltest.TestCase):
 
   def test_jax_key_paths(self):
-    tree = {"block_0": {"attn": {"query": {"kernel": 1}, "key_gain": 2}}, "ln_final": {"scale": 3}}
+    tree = {"block_0": {"attn": {"query": {"kernel": 1}, "key_gain": 2}}, "ln_final": {"scale": 3}, "list": [4, 5]}
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    kinds = {P.path_names(path): P.layer_kind(path) for path, _ in leaves}
-    self.assertEqual(kinds, {
-        ("block_0", "attn", "key_gain"): "norm",
-        ("block_0", "attn", "query", "kernel"): "attn_q",
-        ("ln_final", "scale"): "norm",
-    })
+    self.assertEqual([P.path_names(path) for path, _ in leaves], [
+        ("block_0", "attn", "key_gain"),
+        ("block_0", "attn", "query", "kernel"),
+        ("list", "0"),
+        ("list", "1"),
+        ("ln_final", "scale"),
+    ])
+
+  def test_strings_and_attribute_keys(self):
+    self.assertEqual(P.path_names(["params", "readout", "kernel"]), ("params", "readout", "kernel"))
+    self.assertEqual(P.path_names([jax.tree_util.GetAttrKey("mu"), jax.tree_util.SequenceKey(2)]), ("mu", "2"))
+
+
+class KindAndOptimizerNamesTest(parameterized.TestCase):
+
+  @parameterized.parameters(*P.LAYER_KINDS)
+  def test_check_kind_accepts_known(self, kind):
+    self.assertEqual(P.check_kind(kind), kind)
+
+  @parameterized.parameters(("conv",), ("Hidden",), ("",), (None,), (3,), (("hidden",),))
+  def test_check_kind_rejects_unknown(self, kind):
+    with self.assertRaisesRegex(ValueError, "unknown layer kind"):
+      P.check_kind(kind)
+
+  def test_optimizer_family(self):
+    self.assertEqual([P.optimizer_family(o) for o in ("adam", "adamw", "sgd")], ["adam", "adam", "sgd"])
+    with self.assertRaisesRegex(ValueError, "unknown optimizer 'lion'"):
+      P.optimizer_family("lion")
 
 
 class FansTest(parameterized.TestCase):
@@ -359,11 +521,28 @@ def _contract_params(d=16, v=12, f=64):
   }
 
 
+def _contract_kinds():
+  """The layer kind of every parameter of _contract_params, written out."""
+  return {
+      "embed": {"embedding": "embedding"},
+      "block_0": {
+          "ln_attn": {"scale": "norm"},
+          "attn": {"query": {"kernel": "attn_q"}, "key": {"kernel": "attn_k"},
+                   "value": {"kernel": "attn_v"}, "out": {"kernel": "attn_o"},
+                   "query_gain": "norm"},
+          "ln_mlp": {"scale": "norm"},
+          "mlp": {"fc_in": {"kernel": "hidden", "bias": "bias"}, "fc_out": {"kernel": "hidden"}},
+      },
+      "ln_final": {"scale": "norm"},
+      "readout": {"kernel": "readout"},
+  }
+
+
 class ParamSpecsTest(chex.TestCase):
 
   def test_structure_and_values(self):
     params = _contract_params()
-    specs = P.param_specs(params, P.get_parametrization("mup", base_width=4), 16)
+    specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("mup", base_width=4), 16)
     is_spec = lambda x: isinstance(x, P.LayerSpec)
     self.assertEqual(jax.tree.structure(specs, is_leaf=is_spec), jax.tree.structure(params))
     self.assertTrue(all(is_spec(s) for s in jax.tree.leaves(specs, is_leaf=is_spec)))
@@ -374,25 +553,44 @@ class ParamSpecsTest(chex.TestCase):
     self.assertEqual(specs["block_0"]["attn"]["query_gain"], P.LayerSpec(0.0, 1.0, 1.0, 4.0, 1.0))
     self.assertEqual(specs["embed"]["embedding"], P.LayerSpec(1.0, 1.0, 1.0, 4.0))
 
-  def test_by_name_and_shape_structs(self):
+  def test_kinds_not_names_decide(self):
+    # The same shapes under other kinds get those kinds' specs: param_specs never looks at names.
+    params = _contract_params()
+    kinds = _contract_kinds()
+    kinds["readout"]["kernel"] = "hidden"
+    kinds["block_0"]["mlp"]["fc_out"]["kernel"] = "readout"
+    specs = P.param_specs(params, kinds, P.get_parametrization("mup", base_width=4), 16)
+    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(0.25, 1.0, 0.25, 1.0))
+    self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(0.125, 0.25, 1.0, 4.0))
+
+  def test_umup_and_shape_structs(self):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
-    specs = P.param_specs(params, "umup", 16)
+    specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
     self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(1.0, 0.125, 0.125, 64.0))
     self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 1 / 16, 1.0, 16.0))
 
-  def test_unknown_path_named(self):
+  def test_unknown_kind_named(self):
+    params = _contract_params()
+    kinds = _contract_kinds()
+    params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((4, 4))}
+    kinds["block_0"]["attn"]["rotary"] = {"kernel": "rotary"}
+    with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel.*unknown layer kind 'rotary'"):
+      P.param_specs(params, kinds, P.get_parametrization("sp"), 16)
+
+  def test_structure_mismatch(self):
     params = _contract_params()
     params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((4, 4))}
-    with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel"):
-      P.param_specs(params, "sp", 16)
+    with self.assertRaisesRegex(ValueError, "same tree structure"):
+      P.param_specs(params, _contract_kinds(), P.get_parametrization("sp"), 16)
 
   def test_bad_shape_named(self):
     with self.assertRaisesRegex(ValueError, "parameter 'readout/kernel'.*at least 2 axes"):
-      P.param_specs({"readout": {"kernel": jnp.zeros((4,))}}, "sp", 16)
+      P.param_specs({"readout": {"kernel": jnp.zeros((4,))}}, {"readout": {"kernel": "readout"}},
+                    P.get_parametrization("sp"), 16)
 
   def test_bad_width(self):
     with self.assertRaisesRegex(ValueError, "width must be a positive integer"):
-      P.param_specs(_contract_params(), "sp", 0)
+      P.param_specs(_contract_params(), _contract_kinds(), P.get_parametrization("sp"), 0)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The training step and loop: loss, gradients, tracing, vmapping over learning rates, divergence, determinism."""
+"""The training step and loop: loss, gradients, tracing, vmapped grids, divergence, schedules, determinism."""
 
 import functools
 import math
@@ -16,6 +16,7 @@ from scaling import optim as optim_lib
 from scaling import train as train_lib
 
 T = 12
+STEPS = 40  # every run takes the same steps, so the tests share their compiled steps
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,9 +32,25 @@ def _config(**kw):
   return model_lib.ModelConfig(**base)
 
 
-@functools.lru_cache(maxsize=None)
-def _adam(lr=1e-2):
-  return optim_lib.make_optimizer("adam", lr, "sp", 16)
+def _adam(lr=1e-2, steps=STEPS, **kw):
+  return optim_lib.OptimizerConfig(optimizer="adam", learning_rate=lr, steps=steps, **kw)
+
+
+# Warmup then cosine decay (shared by the schedule and the diverging-with-warmup tests).
+WARMUP = 10
+END = 0.1
+COSINE = _adam(schedule="cosine", warmup_steps=WARMUP, end_factor=END)
+
+
+def _cosine_factor(t):
+  """The closed form of COSINE's schedule at step t."""
+  if t < WARMUP:
+    return t / WARMUP
+  return END + (1 - END) * 0.5 * (1 + math.cos(math.pi * (t - WARMUP) / (STEPS - WARMUP)))
+
+
+def _member(tree, i):
+  return jax.tree.map(lambda x: x[i], tree)
 
 
 class LossTest(parameterized.TestCase):
@@ -72,13 +89,13 @@ class TrainStepTest(chex.TestCase):
 
   def test_step_metrics_against_an_independent_gradient(self):
     cfg, opt = _config(), _adam()
-    state = train_lib.init_train_state(jax.random.PRNGKey(0), cfg, opt)
+    state = train_lib.init_train_state(0, cfg, opt)
     batch = _dataset().batch(0)
     new_state, metrics = train_lib.make_train_step(cfg, opt)(state, batch)
     model = model_lib.Transformer(cfg)
 
     def reference_loss(params):
-      logits = model.apply({"params": params}, batch["inputs"])[0]
+      logits = model.apply({"params": params}, batch["inputs"])
       nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["targets"][..., None], -1)[..., 0]
       return jnp.sum(nll * batch["weights"]) / jnp.sum(batch["weights"])
 
@@ -89,6 +106,7 @@ class TrainStepTest(chex.TestCase):
     np.testing.assert_allclose(metrics["layer_grad_norm"],
                                [math.sqrt(sq(grads[f"block_{i}"])) for i in range(cfg.depth)], rtol=1e-4)
     np.testing.assert_allclose(metrics["readout_grad_norm"], math.sqrt(sq(grads["readout"])), rtol=1e-4)
+    np.testing.assert_allclose(metrics["embed_grad_norm"], math.sqrt(sq(grads["embed"])), rtol=1e-4)
     np.testing.assert_allclose(metrics["learning_rate"], 1e-2, rtol=1e-6)
     for key in model_lib.LAYER_AUX_KEYS:
       chex.assert_shape(metrics[key], (cfg.depth,))
@@ -100,92 +118,274 @@ class TrainStepTest(chex.TestCase):
   def test_traces_once(self):
     cfg, opt = _config(), _adam()
     model = model_lib.Transformer(cfg)
+    optimizer = train_lib.make_optimizer(cfg, opt)
 
     def step_fn(state, batch):
-      return train_lib.train_step(state, batch, model=model, optimizer=opt)
+      return train_lib.train_step(state, batch, model=model, optimizer=optimizer, opt_config=opt)
 
     step = jax.jit(chex.assert_max_traces(step_fn, n=1))
-    state = train_lib.init_train_state(jax.random.PRNGKey(0), cfg, opt)
+    state = train_lib.init_train_state(0, cfg, opt)
     for i in range(4):
       state, metrics = step(state, _dataset().batch(i))
     chex.assert_tree_all_finite((state, metrics))
     self.assertEqual(int(state.step), 4)
 
-  def test_vmap_over_learning_rates_equals_separate_runs(self):
-    cfg = _config()
-    lrs = (1e-2, 3e-2)
-    shared = _adam(1.0)
-    init = train_lib.init_train_state(jax.random.PRNGKey(1), cfg, shared)
-    states = train_lib.stack_trees([train_lib.set_hyperparam(init, "learning_rate", lr) for lr in lrs])
-    vstep = train_lib.make_train_step(cfg, shared, vmapped=True)
-    # Separate runs: an optimizer built with 1e-2, and the same optimizer with its state set to 3e-2 (one compile).
-    separate = [train_lib.init_train_state(jax.random.PRNGKey(1), cfg, _adam(lrs[0]))]
-    separate.append(train_lib.set_hyperparam(separate[0], "learning_rate", lrs[1]))
-    step = train_lib.make_train_step(cfg, _adam(lrs[0]))
-    for i in range(3):
-      batch = _dataset().batch(i)
-      states, vmetrics = vstep(states, train_lib.stack_trees([batch, batch]))
-      for j in range(2):
-        separate[j], metrics = step(separate[j], batch)
-        np.testing.assert_allclose(vmetrics["loss"][j], metrics["loss"], rtol=1e-5)
-    for j in range(2):
-      chex.assert_trees_all_close(jax.tree.map(lambda x, j=j: x[j], states.params), separate[j].params,
-                                  rtol=1e-4, atol=1e-6)
-    # The two learning rates really trained differently.
-    diff = jax.tree.map(lambda x: jnp.max(jnp.abs(x[0] - x[1])), states.params)
+  def test_compiled_functions_are_cached(self):
+    cfg, opt = _config(), _adam()
+    self.assertIs(train_lib.make_train_step(cfg, opt), train_lib.make_train_step(cfg, opt))
+    self.assertIs(train_lib.make_init(cfg, opt, grid=True), train_lib.make_init(cfg, opt, grid=True))
+    self.assertIsNot(train_lib.make_train_step(cfg, opt), train_lib.make_train_step(cfg, opt, grid=True))
+    self.assertIs(train_lib.make_optimizer(cfg, opt), train_lib.make_optimizer(cfg, opt))
+
+  def test_init_sets_the_learning_rate_in_the_state(self):
+    cfg, opt = _config(), _adam()
+    state = train_lib.make_init(cfg, opt)(3, 0.25)
+    np.testing.assert_allclose(state.opt_state.hyperparams["learning_rate"], 0.25)
+    default = train_lib.init_train_state(3, cfg, opt)
+    np.testing.assert_allclose(default.opt_state.hyperparams["learning_rate"], 1e-2)
+    chex.assert_trees_all_equal(state.params, default.params)  # the seed alone sets the parameters
+
+
+class GridTest(chex.TestCase):
+  """A vmapped grid of (seed, learning rate) members against the same runs trained one at a time."""
+
+  def test_vmapped_grid_equals_separate_runs(self):
+    cfg, opt = _config(), _adam()
+    seeds, lrs = [1, 1, 2], [1e-2, 3e-2, 1e-2]
+    grid = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs,
+                                  record=("loss", "learning_rate", "attn_logits_rms"))
+    chex.assert_shape(grid.records["loss"], (STEPS, 3))
+    chex.assert_shape(grid.records["attn_logits_rms"], (STEPS, 3, cfg.depth))
+    np.testing.assert_allclose(grid.records["learning_rate"], np.broadcast_to(lrs, (STEPS, 3)), rtol=1e-6)
+    self.assertEqual(grid.steps_run, STEPS)
+    np.testing.assert_array_equal(grid.divergence_step, [-1, -1, -1])
+    self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
+    np.testing.assert_array_equal(grid.diverged, [False, False, False])
+    chex.assert_shape(grid.initial_loss, (3,))
+    step = train_lib.make_train_step(cfg, opt, grid=True)
+    self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
+    # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
+    separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
+                train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",),
+                                       state=train_lib.make_init(cfg, opt)(1, 3e-2)),
+                train_lib.run_training(cfg, opt, _dataset(), seed=2, record=("loss",))]
+    for j, run in enumerate(separate):
+      chex.assert_shape(run.records["loss"], (STEPS,))
+      np.testing.assert_allclose(grid.records["loss"][:, j], run.records["loss"], rtol=1e-5)
+      chex.assert_trees_all_close(_member(grid.state.params, j), run.state.params, rtol=1e-4, atol=1e-5)
+      self.assertAlmostEqual(float(grid.initial_loss[j]), run.initial_loss, places=5)
+    np.testing.assert_allclose(grid.state.opt_state.hyperparams["learning_rate"], lrs, rtol=1e-6)
+    # The two learning rates of seed 1 really trained differently; seed 2 saw other data from another init.
+    diff = jax.tree.map(lambda x: jnp.max(jnp.abs(x[0] - x[1])), grid.state.params)
     self.assertGreater(float(diff["readout"]["kernel"]), 1e-3)
+    self.assertNotEqual(grid.records["loss"][0, 0], grid.records["loss"][0, 2])
+
+  def test_grid_init(self):
+    cfg, opt = _config(), _adam()
+    # Three members, as in test_vmapped_grid_equals_separate_runs (same compiled init).
+    states = train_lib.make_init(cfg, opt, grid=True)(jnp.asarray([3, 4, 3]), jnp.asarray([0.5, 0.25, 0.125]))
+    np.testing.assert_allclose(states.opt_state.hyperparams["learning_rate"], [0.5, 0.25, 0.125])
+    chex.assert_shape(states.params["embed"]["embedding"], (3, 16, 16))
+    chex.assert_trees_all_equal(_member(states.params, 0), _member(states.params, 2))
+    self.assertFalse(np.allclose(states.params["embed"]["embedding"][0], states.params["embed"]["embedding"][1]))
+    chex.assert_trees_all_equal(_member(states.params, 1), train_lib.make_init(cfg, opt)(4, 0.25).params)
+
+  def test_bad_grid_arguments(self):
+    with self.assertRaisesRegex(ValueError, "same length"):
+      train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], learning_rates=[1e-2])
+    with self.assertRaisesRegex(ValueError, "grid"):
+      train_lib.run_training(_config(), _adam(), _dataset(), seed=0, learning_rates=[1e-2])
 
 
-class RunTrainingTest(parameterized.TestCase):
+class RunTrainingTest(chex.TestCase):
 
   def test_loss_decreases(self):
-    result = train_lib.run_training(_config(), _adam(), _dataset(), steps=40, log_every=1)
+    result = train_lib.run_training(_config(), _adam(), _dataset(), log_every=1, record=("loss",))
     losses = [r["loss"] for r in result.history]
-    self.assertLen(losses, 40)
+    self.assertLen(losses, STEPS)
+    np.testing.assert_array_equal(result.records["loss"], losses)
     self.assertEqual(result.stop_reason, train_lib.STOP_COMPLETED)
     self.assertIsNone(result.divergence_step)
+    self.assertFalse(result.diverged)
+    self.assertIsNone(result.last_finite_state)  # only kept with keep_last_finite
     self.assertLess(np.mean(losses[-5:]), 0.8 * losses[0])
-    self.assertEqual(int(result.state.step), 40)
+    self.assertEqual(result.initial_loss, losses[0])
+    self.assertEqual(result.final_loss, losses[-1])
+    self.assertEqual(int(result.state.step), STEPS)
+    self.assertGreater(result.steps_per_sec, 0)
     evaluation = train_lib.evaluate(result.state.params, _config(), _dataset(), num_batches=2)
     self.assertLess(evaluation["loss"], 0.8 * losses[0])
 
   def test_log_every_and_callback(self):
     seen = []
-    result = train_lib.run_training(_config(), _adam(), _dataset(), steps=7, log_every=3,
+    result = train_lib.run_training(_config(), _adam(), _dataset(), log_every=15,
                                     callback=lambda step, m: seen.append((step, m["loss"])))
-    self.assertEqual([s for s, _ in seen], [0, 3, 6])
-    self.assertEqual([r["step"] for r in result.history], [0, 3, 6])
-    self.assertEqual(result.steps_run, 7)
-    for key in ("loss", "accuracy", "grad_norm", "layer_grad_norm", "attn_entropy", "attn_max_logit"):
+    # Every 15th step, and the last one.
+    self.assertEqual([s for s, _ in seen], [0, 15, 30, STEPS - 1])
+    self.assertEqual([r["step"] for r in result.history], [0, 15, 30, STEPS - 1])
+    self.assertEqual([m for _, m in seen], [r["loss"] for r in result.history])
+    self.assertEqual(result.steps_run, STEPS)
+    self.assertEqual(result.records, {})
+    for key in ("loss", "accuracy", "grad_norm", "layer_grad_norm", "attn_entropy", "attn_max_logit",
+                "learning_rate", "update_norm"):
       self.assertIn(key, result.history[0])
     self.assertLen(result.history[0]["attn_entropy"], 2)
 
+  def _check_last_finite(self, result, cfg, opt, init):
+    """The kept state is the last one whose loss was finite and not diverged: the parameters before the update
+    that made the loss diverge (step d - 1 for divergence step d); replays the run one step at a time."""
+    d = result.divergence_step
+    kept = result.last_finite_state
+    chex.assert_tree_all_finite(kept.params)
+    self.assertEqual(int(kept.step), d - 1)
+    step = train_lib.make_train_step(cfg, opt)
+    state = init
+    for t in range(d - 1):
+      state, metrics = step(state, _dataset().batch(t, 0))
+      self.assertLess(float(metrics["loss"]), 3.0 * result.initial_loss)
+    chex.assert_trees_all_equal(kept.params, state.params)
+    chex.assert_trees_all_equal(kept.opt_state, state.opt_state)
+    # ... and the diverged run evaluates there, to a finite loss.
+    self.assertTrue(math.isfinite(train_lib.evaluate(kept.params, cfg, _dataset(), num_batches=1)["loss"]))
+
   def test_divergence_is_detected(self):
-    # A huge learning rate set in the optimizer state (reusing the compiled step of the other tests).
-    state = train_lib.init_train_state(jax.random.PRNGKey(0), _config(), _adam())
-    state = train_lib.set_hyperparam(state, "learning_rate", 1e3)
-    result = train_lib.run_training(_config(), _adam(), _dataset(), steps=30, state=state)
+    # A huge learning rate set in the initial state (reusing the compiled step of test_loss_decreases).
+    cfg, opt = _config(), _adam()
+    init = train_lib.make_init(cfg, opt)(0, 1e3)
+    result = train_lib.run_training(cfg, opt, _dataset(), state=init, keep_last_finite=True)
     self.assertTrue(result.diverged)
     self.assertIn(result.stop_reason, (train_lib.STOP_NONFINITE, train_lib.STOP_LOSS_GROWTH))
-    self.assertLess(result.divergence_step, 29)
-    self.assertEqual(result.steps_run, result.divergence_step + 1)
-    self.assertEqual(result.history[-1]["step"], result.divergence_step)
+    d = result.divergence_step
+    self.assertGreater(d, 0)
+    self.assertLess(d, STEPS - 1)
+    self.assertEqual(result.steps_run, d + 1)
+    self.assertEqual(result.history[-1]["step"], d)
     bad = result.history[-1]["loss"]
     self.assertTrue(not math.isfinite(bad) or bad > 3.0 * result.initial_loss)
-    self.assertGreater(result.divergence_step, 0)
+    if math.isfinite(bad):
+      self.assertEqual(result.final_loss, bad)
+    else:
+      self.assertFalse(math.isfinite(result.final_loss))
+    self._check_last_finite(result, cfg, opt, init)
+
+  def test_diverging_after_warmup_is_evaluated_on_its_last_finite_state(self):
+    # The warmup delays the divergence by a few steps, so the kept state has taken real updates.
+    cfg = _config()
+    init = train_lib.make_init(cfg, COSINE)(0, 10.0)
+    result = train_lib.run_training(cfg, COSINE, _dataset(), state=init, keep_last_finite=True)
+    self.assertTrue(result.diverged)
+    self.assertGreaterEqual(result.divergence_step, 2)
+    self.assertEqual(result.steps_run, result.divergence_step + 1)
+    self._check_last_finite(result, cfg, COSINE, init)
+    # The final state is the diverged one, not the kept one.
+    self.assertEqual(int(result.state.step), result.steps_run)
+
+  def test_a_completed_run_keeps_its_final_state(self):
+    result = train_lib.run_training(_config(), _adam(), _dataset(), keep_last_finite=True)
+    self.assertFalse(result.diverged)
+    chex.assert_trees_all_equal(result.last_finite_state, result.state)
+
+  def test_grid_divergence_is_per_member(self):
+    # Members 0 and 2 train normally, member 1 diverges: the grid runs on to the end and keeps each member's own
+    # last finite state (member 1: the one before its divergence step). Three members, as in
+    # test_vmapped_grid_equals_separate_runs (same compiled step).
+    cfg, opt = _config(), _adam()
+    seeds, lrs = jnp.asarray([0, 0, 1]), jnp.asarray([1e-2, 1e3, 1e-2])
+    grid = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, keep_last_finite=True,
+                                  record=("loss",))
+    self.assertEqual(grid.steps_run, STEPS)
+    np.testing.assert_array_equal(grid.diverged, [False, True, False])
+    np.testing.assert_array_equal(grid.divergence_step[[0, 2]], [-1, -1])
+    d = int(grid.divergence_step[1])
+    self.assertGreater(d, 0)
+    self.assertEqual(grid.stop_reason[0], train_lib.STOP_COMPLETED)
+    self.assertIn(grid.stop_reason[1], (train_lib.STOP_NONFINITE, train_lib.STOP_LOSS_GROWTH))
+    losses = grid.records["loss"][:, 1]
+    self.assertTrue(np.all(losses[:d] <= 3.0 * losses[0]))
+    self.assertFalse(losses[d] <= 3.0 * losses[0])
+    self.assertEqual(grid.final_loss[0], grid.records["loss"][-1, 0])
+    for j in (0, 2):
+      chex.assert_trees_all_equal(_member(grid.last_finite_state, j), _member(grid.state, j))
+    kept = _member(grid.last_finite_state, 1)
+    chex.assert_tree_all_finite(kept.params)
+    self.assertEqual(int(kept.step), d - 1)
+    if d == 1:  # the state before the first update
+      init = train_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
+      chex.assert_trees_all_equal(kept.params, _member(init.params, 1))
+
+  def test_stop_on_divergence_false_runs_every_step(self):
+    cfg, opt = _config(), _adam()
+    result = train_lib.run_training(cfg, opt, _dataset(), state=train_lib.make_init(cfg, opt)(0, 1e3),
+                                    stop_on_divergence=False, record=("loss",))
+    self.assertTrue(result.diverged)
+    self.assertEqual(result.steps_run, STEPS)
+    chex.assert_shape(result.records["loss"], (STEPS,))
 
   def test_deterministic_for_a_seed(self):
-    run = lambda seed: train_lib.run_training(_config(), _adam(), _dataset(), steps=5, seed=seed)
+    run = lambda seed: train_lib.run_training(_config(), _adam(), _dataset(), seed=seed, log_every=10)
     a, b, c = run(3), run(3), run(4)
     self.assertEqual([r["loss"] for r in a.history], [r["loss"] for r in b.history])
     chex.assert_trees_all_equal(a.state.params, b.state.params)
     self.assertNotEqual(a.history[0]["loss"], c.history[0]["loss"])
 
+  def test_fixed_batch_trains_on_batch_zero(self):
+    cfg, opt = _config(), _adam()
+    result = train_lib.run_training(cfg, opt, _dataset(), seed=2, fixed_batch=True, record=("loss",))
+    step = train_lib.make_train_step(cfg, opt)
+    state = train_lib.make_init(cfg, opt)(2, opt.learning_rate)
+    for t in range(3):
+      state, metrics = step(state, _dataset().batch(0, 2))
+      self.assertEqual(float(metrics["loss"]), result.records["loss"][t])
+
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, "steps"):
-      train_lib.run_training(_config(), _adam(), _dataset(), steps=0)
+      _adam(steps=0)
     with self.assertRaisesRegex(ValueError, "vocab_size"):
-      train_lib.run_training(_config(vocab_size=8), _adam(), _dataset(), steps=1)
+      train_lib.run_training(_config(vocab_size=8), _adam(), _dataset())
+    with self.assertRaisesRegex(ValueError, "log_every"):
+      train_lib.run_training(_config(), _adam(), _dataset(), log_every=0)
+    with self.assertRaisesRegex(ValueError, "divergence_factor"):
+      train_lib.run_training(_config(), _adam(), _dataset(), divergence_factor=float("nan"))
+
+
+class ScheduleTest(chex.TestCase):
+  """The logged learning_rate is the rate actually applied: injected peak × warmup/cosine factor."""
+
+  def test_warmup_cosine_closed_form(self):
+    cfg = _config()
+    expected = np.array([_cosine_factor(t) for t in range(STEPS)])
+    self.assertEqual(_cosine_factor(0), 0.0)
+    self.assertEqual(_cosine_factor(WARMUP), 1.0)
+    np.testing.assert_allclose(_cosine_factor(STEPS), END)
+    # The peak from the config, logged at every step (records) and at the logged steps (history).
+    result = train_lib.run_training(cfg, COSINE, _dataset(), log_every=7, record=("learning_rate",))
+    np.testing.assert_allclose(result.records["learning_rate"], 1e-2 * expected, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose([r["learning_rate"] for r in result.history],
+                               [1e-2 * expected[r["step"]] for r in result.history], rtol=1e-5, atol=1e-9)
+    # A peak injected into the optimizer state (as a grid member's) is scaled by the same factor.
+    injected = train_lib.run_training(cfg, COSINE, _dataset(), state=train_lib.make_init(cfg, COSINE)(0, 3e-3),
+                                      record=("learning_rate",))
+    np.testing.assert_allclose(injected.records["learning_rate"], 3e-3 * expected, rtol=1e-5, atol=1e-9)
+    # The config's own closed form agrees.
+    np.testing.assert_allclose([float(COSINE.applied_learning_rate(1.0, t)) for t in range(STEPS)], expected,
+                               rtol=1e-5, atol=1e-9)
+    # The factor acts on the update, not only on the log: step 0 (rate 0) leaves the parameters unchanged.
+    state = train_lib.make_init(cfg, COSINE)(0, 1e-2)
+    new_state, _ = train_lib.make_train_step(cfg, COSINE)(state, _dataset().batch(0, 0))
+    chex.assert_trees_all_equal(new_state.params, state.params)
+
+  def test_constant_warmup_factor(self):
+    opt = _adam(warmup_steps=4)
+    np.testing.assert_allclose([float(opt.applied_learning_rate(2.0, t)) for t in range(7)],
+                               [0.0, 0.5, 1.0, 1.5, 2.0, 2.0, 2.0], rtol=1e-6)
+    self.assertEqual(_adam().applied_learning_rate(2.0, 5), 2.0)
+
+  def test_default_warmup(self):
+    self.assertEqual(_adam(steps=50, schedule="cosine").warmup, 5)
+    self.assertEqual(_adam(steps=50).warmup, 0)
+    self.assertIsNone(_adam().schedule_fn())
+    with self.assertRaisesRegex(ValueError, "warmup_steps"):
+      _adam(steps=5, warmup_steps=5)
 
 
 if __name__ == "__main__":

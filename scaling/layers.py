@@ -1,0 +1,170 @@
+"""Layers whose parameters carry their layer kind, with init and multiplier from a parametrization.
+
+Each parameter is created through ``kind_param``: it is drawn as
+``init_mean + init_std · N(0, 1)`` from the ``LayerSpec`` that the
+parametrization gives its kind and fans, and it is stored boxed in
+``Kinded(value, kind)``, a Flax ``AxisMetadata``. The kind therefore travels with
+the parameter from the layer that made it: ``param_kinds`` reads it, and the
+per-layer learning rates (``scaling.optim``) use it. Renaming a module changes
+nothing. ``module.param`` unboxes as usual, so the layers compute with plain
+arrays; ``unbox`` strips the boxes of an initialized tree.
+
+Per-layer measurements are written with ``record`` (``Module.sow`` into the
+``"metrics"`` collection, one value per name).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+from flax import struct
+import jax
+import jax.numpy as jnp
+
+from scaling import parametrization as param_lib
+from scaling import rules as rules_lib
+
+Array = jax.Array
+
+METRICS = "metrics"
+
+
+class Kinded(struct.PyTreeNode, nn.meta.AxisMetadata):
+  """A parameter value boxed with its layer kind (one of ``scaling.parametrization.LAYER_KINDS``)."""
+
+  value: Any
+  kind: str = struct.field(pytree_node=False)
+
+  def unbox(self) -> Any:
+    return self.value
+
+  def replace_boxed(self, val: Any) -> Kinded:
+    return self.replace(value=val)
+
+  def add_axis(self, index: int, params: dict[str, Any]) -> Kinded:
+    del index, params
+    return self
+
+  def remove_axis(self, index: int, params: dict[str, Any]) -> Kinded:
+    del index, params
+    return self
+
+
+def _is_kinded(x: Any) -> bool:
+  return isinstance(x, Kinded)
+
+
+def param_kinds(boxed: Any) -> Any:
+  """The kind of every parameter of a boxed tree (as made by ``Module.init``), as a tree of strings."""
+  return jax.tree.map(lambda box: box.kind, boxed, is_leaf=_is_kinded)
+
+
+def unbox(boxed: Any) -> Any:
+  """The plain arrays of a boxed tree."""
+  return nn.meta.unbox(boxed)
+
+
+def layer_spec(parametrization: param_lib.Parametrization, kind: str, shape: tuple[int, ...],
+               width: int) -> param_lib.LayerSpec:
+  """The LayerSpec of a parameter of ``kind`` and ``shape`` in a model of ``width``."""
+  fan_in, fan_out = param_lib.fans(kind, shape)
+  return parametrization.layer(kind, fan_in, fan_out, width)
+
+
+def _initializer(spec: param_lib.LayerSpec, kind: str) -> Callable[..., Kinded]:
+  """Initializer drawing init_mean + init_std · N(0, 1) (a constant when the std is 0), boxed with ``kind``."""
+  mean, std = float(spec.init_mean), float(spec.init_std)
+
+  def init(key, shape, dtype=jnp.float32):
+    x = std * jax.random.normal(key, shape, dtype) if std else jnp.zeros(shape, dtype)
+    return Kinded(x + mean if mean else x, kind)
+
+  return init
+
+
+def kind_param(module: nn.Module, name: str, kind: str, shape: tuple[int, ...],
+               parametrization: param_lib.Parametrization, width: int) -> tuple[Array, float]:
+  """Creates (or reads) parameter ``name`` of ``kind``: returns (value float32, forward multiplier)."""
+  spec = layer_spec(parametrization, kind, shape, width)
+  return module.param(name, _initializer(spec, kind), shape, jnp.float32), spec.multiplier
+
+
+def scaled(x: Array, multiplier: float) -> Array:
+  """x * multiplier, skipped when the multiplier is 1."""
+  if multiplier == 1.0:
+    return x
+  return x * jnp.asarray(multiplier, x.dtype)
+
+
+def rms(x: Array) -> Array:
+  """Root mean square of all entries, in float32."""
+  x = x.astype(jnp.float32)
+  return jnp.sqrt(jnp.mean(x * x))
+
+
+def record(module: nn.Module, name: str, value: Array) -> None:
+  """Stores a measurement in the ``"metrics"`` collection (the latest value; read with ``mutable``)."""
+  module.sow(METRICS, name, jnp.asarray(value, jnp.float32), init_fn=lambda: jnp.zeros((), jnp.float32),
+             reduce_fn=lambda _, new: new)
+
+
+class ScaledDense(nn.Module):
+  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization."""
+
+  features: int
+  kind: str
+  parametrization: param_lib.Parametrization
+  width: int
+  use_bias: bool = False
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [..., fan_in] -> [..., features] in ``dtype``."""
+    kernel, mult = kind_param(self, "kernel", self.kind, (x.shape[-1], self.features), self.parametrization,
+                              self.width)
+    y = scaled(jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype)), mult)
+    if self.use_bias:
+      bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
+      y = y + scaled(bias.astype(self.dtype), bmult)
+    return y
+
+
+class ScaledEmbed(nn.Module):
+  """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the parametrization."""
+
+  num_embeddings: int
+  features: int
+  parametrization: param_lib.Parametrization
+  width: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, ids: Array) -> Array:
+    """ids int [...] -> [..., features] in ``dtype``."""
+    table, mult = kind_param(self, "embedding", "embedding", (self.num_embeddings, self.features),
+                             self.parametrization, self.width)
+    return scaled(jnp.take(table, ids, axis=0).astype(self.dtype), mult)
+
+
+class Norm(nn.Module):
+  """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias)."""
+
+  kind: str
+  parametrization: param_lib.Parametrization
+  width: int
+  use_bias: bool = False
+  dtype: Any = jnp.float32
+  eps: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    d = x.shape[-1]
+    scale, mult = kind_param(self, "scale", "norm", (d,), self.parametrization, self.width)
+    norm = rules_lib.layer_norm if self.kind == "layer" else rules_lib.rms_norm
+    y = norm(x.astype(jnp.float32), self.eps) * scaled(scale, mult)
+    if self.use_bias:
+      bias, bmult = kind_param(self, "bias", "bias", (d,), self.parametrization, self.width)
+      y = y + scaled(bias, bmult)
+    return y.astype(self.dtype)
