@@ -27,37 +27,27 @@ import resource
 import sys
 import time
 
-from absl import flags
-
 from experiments import bench_attention
-from experiments import common
-
-_IMPL = flags.DEFINE_enum("impl", "blockwise", bench_attention.IMPLEMENTATIONS, "Attention implementation.")
-_SEQ_LEN = flags.DEFINE_integer("seq_len", 16384, "Sequence length T (= S).", lower_bound=1)
-_BATCH = flags.DEFINE_integer("batch", 1, "Batch size.", lower_bound=1)
-_NUM_HEADS = flags.DEFINE_integer("num_heads", 4, "Number of heads.", lower_bound=1)
-_HEAD_DIM = flags.DEFINE_integer("head_dim", 64, "Head dimension d_k.", lower_bound=1)
-_BLOCK_Q = flags.DEFINE_integer("block_q", bench_attention.BLOCK_Q, "Blockwise query block.", lower_bound=1)
-_BLOCK_K = flags.DEFINE_integer("block_k", bench_attention.BLOCK_K, "Blockwise key block.", lower_bound=1)
-_CAUSAL = flags.DEFINE_boolean("causal", True, "Causal attention.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random inputs.", lower_bound=0)
-_MAX_FRACTION = common.define_finite_float(
-    "max_memory_fraction", 0.6, "Skip when XLA plans more than this fraction of the available memory.",
-    positive=True)
+from experiments import cli
+from scaling.config import option
+from scaling.config import Options
 
 
 @dataclasses.dataclass(frozen=True)
-class MemoryConfig:
-  impl: str
-  seq_len: int
-  batch: int
-  num_heads: int
-  head_dim: int
-  block_q: int
-  block_k: int
-  causal: bool
-  seed: int
-  max_memory_fraction: float
+class MemoryConfig(Options):
+  """One measurement."""
+
+  impl: str = option("blockwise", "Attention implementation.", choices=bench_attention.IMPLEMENTATIONS)
+  seq_len: int = option(16384, "Sequence length T (= S).", lower=1)
+  batch: int = option(1, "Batch size.", lower=1)
+  num_heads: int = option(4, "Number of heads.", lower=1)
+  head_dim: int = option(64, "Head dimension d_k.", lower=1)
+  block_q: int = option(bench_attention.BLOCK_Q, "Blockwise query block.", lower=1)
+  block_k: int = option(bench_attention.BLOCK_K, "Blockwise key block.", lower=1)
+  causal: bool = option(True, "Causal attention.")
+  seed: int = option(0, "Seed of the random inputs.", lower=0)
+  max_memory_fraction: float = option(0.6, "Skip when XLA plans more than this fraction of the available memory.",
+                                      positive=True, upper=1.0)
 
 
 def _maxrss_mib() -> float:
@@ -75,24 +65,12 @@ def _reset_peak_rss() -> bool:
     return False
 
 
-def _status_mib(field: str) -> float | None:
-  """A memory field (VmRSS, VmHWM) of /proc/self/status, MiB."""
+def _proc_mib(path: str, field: str) -> float | None:
+  """A "Field: N kB" line of a /proc file (VmHWM of /proc/self/status, MemAvailable of /proc/meminfo), MiB."""
   try:
-    with open("/proc/self/status") as f:
+    with open(path) as f:
       for line in f:
         if line.startswith(field + ":"):
-          return int(line.split()[1]) / 1024
-  except OSError:
-    return None
-  return None
-
-
-def _available_mib() -> float | None:
-  """MemAvailable from /proc/meminfo, MiB (None where there is no such file)."""
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
           return int(line.split()[1]) / 1024
   except OSError:
     return None
@@ -114,7 +92,7 @@ def measure(config: MemoryConfig) -> dict:
     planned = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes)
     row["xla_temp_mib"] = analysis.temp_size_in_bytes / 2**20
     row["xla_planned_mib"] = planned / 2**20
-  available = _available_mib()
+  available = _proc_mib("/proc/meminfo", "MemAvailable")
   row["available_mib"] = available
   if analysis is not None and available is not None and row["xla_planned_mib"] > config.max_memory_fraction * available:
     row["status"] = "skipped"
@@ -129,21 +107,21 @@ def measure(config: MemoryConfig) -> dict:
   jax.block_until_ready(compiled(*args))
   row["seconds"] = time.perf_counter() - start
   row["peak_rss_mib"] = _maxrss_mib()
-  row["vm_hwm_mib"] = _status_mib("VmHWM")
+  row["vm_hwm_mib"] = _proc_mib("/proc/self/status", "VmHWM")
   row["delta_rss_mib"] = row["peak_rss_mib"] - row["baseline_rss_mib"]
   row["status"] = "ok"
   return row
 
 
-def main(argv):
-  common.reject_extra_args(argv)
-  config = MemoryConfig(_IMPL.value, _SEQ_LEN.value, _BATCH.value, _NUM_HEADS.value, _HEAD_DIM.value,
-                        _BLOCK_Q.value, _BLOCK_K.value, _CAUSAL.value, _SEED.value, _MAX_FRACTION.value)
-  if config.max_memory_fraction > 1:
-    common.fail("--max_memory_fraction must be at most 1")
+def _print(config: MemoryConfig, out_dir) -> None:
+  del out_dir
   sys.stdout.write(json.dumps(measure(config)) + "\n")
   sys.stdout.flush()
 
 
+def main(argv=None) -> int:
+  return cli.main(MemoryConfig, _print, argv, __doc__, needs_out_dir=False)
+
+
 if __name__ == "__main__":
-  common.run(main)
+  sys.exit(main())

@@ -59,10 +59,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from experiments import common
+from experiments import cli
 from scaling import attention as attention_lib
 from scaling import blockwise as blockwise_lib
-from scaling import io
+from scaling import report
+from scaling import results as results_lib
+from scaling.config import option
+from scaling.config import Options
 from scaling import plotting
 
 IMPLEMENTATIONS = ("dense", "blockwise", "jax_nn", "flax")
@@ -374,17 +377,17 @@ def run(out_dir: pathlib.Path, *, quick: bool = False, seq_lens=(512, 2048, 8192
         f"on {jax.devices()[0].platform}, {os.cpu_count()} cores; measured again after the timings", flush=True)
   timings = []
   total = len(config.head_dims) * len(MODES) * len(config.seq_lens)
-  progress = common.Progress(total, "attention")
-  for head_dim in config.head_dims:
-    for mode in MODES:
-      previous: dict[str, tuple[int, float]] = {}
-      for seq_len in sorted(config.seq_lens):
-        rows = _time_size(config, seq_len, head_dim, mode, previous)
-        for row in rows:
-          if row["status"] != "ok":
-            print(f"  skip {row['impl']} {mode} T={seq_len} d_k={head_dim}: {row['reason']}", flush=True)
-        timings.extend(rows)
-        progress.update(f"T={seq_len} d_k={head_dim} {mode}")
+  with report.Progress(total, "attention") as progress:
+    for head_dim in config.head_dims:
+      for mode in MODES:
+        previous: dict[str, tuple[int, float]] = {}
+        for seq_len in sorted(config.seq_lens):
+          rows = _time_size(config, seq_len, head_dim, mode, previous)
+          for row in rows:
+            if row["status"] != "ok":
+              print(f"  skip {row['impl']} {mode} T={seq_len} d_k={head_dim}: {row['reason']}", flush=True)
+          timings.extend(rows)
+          progress.update(f"T={seq_len} d_k={head_dim} {mode}")
   # The peak is measured before and after the timings (other load on the machine can depress either) and the
   # better of the two is the reference.
   peak_after = measure_matmul_peak(config.peak_matmul_size)
@@ -397,7 +400,7 @@ def run(out_dir: pathlib.Path, *, quick: bool = False, seq_lens=(512, 2048, 8192
       row["fraction_of_peak"] = row["gflops"] / peak["gflops"]
   columns = ("seq_len", "head_dim", "mode", "impl", "ms", "gflops", "ratio_to_jax_nn", "fraction_of_peak")
   table_rows = [{**r, "ms": r.get("ms", r["status"])} for r in timings]
-  table = common.format_table(table_rows, columns, floatfmt=".3g")
+  table = report.table(table_rows, columns, floatfmt=".3g")
   print(table, flush=True)
 
   # One fresh process per measurement; sequential (they would compete for memory and cores), except in a
@@ -430,33 +433,29 @@ def run(out_dir: pathlib.Path, *, quick: bool = False, seq_lens=(512, 2048, 8192
       "targets": targets,
       "wall_s": time.perf_counter() - wall_start,
   }
-  io.write_json(out_dir / "attention.json", results)
+  results_lib.write_json(out_dir / "attention.json", results)
   _plot(out_dir / "attention.png", timings, config)
   print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json and attention.png to {out_dir}")
   return results
 
 
-def _define_flags():
-  """Flags for running this suite on its own (defined only then: the dispatcher has its own --out_dir)."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  return {
-      "out_dir": flags.DEFINE_string("out_dir", "runs/bench_attention", "Output directory."),
-      "quick": flags.DEFINE_boolean("quick", False, "Tiny sizes: a smoke run, not a measurement."),
-      "seq_lens": common.define_int_list("seq_lens", "512,2048,8192", "Sequence lengths T to time."),
-      "head_dims": common.define_int_list("head_dims", "64,128", "Head dimensions d_k to time."),
-      "repeats": flags.DEFINE_integer("repeats", 5, "Timed calls per implementation.", lower_bound=1),
-      "max_call_s": common.define_finite_float("max_call_s", 8.0, "Skip a size when one call would take longer.",
-                                               positive=True),
-  }
+@dataclasses.dataclass(frozen=True)
+class AttentionSuiteOptions(Options):
+  """Options for running this suite on its own."""
+
+  seq_lens: tuple[int, ...] = option((512, 2048, 8192), "Sequence lengths T to time.", lower=1)
+  head_dims: tuple[int, ...] = option((64, 128), "Head dimensions d_k to time.", lower=1)
+  repeats: int = option(5, "Timed calls per implementation.", lower=1)
+  max_call_s: float = option(8.0, "Skip a size when one call would take longer.", positive=True)
+  quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
+  output: results_lib.OutputConfig = option(results_lib.OutputConfig("runs/bench_attention"), "Output.")
 
 
-def main(argv):
-  common.reject_extra_args(argv)
-  out_dir = common.prepare_out_dir(_FLAGS["out_dir"].value)
-  run(out_dir, quick=_FLAGS["quick"].value, seq_lens=_FLAGS["seq_lens"].value, head_dims=_FLAGS["head_dims"].value,
-      repeats=_FLAGS["repeats"].value, max_call_s=_FLAGS["max_call_s"].value)
+def _run(options: AttentionSuiteOptions, out_dir: pathlib.Path) -> None:
+  results_lib.make_dir(out_dir)
+  run(out_dir, quick=options.quick, seq_lens=list(options.seq_lens), head_dims=list(options.head_dims),
+      repeats=options.repeats, max_call_s=options.max_call_s)
 
 
 if __name__ == "__main__":
-  _FLAGS = _define_flags()
-  common.run(main)
+  sys.exit(cli.main(AttentionSuiteOptions, _run, None, __doc__))

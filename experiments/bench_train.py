@@ -20,7 +20,7 @@ Two measurements, each side by side in one run:
   optimizer are not counted.
 
 * The learning-rate grid. The same runs (learning rates × seeds, same steps,
-  same data) trained as one vmapped program (``scaling.transfer.train_grid``)
+  same data) trained as one vmapped program (``scaling.train.run_training`` with a grid)
   and one at a time, each with its own jitted init and step, as separate
   scripts would: cold (compilation included) and warm (compiled functions
   reused). A third row, one at a time with a single shared compiled step (the
@@ -42,12 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import bench_attention
-from experiments import common
 from scaling import data as data_lib
-from scaling import io
 from scaling import model as model_lib
+from scaling import optim as optim_lib
 from scaling import plotting
-from scaling import transfer as transfer_lib
+from scaling import report
+from scaling import results as results_lib
+from scaling import train as train_lib
+from scaling.studies import transfer as transfer_lib
 
 EMBEDDING_TABLES = ("embed", "pos_embed")
 
@@ -96,13 +98,13 @@ def flops_per_step(config: model_lib.ModelConfig, params: Any, batch_size: int, 
 
 def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
   """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded."""
-  family = transfer_lib.WidthFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
+  family = model_lib.ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
   dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
   model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
-  spec = transfer_lib.OptimizerSpec("adam")
-  state = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))(0, 1e-3)
+  opt = optim_lib.OptimizerConfig(learning_rate=1e-3)
+  state = train_lib.make_init(model_config, opt)(0, 1e-3)
   batch = dataset.batch(0)
-  step = jax.jit(transfer_lib.member_step(model_config, spec))
+  step = train_lib.make_train_step(model_config, opt)
   start = time.perf_counter()
   state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
@@ -131,7 +133,15 @@ def _timed(fn):
   return out, time.perf_counter() - start
 
 
-def _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns=None):
+def _fresh_fns(model_config, opt):
+  """A newly jitted (init, step) pair of one run, as a separate script would compile it."""
+  init = jax.jit(lambda seed, lr: train_lib.init_train_state(seed, model_config, opt, lr))
+  step = jax.jit(functools.partial(train_lib.train_step, model=model_lib.Transformer(model_config),
+                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt))
+  return init, step
+
+
+def _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns=None):
   """Trains each (lr, seed) on its own; ``fns`` reuses compiled (init, step) pairs, None compiles new ones per run.
 
   Returns:
@@ -139,11 +149,7 @@ def _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns=None):
   """
   losses, used = [], []
   for i, (lr, seed) in enumerate(zip(lrs, seeds)):
-    if fns is None:
-      init = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))
-      step = jax.jit(transfer_lib.member_step(model_config, spec))
-    else:
-      init, step = fns[i]
+    init, step = _fresh_fns(model_config, opt) if fns is None else fns[i]
     used.append((init, step))
     state = init(jnp.int32(seed), jnp.float32(lr))
     run = []
@@ -156,34 +162,35 @@ def _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns=None):
 
 def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   """The vmapped grid against the same runs one at a time, cold and warm."""
-  family = transfer_lib.WidthFamily(depth=config.grid_depth, base_width=config.grid_width, num_heads=2)
+  family = model_lib.ModelFamily(depth=config.grid_depth, base_width=config.grid_width, num_heads=2)
   dataset = data_lib.make_dataset("recall", seq_len=config.grid_seq_len, batch_size=config.grid_batch_size)
   model_config = family.model_config("mup", config.grid_width, vocab_size=dataset.vocab_size,
                                      max_len=config.grid_seq_len)
-  spec = transfer_lib.OptimizerSpec("adam")
-  lrs, seeds = transfer_lib.lr_grid(config.grid_log2_lrs, config.grid_seeds)
   steps = config.grid_steps
+  opt = optim_lib.OptimizerConfig(steps=steps)
+  lrs, seeds = transfer_lib.lr_grid(config.grid_log2_lrs, config.grid_seeds)
 
   def vmapped():
-    return transfer_lib.train_grid(model_config, spec, dataset, lrs, seeds, steps)["loss"]
+    return train_lib.run_training(model_config, opt, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
+                           stop_on_divergence=False).records["loss"]
 
   timings = {}
-  transfer_lib.clear_caches()
+  for cached in (train_lib.make_train_step, train_lib.make_init, train_lib.make_optimizer):
+    cached.cache_clear()
+  jax.clear_caches()
   # Both methods' data samplers are compiled outside the timings (they are shared by every width).
   dataset.batch(0)
-  transfer_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
+  train_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
   fast, cold = _timed(vmapped)
   _, warm = _timed(vmapped)
   timings["vmapped"] = {"cold_s": cold, "warm_s": warm}
-  (slow, fns), cold = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps))
-  _, warm = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, fns))
+  (slow, fns), cold = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
+  _, warm = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns))
   timings["one_at_a_time"] = {"cold_s": cold, "warm_s": warm}
   if config.shared_compile_row:
-    init = jax.jit(functools.partial(transfer_lib.init_member, model_config, spec))
-    step = jax.jit(transfer_lib.member_step(model_config, spec))
-    shared = [(init, step)] * len(lrs)
-    _, cold = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, shared))
-    _, warm = _timed(lambda: _one_at_a_time(model_config, spec, dataset, lrs, seeds, steps, shared))
+    shared = [_fresh_fns(model_config, opt)] * len(lrs)
+    _, cold = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
+    _, warm = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
     timings["one_at_a_time_shared_compile"] = {"cold_s": cold, "warm_s": warm}
   finite = np.isfinite(slow) & np.isfinite(fast)
   max_rel = float(np.max(np.abs(fast - slow)[finite] / (np.abs(slow[finite]) + 1e-12))) if finite.any() else 0.0
@@ -229,7 +236,7 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   m = thr["model"]
   print(f"throughput: width {m['width']}, depth {m['depth']}, {m['num_heads']} heads x {m['head_dim']}, "
         f"batch {m['batch_size']} x {m['seq_len']} tokens, {m['params']} params")
-  print(common.format_table([{"steps_per_s": thr["steps_per_s"], "tokens_per_s": thr["tokens_per_s"],
+  print(report.table([{"steps_per_s": thr["steps_per_s"], "tokens_per_s": thr["tokens_per_s"],
                               "model_GFLOP_per_s": thr["flops_per_s"] / 1e9, "peak_GFLOP_per_s": peak / 1e9,
                               "fraction_of_peak": thr["fraction_of_peak"]}],
                             ("steps_per_s", "tokens_per_s", "model_GFLOP_per_s", "peak_GFLOP_per_s",
@@ -238,14 +245,14 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   g = grid["grid"]
   print(f"\nlearning-rate grid: {len(g['log2_lrs'])} learning rates x {len(g['seeds'])} seeds = {g['runs']} runs, "
         f"{g['steps']} steps, width {g['width']}")
-  print(common.format_table(rows, ("method", "cold_s", "warm_s"), floatfmt=".2f"))
+  print(report.table(rows, ("method", "cold_s", "warm_s"), floatfmt=".2f"))
   print(f"train: the vmapped grid is {grid['speedup_cold']:.1f}x faster cold (compilation included) and "
         f"{grid['speedup_warm']:.1f}x faster warm than one run at a time (max relative loss difference "
         f"{grid['max_rel_diff']:.1e})")
   if grid["speedup_cold_vs_shared_compile"] is not None:
     print(f"train: against one run at a time sharing one compiled step, the vmapped grid is "
           f"{grid['speedup_cold_vs_shared_compile']:.1f}x faster cold")
-  io.write_json(out_dir / "train.json", results)
+  results_lib.write_json(out_dir / "train.json", results)
   _figure(out_dir / "train.png", peak, thr, grid)
   return {"steps_per_s": thr["steps_per_s"], "fraction_of_peak": thr["fraction_of_peak"],
           "speedup_cold": grid["speedup_cold"], "speedup_warm": grid["speedup_warm"]}

@@ -11,46 +11,45 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pathlib
+import sys
 import time
 
-from absl import flags
-
-from experiments import common
-from scaling import io
+from experiments import cli
+from scaling import results
+from scaling.config import option
+from scaling.config import Options
 
 SUITES = ("sweep", "attention", "train")
 
-_SUITE = common.define_enum_list("suite", ",".join(SUITES), SUITES, "Suites to run, comma-separated.")
-_QUICK = flags.DEFINE_boolean("quick", False, "Tiny sizes: a smoke run, not a measurement.")
-_OUT_DIR = flags.DEFINE_string("out_dir", "runs/benchmark", "Output directory.")
-
 
 @dataclasses.dataclass(frozen=True)
-class BenchmarkConfig:
-  suites: tuple[str, ...]
-  quick: bool
-  out_dir: str
+class BenchmarkConfig(Options):
+  """Which suites to run."""
+
+  suite: tuple[str, ...] = option(SUITES, "Suites to run, comma-separated.", choices=SUITES)
+  quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
+  output: results.OutputConfig = option(results.OutputConfig("runs/benchmark"), "Output.")
 
 
-def main(argv):
-  common.reject_extra_args(argv)
-  config = BenchmarkConfig(tuple(dict.fromkeys(_SUITE.value)), _QUICK.value, _OUT_DIR.value)
-  modules = {}
-  for suite in config.suites:
-    try:
-      modules[suite] = importlib.import_module(f"experiments.bench_{suite}")
-    except ModuleNotFoundError as e:
-      common.fail(f"--suite={suite}: suite is not available ({e})")
-  out_dir = common.prepare_out_dir(config.out_dir)
+def run(config: BenchmarkConfig, out_dir: pathlib.Path) -> dict:
+  """Runs each suite, each printing its table, and writes summary.json."""
+  results.make_dir(out_dir)
+  modules = {suite: importlib.import_module(f"experiments.bench_{suite}") for suite in dict.fromkeys(config.suite)}
   summary = {}
   for suite, module in modules.items():
     print(f"== suite {suite}", flush=True)
     start = time.perf_counter()
     summary[suite] = module.run(out_dir, quick=config.quick)
     summary[suite]["wall_s"] = time.perf_counter() - start
-  io.write_json(out_dir / "summary.json", summary)
+  results.write_json(out_dir / "summary.json", summary)
   print(f"wrote {', '.join(f'{s}.json' for s in summary)} and summary.json to {out_dir}")
+  return summary
+
+
+def main(argv=None) -> int:
+  return cli.main(BenchmarkConfig, run, argv, __doc__)
 
 
 if __name__ == "__main__":
-  common.run(main)
+  sys.exit(main())

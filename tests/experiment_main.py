@@ -1,18 +1,45 @@
-"""Runs an experiment's main under overridden flags, capturing its exit code and output."""
+"""Runs an experiment's main on a command line built from keyword flags, capturing its exit code and output."""
 
 import contextlib
-import io as std_io
+import io
+import os
 
-from absl.testing import flagsaver
+
+def argv(module, **flag_values) -> list[str]:
+  """The command line: ``--name=value`` per flag (lists comma-joined, booleans as --name / --noname)."""
+  args = [module.__name__]
+  for name, value in flag_values.items():
+    if isinstance(value, bool):
+      args.append(f"--{name}" if value else f"--no{name}")
+    elif isinstance(value, (list, tuple)):
+      args.append(f"--{name}={','.join(str(v) for v in value)}")
+    else:
+      args.append(f"--{name}={value}")
+  return args
 
 
 def run_main(module, **flag_values):
-  """Runs ``module.main``; returns (exit code or None, stdout, stderr)."""
-  out, err = std_io.StringIO(), std_io.StringIO()
-  code = None
-  with flagsaver.flagsaver(**flag_values), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      module.main([module.__name__.rsplit(".", 1)[-1]])
-    except SystemExit as e:
-      code = e.code
+  """Runs ``module.main`` on ``argv(module, **flag_values)``; returns (exit code, stdout, stderr)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = module.main(argv(module, **flag_values))
   return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_error(test, code, stdout, stderr, needle, out_dir=None):
+  """Bad input: exit status 2, nothing on stdout, one ``error: ...`` line naming ``needle``, no output folder."""
+  test.assertEqual(code, 2, stderr)
+  test.assertNotIn("Traceback", stderr)
+  lines = stderr.strip().splitlines()
+  test.assertLen(lines, 1, stderr)
+  test.assertTrue(lines[0].startswith("error: "), lines[0])
+  test.assertIn(needle, lines[0])
+  test.assertEqual(stdout, "")
+  if out_dir is not None:
+    test.assertFalse(os.path.exists(out_dir), out_dir)
+
+
+def run_with(module, base_flags, out_dir, **flag_values):
+  """``run_main`` with ``base_flags`` updated by ``flag_values`` (a None value drops the flag)."""
+  flags = {k: v for k, v in {**base_flags, **flag_values}.items() if v is not None}
+  return run_main(module, out_dir=str(out_dir), **flags)

@@ -4,6 +4,8 @@ import contextlib
 import io as std_io
 import json
 import pathlib
+import shutil
+import tempfile
 
 from absl.testing import absltest
 import jax
@@ -32,11 +34,13 @@ class FlopsTest(absltest.TestCase):
 class QuickSuiteTest(absltest.TestCase):
 
   def test_quick_run(self):
-    out = pathlib.Path(self.create_tempdir().full_path)
+    out = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     buf = std_io.StringIO()
     with contextlib.redirect_stdout(buf):
       summary = bench_train.run(out, quick=True)
     self.assertIn("faster", buf.getvalue())
+    # The throughput table has a fraction-of-peak column (a narrow console may truncate the header with '…').
     self.assertIn("fraction_of_peak", buf.getvalue())
     data = json.loads((out / "train.json").read_text())
     self.assertGreater(data["matmul_peak_flops_per_s"], 0)
@@ -49,6 +53,8 @@ class QuickSuiteTest(absltest.TestCase):
       self.assertGreater(timing["cold_s"], 0)
       self.assertGreater(timing["warm_s"], 0)
     self.assertLess(data["max_rel_diff"], 1e-4)  # both methods train the same runs
+    self.assertEqual(data["grid"]["runs"], len(bench_train.QUICK.grid_log2_lrs) * len(bench_train.QUICK.grid_seeds))
+    self.assertEqual(data["grid"]["steps"], bench_train.QUICK.grid_steps)
     self.assertEqual(summary["speedup_cold"], data["speedup_cold"])
     self.assertTrue((out / "train.png").stat().st_size > 1000)
 

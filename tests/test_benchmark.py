@@ -6,19 +6,18 @@ import json
 import pathlib
 
 from absl.testing import absltest
-from absl.testing import flagsaver
 
 from experiments import benchmark
+import experiment_main
 
 
 class BenchmarkMainTest(absltest.TestCase):
 
   def test_quick_sweep_suite(self):
     out = pathlib.Path(self.create_tempdir().full_path)
-    buf = std_io.StringIO()
-    with flagsaver.flagsaver(suite=["sweep"], quick=True, out_dir=str(out)), contextlib.redirect_stdout(buf):
-      benchmark.main(["benchmark"])
-    self.assertIn("faster", buf.getvalue())
+    code, stdout, _ = experiment_main.run_main(benchmark, suite=["sweep"], quick=True, out_dir=str(out))
+    self.assertEqual(code, 0)
+    self.assertIn("faster", stdout)
     data = json.loads((out / "sweep.json").read_text())
     self.assertGreater(data["speedup_cold"], 0)
     self.assertLess(data["max_rel_diff"], 1e-3)  # both methods compute the same numbers

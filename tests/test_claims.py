@@ -6,10 +6,10 @@ import json
 import pathlib
 
 from absl.testing import absltest
-from absl.testing import flagsaver
 
 from experiments import claims as claims_experiment
-from scaling import claims
+from scaling.studies import claims
+import experiment_main
 
 
 class ClaimsTest(absltest.TestCase):
@@ -31,15 +31,27 @@ class ClaimsTest(absltest.TestCase):
 
   def test_main_writes_files(self):
     out = pathlib.Path(self.create_tempdir().full_path)
-    with flagsaver.flagsaver(ids=["variance_is_dk", "sqrt_flatter_at_128"], d_k=[64, 128], num_seeds=1, seq_len=8,
-                             out_dir=str(out)), contextlib.redirect_stdout(std_io.StringIO()):
-      claims_experiment.main(["claims"])
+    code, _, _ = experiment_main.run_main(claims_experiment, ids=["variance_is_dk", "sqrt_flatter_at_128"],
+                                          d_k=[64, 128], num_seeds=1, seq_len=8, out_dir=str(out))
+    self.assertEqual(code, 0)
     rows = [json.loads(line) for line in (out / "claims.jsonl").read_text().splitlines()]
     self.assertEqual([r["id"] for r in rows], ["variance_is_dk", "sqrt_flatter_at_128"])
     for r in rows:
       self.assertIn(r["verdict"], (claims.HOLDS, claims.PARTLY, claims.FAILS))
       self.assertTrue(r["finding"])
     self.assertIn("| claim |", (out / "claims.md").read_text())
+
+
+
+class ClaimsFlagsTest(absltest.TestCase):
+
+  def test_d_k_must_include_64_and_128(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "never"
+    code, _, err = experiment_main.run_main(claims_experiment, d_k=[16, 64], out_dir=str(out))
+    self.assertEqual(code, 2)
+    self.assertEqual(err.strip().splitlines(), ["error: --d_k must include 64 and 128 (two claims are about those "
+                                                "head dims)"])
+    self.assertFalse(out.exists())
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
 """The μP coordinate check: slope fit against closed forms, SP vs μP slopes on a tiny model, the experiment."""
 
-import contextlib
-import io as std_io
+import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 from absl.testing import absltest
-from absl.testing import flagsaver
 from absl.testing import parameterized
 import chex
 from hypothesis import given
@@ -18,12 +18,14 @@ import jax
 import numpy as np
 
 import experiment_main
-from experiments import common
 from experiments import coord_check as coord_exp
-from scaling import coord_check
 from scaling import data as data_lib
 from scaling import model as model_lib
-from scaling import transfer
+from scaling import optim
+from scaling import train as train_lib
+from scaling.config import Seeds
+from scaling.studies import coord_check
+from scaling.studies import transfer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,13 +34,20 @@ WIDTHS = (16, 64)
 STEPS = 2
 LR = 0.03
 TASK = dict(seq_len=8, batch_size=4)
-FAMILY = transfer.WidthFamily(depth=1, num_heads=2)
-FLAGS_TINY = dict(widths=list(WIDTHS), steps=STEPS, depth=1, num_heads=2, learning_rate=LR, num_seeds=2,
-                  task="recall", **TASK)
+FAMILY = model_lib.ModelFamily(depth=1, num_heads=2)
+FLAGS_TINY = dict(widths=list(WIDTHS), steps=STEPS, depth=1, num_heads=2, learning_rate=LR, num_seeds=2, **TASK)
+TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
+
+
+def _tempdir(test) -> pathlib.Path:
+  path = pathlib.Path(tempfile.mkdtemp())
+  test.addCleanup(shutil.rmtree, path, ignore_errors=True)
+  return path
 
 
 def _config(**kw):
-  base = dict(widths=WIDTHS, steps=STEPS, family=FAMILY, learning_rate=LR, num_seeds=2)
+  base = dict(grid=transfer.WidthGrid(widths=WIDTHS), seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK),
+              model=FAMILY, optim=optim.OptimizerConfig(steps=STEPS, learning_rate=LR))
   base.update(kw)
   return coord_check.CoordCheckConfig(**base)
 
@@ -100,7 +109,7 @@ class CoordCheckTest(chex.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.dataset = data_lib.make_dataset("recall", **TASK)
+    cls.dataset = data_lib.DataConfig(**TASK).make(0)
     cls.config = _config()
     cls.rows = coord_check.run_coord_check(cls.config, cls.dataset)
     cls.slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in coord_check.slopes(cls.rows)}
@@ -119,8 +128,8 @@ class CoordCheckTest(chex.TestCase):
     width = WIDTHS[-1]
     cfg = FAMILY.with_base_width(WIDTHS).model_config("mup", width, vocab_size=self.dataset.vocab_size,
                                                       max_len=TASK["seq_len"])
-    forward = jax.jit(lambda seed, tokens: model_lib.Transformer(cfg).apply(
-        {"params": model_lib.init_params(jax.random.PRNGKey(seed), cfg)}, tokens)[1])
+    forward = jax.jit(lambda seed, tokens: model_lib.apply_with_aux(
+        model_lib.Transformer(cfg), model_lib.init_params(jax.random.PRNGKey(seed), cfg), tokens)[1])
     for seed in (0, 1):
       aux = forward(seed, self.dataset.batch(0, seed)["inputs"])
       got = {r["layer"]: r["rms_seeds"][seed] for r in self.rows
@@ -151,25 +160,48 @@ class CoordCheckTest(chex.TestCase):
     self.assertGreater(self.slope[("sp", "readout", STEPS)] - self.slope[("mup", "readout", STEPS)], 0.5)
 
   def test_each_width_compiles_one_step(self):
-    cfg = self.config.family.model_config("sp", WIDTHS[0], vocab_size=self.dataset.vocab_size,
-                                          max_len=TASK["seq_len"])
-    step = transfer.grid_step_fn(cfg, transfer.OptimizerSpec("adam"))
-    self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
+    # Steps 0..k need k + 1 training steps; the seeds of a width are one vmapped grid.
+    opt = dataclasses.replace(self.config.optim, steps=STEPS + 1)
+    for width in WIDTHS:
+      cfg = self.config.family.model_config("sp", width, vocab_size=self.dataset.vocab_size,
+                                            max_len=TASK["seq_len"])
+      step = train_lib.make_train_step(cfg, opt, grid=True)
+      self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
+
+  def test_coord_data_is_the_grid_of_seeds(self):
+    data = coord_check.coord_data(self.config, "sp", WIDTHS[0], self.dataset)
+    chex.assert_shape(data["loss"], (STEPS + 1, 2))
+    self.assertEqual(list(data["rms"]), list(coord_check.layer_names(1)))
+    for values in data["rms"].values():
+      chex.assert_shape(values, (STEPS + 1, 2))
+    # With a fixed batch, both seeds see their own batch 0 at every step.
+    self.assertNotEqual(data["loss"][0, 0], data["loss"][0, 1])
 
   def test_bad_configs(self):
-    for kw, text in (({"widths": ()}, "empty"), ({"widths": (0,)}, "width"), ({"steps": 0}, "steps"),
-                     ({"learning_rate": 0.0}, "learning_rate"), ({"parametrizations": ("xp",)}, "xp"),
-                     ({"optimizer": "lion"}, "lion"), ({"num_seeds": 0}, "num_seeds")):
+    for make, text in ((lambda: transfer.WidthGrid(widths=()), "empty"),
+                       (lambda: transfer.WidthGrid(widths=(0,)), "width"),
+                       (lambda: optim.OptimizerConfig(steps=0), "steps"),
+                       (lambda: optim.OptimizerConfig(learning_rate=0.0), "learning_rate"),
+                       (lambda: transfer.WidthGrid(parametrizations=("xp",)), "xp"),
+                       (lambda: optim.OptimizerConfig(optimizer="lion"), "lion"),
+                       (lambda: Seeds(num_seeds=0), "num_seeds"),
+                       (lambda: _config(fixed_batch=1), "fixed_batch"),
+                       (lambda: _config(grid=(16, 32)), "grid")):
       with self.assertRaisesRegex(ValueError, text):
-        _config(**kw)
+        make()
+    self.assertEqual(_config().steps, STEPS)
+    self.assertEqual(_config().family.base_width, WIDTHS[0])
 
 
 class ExperimentTest(parameterized.TestCase):
 
+  def _run(self, out, **kw):
+    return experiment_main.run_with(coord_exp, FLAGS_TINY, out, **kw)
+
   def test_main_writes_files(self):
-    out = pathlib.Path(self.create_tempdir().full_path) / "cc"
-    code, stdout, _ = experiment_main.run_main(coord_exp, out_dir=str(out), **FLAGS_TINY)
-    self.assertIsNone(code)
+    out = _tempdir(self) / "cc"
+    code, stdout, stderr = self._run(out)
+    self.assertEqual(code, 0, stderr)
     self.assertIn("block_0/attn_logits", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertLen(rows, 2 * 2 * 3 * 5)
@@ -184,8 +216,27 @@ class ExperimentTest(parameterized.TestCase):
     header = (out / "slopes.csv").read_text().splitlines()[0].split(",")
     self.assertEqual(header[:4], ["parametrization", "layer", "step", "slope"])
     self.assertGreater((out / "coord_check.png").stat().st_size, 1000)
-    self.assertEqual(json.loads((out / "config.json").read_text())["flags"]["widths"], [16, 64])
+    config = json.loads((out / "config.json").read_text())
+    self.assertEqual(config["config"]["grid"]["widths"], [16, 64])
+    self.assertEqual(config["config"]["optim"]["steps"], STEPS)
+    self.assertEqual(config["dataset"]["name"], "recall")
     self.assertFalse((out / "results.partial.jsonl").exists())
+
+  def test_text_file_alone_selects_the_text_task(self):
+    path = _tempdir(self) / "data.txt"
+    path.write_text(TEXT)
+    out = _tempdir(self) / "cc"
+    code, stdout, stderr = self._run(out, text_file=str(path), parametrizations=["mup"], widths=[16, 32], steps=1,
+                                     num_seeds=1)
+    self.assertEqual(code, 0, stderr)
+    self.assertIn("block_0/attn_logits", stdout)
+    config = json.loads((out / "config.json").read_text())
+    self.assertEqual(config["dataset"]["name"], "text")
+    self.assertEqual(config["dataset"]["vocab_size"], len(set(TEXT)))
+    self.assertEqual(config["config"]["data"]["text_file"], str(path))
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    self.assertLen(rows, 2 * 2 * 5)
+    self.assertTrue(all(r["rms"] > 0 for r in rows))
 
   @parameterized.parameters(
       ("--widths=0", "--widths"), ("--widths=16,x", "--widths"), ("--parametrizations=sp,xp", "--parametrizations"),
@@ -193,61 +244,60 @@ class ExperimentTest(parameterized.TestCase):
       ("--learning_rate=nan", "--learning_rate"), ("--steps=0", "--steps"), ("--num_seeds=0", "--num_seeds"),
       ("--optimizer=lion", "--optimizer"), ("--depth=0", "--depth"), ("--seq_len=0", "--seq_len"),
       ("--batch_size=-2", "--batch_size"), ("--task=images", "--task"), ("--num_heads=0", "--num_heads"),
+      ("--no_such_flag=1", "no_such_flag"),
   )
   def test_parse_errors_are_one_line(self, arg, name):
-    err = std_io.StringIO()
-    with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
-      with self.assertRaises(SystemExit) as ctx:
-        common._parse_flags(["coord_check", arg])  # pylint: disable=protected-access
-    self.assertEqual(ctx.exception.code, 2)
-    lines = err.getvalue().strip().splitlines()
-    self.assertLen(lines, 1)
-    self.assertTrue(lines[0].startswith("error:"), lines[0])
-    self.assertIn(name, lines[0])
+    flag, value = arg[2:].split("=", 1)
+    out = _tempdir(self) / "never"
+    code, stdout, stderr = experiment_main.run_main(coord_exp, out_dir=str(out), **{flag: value})
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, name, out)
 
   def _text_file(self, content: bytes | None) -> str:
-    path = pathlib.Path(self.create_tempdir().full_path) / "data.txt"
+    path = _tempdir(self) / "data.txt"
     if content is not None:
       path.write_bytes(content)
     return str(path)
 
   @parameterized.named_parameters(
-      ("width_not_divisible", dict(widths=[16, 17]), "--widths"),
-      ("both_head_flags", dict(head_dim=8), "--num_heads and --head_dim"),
+      ("width_not_divisible", dict(widths=[16, 17]), "width 17 is not divisible into --num_heads=2"),
+      ("head_dim_does_not_divide", dict(num_heads=None, head_dim=6), "--head_dim=6"),
       ("base_width_not_divisible", dict(base_width=9), "--base_width"),
       ("text_without_file", dict(task="text"), "--text_file"),
-      ("file_without_text", dict(text_file="x.txt"), "--text_file"),
+      ("recall_with_text_file", dict(task="recall", text_file="x.txt"), "--text_file"),
       ("seq_len_too_short_for_recall", dict(seq_len=2), "--seq_len"),
-      ("missing_file", dict(task="text", text_file=None), "--text_file"),
-      ("empty_file", dict(task="text", text_file=b""), "empty"),
-      ("binary_file", dict(task="text", text_file=b"ab\x00\x01cd" * 10), "binary"),
-      ("short_file", dict(task="text", text_file=b"abc"), "too short"),
+      ("missing_file", dict(text_file=None), "does not exist"),
+      ("empty_file", dict(text_file=b""), "empty"),
+      ("binary_file", dict(text_file=b"ab\x00\x01cd" * 10), "binary"),
+      ("short_file", dict(text_file=b"abc"), "too short"),
+      ("momentum_without_sgd", dict(momentum=0.9), "--momentum"),
   )
   def test_bad_input_fails_before_writing(self, kw, text):
     kw = dict(kw)
-    if kw.get("task") == "text" and "text_file" in kw:
+    if "text_file" in kw and not isinstance(kw["text_file"], str):
       content = kw.pop("text_file")
       kw["text_file"] = self._text_file(content) if content is not None else "/nonexistent/data.txt"
-    out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    code, stdout, stderr = experiment_main.run_main(coord_exp, out_dir=str(out), **{**FLAGS_TINY, **kw})
-    self.assertEqual(code, 2)
-    lines = stderr.strip().splitlines()
-    self.assertLen(lines, 1, stderr)
-    self.assertTrue(lines[0].startswith("error: --"), lines[0])
-    self.assertIn(text, lines[0])
-    self.assertEqual(stdout, "")
-    self.assertFalse(out.exists())
+    out = _tempdir(self) / "never"
+    code, stdout, stderr = self._run(out, **kw)
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, text, out)
 
   def test_cli_end_to_end(self):
-    out = pathlib.Path(self.create_tempdir().full_path) / "o"
+    out = _tempdir(self) / "o"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     bad = subprocess.run([sys.executable, "-m", "experiments.coord_check", "--widths=16,30", f"--out_dir={out}"],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     self.assertEqual(bad.returncode, 2)
     self.assertNotIn("Traceback", bad.stderr)
-    self.assertEqual(bad.stderr.strip().splitlines(),
-                     ["error: --widths: width 30 is not divisible into num_heads=4 heads"])
+    lines = bad.stderr.strip().splitlines()
+    self.assertLen(lines, 1, bad.stderr)
+    self.assertTrue(lines[0].startswith("error: "), lines[0])
+    self.assertIn("width 30 is not divisible into --num_heads=4 heads", lines[0])
     self.assertFalse(out.exists())
+    # --help lists the options derived from the config declarations, and exits 0.
+    ok = subprocess.run([sys.executable, "-m", "experiments.coord_check", "--help"], capture_output=True, text=True,
+                        cwd=ROOT, env=env, timeout=120)
+    self.assertEqual(ok.returncode, 0, ok.stderr)
+    for flag in ("--widths", "--parametrizations", "--[no]fixed_batch", "--text_file", "--steps", "--num_seeds"):
+      self.assertIn(flag, ok.stdout)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """Smoke test of `python -m experiments.sweep` and its rejection of bad flags."""
 
-import contextlib
-import io as std_io
 import json
 import os
 import pathlib
@@ -9,15 +7,13 @@ import subprocess
 import sys
 import tempfile
 
-from absl import flags
 from absl.testing import absltest
-from absl.testing import flagsaver
 from absl.testing import parameterized
 
-from experiments import common
+import experiment_main
+from experiments import cli
 from experiments import sweep
-
-FLAGS = flags.FLAGS
+from scaling.studies import sweep as sweep_lib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -25,12 +21,10 @@ class SweepMainTest(absltest.TestCase):
 
   def test_main_writes_results(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "sweep"
-    with flagsaver.flagsaver(d_k=[4, 8], rules=["sqrt", "qk_norm", "temperature"], seq_len=8, batch=1,
-                             num_seeds=2, out_dir=str(out), causal=True):
-      buf = std_io.StringIO()
-      with contextlib.redirect_stdout(buf):
-        sweep.main(["sweep"])
-    self.assertIn("qk_norm", buf.getvalue())
+    code, stdout, _ = experiment_main.run_main(sweep, d_k=[4, 8], rules=["sqrt", "qk_norm", "temperature"],
+                                               seq_len=8, batch=1, num_seeds=2, out_dir=str(out), causal=True)
+    self.assertEqual(code, 0)
+    self.assertIn("qk_norm", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertLen(rows, 6)
     for r in rows:
@@ -42,18 +36,17 @@ class SweepMainTest(absltest.TestCase):
         self.assertEqual(set(r[m]), {"mean", "std"}, m)
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     self.assertIn("entropy_mean", header)
-    self.assertEqual(json.loads((out / "config.json").read_text())["flags"]["d_k"], [4, 8])
-    for metric, _, _ in sweep.PLOTS:
+    self.assertEqual(json.loads((out / "config.json").read_text())["config"]["d_k"], [4, 8])
+    for metric, _, _ in sweep_lib.PLOTS:
       self.assertTrue((out / f"{metric}.png").stat().st_size > 1000)
     self.assertFalse((out / "results.partial.jsonl").exists())
 
 
   def test_width_mode(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "width"
-    with flagsaver.flagsaver(d_k=[4], parametrization=["sp", "mup"], width=[16, 32], seq_len=8, batch=1,
-                             num_seeds=1, out_dir=str(out)):
-      with contextlib.redirect_stdout(std_io.StringIO()):
-        sweep.main(["sweep"])
+    code, _, _ = experiment_main.run_main(sweep, d_k=[4], parametrization=["sp", "mup"], width=[16, 32], seq_len=8,
+                                          batch=1, num_seeds=1, out_dir=str(out))
+    self.assertEqual(code, 0)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertLen(rows, 4)
     self.assertEqual({(r["parametrization"], r["width"], r["rule"]) for r in rows},
@@ -61,12 +54,11 @@ class SweepMainTest(absltest.TestCase):
 
   def test_width_mode_flag_errors(self):
     for kwargs, text in (({"parametrization": ["mup"]}, "go together"), ({"zero_query": True}, "zero_query"),
-                         ({"rules": ["param"]}, "needs a parametrization")):
-      with flagsaver.flagsaver(d_k=[4], num_seeds=1, out_dir=self.create_tempdir().full_path, **kwargs):
-        err = std_io.StringIO()
-        with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
-          sweep.main(["sweep"])
-        self.assertIn(text, err.getvalue())
+                         ({"rules": ["param"]}, "needs --parametrization")):
+      code, _, err = experiment_main.run_main(sweep, d_k=[4], num_seeds=1, out_dir=self.create_tempdir().full_path,
+                                              **kwargs)
+      self.assertEqual(code, 2)
+      self.assertIn(text, err)
 
 
 class BadFlagsTest(parameterized.TestCase):
@@ -79,12 +71,9 @@ class BadFlagsTest(parameterized.TestCase):
       ("--attention=sparse", "--attention"), ("--block_size=0", "--block_size"), ("--bogus=1", "bogus"),
   )
   def test_parse_errors_are_one_line(self, arg, name):
-    err = std_io.StringIO()
-    with flagsaver.flagsaver(), contextlib.redirect_stderr(err):
-      with self.assertRaises(SystemExit) as ctx:
-        common._parse_flags(["sweep", arg])
-    self.assertEqual(ctx.exception.code, 2)
-    lines = err.getvalue().strip().splitlines()
+    with self.assertRaises(cli.UsageError) as ctx:
+      cli.parse(sweep_lib.SweepConfig, ["sweep", arg])
+    lines = [f"error: {ctx.exception}"]
     self.assertLen(lines, 1)
     self.assertTrue(lines[0].startswith("error:"), lines[0])
     self.assertIn(name, lines[0])
@@ -92,10 +81,9 @@ class BadFlagsTest(parameterized.TestCase):
   def test_unwritable_out_dir(self):
     blocker = pathlib.Path(self.create_tempdir().full_path) / "file"
     blocker.write_text("x")
-    with flagsaver.flagsaver(out_dir=str(blocker / "sub"), d_k=[4], num_seeds=1):
-      with self.assertRaises(SystemExit) as ctx, contextlib.redirect_stderr(std_io.StringIO()):
-        sweep.main(["sweep"])
-    self.assertEqual(ctx.exception.code, 2)
+    code, _, err = experiment_main.run_main(sweep, out_dir=str(blocker / "sub"), d_k=[4], num_seeds=1)
+    self.assertEqual(code, 2)
+    self.assertIn("--out_dir", err)
 
   def test_cli_end_to_end(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,12 +93,22 @@ class BadFlagsTest(parameterized.TestCase):
                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
       self.assertEqual(bad.returncode, 2)
       self.assertNotIn("Traceback", bad.stderr)
-      self.assertEqual(bad.stderr.strip().splitlines(), ["error: flag --d_k=8,0: '0': must be at least 1"])
+      self.assertEqual(bad.stderr.strip().splitlines(), ["error: flag --d_k=8,0: '0': must be at least 1, got 0"])
       self.assertFalse(out.exists())
       extra = subprocess.run([sys.executable, "-m", "experiments.sweep", "positional", f"--out_dir={out}"],
                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
       self.assertEqual(extra.returncode, 2)
       self.assertFalse(out.exists())
+      flagfile = pathlib.Path(tmp) / "sweep.flags"
+      flagfile.write_text(f"--d_k=4\n--num_seeds=1\n--seq_len=8\n--batch=1\n--out_dir={out}\n")
+      ok = subprocess.run([sys.executable, "-m", "experiments.sweep", f"--flagfile={flagfile}"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+      self.assertEqual(ok.returncode, 0, ok.stderr)
+      self.assertEqual(json.loads((out / "config.json").read_text())["config"]["d_k"], [4])
+      usage = subprocess.run([sys.executable, "-m", "experiments.sweep", "--help"], capture_output=True, text=True,
+                             cwd=ROOT, env=env, timeout=120)
+      self.assertEqual(usage.returncode, 0)
+      self.assertIn("--d_k", usage.stdout)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from scaling import sweep
+from experiments import bench_sweep
+from scaling.studies import sweep
 
 
 def _rows(**kwargs):
@@ -49,7 +50,7 @@ class ClosedFormTest(parameterized.TestCase):
     cfg = sweep.SweepConfig(d_k=(8,), rules=("sqrt", "post_softmax", "qk_norm"), seq_len=16, batch=2,
                             num_seeds=2, causal=True)
     fast = sweep.run_sweep(cfg)
-    slow = sweep.run_one_at_a_time(cfg)
+    slow = bench_sweep.run_one_at_a_time(cfg)
     fast = {(r["rule"], r["d_k"]): r for r in fast}
     for r in slow:
       for m in sweep.METRICS:
@@ -93,7 +94,7 @@ class ClosedFormTest(parameterized.TestCase):
     self.assertNotEqual(a[("sqrt", 8)]["entropy"], c[("sqrt", 8)]["entropy"])
 
   def test_config_validation(self):
-    with self.assertRaisesRegex(ValueError, "unknown rule"):
+    with self.assertRaisesRegex(ValueError, "rules must be one of"):
       sweep.SweepConfig(rules=("nope",))
     with self.assertRaisesRegex(ValueError, "qk_std"):
       sweep.SweepConfig(qk_std=float("inf"))

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import pathlib
+import textwrap
 from typing import Any, Callable
 
 import jax
@@ -24,7 +26,11 @@ import numpy as np
 from scaling import attention as attention_lib
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
-from scaling import sweep as sweep_lib
+from scaling import report
+from scaling import results
+from scaling.config import option
+from scaling.config import Options
+from scaling.studies import sweep as sweep_lib
 
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 
@@ -335,4 +341,57 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
     rows.append(row)
     if on_result:
       on_result(row)
+  return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimsConfig(Options):
+  """Which claims to measure and on what (the options of ``experiments.claims``)."""
+
+  ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).", choices=[c.id for c in CLAIMS])
+  d_k: tuple[int, ...] = option((16, 32, 64, 128, 256, 512, 1024), "Head dimensions of the random-input sweeps "
+                                "(must include 64 and 128).", lower=1)
+  num_seeds: int = option(4, "Seeds per sweep configuration.", lower=1)
+  seq_len: int = option(128, "Sequence length of the random-input sweeps.", lower=2)
+  seed: int = option(0, "Base random seed.", lower=0)
+  output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
+
+  def __post_init__(self):
+    object.__setattr__(self, "d_k", tuple(sorted(set(self.d_k))))
+    super().__post_init__()
+
+  def validate(self):
+    if not {64, 128} <= set(self.d_k):
+      raise ValueError("--d_k must include 64 and 128 (two claims are about those head dims)")
+
+
+def markdown_table(rows) -> str:
+  """The claims as a Markdown table: claim, source, verdict, finding."""
+  cell = lambda text: str(text).replace("|", "\\|")
+  lines = ["| claim | source | verdict | what we measured |", "|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {cell(r['claim'])} | {cell(r['source'])} | **{r['verdict']}** | {cell(r['finding'])} |")
+  return "\n".join(lines) + "\n"
+
+
+def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
+  """The study as ``experiments.claims`` runs it: measures, streams rows, writes claims.md, prints verdicts."""
+  results.make_dir(out_dir)
+  results.write_json(out_dir / "config.json", dataclasses.asdict(config))
+  ctx = Context(d_k=config.d_k, seq_len=config.seq_len, num_seeds=config.num_seeds, seed=config.seed)
+  total = len(config.ids) if config.ids else len(CLAIMS)
+  with results.RowStream(out_dir / "claims.jsonl") as stream, report.Progress(total, "claims") as progress:
+
+    def on_result(row):
+      stream.write(row)
+      progress.update(f"{row['id']}: {row['verdict']}")
+
+    rows = run_claims(ctx, config.ids, on_result=on_result)
+  (out_dir / "claims.md").write_text(markdown_table(rows))
+  for r in rows:
+    print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
+    print(textwrap.indent(textwrap.fill(r["finding"], 100), " " * 16))
+  counts = {v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, PARTLY, FAILS)}
+  print(f"\n{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f"; wrote claims.jsonl and "
+        f"claims.md to {out_dir}")
   return rows

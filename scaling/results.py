@@ -1,8 +1,9 @@
-"""Result files: JSON Lines, CSV and JSON written atomically, and appended line by line for long runs."""
+"""Result files: JSON Lines, CSV and JSON written atomically, rows streamed to disk as they come."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -11,6 +12,9 @@ import pathlib
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+
+from scaling.config import option
+from scaling.config import Options
 
 
 def to_jsonable(x: Any) -> Any:
@@ -96,3 +100,58 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
   for r in flat:
     writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in header})
   _atomic_write(path, buf.getvalue())
+
+
+def make_dir(path: str | os.PathLike) -> pathlib.Path:
+  """Creates the output folder (and parents); ValueError naming --out_dir if it cannot be written."""
+  p = pathlib.Path(path)
+  try:
+    p.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"--out_dir={path}: cannot create directory ({e.strerror or e})") from None
+  if not os.access(p, os.W_OK):
+    raise ValueError(f"--out_dir={path}: directory is not writable")
+  return p
+
+
+class RowStream:
+  """Streams rows into ``path``: appended and fsynced to ``<name>.partial<suffix>`` as they come, then moved.
+
+  An interrupted run leaves every finished row in the partial file; ``close``
+  (or leaving the ``with`` block without an error) renames it to ``path``.
+  """
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = pathlib.Path(path)
+    self.partial = self.path.with_name(f"{self.path.stem}.partial{self.path.suffix}")
+    self.partial.unlink(missing_ok=True)
+    self.rows: list[dict[str, Any]] = []
+
+  def write(self, row: Mapping[str, Any]) -> None:
+    """Appends one row (flushed to disk)."""
+    append_jsonl(self.partial, row)
+    self.rows.append(dict(row))
+
+  def close(self) -> None:
+    """Moves the complete file into place (an empty file when no row came)."""
+    if not self.partial.exists():
+      self.partial.write_text("")
+    os.replace(self.partial, self.path)
+
+  def __enter__(self) -> RowStream:
+    return self
+
+  def __exit__(self, exc_type, exc, tb) -> None:
+    if exc_type is None:
+      self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig(Options):
+  """Where a study writes its results."""
+
+  out_dir: str = option("runs", "Output directory (created if missing).")
+
+  def validate(self):
+    if not self.out_dir:
+      raise ValueError("out_dir must not be empty")

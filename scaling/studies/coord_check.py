@@ -18,13 +18,13 @@ logits (after the logit scale, visible entries only), attention-branch output
 and MLP-branch output (before the residual add), and the readout logits.
 Step t is measured at the parameters after t updates, so steps 0..k need
 k + 1 training steps. Seeds are trained together as one vmapped grid
-(``scaling.transfer.train_grid``: one compilation per parametrization and
-width), and the growth with width is
+(``scaling.train.run_training``: one compilation per parametrization and width), and
+the growth with width is
 summarized by the least-squares slope of log2(RMS) against log2(width)
 (``fit_slope``): ≈ 0 means width-independent, 0.5 means ∝ √width, 1 means
 ∝ width.
 
-The models of a check form a ``scaling.transfer.WidthFamily``: fixed depth,
+The models of a check form a ``scaling.model.ModelFamily``: fixed depth,
 every width-like dimension (heads × head dim, MLP width) proportional to the
 width.
 
@@ -43,12 +43,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from scaling import data as data_lib
+from scaling import model as model_lib
 from scaling import optim
-from scaling import transfer
+from scaling import plotting
+from scaling import report
+from scaling import results
+from scaling import train as train_lib
+from scaling.config import option
+from scaling.config import Options
+from scaling.config import Seeds
+from scaling.studies import transfer
 
 # Metric name of train_step -> (layer name template, per-block).
 _RMS_METRICS = (
@@ -105,52 +116,38 @@ def fit_slope(widths: Sequence[float], values: Sequence[float]) -> tuple[float, 
 
 
 @dataclasses.dataclass(frozen=True)
-class CoordCheckConfig:
-  """What to train and measure.
+class CoordCheckConfig(Options):
+  """What to train and measure (the options of ``experiments.coord_check``).
 
-  Attributes:
-    parametrizations: schemes to compare (``scaling.available_parametrizations``).
-    widths: model widths D.
-    steps: k; RMS is recorded at steps 0..k (k updates).
-    family: the models (``scaling.transfer.WidthFamily``); its base_width
-      defaults to min(widths).
-    learning_rate: the global learning rate (per-layer multipliers come from
-      the parametrization).
-    optimizer: "adam", "adamw" or "sgd".
-    num_seeds: seeds averaged (trained together under vmap).
-    seed: the first seed; seed i initializes with ``PRNGKey(seed + i)`` and
-      draws its data with ``dataset.batch(·, seed + i)``.
-    fixed_batch: train every step on the same batch (``mup``'s default
-      ``fix_data=True``), else on batch t at step t.
+  ``optim.steps`` is k: RMS is recorded at steps 0..k (k updates).
   """
 
-  parametrizations: tuple[str, ...] = ("sp", "mup")
-  widths: tuple[int, ...] = (64, 128, 256, 512, 1024)
-  steps: int = 4
-  family: transfer.WidthFamily = transfer.WidthFamily()
-  learning_rate: float = 1e-2
-  optimizer: str = "adam"
-  num_seeds: int = 2
-  seed: int = 0
-  fixed_batch: bool = True
+  grid: transfer.WidthGrid = option(transfer.WidthGrid(widths=(64, 128, 256, 512, 1024)),
+                                    "Parametrizations and widths.")
+  fixed_batch: bool = option(True, "Train every step on the same batch (as mup's fix_data); false: a new batch each "
+                             "step.")
+  seeds: Seeds = option(Seeds(), "Seeds averaged (vmapped).")
+  data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=32, batch_size=8), "Training data.")
+  model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The models.")
+  optim: optim.OptimizerConfig = option(optim.OptimizerConfig(steps=4, learning_rate=1e-2),
+                                        "Optimizer; --steps is k, RMS is recorded at steps 0..k.")
+  output: results.OutputConfig = option(results.OutputConfig("runs/coord_check"), "Output.")
 
-  def __post_init__(self):
-    object.__setattr__(self, "parametrizations", transfer.check_parametrizations(self.parametrizations))
-    object.__setattr__(self, "widths", transfer.check_widths(self.widths))
-    object.__setattr__(self, "family", self.family.with_base_width(self.widths))
-    transfer.check_positive_int("steps", self.steps)
-    transfer.check_positive_int("num_seeds", self.num_seeds)
-    transfer.check_finite("learning_rate", self.learning_rate, positive=True)
-    if self.optimizer not in optim.OPTIMIZERS:
-      raise ValueError(f"unknown optimizer {self.optimizer!r}; expected one of {', '.join(optim.OPTIMIZERS)}")
-    transfer.check_seed(self.seed, self.num_seeds)
+  @property
+  def family(self) -> model_lib.ModelFamily:
+    """The models, with the base width defaulting to the smallest width."""
+    return self.model.with_base_width(self.grid.widths)
+
+  @property
+  def steps(self) -> int:
+    """k, the number of updates."""
+    return self.optim.steps
 
 
 def coord_data(config: CoordCheckConfig, parametrization: str, width: int, dataset: Any) -> dict[str, Any]:
-  """Trains ``config.num_seeds`` models of one width for ``config.steps`` steps and records RMS per layer.
+  """Trains ``num_seeds`` models of one width for k + 1 steps and records RMS per layer.
 
-  The seeds are one vmapped grid (``scaling.transfer.train_grid``) with the
-  same learning rate.
+  The seeds are one vmapped grid (``scaling.train.run_training``) with the same learning rate.
 
   Args:
     config: the coordinate check.
@@ -159,15 +156,14 @@ def coord_data(config: CoordCheckConfig, parametrization: str, width: int, datas
     dataset: a ``scaling.data.Dataset`` (its vocab_size and seq_len set the model's).
 
   Returns:
-    {"rms": {layer: float64 [steps + 1, num_seeds]}, "loss": [steps + 1, num_seeds]}.
+    {"rms": {layer: float64 [k + 1, num_seeds]}, "loss": [k + 1, num_seeds]}.
   """
   model_config = config.family.model_config(parametrization, width, vocab_size=dataset.vocab_size,
                                             max_len=dataset.seq_len)
-  seeds = np.arange(config.seed, config.seed + config.num_seeds, dtype=np.int32)
-  lrs = np.full(seeds.shape, config.learning_rate, np.float32)
-  metrics = transfer.train_grid(model_config, transfer.OptimizerSpec(config.optimizer), dataset, lrs, seeds,
-                                config.steps + 1, fixed_batch=config.fixed_batch)
-  return {"rms": rms_by_layer(metrics, model_config.depth), "loss": metrics["loss"]}
+  opt = dataclasses.replace(config.optim, steps=config.steps + 1)
+  result = train_lib.run_training(model_config, opt, dataset, seed=config.seeds.seeds, record=("loss", *RMS_METRICS),
+                           fixed_batch=config.fixed_batch, stop_on_divergence=False)
+  return {"rms": rms_by_layer(result.records, model_config.depth), "loss": result.records["loss"]}
 
 
 def coord_rows(parametrization: str, width: int, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,8 +190,8 @@ def run_coord_check(config: CoordCheckConfig, dataset: Any, *,
     Rows of ``coord_rows`` for all parametrizations and widths.
   """
   rows = []
-  for name in config.parametrizations:
-    for width in config.widths:
+  for name in config.grid.parametrizations:
+    for width in config.grid.widths:
       new = coord_rows(name, width, coord_data(config, name, width, dataset))
       rows += new
       if on_width is not None:
@@ -223,3 +219,69 @@ def slopes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "slope": slope if math.isfinite(slope) else None,
                 "intercept": intercept if math.isfinite(intercept) else None, "widths": widths})
   return out
+
+
+def write_figure(path, rows, slope_rows) -> None:
+  """A grid like mup's: rows = parametrizations, columns = steps; RMS against width (log-log), one line per layer.
+
+  Every panel shares one y range; the legend gives each layer's fitted slope.
+  """
+  params = list(dict.fromkeys(r["parametrization"] for r in rows))
+  steps = sorted({r["step"] for r in rows})
+  layers = list(dict.fromkeys(r["layer"] for r in rows))
+  slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in slope_rows}
+  fig, axes = plotting.grid_figure(len(params), len(steps), width=3.6, height=3.0)
+  positive = [r["rms"] for r in rows if r["rms"] is not None and r["rms"] > 0]
+  for i, name in enumerate(params):
+    for j, step in enumerate(steps):
+      ax = axes[i][j]
+      series = {}
+      for layer in layers:
+        points = sorted((r["width"], r["rms"]) for r in rows
+                        if r["parametrization"] == name and r["step"] == step and r["layer"] == layer
+                        and r["rms"] is not None and r["rms"] > 0)
+        if points:
+          s = slope.get((name, layer, step))
+          label = layer if s is None else f"{layer} ({s:+.2f})"
+          series[label] = ([w for w, _ in points], [v for _, v in points])
+      plotting.line_plot(None, series, xlabel="width", ylabel="RMS" if j == 0 else "", logx2=True, logy=True,
+                         title=f"{name}, step {step}", ax=ax)
+      ax.legend(fontsize=5, loc="best")
+      if positive:  # one y range for every panel, so growth across steps and parametrizations is comparable
+        ax.set_ylim(min(positive) / 1.3, max(positive) * 1.3)
+  plotting.save_figure(fig, path)
+
+
+def slope_table(slope_rows, steps: int) -> str:
+  """Slopes as a table: one row per (parametrization, layer), one column per step."""
+  grid = {}
+  for s in slope_rows:
+    row = grid.setdefault((s["parametrization"], s["layer"]), {"parametrization": s["parametrization"],
+                                                               "layer": s["layer"]})
+    row[f"step{s['step']}"] = "-" if s["slope"] is None else f"{s['slope']:+.2f}"
+  return report.table(list(grid.values()), ("parametrization", "layer", *(f"step{t}" for t in range(steps + 1))))
+
+
+def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
+  """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them."""
+  dataset = transfer.prepare(config, out_dir)
+  start = time.perf_counter()
+  with results.RowStream(out_dir / "results.jsonl") as rows_out, \
+       report.Progress(len(config.grid.parametrizations) * len(config.grid.widths), "coord_check") as progress:
+
+    def on_width(name, width, rows):
+      for r in rows:
+        rows_out.write(r)
+      progress.update(f"{name} width={width}")
+
+    rows = run_coord_check(config, dataset, on_width=on_width)
+  slope_rows = slopes(rows)
+  results.write_jsonl(out_dir / "slopes.jsonl", slope_rows)
+  results.write_csv(out_dir / "slopes.csv", [{k: v for k, v in s.items() if k != "widths"} for s in slope_rows])
+  write_figure(out_dir / "coord_check.png", rows, slope_rows)
+  print(f"slope of log2 RMS against log2 width (widths {', '.join(map(str, config.grid.widths))}; "
+        f"{config.optim.optimizer} lr={config.optim.learning_rate:g}, {config.seeds.num_seeds} seeds):")
+  print(slope_table(slope_rows, config.steps))
+  print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, slopes.jsonl, "
+        f"slopes.csv, coord_check.png and config.json to {out_dir}")
+  return slope_rows

@@ -1,0 +1,75 @@
+"""Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``."""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress as RichProgress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
+from rich.progress import TimeRemainingColumn
+
+
+class Progress:
+  """A progress bar with elapsed time and ETA on stderr; ``update(label)`` marks one unit done.
+
+  Use as a context manager. On a terminal the bar redraws in place; elsewhere
+  (logs, CI) each update is printed as one line, so long runs show progress too.
+  """
+
+  def __init__(self, total: int, name: str, stream: Any = None):
+    self.total, self.name, self.done = total, name, 0
+    self.console = Console(file=stream or sys.stderr, highlight=False)
+    self.live = self.console.is_terminal
+    self._bar = RichProgress(TextColumn(f"{name} [{{task.description}}]"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
+                             disable=not self.live)
+    self._task = self._bar.add_task("", total=total)
+
+  def __enter__(self) -> Progress:
+    self._bar.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._bar.stop()
+
+  def update(self, label: str = "", n: int = 1) -> None:
+    """Marks ``n`` units done with a label for the one just finished."""
+    self.done += n
+    self._bar.update(self._task, advance=n, description=label)
+    if not self.live:
+      task = self._bar.tasks[0]
+      elapsed = task.elapsed or 0.0
+      eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+      self.console.print(f"{self.name} [{self.done}/{self.total}] {label}  {elapsed:.1f}s elapsed, ~{eta:.1f}s left",
+                         markup=False)
+
+
+def _cell(value: Any, floatfmt: str) -> str:
+  if isinstance(value, dict) and "mean" in value:
+    value = value["mean"]
+  if isinstance(value, float):
+    return format(value, floatfmt)
+  return "" if value is None else str(value)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], floatfmt: str = ".4g", title: str | None = None) -> str:
+  """``rows`` restricted to ``columns`` as a plain-text table (nested {"mean": ..} cells show their mean)."""
+  from rich.table import Table  # pylint: disable=g-import-not-at-top
+
+  cells = [[_cell(r.get(c), floatfmt) for c in columns] for r in rows]
+  t = Table(*columns, box=box.SIMPLE_HEAD, title=title, show_edge=False, pad_edge=False)
+  for c in t.columns:
+    c.justify, c.no_wrap = "right", True
+  for row in cells:
+    t.add_row(*row)
+  widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+  buf = io.StringIO()
+  Console(file=buf, width=sum(widths) + 3 * len(columns) + 4, highlight=False, color_system=None).print(t)
+  return buf.getvalue().rstrip("\n")

@@ -1,0 +1,381 @@
+"""The d_k sweep: attention metrics of random q, k, v as head dimension and logit-scale rule vary.
+
+For each head dimension d_k one jitted program draws q, k, v and a fixed
+upstream gradient for every seed and evaluates every rule: rules that only
+rescale (none, sqrt, linear, quadratic, temperature, post_softmax) are stacked
+into one ``FixedScale`` pytree and vmapped over, rules that transform q and k
+(qk_norm) are evaluated beside them, and seeds are vmapped too. So each shape
+compiles once.
+
+q and k come either iid from N(0, qk_std²) (the textbook assumption behind
+1/√d_k, Vaswani et al. 2017 §3.2.1) or, in width mode, from projecting
+unit-variance inputs of a given width through weights initialized by a
+parametrization (see ``QKVSource``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import metrics as metrics_lib
+from scaling import model as model_lib
+from scaling import parametrization as parametrization_lib
+from scaling import plotting
+from scaling import report
+from scaling import results
+from scaling import rules as rules_lib
+from scaling.config import option
+from scaling.config import Options
+
+Array = jax.Array
+
+DTYPES = model_lib.DTYPES
+ATTENTION_IMPLEMENTATIONS = model_lib.ATTENTION_IMPLEMENTATIONS
+DEFAULT_RULES = ("none", "sqrt", "linear", "qk_norm")
+
+METRICS = ("logit_mean", "logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",
+           "saturated_frac", "softmax_jacobian_norm", "grad_norm_q", "grad_norm_k", "grad_norm_v",
+           "grad_norm_logits")
+
+
+PARAM_RULE = "param"
+"""Rule name that stands for the parametrization's own attention rule in width mode."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig(Options):
+  """One sweep: every (rule, d_k) pair, statistics over ``num_seeds`` seeds (the options of ``experiments.sweep``).
+
+  In width mode (``parametrization`` and ``width`` given) q, k, v are
+  unit-variance inputs of each width projected through W_q, W_k, W_v
+  initialized (std and forward multiplier) by each parametrization, and the
+  rule name ``"param"`` means the parametrization's own attention rule; the
+  sweep covers every (parametrization, width) pair (``modes``).
+  """
+
+  d_k: tuple[int, ...] = option((16, 32, 64, 128, 256, 512, 1024), "Head dimensions to sweep.", lower=1)
+  rules: tuple[str, ...] | None = option(None, "Logit-scale rules to compare ('param': the parametrization's, width "
+                                         "mode only); default: none,sqrt,linear,qk_norm, or param in width mode.",
+                                         choices=lambda: (*rules_lib.available_rules(), PARAM_RULE))
+  seq_len: int = option(128, "Sequence length T (= S).", lower=1)
+  batch: int = option(4, "Sequences per seed.", lower=1)
+  num_heads: int = option(2, "Heads per sequence.", lower=1)
+  num_seeds: int = option(8, "Independent seeds (mean and std are over these).", lower=1)
+  dtype: str = option("float32", "Dtype of q, k and v.", choices=tuple(DTYPES))
+  qk_std: float = option(1.0, "Std of the iid normal entries of q and k.", lower=0.0)
+  causal: bool = option(False, "Causal masking.")
+  seed: int = option(0, "Base random seed.", lower=0)
+  tau: float = option(1.0, "Temperature of the 'temperature' rule.", positive=True)
+  base_head_dim: int | None = option(None, "If set, the 'linear' rule uses alpha = sqrt(this), so it equals 'sqrt' "
+                                     "at this head dim (muP).", lower=1)
+  float32_softmax: bool = option(True, "Softmax in float32 (false: in the input dtype; only to demonstrate "
+                                 "low-precision failures).")
+  subtract_max: bool = option(True, "Subtract the row max before exp (false: only to demonstrate overflow).")
+  parametrization: tuple[str, ...] | None = option(
+      None, "Width mode: q, k, v are unit-variance inputs of --width projected through weights initialized by each "
+      "of these parametrizations (instead of iid with --qk_std).", choices=parametrization_lib.available_parametrizations)
+  width: tuple[int, ...] | None = option(None, "Width mode: model widths (input dimension of the projections).",
+                                         lower=1)
+  base_width: int = option(64, "Width mode: base width of the parametrization.", lower=1)
+  zero_query: bool = option(False, "Width mode: zero-initialized W_q (a muP option).")
+  attention: str = option("dense", "dense, or blockwise: online softmax and statistics accumulated per block of "
+                          "query rows (memory ~ T*block instead of T^2).", choices=ATTENTION_IMPLEMENTATIONS)
+  block_size: int = option(128, "Tile length of --attention=blockwise.", lower=1)
+  output: results.OutputConfig = option(results.OutputConfig("runs/sweep"), "Output.")
+
+  def __post_init__(self):
+    for name in ("parametrization", "width"):  # one name or width stands for a list of one
+      if isinstance(getattr(self, name), (str, int)):
+        object.__setattr__(self, name, (getattr(self, name),))
+    if self.rules is None:
+      object.__setattr__(self, "rules", (PARAM_RULE,) if self.parametrization else DEFAULT_RULES)
+    object.__setattr__(self, "rules", tuple(dict.fromkeys(self.rules)))
+    super().__post_init__()
+
+  def validate(self):
+    if (self.parametrization is None) != (self.width is None):
+      raise ValueError("--parametrization and --width go together (width mode); give both or neither")
+    if self.parametrization is None and self.zero_query:
+      raise ValueError("--zero_query needs --parametrization and --width")
+    if PARAM_RULE in self.rules and self.parametrization is None:
+      raise ValueError(f"rule {PARAM_RULE!r} needs --parametrization and --width (width mode)")
+    if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
+      raise ValueError("blockwise attention always uses a float32 online softmax with max-subtraction; "
+                       "the float32_softmax/subtract_max failure demos need attention='dense'")
+
+  def modes(self) -> list[SweepConfig]:
+    """One config per (parametrization, width) in width mode, else this config."""
+    if self.parametrization is None:
+      return [self]
+    return [dataclasses.replace(self, parametrization=(p,), width=(w,)) for p in self.parametrization
+            for w in self.width]
+
+  def param(self) -> parametrization_lib.Parametrization:
+    """The parametrization of width mode."""
+    return parametrization_lib.get_parametrization(self.parametrization[0], base_width=self.base_width,
+                                                   base_head_dim=self.base_head_dim or 64,
+                                                   zero_query=self.zero_query)
+
+  def rule(self, name: str) -> rules_lib.ScaleRule:
+    """The rule object for ``name`` with this sweep's options."""
+    if name == PARAM_RULE:
+      return self.param().attention_rule()
+    if name == "temperature":
+      return rules_lib.get_rule(name, tau=self.tau)
+    if name == "linear" and self.base_head_dim is not None:
+      return rules_lib.get_rule(name, base_head_dim=self.base_head_dim)
+    return rules_lib.get_rule(name)
+
+
+QKVSource = Callable[[Array, int], tuple[Array, Array, Array]]
+"""(key, d_k) -> q [B, T, N, d_k], k [B, T, N, d_k], v [B, T, N, d_k] for one seed."""
+
+
+def iid_source(config: SweepConfig) -> QKVSource:
+  """q, k ~ N(0, qk_std²) and v ~ N(0, 1), iid entries."""
+
+  def source(key: Array, d_k: int):
+    kq, kk, kv = jax.random.split(key, 3)
+    shape = (config.batch, config.seq_len, config.num_heads, d_k)
+    q = config.qk_std * jax.random.normal(kq, shape)
+    k = config.qk_std * jax.random.normal(kk, shape)
+    return q, k, jax.random.normal(kv, shape)
+
+  return source
+
+
+def projection_source(config: SweepConfig) -> QKVSource:
+  """Width mode: x ~ N(0, 1) of shape [B, T, width], q = mult_q · x W_q (likewise k, v).
+
+  W_q, W_k, W_v [width, N·d_k] are drawn with the init std and scaled by the
+  forward multiplier that the parametrization gives an attention projection
+  of fan_in = width (so SP's 1/√width init, μP's zero query or NTK's
+  multiplier all show up in the logits).
+  """
+  param = config.param()
+  width = config.width[0]
+
+  def source(key: Array, d_k: int):
+    kx, kq, kk, kv = jax.random.split(key, 4)
+    x = jax.random.normal(kx, (config.batch, config.seq_len, width))
+    out = []
+    for kind, kw in (("attn_q", kq), ("attn_k", kk), ("attn_v", kv)):
+      spec = param.layer(kind, width, config.num_heads * d_k, width)
+      w = spec.init_std * jax.random.normal(kw, (width, config.num_heads * d_k))
+      y = spec.multiplier * (x @ w)
+      out.append(y.reshape(config.batch, config.seq_len, config.num_heads, d_k))
+    return tuple(out)
+
+  return source
+
+
+def default_source(config: SweepConfig) -> QKVSource:
+  """iid q, k, v, or projections of unit-variance inputs in width mode."""
+  return projection_source(config) if config.parametrization is not None else iid_source(config)
+
+
+def _group_rules(config: SweepConfig, d_k: int) -> tuple[list[str], rules_lib.FixedScale | None, list[str]]:
+  """Splits rules into those expressible as a stacked FixedScale and those with a prepare step."""
+  fixed_names, fixed, other = [], [], []
+  for name in config.rules:
+    rule = config.rule(name)
+    if rule.has_prepare:
+      other.append(name)
+    else:
+      fixed_names.append(name)
+      fixed.append(rules_lib.as_fixed_scale(rule, d_k))
+  stacked = None
+  if fixed:
+    stacked = rules_lib.FixedScale(jnp.asarray([f.logit for f in fixed], jnp.float32),
+                                   jnp.asarray([f.weight for f in fixed], jnp.float32))
+  return fixed_names, stacked, other
+
+
+def metrics_fn(config: SweepConfig) -> Callable[..., dict[str, Array]]:
+  """(q, k, v, g, rule) -> head-averaged metrics, through the dense or the blockwise path."""
+  if config.attention == "blockwise":
+    return lambda q, k, v, g, rule: metrics_lib.average_heads(metrics_lib.blockwise_attention_metrics_per_head(
+        q, k, v, g, block_q=config.block_size, block_k=config.block_size, rule=rule, is_causal=config.causal))
+  return lambda q, k, v, g, rule: metrics_lib.average_heads(metrics_lib.attention_metrics_per_head(
+      q, k, v, g, rule=rule, is_causal=config.causal, float32_softmax=config.float32_softmax,
+      subtract_max=config.subtract_max))
+
+
+@functools.lru_cache(maxsize=64)
+def make_shape_fn(config: SweepConfig, d_k: int,
+                  source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
+  """A jitted function key -> {rule: {metric: [num_seeds] array}} for one head dimension (cached)."""
+  source = (source_factory or default_source)(config)
+  dtype = DTYPES[config.dtype]
+  if config.attention == "blockwise":  # the blockwise plan is static, so rules are evaluated one by one
+    fixed_names, stacked, other = [], None, list(config.rules)
+  else:
+    fixed_names, stacked, other = _group_rules(config, d_k)
+  compute = metrics_fn(config)
+
+  def one_seed(key):
+    k_qkv, k_g = jax.random.split(key)
+    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
+    g = jax.random.normal(k_g, q.shape).astype(dtype)
+
+    def metrics_for(rule):
+      return compute(q, k, v, g, rule)
+
+    out = {}
+    if stacked is not None:
+      batched = jax.vmap(metrics_for)(stacked)
+      for i, name in enumerate(fixed_names):
+        out[name] = {m: v[i] for m, v in batched.items()}
+    for name in other:
+      out[name] = metrics_for(config.rule(name))
+    return out
+
+  @jax.jit
+  def shape_fn(key):
+    keys = jax.random.split(key, config.num_seeds)
+    return jax.vmap(one_seed)(keys)
+
+  return shape_fn
+
+
+def _mode_keys(config: SweepConfig) -> dict[str, Any]:
+  """Row keys that say where q and k came from."""
+  if config.parametrization is None:
+    return {"qk_std": config.qk_std}
+  return {"parametrization": config.parametrization[0], "width": config.width[0], "base_width": config.base_width,
+          "zero_query": config.zero_query}
+
+
+def summarize(values: dict[str, Array]) -> dict[str, dict[str, float]]:
+  """{metric: [seeds]} -> {metric: {"mean", "std"}} as Python floats (NaN kept as nan)."""
+  out = {}
+  for m, v in values.items():
+    v = np.asarray(v, np.float64)
+    out[m] = {"mean": float(np.mean(v)), "std": float(np.std(v))}
+  return out
+
+
+def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QKVSource] | None = None,
+              extra_keys: dict[str, Any] | None = None,
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              on_shape: Callable[[SweepConfig, int, float], None] | None = None) -> list[dict[str, Any]]:
+  """Runs the sweep and returns one row per (mode, rule, d_k), in mode-major then rule-major order.
+
+  Args:
+    config: the sweep.
+    source_factory: builds the q/k/v source (default: iid, or projections in width mode).
+    extra_keys: constant keys added to every row.
+    on_row: called with each finished row (for streaming results to disk).
+    on_shape: called with (mode config, d_k, seconds) after each head dimension.
+
+  Returns:
+    Rows with keys ``rule``, ``d_k``, ``seq_len``, ``dtype``, ``causal``,
+    ``attention``, ``qk_std`` (or, in width mode, ``parametrization``,
+    ``width``, ``base_width``, ``zero_query``), any ``extra_keys``, and for
+    each metric ``{"mean", "std"}`` over seeds.
+  """
+  base_key = jax.random.key(config.seed)
+  rows = []
+  for mode in config.modes():
+    by_rule: dict[str, list[dict]] = {r: [] for r in mode.rules}
+    for d_k in mode.d_k:
+      start = time.perf_counter()
+      values = jax.device_get(make_shape_fn(mode, d_k, source_factory)(jax.random.fold_in(base_key, d_k)))
+      for rule in mode.rules:
+        row = {"rule": rule, "d_k": d_k, "seq_len": mode.seq_len, "dtype": mode.dtype, "causal": mode.causal,
+               "attention": mode.attention, **_mode_keys(mode), **(extra_keys or {}), **summarize(values[rule])}
+        by_rule[rule].append(row)
+        if on_row:
+          on_row(row)
+      if on_shape:
+        on_shape(mode, d_k, time.perf_counter() - start)
+    rows += [row for rule in mode.rules for row in by_rule[rule]]
+  return rows
+
+
+def metric_series(rows: Sequence[dict[str, Any]], metric: str, group_key: str = "rule",
+                  x_key: str = "d_k") -> dict[str, tuple[list, list, list]]:
+  """{group: (x, mean, std)} for plotting one metric against d_k."""
+  out: dict[str, tuple[list, list, list]] = {}
+  for r in rows:
+    x, y, e = out.setdefault(str(r[group_key]), ([], [], []))
+    x.append(r[x_key])
+    y.append(r[metric]["mean"])
+    e.append(r[metric]["std"])
+  return out
+
+
+TABLE_COLUMNS = ("rule", "d_k", "logit_std", "logit_absmax", "entropy_normalized", "max_prob", "saturated_frac",
+                 "softmax_jacobian_norm", "grad_norm_q", "grad_norm_logits")
+PLOTS = (
+    ("entropy_normalized", "attention entropy / ln T", False),
+    ("logit_std", "logit std", True),
+    ("max_prob", "max attention probability", False),
+    ("softmax_jacobian_norm", "softmax Jacobian norm (Frobenius)", True),
+    ("grad_norm_q", "|dL/dq|", True),
+    ("grad_norm_k", "|dL/dk|", True),
+    ("grad_norm_v", "|dL/dv|", True),
+    ("grad_norm_logits", "|dL/dlogits|", True),
+)
+SUMMARY_PANELS = ("entropy_normalized", "max_prob", "logit_std", "grad_norm_q")
+
+
+def _label(row, width_mode: bool, one_rule: bool) -> str:
+  """The legend label of a row's line."""
+  if not width_mode:
+    return row["rule"]
+  label = f"{row['parametrization']} w={row['width']}"
+  return label if one_rule else f"{label} {row['rule']}"
+
+
+def write_plots(out_dir, rows) -> list[str]:
+  """One PNG per metric against d_k (log2 axis), one line per rule (and parametrization, width), and summary.png."""
+  width_mode = "parametrization" in rows[0]
+  one_rule = len({r["rule"] for r in rows}) == 1
+  rows = [{**r, "line": _label(r, width_mode, one_rule)} for r in rows]
+  names = []
+  fig, axes = plotting.grid_figure(2, 2)
+  for metric, label, logy in PLOTS:
+    series = metric_series(rows, metric, "line")
+    positive = all(v > 0 for _, ys, _ in series.values() for v in ys)
+    kwargs = dict(errors={g: e for g, (_, _, e) in series.items()}, xlabel="d_k (head dim)", ylabel=label,
+                  title=f"{label} vs d_k", logx2=True, logy=logy and positive)
+    lines = {g: (x, y) for g, (x, y, _) in series.items()}
+    plotting.line_plot(out_dir / f"{metric}.png", lines, **kwargs)
+    names.append(f"{metric}.png")
+    if metric in SUMMARY_PANELS:
+      i = SUMMARY_PANELS.index(metric)
+      plotting.line_plot(None, lines, ax=axes[i // 2][i % 2], **kwargs)
+  plotting.save_figure(fig, out_dir / "summary.png")
+  return names + ["summary.png"]
+
+
+def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
+  """The study as ``experiments.sweep`` runs it: measures, streams rows, plots and prints a table."""
+  results.make_dir(out_dir)
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config)})
+  start = time.perf_counter()
+  modes = config.modes()
+  with results.RowStream(out_dir / "results.jsonl") as stream, \
+       report.Progress(len(modes) * len(config.d_k), "sweep") as progress:
+
+    def on_shape(mode, d_k, seconds):
+      where = f"{mode.parametrization[0]} width={mode.width[0]} " if mode.parametrization else ""
+      progress.update(f"{where}d_k={d_k} ({seconds:.2f}s)")
+
+    rows = run_sweep(config, on_row=stream.write, on_shape=on_shape)
+  results.write_csv(out_dir / "results.csv", rows)
+  plots = write_plots(out_dir, rows)
+  columns = TABLE_COLUMNS if config.parametrization is None else ("parametrization", "width", *TABLE_COLUMNS)
+  print(report.table(rows, columns))
+  print(f"\n{len(rows)} configurations in {time.perf_counter() - start:.1f}s; wrote results.jsonl, results.csv, "
+        f"config.json and {len(plots)} plots to {out_dir}")
+  return rows

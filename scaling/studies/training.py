@@ -1,0 +1,169 @@
+"""One training run: loss, gradient norms and attention statistics logged as it trains, plots and a summary.
+
+Writes into the output folder config.json (first), metrics.jsonl (one object
+per logged step, streamed so an interrupted run keeps its log), summary.json
+(final and held-out loss/accuracy, divergence step, wall time, steps/s) and PNG
+curves: loss.png, grad_norm.png and attention.png (per-layer entropy and max
+logit against step). Training stops early when the loss is non-finite or above
+``divergence_factor`` × the initial loss; a diverged run is evaluated on its
+last finite state, and plots are written in every case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import sys
+import time
+from typing import Any
+
+import jax
+
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim
+from scaling import parametrization as param_lib
+from scaling import plotting
+from scaling import report
+from scaling import results
+from scaling import train as train_lib
+from scaling.config import option
+from scaling.config import Options
+from scaling.config import Seeds
+
+SUMMARY_COLUMNS = ("status", "steps_run", "initial_loss", "final_loss", "eval_loss", "eval_accuracy",
+                   "steps_per_sec", "wall_time")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Options):
+  """A training run (the options of ``experiments.train``)."""
+
+  HIDDEN = ("num_seeds",)
+
+  parametrization: str = option("sp", "Parametrization: init, multipliers and per-layer learning rates.",
+                                choices=param_lib.available_parametrizations)
+  width: int = option(64, "Model width d_model.", lower=1)
+  log_every: int = option(10, "Write a metrics.jsonl row every this many steps.", lower=1)
+  print_every: int = option(100, "Print a progress line every this many steps.", lower=1)
+  eval_batches: int = option(8, "Held-out batches for the final evaluation.", lower=1)
+  divergence_factor: float = option(train_lib.DEFAULT_DIVERGENCE_FACTOR, "Stop when the loss exceeds this times "
+                                    "the initial loss.", positive=True)
+  seeds: Seeds = option(Seeds(num_seeds=1), "Seed of the initialization and the data.")
+  data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
+  model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
+  optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
+  output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
+
+  def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
+    """The model for ``dataset`` (the base width defaults to the width: μP = SP)."""
+    family = self.model.with_base_width([self.width])
+    try:
+      return family.model_config(self.parametrization, self.width, vocab_size=dataset.vocab_size,
+                                 max_len=dataset.seq_len)
+    except ValueError as e:
+      raise ValueError(f"--width={self.width}: {e}") from None
+
+
+def _finite(values):
+  return [v if v is not None and math.isfinite(v) else float("nan") for v in values]
+
+
+def write_plots(out_dir, rows: list[dict[str, Any]], depth: int) -> list[str]:
+  """loss.png, grad_norm.png and attention.png (entropy and max |logit| per layer) from logged rows."""
+  if not rows:
+    return []
+  steps = [r["step"] for r in rows]
+  get = lambda key: _finite([r.get(key) for r in rows])
+  per_layer = lambda key, i: _finite([(r.get(key) or [None] * depth)[i] for r in rows])
+  positive = lambda ys: all(y > 0 for y in ys if math.isfinite(y)) and any(math.isfinite(y) for y in ys)
+  loss = get("loss")
+  plotting.line_plot(out_dir / "loss.png", {"train loss": (steps, loss)}, xlabel="step", ylabel="loss (nats)",
+                     title="training loss", logy=positive(loss))
+  grads = {"global": (steps, get("grad_norm"))}
+  grads.update({f"block {i}": (steps, per_layer("layer_grad_norm", i)) for i in range(depth)})
+  plotting.line_plot(out_dir / "grad_norm.png", grads, xlabel="step", ylabel="gradient norm",
+                     title="gradient norms", logy=all(positive(y) for _, y in grads.values()))
+  fig, axes = plotting.grid_figure(1, 2)
+  for ax, key, label in ((axes[0][0], "attn_entropy", "attention entropy (nats)"),
+                         (axes[0][1], "attn_max_logit", "max |attention logit|")):
+    plotting.line_plot(None, {f"layer {i}": (steps, per_layer(key, i)) for i in range(depth)}, ax=ax,
+                       xlabel="step", ylabel=label, title=f"{label} per layer")
+  plotting.save_figure(fig, out_dir / "attention.png")
+  return ["loss.png", "grad_norm.png", "attention.png"]
+
+
+def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
+  """The study as ``experiments.train`` runs it: trains, logs, evaluates, plots; returns the summary."""
+  seed = config.seeds.seed
+  dataset = config.data.make(seed)
+  model_config = config.model_config(dataset)
+  results.make_dir(out_dir)
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
+                                               "model": dataclasses.asdict(model_config),
+                                               "dataset": data_lib.describe(dataset)})
+  num_params = model_lib.count_params(model_lib.init_params(jax.random.PRNGKey(seed), model_config))
+  steps = config.optim.steps
+  print(f"training {num_params:,} parameters on {dataset.name} (vocab {dataset.vocab_size}, T={dataset.seq_len}, "
+        f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}", flush=True)
+  metrics = results.RowStream(out_dir / "metrics.jsonl")
+  start = time.perf_counter()
+  last_print = {"time": start, "step": 0}
+
+  def callback(step: int, row: dict[str, Any]) -> None:
+    now = time.perf_counter()
+    diverged = train_lib.check_divergence(row["loss"], metrics.rows[0]["loss"] if metrics.rows else row["loss"],
+                                          config.divergence_factor) is not None
+    final = step == steps - 1
+    if step % config.log_every == 0 or final or diverged:
+      metrics.write({**row, "step": step, "time": now - start})
+    if step % config.print_every == 0 or final or diverged:
+      elapsed = now - last_print["time"]
+      rate = (f"{(step - last_print['step']) / elapsed:.1f} steps/s" if step > last_print["step"] and elapsed > 0
+              else "compiled")
+      last_print.update(time=now, step=step)
+      print(f"step {step:>6}/{steps}  loss {row['loss']:.4f}  acc {row['accuracy']:.3f}  "
+            f"lr {row['learning_rate']:.3g}  grad {row['grad_norm']:.3g}  {rate}", flush=True)
+
+  try:
+    result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
+                             log_every=math.gcd(config.log_every, config.print_every), callback=callback,
+                             divergence_factor=config.divergence_factor, keep_last_finite=True)
+    evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
+  except KeyboardInterrupt:
+    metrics.close()
+    write_plots(out_dir, metrics.rows, model_config.depth)
+    last = metrics.rows[-1] if metrics.rows else {}
+    results.write_json(out_dir / "summary.json", {
+        "status": "interrupted", "steps_logged": len(metrics.rows), "last_logged_step": last.get("step"),
+        "last_logged_loss": last.get("loss"), "wall_time": time.perf_counter() - start})
+    print(f"\ninterrupted; partial metrics.jsonl, plots and summary.json are in {out_dir}", file=sys.stderr)
+    raise
+  metrics.close()
+  plots = write_plots(out_dir, metrics.rows, model_config.depth)
+  summary = {
+      "status": "diverged" if result.diverged else "completed",
+      "stop_reason": result.stop_reason,
+      "divergence_step": result.divergence_step,
+      "steps_run": result.steps_run,
+      "initial_loss": result.initial_loss,
+      "final_loss": result.final_loss,
+      "final_accuracy": result.history[-1]["accuracy"],
+      "eval_loss": evaluation["loss"],
+      "eval_accuracy": evaluation["accuracy"],
+      "evaluated_after_updates": int(result.last_finite_state.step),
+      "chance_accuracy": dataset.chance_accuracy,
+      "num_params": num_params,
+      "wall_time": time.perf_counter() - start,
+      "train_time": result.wall_time,
+      "steps_per_sec": result.steps_per_sec,
+  }
+  results.write_json(out_dir / "summary.json", summary)
+  print(report.table([summary], SUMMARY_COLUMNS))
+  if result.diverged:
+    print(f"diverged at step {result.divergence_step}: {result.stop_reason}; evaluated on the last state whose "
+          f"loss was finite (after {int(result.last_finite_state.step)} updates)")
+  print(f"wrote config.json, metrics.jsonl ({len(metrics.rows)} rows), summary.json and {len(plots)} plots to "
+        f"{out_dir}")
+  return summary

@@ -1,0 +1,116 @@
+"""Flags derived from the config declarations: one declaration per option, shared groups with one meaning."""
+
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from experiments import cli
+from scaling import config as config_lib
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim as optim_lib
+from scaling.studies import coord_check
+from scaling.studies import training
+from scaling.studies import transfer
+
+TRAINING_STUDIES = (training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)
+SHARED_GROUPS = (data_lib.DataConfig, model_lib.ModelFamily, optim_lib.OptimizerConfig)
+
+
+def _names(cls):
+  return {spec.name for _, spec in config_lib.flat_options(cls)}
+
+
+class SharedOptionsTest(parameterized.TestCase):
+
+  @parameterized.parameters(*TRAINING_STUDIES)
+  def test_every_training_study_exposes_the_shared_groups(self, cls):
+    names = _names(cls)
+    for group in SHARED_GROUPS:
+      expected = {s.name for s in config_lib.option_specs(group)} - set(cls.HIDDEN)
+      self.assertLessEqual(expected, names, (cls.__name__, group.__name__))
+    self.assertIn("out_dir", names)
+    self.assertIn("seed", names)
+
+  def test_shared_options_have_the_same_meaning(self):
+    argv = ["prog", "--text_file=/tmp/some.txt", "--seq_len=16", "--batch_size=3", "--depth=3", "--head_dim=8",
+            "--rule=qk_norm", "--optimizer=sgd", "--momentum=0.5", "--steps=7", "--schedule=cosine",
+            "--warmup_steps=2", "--seed=5", "--zero_query", "--out_dir=/tmp/x"]
+    configs = [cli.parse(cls, argv + ([] if cls is transfer.TransferConfig else ["--learning_rate=0.1"]))
+               for cls in TRAINING_STUDIES]
+    for c in configs:
+      self.assertEqual(c.data, data_lib.DataConfig(text_file="/tmp/some.txt", seq_len=16, batch_size=3))
+      self.assertEqual(c.data.name, "text")  # --text_file alone selects text, everywhere
+      self.assertEqual(c.model, model_lib.ModelFamily(depth=3, head_dim=8, rule="qk_norm", zero_query=True))
+      self.assertEqual((c.optim.optimizer, c.optim.momentum, c.optim.steps, c.optim.schedule, c.optim.warmup),
+                       ("sgd", 0.5, 7, "cosine", 2))
+      self.assertEqual(c.seeds.seed, 5)
+      self.assertEqual(c.output.out_dir, "/tmp/x")
+
+  def test_declared_once(self):
+    # A leaf option appears once per study: the flag namespace is derived, not written by hand.
+    for cls in TRAINING_STUDIES:
+      names = [spec.name for _, spec in config_lib.flat_options(cls)]
+      self.assertEqual(len(names), len(set(names)), cls.__name__)
+
+  def test_hidden_options_have_no_flag(self):
+    with self.assertRaisesRegex(cli.UsageError, "learning_rate"):
+      cli.parse(transfer.TransferConfig, ["prog", "--learning_rate=0.1"])
+    with self.assertRaisesRegex(cli.UsageError, "num_seeds"):
+      cli.parse(training.TrainConfig, ["prog", "--num_seeds=2"])
+
+  def test_study_defaults_come_from_the_group_instance(self):
+    self.assertEqual(cli.parse(coord_check.CoordCheckConfig, ["prog"]).data.seq_len, 32)
+    self.assertEqual(cli.parse(transfer.TransferConfig, ["prog"]).data.seq_len, 64)
+    self.assertEqual(cli.parse(training.TrainConfig, ["prog"]).data.seq_len, 24)
+
+
+class DerivedValuesTest(absltest.TestCase):
+
+  def test_mup_equals_sp_logit_scale_at_the_base_width(self):
+    # experiments.train's defaults: width 64 = base width, 4 heads of 16. μP's α/d_k must equal SP's 1/√d_k there.
+    config = cli.parse(training.TrainConfig, ["prog", "--parametrization=mup"])
+    dataset = config.data.make()
+    mup = config.model_config(dataset)
+    sp = dataclasses.replace(config, parametrization="sp").model_config(dataset)
+    self.assertEqual(mup.head_dim, 16)
+    self.assertAlmostEqual(mup.attention_rule.logit_scale(16), 0.25)
+    self.assertAlmostEqual(sp.attention_rule.logit_scale(16), 0.25)
+
+  def test_base_head_dim_follows_base_width_and_heads(self):
+    self.assertEqual(model_lib.ModelFamily(base_width=64).base_head_dim, 16)
+    self.assertEqual(model_lib.ModelFamily(base_width=64, num_heads=2).base_head_dim, 32)
+    self.assertEqual(model_lib.ModelFamily(base_width=64, head_dim=8).base_head_dim, 8)
+
+
+class OptionTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (data_lib.DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),
+      (data_lib.DataConfig, {"task": "text"}, "--text_file"),
+      (data_lib.DataConfig, {"task": "recall", "text_file": "x"}, "--text_file selects"),
+      (data_lib.DataConfig, {"task": "induction", "num_pairs": 2}, "--num_pairs"),
+      (optim_lib.OptimizerConfig, {"weight_decay": 0.1}, "--weight_decay"),
+      (optim_lib.OptimizerConfig, {"momentum": 1.0, "optimizer": "sgd"}, "momentum must be below 1"),
+      (optim_lib.OptimizerConfig, {"warmup_steps": 5, "steps": 5}, "--warmup_steps"),
+      (optim_lib.OptimizerConfig, {"learning_rate": float("nan")}, "finite"),
+      (optim_lib.OptimizerConfig, {"optimizer": "lamb"}, "optimizer must be one of"),
+      (model_lib.ModelFamily, {"tau": 2.0}, "--tau"),
+      (model_lib.ModelFamily, {"num_heads": 4, "num_kv_heads": 3}, "--num_kv_heads"),
+  )
+  def test_bad_values_name_the_option(self, cls, kwargs, message):
+    with self.assertRaisesRegex(ValueError, message):
+      cls(**kwargs)
+
+  def test_bad_flag_becomes_one_line_naming_it(self):
+    with self.assertRaises(cli.UsageError) as ctx:
+      cli.parse(training.TrainConfig, ["prog", "--warmup_steps=9", "--steps=9"])
+    self.assertEqual(str(ctx.exception), "--warmup_steps=9 must be smaller than --steps=9")
+    with self.assertRaises(cli.UsageError) as ctx:
+      cli.parse(training.TrainConfig, ["prog", "--seq_len=0"])
+    self.assertIn("--seq_len", str(ctx.exception))
+
+
+if __name__ == "__main__":
+  absltest.main()

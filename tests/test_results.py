@@ -1,0 +1,68 @@
+"""Result files, streamed rows, progress lines and tables."""
+
+import io
+import json
+import pathlib
+
+from absl.testing import absltest
+
+from scaling import report
+from scaling import results
+
+
+class RowStreamTest(absltest.TestCase):
+
+  def test_rows_land_in_the_partial_file_then_move(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    stream = results.RowStream(out / "rows.jsonl")
+    stream.write({"a": 1, "x": float("nan")})
+    stream.write({"a": 2})
+    # Interrupted here: every finished row is already on disk.
+    self.assertEqual([json.loads(line) for line in (out / "rows.partial.jsonl").read_text().splitlines()],
+                     [{"a": 1, "x": None}, {"a": 2}])
+    self.assertFalse((out / "rows.jsonl").exists())
+    stream.close()
+    self.assertFalse((out / "rows.partial.jsonl").exists())
+    self.assertEqual(results.read_jsonl(out / "rows.jsonl"), [{"a": 1, "x": None}, {"a": 2}])
+
+  def test_an_error_leaves_the_partial_file(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    with self.assertRaises(RuntimeError):
+      with results.RowStream(out / "rows.jsonl") as stream:
+        stream.write({"a": 1})
+        raise RuntimeError("killed")
+    self.assertTrue((out / "rows.partial.jsonl").exists())
+    self.assertFalse((out / "rows.jsonl").exists())
+
+  def test_make_dir_names_the_flag(self):
+    blocker = pathlib.Path(self.create_tempdir().full_path) / "file"
+    blocker.write_text("x")
+    with self.assertRaisesRegex(ValueError, "--out_dir"):
+      results.make_dir(blocker / "sub")
+
+
+class ReportTest(absltest.TestCase):
+
+  def test_table_has_every_column_and_cell(self):
+    text = report.table([{"rule": "sqrt", "x": 0.123456, "y": {"mean": 2.0, "std": 1.0}}, {"rule": "none"}],
+                        ("rule", "x", "y"))
+    lines = text.splitlines()
+    for name in ("rule", "x", "y"):
+      self.assertIn(name, lines[0])
+    self.assertIn("0.1235", text)  # four significant digits
+    self.assertIn("2", lines[2])   # a {"mean", "std"} cell shows its mean
+    self.assertIn("none", lines[3])
+
+  def test_progress_prints_a_line_per_update_off_a_terminal(self):
+    buf = io.StringIO()
+    with report.Progress(3, "demo", stream=buf) as progress:
+      progress.update("first")
+      progress.update("second")
+    lines = buf.getvalue().strip().splitlines()
+    self.assertLen(lines, 2)
+    self.assertTrue(lines[0].startswith("demo [1/3] first"), lines[0])
+    self.assertIn("left", lines[1])
+
+
+if __name__ == "__main__":
+  absltest.main()
