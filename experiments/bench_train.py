@@ -67,13 +67,13 @@ class TrainBenchConfig:
   timed_steps: int = 10
   matmul_size: int = 2048
   matmul_repeats: int = 5
-  # Learning-rate grid.
+  # Learning-rate grid: learning rates × seeds, and the model they train.
+  grid_log2_lrs: tuple[float, ...] = (-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0)
+  grid_seeds: tuple[int, ...] = (0, 1)
   grid_width: int = 64
   grid_depth: int = 2
   grid_seq_len: int = 32
   grid_batch_size: int = 8
-  grid_log2_lrs: tuple[float, ...] = (-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0)
-  grid_seeds: tuple[int, ...] = (0, 1)
   grid_steps: int = 30
   shared_compile_row: bool = True
 

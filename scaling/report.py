@@ -27,9 +27,9 @@ class Progress:
     self.total, self.name, self.done = total, name, 0
     self.console = Console(file=stream or sys.stderr, highlight=False)
     self.live = self.console.is_terminal
-    self._bar = RichProgress(TextColumn(f"{name} [{{task.description}}]"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
-                             disable=not self.live)
+    columns = (TextColumn(f"{name} {{task.description}}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    self._bar = RichProgress(*columns, console=self.console, disable=not self.live)
     self._task = self._bar.add_task("", total=total)
 
   def __enter__(self) -> Progress:

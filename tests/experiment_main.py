@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 
 
@@ -43,3 +44,19 @@ def run_with(module, base_flags, out_dir, **flag_values):
   """``run_main`` with ``base_flags`` updated by ``flag_values`` (a None value drops the flag)."""
   flags = {k: v for k, v in {**base_flags, **flag_values}.items() if v is not None}
   return run_main(module, out_dir=str(out_dir), **flags)
+
+
+def assert_runs_on_text_file_alone(test, module, base_flags, text, tmp_dir, **flag_values):
+  """Runs ``module`` with only ``--text_file`` naming the data; checks it trained on that text; returns stdout."""
+  path = os.path.join(tmp_dir, "data.txt")
+  with open(path, "w") as f:
+    f.write(text)
+  out = os.path.join(tmp_dir, "out")
+  code, stdout, stderr = run_with(module, base_flags, out, text_file=path, **flag_values)
+  test.assertEqual(code, 0, stderr)
+  with open(os.path.join(out, "config.json")) as f:
+    config = json.load(f)
+  test.assertEqual(config["dataset"]["name"], "text")
+  test.assertEqual(config["dataset"]["vocab_size"], len(set(text)))
+  test.assertEqual(config["config"]["data"]["text_file"], path)
+  return stdout, out

@@ -22,6 +22,7 @@ from experiments import coord_check as coord_exp
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
+from scaling import results
 from scaling import train as train_lib
 from scaling.config import Seeds
 from scaling.studies import coord_check
@@ -195,12 +196,9 @@ class CoordCheckTest(chex.TestCase):
 
 class ExperimentTest(parameterized.TestCase):
 
-  def _run(self, out, **kw):
-    return experiment_main.run_with(coord_exp, FLAGS_TINY, out, **kw)
-
   def test_main_writes_files(self):
     out = _tempdir(self) / "cc"
-    code, stdout, stderr = self._run(out)
+    code, stdout, stderr = experiment_main.run_with(coord_exp, FLAGS_TINY, out)
     self.assertEqual(code, 0, stderr)
     self.assertIn("block_0/attn_logits", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -223,18 +221,11 @@ class ExperimentTest(parameterized.TestCase):
     self.assertFalse((out / "results.partial.jsonl").exists())
 
   def test_text_file_alone_selects_the_text_task(self):
-    path = _tempdir(self) / "data.txt"
-    path.write_text(TEXT)
-    out = _tempdir(self) / "cc"
-    code, stdout, stderr = self._run(out, text_file=str(path), parametrizations=["mup"], widths=[16, 32], steps=1,
-                                     num_seeds=1)
-    self.assertEqual(code, 0, stderr)
+    stdout, out = experiment_main.assert_runs_on_text_file_alone(
+        self, coord_exp, FLAGS_TINY, TEXT, str(_tempdir(self)), parametrizations=["mup"], widths=[16, 32], steps=1,
+        num_seeds=1)
     self.assertIn("block_0/attn_logits", stdout)
-    config = json.loads((out / "config.json").read_text())
-    self.assertEqual(config["dataset"]["name"], "text")
-    self.assertEqual(config["dataset"]["vocab_size"], len(set(TEXT)))
-    self.assertEqual(config["config"]["data"]["text_file"], str(path))
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results.read_jsonl(pathlib.Path(out) / "results.jsonl")
     self.assertLen(rows, 2 * 2 * 5)
     self.assertTrue(all(r["rms"] > 0 for r in rows))
 
@@ -277,7 +268,7 @@ class ExperimentTest(parameterized.TestCase):
       content = kw.pop("text_file")
       kw["text_file"] = self._text_file(content) if content is not None else "/nonexistent/data.txt"
     out = _tempdir(self) / "never"
-    code, stdout, stderr = self._run(out, **kw)
+    code, stdout, stderr = experiment_main.run_with(coord_exp, FLAGS_TINY, out, **kw)
     experiment_main.assert_one_line_error(self, code, stdout, stderr, text, out)
 
   def test_cli_end_to_end(self):

@@ -19,6 +19,7 @@ from experiments import transfer as transfer_exp
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
+from scaling import results
 from scaling import train as train_lib
 from scaling.config import Seeds
 from scaling.studies import transfer
@@ -212,12 +213,9 @@ class SummaryTest(parameterized.TestCase):
 
 class ExperimentTest(parameterized.TestCase):
 
-  def _run(self, out, **kw):
-    return experiment_main.run_with(transfer_exp, FLAGS_TINY, out, **kw)
-
   def test_main_writes_files(self):
     out = _tempdir(self) / "tr"
-    code, stdout, _ = self._run(out)
+    code, stdout, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 0)
     self.assertIn("optimal learning rate", stdout)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -246,18 +244,11 @@ class ExperimentTest(parameterized.TestCase):
     self.assertEqual(config["dataset"]["name"], "recall")
 
   def test_text_file_alone_selects_the_text_task(self):
-    path = _tempdir(self) / "data.txt"
-    path.write_text(TEXT)
-    out = _tempdir(self) / "tr"
-    code, stdout, stderr = self._run(out, text_file=str(path), parametrizations=["sp"], log2_lrs=[-6.0],
-                                     num_seeds=1, steps=2, warmup_steps=None)
-    self.assertEqual(code, 0, stderr)
+    stdout, out = experiment_main.assert_runs_on_text_file_alone(
+        self, transfer_exp, FLAGS_TINY, TEXT, str(_tempdir(self)), parametrizations=["sp"], log2_lrs=[-6.0],
+        num_seeds=1, steps=2, warmup_steps=None)
     self.assertIn("optimal learning rate", stdout)
-    config = json.loads((out / "config.json").read_text())
-    self.assertEqual(config["dataset"]["name"], "text")
-    self.assertEqual(config["dataset"]["vocab_size"], len(set(TEXT)))
-    self.assertEqual(config["config"]["data"]["text_file"], str(path))
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results.read_jsonl(pathlib.Path(out) / "results.jsonl")
     self.assertLen(rows, 1)
     self.assertIsNotNone(rows[0]["final_loss"])
 
@@ -273,7 +264,7 @@ class ExperimentTest(parameterized.TestCase):
       return real(config, name, width, dataset)
 
     with mock.patch.object(transfer, "run_width", flaky):
-      code, _, _ = self._run(out)
+      code, _, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 130)
     # The finished width's rows were streamed into the partial files, which an interrupted run leaves in place.
     self.assertFalse((out / "results.jsonl").exists())
@@ -316,7 +307,7 @@ class ExperimentTest(parameterized.TestCase):
       path.write_bytes(kw["text_file"])
       kw["text_file"] = str(path)
     out = _tempdir(self) / "never"
-    code, stdout, stderr = self._run(out, **kw)
+    code, stdout, stderr = experiment_main.run_with(transfer_exp, FLAGS_TINY, out, **kw)
     experiment_main.assert_one_line_error(self, code, stdout, stderr, text, out)
 
 

@@ -61,35 +61,24 @@ from scaling.config import Options
 from scaling.config import Seeds
 from scaling.studies import transfer
 
-# Metric name of train_step -> (layer name template, per-block).
-_RMS_METRICS = (
-    ("embed_rms", "embed", False),
-    ("attn_logits_rms", "block_{i}/attn_logits", True),
-    ("attn_out_rms", "block_{i}/attn_out", True),
-    ("mlp_out_rms", "block_{i}/mlp_out", True),
-    ("readout_rms", "readout", False),
-)
-RMS_METRICS = tuple(name for name, _, _ in _RMS_METRICS)
+# train_step metrics measured once per model, and those measured per block [depth] (layer "block_{i}/<name>").
+_MODEL_RMS = {"embed_rms": "embed", "readout_rms": "readout"}
+_BLOCK_RMS = {"attn_logits_rms": "attn_logits", "attn_out_rms": "attn_out", "mlp_out_rms": "mlp_out"}
+RMS_METRICS = (*_MODEL_RMS, *_BLOCK_RMS)
 
 
 def layer_names(depth: int) -> tuple[str, ...]:
   """The measured layers in forward order: embed, block_i/{attn_logits,attn_out,mlp_out}, readout."""
-  names = ["embed"]
-  for i in range(depth):
-    names += [template.format(i=i) for _, template, per_block in _RMS_METRICS if per_block]
-  return tuple(names) + ("readout",)
+  blocks = [f"block_{i}/{layer}" for i in range(depth) for layer in _BLOCK_RMS.values()]
+  return ("embed", *blocks, "readout")
 
 
 def rms_by_layer(metrics: dict[str, Any], depth: int) -> dict[str, np.ndarray]:
   """Layer name -> RMS values from ``train_step`` metrics (any leading axes; per-block ones end in [depth])."""
-  out = {}
-  for name, template, per_block in _RMS_METRICS:
+  out = {layer: np.asarray(metrics[name]) for name, layer in _MODEL_RMS.items()}
+  for name, layer in _BLOCK_RMS.items():
     value = np.asarray(metrics[name])
-    if per_block:
-      for i in range(depth):
-        out[template.format(i=i)] = value[..., i]
-    else:
-      out[template] = value
+    out.update({f"block_{i}/{layer}": value[..., i] for i in range(depth)})
   return {name: out[name] for name in layer_names(depth)}
 
 
