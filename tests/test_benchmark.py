@@ -1,7 +1,5 @@
 """Smoke test of `python -m experiments.benchmark` on its quick sweep suite."""
 
-import contextlib
-import io as std_io
 import json
 import pathlib
 

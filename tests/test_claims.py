@@ -1,7 +1,5 @@
 """The claims runner on a tiny context: every claim yields a verdict, and the exact ones come out right."""
 
-import contextlib
-import io as std_io
 import json
 import pathlib
 
