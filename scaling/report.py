@@ -73,3 +73,14 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], floatfmt: str 
   buf = io.StringIO()
   Console(file=buf, width=sum(widths) + 3 * len(columns) + 4, highlight=False, color_system=None).print(t)
   return buf.getvalue().rstrip("\n")
+
+
+def replace_generated(text: str, name: str, content: str) -> str:
+  """``text`` with the lines between ``<!-- BEGIN generated: name -->`` and ``<!-- END generated: name -->``
+  replaced by ``content`` (ValueError unless both markers occur once, in order)."""
+  begin, end = f"<!-- BEGIN generated: {name} -->", f"<!-- END generated: {name} -->"
+  if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+    raise ValueError(f"expected one {begin!r} followed by one {end!r}")
+  head, rest = text.split(begin)
+  _, tail = rest.split(end)
+  return f"{head}{begin}\n{content.strip()}\n{end}{tail}"

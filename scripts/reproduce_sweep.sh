@@ -12,4 +12,6 @@ python -m experiments.sweep --dtype=float16 --nofloat32_softmax --nosubtract_max
   --d_k=16,64,256 --out_dir="$out/sweep_fp16_unsafe"
 python -m experiments.sweep --parametrization=sp,mup --width=64,256,1024 --d_k=16,64,256 \
   --out_dir="$out/sweep_width"
+python -m experiments.sweep --parametrization=mup --width=64,256,1024 --d_k=16,64,256 --zero_query \
+  --out_dir="$out/sweep_width_zero_query"
 echo "sweeps written under $out/"

@@ -64,5 +64,21 @@ class ReportTest(absltest.TestCase):
     self.assertIn("left", lines[1])
 
 
+class GeneratedSectionTest(absltest.TestCase):
+
+  def test_only_the_marked_section_changes(self):
+    text = "intro\n<!-- BEGIN generated: t -->\nold | table\n<!-- END generated: t -->\noutro\n"
+    new = report.replace_generated(text, "t", "| new |\n")
+    self.assertEqual(new, "intro\n<!-- BEGIN generated: t -->\n| new |\n<!-- END generated: t -->\noutro\n")
+    self.assertEqual(report.replace_generated(new, "t", "| new |"), new)  # idempotent
+
+  def test_missing_or_repeated_markers_are_refused(self):
+    with self.assertRaisesRegex(ValueError, "BEGIN generated: t"):
+      report.replace_generated("no markers", "t", "x")
+    twice = "<!-- BEGIN generated: t -->\n<!-- END generated: t -->\n" * 2
+    with self.assertRaisesRegex(ValueError, "expected one"):
+      report.replace_generated(twice, "t", "x")
+
+
 if __name__ == "__main__":
   absltest.main()
