@@ -150,6 +150,11 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
   return tuple(specs)
 
 
+def _as_float(value: Any) -> Any:
+  """An int as a float; anything else unchanged (the check then rejects what is not a number)."""
+  return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def is_group(spec: OptionSpec) -> bool:
   """Whether the option is a nested group of options."""
   return isinstance(spec.base_type, type) and issubclass(spec.base_type, Options)
@@ -175,9 +180,8 @@ class Options:
         if not isinstance(value, spec.base_type):
           raise ValueError(f"{spec.name} must be a {spec.base_type.__name__}, got {type(value).__name__}")
         continue
-      if spec.base_type is float and value is not None:  # accept ints where floats are declared
-        value = tuple(float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value) \
-            if spec.is_list else (float(value) if isinstance(value, int) and not isinstance(value, bool) else value)
+      if spec.base_type is float and value is not None:  # ints are accepted where floats are declared
+        value = tuple(map(_as_float, value)) if spec.is_list else _as_float(value)
         object.__setattr__(self, spec.name, value)
       spec.check(value)
     self.validate()
@@ -202,15 +206,20 @@ def flat_options(cls: type, hidden: Sequence[str] = ()) -> list[tuple[tuple[str,
   return out
 
 
-def build(cls: type, values: dict[str, Any]) -> Any:
-  """``cls`` from {leaf option name: value}; options not given keep the defaults of ``cls`` (and its groups)."""
+def build(cls: type, values: dict[str, Any], default: Any = None) -> Any:
+  """``cls`` from {leaf option name: value}; options not given keep the defaults of ``cls`` (and of its groups).
+
+  ``default`` is the instance whose values stand for options not given (a group's default instance).
+  """
   kwargs = {}
   for spec in option_specs(cls):
+    current = spec.default if default is None else getattr(default, spec.name)
     if is_group(spec):
-      group_values = {s.name: values[s.name] for _, s in flat_options(spec.base_type) if s.name in values}
-      kwargs[spec.name] = dataclasses.replace(spec.default, **group_values) if group_values else spec.default
+      kwargs[spec.name] = build(spec.base_type, values, current)
     elif spec.name in values:
       kwargs[spec.name] = values[spec.name]
+    elif default is not None:
+      kwargs[spec.name] = current
   return cls(**kwargs)
 
 

@@ -84,7 +84,36 @@ class DerivedValuesTest(absltest.TestCase):
     self.assertEqual(model_lib.ModelFamily(base_width=64, head_dim=8).base_head_dim, 8)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Inner(config_lib.Options):
+  rate: float = config_lib.option(0.5, "A rate.", positive=True)
+  names: tuple[str, ...] = config_lib.option(("a",), "Names.", choices=("a", "b"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Middle(config_lib.Options):
+  inner: _Inner = config_lib.option(_Inner(rate=2.0), "Inner group.")
+  count: int = config_lib.option(3, "A count.", lower=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer(config_lib.Options):
+  middle: _Middle = config_lib.option(_Middle(count=7), "Middle group.")
+  flag: bool = config_lib.option(False, "A flag.")
+
+
 class OptionTest(parameterized.TestCase):
+
+  def test_nested_groups_keep_their_instance_defaults(self):
+    self.assertEqual(config_lib.build(_Outer, {}), _Outer())
+    self.assertEqual(config_lib.build(_Outer, {}).middle.inner.rate, 2.0)
+    built = config_lib.build(_Outer, {"names": ("b",), "flag": True})
+    self.assertEqual(built, _Outer(middle=_Middle(inner=_Inner(rate=2.0, names=("b",)), count=7), flag=True))
+    self.assertEqual([s.name for _, s in config_lib.flat_options(_Outer)], ["rate", "names", "count", "flag"])
+    parsed = cli.parse(_Outer, ["prog", "--rate=3", "--names=a,b", "--count=9"])
+    self.assertEqual(parsed.middle, _Middle(inner=_Inner(rate=3.0, names=("a", "b")), count=9))
+    with self.assertRaisesRegex(cli.UsageError, "--names"):
+      cli.parse(_Outer, ["prog", "--names=c"])
 
   @parameterized.parameters(
       (data_lib.DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),
