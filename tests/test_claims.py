@@ -1,55 +1,257 @@
-"""The claims runner on a tiny context: every claim yields a verdict, and the exact ones come out right."""
+"""The claims: every criterion can reach both verdicts, verdicts follow the measured statistic, the study writes its
+files, and a tiny run measures every random-input claim."""
 
+import dataclasses
 import json
 import pathlib
+from unittest import mock
 
 from absl.testing import absltest
+import numpy as np
 
 from experiments import claims as claims_experiment
+from scaling import results
 from scaling.studies import claims
+from scaling.studies import verdicts
 import experiment_main
 
+RANDOM_IDS = [c.id for c in claims.RANDOM_INPUT_CLAIMS]
+TINY = dict(mode="quick", d_k=[64, 128], num_seeds=2, seq_len=16)
+TINY_COMMAND = "--d_k=64,128 --seq_len=16"  # num_seeds 2 is the quick mode's
 
-class ClaimsTest(absltest.TestCase):
+# For each random-input claim, statistics that must give (holds, partly, does not hold); None where partly cannot
+# happen. They spell out which side of each threshold supports the claim as written.
+DECISIONS = {
+    "variance_is_dk": (0.01, 0.1, 0.5),  # |Var/d_k − 1|
+    "sqrt_normalizes": (1.0, 0.75, 0.25),  # fraction of input conditions with variance within 5% of 1
+    "d64_magnitudes": (0.05, 0.005, 1e-4),  # fraction of logits with |z| ≥ 24
+    "unscaled_one_hot": (0.95, 0.7, 0.3),  # max probability at the largest d_k
+    "gradients_vanish": (0.01, 0.5, 30.0),  # |dL/dq| unscaled / with 1/√d_k
+    "linear_uniform": (0.05, 0.3, 0.9),  # KL from uniform relative to 1/√d_k's
+    "quadratic_uniform": (1e-4, 0.3, 0.9),
+    "post_softmax_breaks": (0.8, 0.1, 0.01),  # |output RMS ratio − 1|
+    "sqrt_flatter_at_128": (0.05, 0.005, -0.003),  # entropy rise beyond twice its spread
+    "fp16_exp_overflow": (1.0, 0.005, 0.0),  # non-finite fraction
+    "low_precision_nan_even_scaled": (0.01, None, 0.0),
+    "rope_changes_norms": (0.1, 0.005, 2e-7),  # relative norm change
+    "qk_norm_robust": (0.01, 0.3, 3.0),  # |Var − 1| under QK-norm
+    "scale_is_temperature": (1e-7, 1e-4, 0.1),  # weights vs numpy
+    "layernorm_not_enough": (1.0, 0.5, 0.0),  # exponent of Var ∝ d_k^a
+    "head_dim_constant": (0.01, 0.1, 0.5),  # relative spread of the logit std across widths
+}
 
-  def test_exact_claims(self):
-    ctx = claims.Context(d_k=(16,), seq_len=8, num_seeds=1)
-    rows = {r["id"]: r for r in claims.run_claims(
-        ctx, ("post_softmax_breaks", "fp16_exp_overflow", "rope_changes_norms", "scale_is_temperature"))}
-    self.assertEqual(rows["post_softmax_breaks"]["verdict"], claims.HOLDS)
-    self.assertAlmostEqual(rows["post_softmax_breaks"]["numbers"]["row_sum"], 0.125, places=4)
-    self.assertEqual(rows["fp16_exp_overflow"]["numbers"]["nonfinite_with_max_subtraction"], 0.0)
-    self.assertGreater(rows["fp16_exp_overflow"]["numbers"]["nonfinite_no_max_subtraction"], 0.5)
-    self.assertLess(rows["rope_changes_norms"]["numbers"]["max_rel_norm_change"], 1e-5)
-    self.assertEqual(rows["scale_is_temperature"]["verdict"], claims.HOLDS)
+
+def _measuring(claim: verdicts.Claim, value: float, **numbers) -> verdicts.Claim:
+  """``claim`` with a measurement that reports ``value`` as its statistic."""
+  measure = lambda ctx: verdicts.Measurement({claim.criterion.statistic: value, **numbers}, f"measured {value}")
+  return dataclasses.replace(claim, measure=measure)
+
+
+class CriteriaTest(absltest.TestCase):
+
+  def test_every_criterion_reaches_holds_and_fails(self):
+    for claim in claims.all_claims():
+      reached = {claim.criterion.verdict(p) for p in claim.criterion.probes()}
+      self.assertContainsSubset({claims.HOLDS, claims.FAILS}, reached, f"{claim.id}: {claim.criterion.text}")
+
+  def test_every_random_input_claim_has_decisions(self):
+    self.assertCountEqual(DECISIONS, RANDOM_IDS)
+    self.assertTrue(all(not c.training for c in claims.RANDOM_INPUT_CLAIMS))
+    ids = [c.id for c in claims.all_claims()]
+    self.assertEqual(ids[:len(RANDOM_IDS)], RANDOM_IDS)
+    self.assertLen(set(ids), len(ids))
+
+  def test_claim_decides_from_its_statistic(self):
+    ctx = claims.Context()
+    for claim in claims.RANDOM_INPUT_CLAIMS:
+      for value, verdict in zip(DECISIONS[claim.id], (claims.HOLDS, claims.PARTLY, claims.FAILS)):
+        if value is None:
+          continue
+        row = _measuring(claim, value).evaluate(ctx)
+        self.assertEqual(row["verdict"], verdict, f"{claim.id} at {value}")
+        self.assertEqual((row["statistic"], row["value"]), (claim.criterion.statistic, value))
+
+  def test_verdict_changes_when_the_statistic_crosses_a_threshold(self):
+    ctx = claims.Context()
+    for claim in claims.RANDOM_INPUT_CLAIMS:
+      for _, threshold in (claim.criterion.holds, claim.criterion.fails):
+        step = max(abs(threshold), 1e-6) * 1e-3
+        below, above = (_measuring(claim, threshold + s).evaluate(ctx)["verdict"] for s in (-step, step))
+        self.assertNotEqual(below, above, f"{claim.id} around {threshold}")
+
+  def test_run_claims_uses_the_criterion_not_the_measurement(self):
+    patched = tuple(_measuring(c, DECISIONS[c.id][2] if c.id == "gradients_vanish" else DECISIONS[c.id][0])
+                    for c in claims.RANDOM_INPUT_CLAIMS)
+    with mock.patch.object(claims, "RANDOM_INPUT_CLAIMS", patched):
+      rows = claims.run_claims(claims.Context(mode="full"), ("gradients_vanish", "rope_changes_norms"))
+    self.assertEqual([(r["id"], r["verdict"]) for r in rows],
+                     [("gradients_vanish", claims.FAILS), ("rope_changes_norms", claims.HOLDS)])
+    self.assertEqual(rows[0]["command"], "python -m experiments.claims --mode=full --ids=gradients_vanish")
+    rope = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "rope_changes_norms")
+    self.assertEqual(rows[1]["criterion"], rope.criterion.text)
+
+  def test_missing_statistic_is_an_error(self):
+    claim = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0],
+                                measure=lambda ctx: verdicts.Measurement({"other": 1.0}, "x"))
+    with self.assertRaisesRegex(KeyError, "lacks its statistic"):
+      claim.evaluate(claims.Context())
 
   def test_unknown_id(self):
     with self.assertRaisesRegex(ValueError, "unknown claim"):
       claims.run_claims(claims.Context(), ("nope",))
 
-  def test_main_writes_files(self):
-    out = pathlib.Path(self.create_tempdir().full_path)
-    code, _, _ = experiment_main.run_main(claims_experiment, ids=["variance_is_dk", "sqrt_flatter_at_128"],
-                                          d_k=[64, 128], num_seeds=1, seq_len=8, out_dir=str(out))
-    self.assertEqual(code, 0)
-    rows = [json.loads(line) for line in (out / "claims.jsonl").read_text().splitlines()]
-    self.assertEqual([r["id"] for r in rows], ["variance_is_dk", "sqrt_flatter_at_128"])
-    for r in rows:
-      self.assertIn(r["verdict"], (claims.HOLDS, claims.PARTLY, claims.FAILS))
-      self.assertTrue(r["finding"])
-    self.assertIn("| claim |", (out / "claims.md").read_text())
 
+class ClaimListTest(absltest.TestCase):
+
+  def test_without_training_claims_module(self):
+    err = ModuleNotFoundError("No module named 'scaling.studies.training_claims'",
+                              name="scaling.studies.training_claims")
+    with mock.patch.object(claims.importlib, "import_module", side_effect=err):
+      self.assertEqual(claims.all_claims(), claims.RANDOM_INPUT_CLAIMS)
+
+  def test_broken_training_claims_module_is_not_hidden(self):
+    err = ModuleNotFoundError("No module named 'missing_dependency'", name="missing_dependency")
+    with mock.patch.object(claims.importlib, "import_module", side_effect=err):
+      with self.assertRaises(ModuleNotFoundError):
+        claims.all_claims()
+
+  def test_training_claims_are_appended(self):
+    extra = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", training=True)
+    with mock.patch.object(claims.importlib, "import_module", return_value=mock.Mock(TRAINING_CLAIMS=(extra,))):
+      self.assertEqual(claims.all_claims(), claims.RANDOM_INPUT_CLAIMS + (extra,))
+    dup = dataclasses.replace(extra, id=RANDOM_IDS[0])
+    with mock.patch.object(claims.importlib, "import_module", return_value=mock.Mock(TRAINING_CLAIMS=(dup,))):
+      with self.assertRaisesRegex(ValueError, "defined twice"):
+        claims.all_claims()
+
+  def test_readme_tables_split_random_and_training_claims(self):
+    train = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", text="Training helps.", training=True)
+    rows = [{"id": i, "claim": t, "source": "note", "criterion": "c", "verdict": claims.HOLDS, "finding": "f | g",
+             "command": f"python -m experiments.claims --mode=quick --ids={i}"}
+            for i, t in ((RANDOM_IDS[0], "Random claim."), ("train_x", "Training helps."))]
+    with mock.patch.object(claims, "all_claims", return_value=claims.RANDOM_INPUT_CLAIMS + (train,)):
+      text = claims.readme_markdown(rows, claims.Context(text_file="shakespeare.txt"))
+    random_part, training_part = text.split("Training claims")
+    self.assertIn("Random-input claims (mode quick: d_k 16, 64, 128, 1024", random_part)
+    self.assertIn("Random claim.", random_part)
+    self.assertNotIn("Training helps.", random_part)
+    self.assertIn("Training helps.", training_part)
+    self.assertIn("shakespeare.txt", training_part)
+    self.assertIn("f \\| g", text)
+    self.assertIn("| `python -m experiments.claims --mode=quick --ids=train_x` |", training_part)
+
+
+class ContextTest(absltest.TestCase):
+
+  def test_modes(self):
+    full, quick = claims.Context(mode="full"), claims.Context(mode="quick")
+    self.assertEqual((full.d_k, full.seq_len, full.num_seeds), ((16, 32, 64, 128, 256, 512, 1024), 128, 4))
+    self.assertContainsSubset({64, 128}, quick.d_k)
+    self.assertLess(quick.num_seeds * len(quick.d_k), full.num_seeds * len(full.d_k))
+    self.assertEqual(claims.ClaimsConfig().context().mode, "quick")
+    with self.assertRaisesRegex(ValueError, "unknown mode"):
+      claims.Context(mode="slow")
+
+  def test_command_reproduces_the_context(self):
+    self.assertEqual(claims.command(claims.Context(mode="full"), "x"),
+                     "python -m experiments.claims --mode=full --ids=x")
+    ctx = claims.Context(mode="quick", d_k=(128, 64), num_seeds=1, seed=3, text_file="my text.txt")
+    self.assertEqual(claims.command(ctx, "x"), "python -m experiments.claims --mode=quick --ids=x --d_k=64,128 "
+                     "--num_seeds=1 --seed=3 --text_file='my text.txt'")
+
+  def test_sqrt_flatter_needs_two_seeds_for_its_tolerance(self):
+    claim = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "sqrt_flatter_at_128")
+    sweep = {(rule, d): {"entropy_normalized": [0.9 + 0.01 * (d == 128)], "max_prob": [0.07]}
+             for rule in claims.SWEEP_RULES for d in (64, 128)}
+    ctx = claims.Context(d_k=(64, 128), num_seeds=1)
+    with mock.patch.object(ctx, "sweep", return_value={k: {m: np.asarray(v) for m, v in x.items()}
+                                                         for k, x in sweep.items()}):
+      row = claim.evaluate(ctx)
+    self.assertEqual(row["verdict"], claims.NOT_MEASURED)
+    self.assertIn("one seed", row["finding"])
+
+
+class TinyRunTest(absltest.TestCase):
+  """``experiments.claims`` on every random-input claim at tiny sizes (one run shared by the tests)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.out = pathlib.Path(absltest.TEST_TMPDIR.value) / "claims_tiny"
+    cls.code, cls.stdout, cls.stderr = experiment_main.run_main(claims_experiment, ids=RANDOM_IDS,
+                                                                out_dir=str(cls.out), **TINY)
+    cls.rows = {r["id"]: r for r in results.read_jsonl(cls.out / "claims.jsonl")}
+
+  def test_files_and_rows(self):
+    self.assertEqual(self.code, 0, self.stderr)
+    self.assertEqual(list(self.rows), RANDOM_IDS)
+    for i, r in self.rows.items():
+      self.assertContainsSubset({"id", "source", "claim", "criterion", "statistic", "value", "verdict", "finding",
+                                 "numbers", "command"}, r)
+      self.assertIn(r["verdict"], verdicts.VERDICTS, i)
+      self.assertEqual(r["value"], r["numbers"][r["statistic"]])
+      self.assertEqual(r["command"], f"python -m experiments.claims --mode=quick --ids={i} {TINY_COMMAND}")
+      self.assertIn(f"reproduce: {r['command']}", self.stdout)
+    config = json.loads((self.out / "config.json").read_text())
+    self.assertEqual(config["sizes"]["d_k"], [64, 128])
+    table = (self.out / "claims.md").read_text()
+    self.assertIn("| claim | source | criterion | verdict | what we measured | reproduce |", table)
+    self.assertLen(table.strip().splitlines(), 2 + len(RANDOM_IDS))
+    readme = (self.out / "claims_readme.md").read_text()
+    self.assertIn("Random-input claims (mode quick: d_k 64, 128; 16 tokens", readme)
+    self.assertNotIn("Training claims", readme)
+    printed = " ".join(self.stdout.split())  # the criterion and finding are wrapped
+    self.assertIn(f"criterion: {self.rows['variance_is_dk']['criterion']}", printed)
+    self.assertIn(f"measured: {self.rows['variance_is_dk']['finding']}", printed)
+
+  def test_exact_measurements(self):
+    rows = self.rows
+    self.assertEqual(rows["post_softmax_breaks"]["verdict"], claims.HOLDS)
+    self.assertAlmostEqual(rows["post_softmax_breaks"]["numbers"]["row_sum"]["64"]["mean"], 0.125, places=4)
+    self.assertAlmostEqual(rows["post_softmax_breaks"]["numbers"]["output_rms_over_unscaled_softmax"]["128"]["mean"],
+                           128**-0.5, places=4)
+    overflow = rows["fp16_exp_overflow"]
+    self.assertGreater(overflow["value"], 0.5)
+    self.assertEqual(overflow["verdict"], claims.HOLDS)
+    for name, frac in overflow["numbers"]["nonfinite_fraction"].items():
+      if "; max-subtracted; iid" in name:  # iid logits at d_k = 64 overflow nothing once the row max is subtracted
+        self.assertEqual(frac["mean"], 0.0, name)
+    self.assertLen(overflow["numbers"]["nonfinite_fraction"], 2 * 2 * 3 * (2 * 4 + 1))
+    self.assertLess(rows["rope_changes_norms"]["value"], 1e-5)
+    self.assertEqual(rows["rope_changes_norms"]["verdict"], claims.FAILS)
+    self.assertEqual(rows["scale_is_temperature"]["verdict"], claims.HOLDS)
+    self.assertEqual(rows["qk_norm_robust"]["verdict"], claims.HOLDS)
+    unit = rows["sqrt_normalizes"]["numbers"]["within_5pct"]
+    self.assertFalse(unit["iid q, k entries of std 2"])
+    self.assertLessEqual(rows["sqrt_normalizes"]["value"], 0.5)
+    self.assertEqual(rows["quadratic_uniform"]["verdict"], claims.HOLDS)
+    for r in rows.values():
+      self.assertNotIn("nan", r["finding"].lower(), r["id"])
+
+  def test_a_claim_measured_alone_gives_the_same_numbers(self):
+    ctx = claims.Context(mode="quick", d_k=(64, 128), num_seeds=2, seq_len=16)
+    (alone,) = claims.run_claims(ctx, ("post_softmax_breaks",))
+    self.assertEqual(json.loads(json.dumps(results.to_jsonable(alone))), self.rows["post_softmax_breaks"])
 
 
 class ClaimsFlagsTest(absltest.TestCase):
 
   def test_d_k_must_include_64_and_128(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    code, _, err = experiment_main.run_main(claims_experiment, d_k=[16, 64], out_dir=str(out))
-    self.assertEqual(code, 2)
-    self.assertEqual(err.strip().splitlines(), ["error: --d_k must include 64 and 128 (two claims are about those "
-                                                "head dims)"])
-    self.assertFalse(out.exists())
+    code, stdout, err = experiment_main.run_main(claims_experiment, d_k=[16, 64], out_dir=str(out))
+    experiment_main.assert_one_line_error(self, code, stdout, err, "--d_k must include 64 and 128", out)
+
+  def test_unknown_mode_and_id(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "never"
+    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(ids=["nope"]), "nope")):
+      code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), **flags)
+      experiment_main.assert_one_line_error(self, code, stdout, err, needle, out)
+
+  def test_missing_text_file(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "never"
+    code, stdout, err = experiment_main.run_main(claims_experiment, ids=["variance_is_dk"], out_dir=str(out),
+                                                 text_file=str(out.parent / "missing.txt"))
+    experiment_main.assert_one_line_error(self, code, stdout, err, "--text_file", out)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,32 @@
-"""Claims about attention logit scaling, each paired with the measurement that tests it.
+"""Claims about attention logit scaling, each with the criterion that decides it and the measurement that tests it.
 
 The claims come from two interview-preparation notes on why attention divides
 its logits by √d_k (``shared/seeds/000_ae59428f9015f76d.txt``, "note 1", and
-``shared/seeds/004_383f650843b84e3b.txt``, "note 2"). Each ``Claim`` names its
-source, quotes or paraphrases it, and has a ``measure`` function that returns
-the numbers and a verdict: ``holds``, ``partly`` or ``does not hold``. Only
-claims that random-input measurements can settle live here; claims about
-training are measured by ``experiments.train``, ``experiments.coord_check``
-and ``experiments.transfer``.
+``shared/seeds/004_383f650843b84e3b.txt``, "note 2"). Each claim is a
+``scaling.studies.verdicts.Claim``: it quotes or paraphrases its source and
+declares, next to its text, the ``Criterion`` (one statistic and two
+thresholds) that turns the measured numbers into ``holds``, ``partly`` or
+``does not hold``; its ``measure`` function returns only numbers and a sentence
+formatted from them.
+
+``RANDOM_INPUT_CLAIMS`` are settled by random q, k, v (iid, with outlier
+tokens, or LayerNorm-ed inputs projected by fan-in-initialized weights), with
+mean and std over ``num_seeds`` seeds. ``all_claims()`` appends the training
+claims of ``scaling.studies.training_claims`` when that module defines
+``TRAINING_CLAIMS``. ``MODES`` holds the sizes of ``--mode=quick`` and
+``--mode=full``; ``run`` is the study behind ``experiments.claims``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import importlib
 import math
 import pathlib
+import shlex
 import textwrap
+import time
+import zlib
 from typing import Any, Callable
 
 import jax
@@ -24,320 +34,821 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling import attention as attention_lib
-from scaling import rope as rope_lib
-from scaling import rules as rules_lib
+from scaling import data as data_lib
+from scaling import metrics as metrics_lib
+from scaling import parametrization as parametrization_lib
 from scaling import report
 from scaling import results
+from scaling import rope as rope_lib
+from scaling import rules as rules_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.studies import sweep as sweep_lib
+from scaling.studies.verdicts import Claim
+from scaling.studies.verdicts import Criterion
+from scaling.studies.verdicts import FAILS
+from scaling.studies.verdicts import HOLDS
+from scaling.studies.verdicts import Measurement
+from scaling.studies.verdicts import NOT_MEASURED
+from scaling.studies.verdicts import PARTLY
 
-HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
+MODES: dict[str, dict[str, Any]] = {
+    "quick": {"d_k": (16, 64, 128, 1024), "seq_len": 128, "num_seeds": 2, "widths": (64, 256, 1024)},
+    "full": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 128, "num_seeds": 4,
+             "widths": (64, 256, 1024, 2048)},
+}
+"""Sizes per mode: head dims and sequence length of the random-input sweeps, seeds, and the model widths of the
+fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Measurement:
-  """What a claim's measurement found: a verdict, a one-sentence finding and the numbers behind it."""
-
-  verdict: str
-  finding: str
-  numbers: dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-  """A claim from the notes and the function that measures it."""
-
-  id: str
-  source: str
-  text: str
-  measure: Callable[["Context"], Measurement]
+BATCH, HEADS = 4, 2  # sequences and heads per seed (as the d_k sweep's defaults)
+SWEEP_RULES = ("none", "sqrt", "linear", "quadratic")
+OUTLIER_FACTORS = (10.0, 30.0)  # norms of the outlier tokens relative to the rest ("10–30x")
+QK_STDS = (0.1, 1.0, 10.0)  # entry stds of q and k for the QK-norm claim
+SQRT_STDS = (0.5, 1.0, 2.0)  # entry stds of q and k for the unit-variance claim
+FIXED_HEAD_DIM = 64  # head dim of the claim that fixes d_k while width grows
+EXP_D_K = 64  # head dim of the exp-overflow claim (note 1's example)
+LOW_PRECISION_D_K = 128  # head dim of the low-precision claim
+TOKEN_STD_RANGE = (0.1, 10.0)  # per-token stds of raw (pre-LayerNorm) or mixed-scale inputs, log-uniform
+TOKEN_OFFSET_STD = 3.0  # std of the per-token offsets of raw tokens
+RELATIVE_TOLERANCE = 0.05  # "normalizes to 1": within 5%
 
 
 class Context:
-  """Shared, cached sweeps so that claims measured on the same configuration run it once."""
+  """What the claims are measured on (mode, sizes, seeds, text file), with measurements shared between claims.
 
-  def __init__(self, *, d_k: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024), seq_len: int = 128,
-               num_seeds: int = 4, seed: int = 0):
-    self.d_k, self.seq_len, self.num_seeds, self.seed = d_k, seq_len, num_seeds, seed
+  ``d_k``, ``seq_len`` and ``num_seeds`` default to the mode's (``MODES``);
+  ``text_file`` is read only by the training claims.
+  """
 
-  @functools.lru_cache(maxsize=None)
-  def sweep(self, rules: tuple[str, ...], **overrides) -> dict[tuple[str, int], dict[str, Any]]:
-    """{(rule, d_k): row} for a sweep over this context's head dims."""
-    config = sweep_lib.SweepConfig(d_k=overrides.pop("d_k", self.d_k), rules=rules, seq_len=self.seq_len,
-                                   num_seeds=self.num_seeds, seed=self.seed, **overrides)
-    return {(r["rule"], r["d_k"]): r for r in sweep_lib.run_sweep(config)}
+  def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
+               num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
+    if mode not in MODES:
+      raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    sizes = MODES[mode]
+    self.mode, self.seed, self.text_file = mode, int(seed), text_file
+    self.d_k = tuple(sorted(set(d_k or sizes["d_k"])))
+    self.seq_len = int(seq_len or sizes["seq_len"])
+    self.num_seeds = int(num_seeds or sizes["num_seeds"])
+    self.widths = tuple(sizes["widths"])
+    self._cache: dict[Any, Any] = {}
 
-  def metric(self, rows, rule: str, metric: str) -> list[float]:
-    """The mean of ``metric`` for ``rule`` at every head dim of ``rows``, in d_k order."""
-    return [rows[(rule, d)][metric]["mean"] for d in sorted({d for (_, d) in rows})]
+  def sizes(self) -> dict[str, Any]:
+    """The sizes this context measures at (JSON-ready)."""
+    return {"mode": self.mode, "d_k": list(self.d_k), "seq_len": self.seq_len, "num_seeds": self.num_seeds,
+            "seed": self.seed, "widths": list(self.widths), "batch": BATCH, "heads": HEADS,
+            "text_file": self.text_file}
+
+  def overrides(self) -> list[str]:
+    """The flags that differ from the mode's sizes (so that a command reproduces this context)."""
+    sizes, flags = MODES[self.mode], []
+    if self.d_k != tuple(sizes["d_k"]):
+      flags.append("--d_k=" + ",".join(str(d) for d in self.d_k))
+    if self.seq_len != sizes["seq_len"]:
+      flags.append(f"--seq_len={self.seq_len}")
+    if self.num_seeds != sizes["num_seeds"]:
+      flags.append(f"--num_seeds={self.num_seeds}")
+    if self.seed:
+      flags.append(f"--seed={self.seed}")
+    if self.text_file is not None:
+      flags.append(f"--text_file={shlex.quote(str(self.text_file))}")
+    return flags
+
+  def cached(self, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per context and key."""
+    if key not in self._cache:
+      self._cache[key] = compute()
+    return self._cache[key]
+
+  def require_d_k(self, *dims: int) -> None:
+    """ValueError unless the context's head dims include ``dims``."""
+    missing = [d for d in dims if d not in self.d_k]
+    if missing:
+      raise ValueError(f"this claim needs d_k {', '.join(map(str, missing))} among the context's d_k {self.d_k}")
+
+  def sweep(self) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """{(rule, d_k): {metric: [num_seeds] values}}: the d_k sweep of ``SWEEP_RULES`` on iid q, k, v, per seed.
+
+    The same programs and keys as ``scaling.studies.sweep.run_sweep`` (which reports only mean and std), so that
+    derived statistics (ratios, differences) get their spread over seeds.
+    """
+
+    def compute():
+      config = sweep_lib.SweepConfig(d_k=self.d_k, rules=SWEEP_RULES, seq_len=self.seq_len, batch=BATCH,
+                                     num_heads=HEADS, num_seeds=self.num_seeds, seed=self.seed)
+      base, out = jax.random.key(self.seed), {}
+      for d in self.d_k:
+        values = jax.device_get(sweep_lib.make_shape_fn(config, d)(jax.random.fold_in(base, d)))
+        for rule, metrics in values.items():
+          out[(rule, d)] = {m: np.asarray(v, np.float64) for m, v in metrics.items()}
+      return out
+
+    return self.cached("sweep", compute)
+
+  def rngs(self, tag: str, *salt: int) -> list[np.random.Generator]:
+    """One numpy generator per seed for the measurement ``tag`` (and ``salt``), whatever else runs and in what order.
+
+    Inputs are drawn in numpy and only the attention math is jitted: on CPU, compiling JAX's random number
+    programs would take longer than these small measurements themselves.
+    """
+    return [np.random.default_rng([self.seed, zlib.crc32(tag.encode()), *salt, i]) for i in range(self.num_seeds)]
+
+  def per_seed(self, tag: str, draw: Callable[[np.random.Generator], tuple], compute: Callable[..., Any],
+               *salt: int) -> Any:
+    """``compute(*draw(rng))`` for each seed's generator (``compute`` jitted once), stacked over seeds in numpy."""
+    jitted = jax.jit(compute)
+    out = [jax.device_get(jitted(*draw(rng))) for rng in self.rngs(tag, *salt)]
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float64) for x in xs]), *out)
 
 
-BASE_RULES = ("none", "sqrt", "linear", "quadratic", "post_softmax", "qk_norm")
+# ----------------------------------------------------------------------------
+# Formatting of measured values.
 
 
-def _r(x: float, digits: int = 3) -> float:
-  """Rounds to ``digits`` significant digits for reporting."""
+def _r(x: float, digits: int = 4) -> float:
+  """Rounds to ``digits`` significant digits for reporting (non-finite values unchanged)."""
+  x = float(x)
   return float(f"{x:.{digits}g}") if math.isfinite(x) else x
 
 
+def _ms(values: np.ndarray, digits: int = 4) -> dict[str, float]:
+  """{"mean", "std"} over seeds of per-seed values."""
+  values = np.asarray(values, np.float64)
+  return {"mean": _r(np.mean(values), digits), "std": _r(np.std(values), digits)}
+
+
+def _m(values: np.ndarray) -> float:
+  """The mean over seeds."""
+  return float(np.mean(values))
+
+
+def _n_seeds(ctx: Context) -> str:
+  """The number of seeds, in words."""
+  return f"{ctx.num_seeds} seed{'s' if ctx.num_seeds > 1 else ''}"
+
+
+def _seeds(ctx: Context) -> str:
+  """How many seeds the means are over, in words."""
+  return f"mean of {_n_seeds(ctx)}"
+
+
+def _pm(values: np.ndarray, spec: str = ".3g") -> str:
+  """mean ± std over seeds, formatted."""
+  return f"{format(np.mean(values), spec)} ± {format(np.std(values), spec)}"
+
+
+def _range(values: list[float], spec: str = ".3f") -> str:
+  """min–max of values, formatted."""
+  return f"{format(min(values), spec)}–{format(max(values), spec)}"
+
+
+def _by_d_k(series: dict[int, np.ndarray], digits: int = 4) -> dict[int, dict[str, float]]:
+  """{d_k: {"mean", "std"}} of per-seed values by head dim."""
+  return {d: _ms(v, digits) for d, v in series.items()}
+
+
+def _series(ctx: Context, rule: str, metric: str) -> dict[int, np.ndarray]:
+  """{d_k: per-seed values} of one metric of one rule in the context's d_k sweep."""
+  return {d: ctx.sweep()[(rule, d)][metric] for d in ctx.d_k}
+
+
+# ----------------------------------------------------------------------------
+# Random inputs.
+
+
+def _iid(rng: np.random.Generator, ctx: Context, d_k: int, heads: int = HEADS) -> tuple[np.ndarray, ...]:
+  """q, k, v with iid N(0, 1) entries, [BATCH, seq_len, heads, d_k] each."""
+  return tuple(rng.standard_normal((3, BATCH, ctx.seq_len, heads, d_k), dtype=np.float32))
+
+
+def _with_outliers(x: jax.Array, factor: float | jax.Array) -> jax.Array:
+  """x [B, T, N, H] with the first and last tokens multiplied by ``factor`` (their norm is ``factor``× the rest)."""
+  scale = jnp.ones((x.shape[1],), x.dtype).at[jnp.array([0, x.shape[1] - 1])].set(factor)
+  return x * scale[None, :, None, None]
+
+
+def _sp_spec(width: int, fan_out: int) -> parametrization_lib.LayerSpec:
+  """SP's init std and forward multiplier of an attention projection from ``width`` to ``fan_out``."""
+  return parametrization_lib.get_parametrization("sp").layer("attn_q", width, fan_out, width)
+
+
+def _sp_weights(rng: np.random.Generator, width: int, fan_out: int, n: int = 2) -> list[np.ndarray]:
+  """``n`` matrices [width, fan_out] drawn with SP's fan-in init std of an attention projection."""
+  std = _sp_spec(width, fan_out).init_std
+  return [std * rng.standard_normal((width, fan_out), dtype=np.float32) for _ in range(n)]
+
+
+def _token_stds(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+  """Per-token stds, log-uniform in TOKEN_STD_RANGE."""
+  return 10.0 ** rng.uniform(*np.log10(TOKEN_STD_RANGE), shape)
+
+
+def _mixed_scales() -> str:
+  """The per-token scales of ``_token_stds``, in words."""
+  return f"per-token std log-uniform in [{TOKEN_STD_RANGE[0]:g}, {TOKEN_STD_RANGE[1]:g}]"
+
+
+def _raw_tokens(rng: np.random.Generator, ctx: Context, width: int) -> np.ndarray:
+  """Tokens [BATCH, seq_len, width] with ``_token_stds`` and per-token offsets ~ N(0, TOKEN_OFFSET_STD²)."""
+  shape = (BATCH, ctx.seq_len, 1)
+  scale = _token_stds(rng, shape)
+  offset = TOKEN_OFFSET_STD * rng.standard_normal(shape)
+  return (offset + scale * rng.standard_normal((BATCH, ctx.seq_len, width))).astype(np.float32)
+
+
+def _logit_var(q: jax.Array, k: jax.Array, rule: str | rules_lib.ScaleRule) -> jax.Array:
+  """Variance of the attention logits of ``rule`` over all entries (through the library's logits)."""
+  return jnp.var(attention_lib.attention_logits(q, k, rule=rule))
+
+
+def _stacked(names: tuple[str, ...], d_k: int) -> rules_lib.FixedScale:
+  """The rules ``names`` (no prepare step) at ``d_k`` as one FixedScale pytree to ``jax.vmap`` over (one compile)."""
+  fixed = [rules_lib.as_fixed_scale(rules_lib.get_rule(n), d_k) for n in names]
+  return rules_lib.FixedScale(jnp.asarray([f.logit for f in fixed], jnp.float32),
+                              jnp.asarray([f.weight for f in fixed], jnp.float32))
+
+
+# ----------------------------------------------------------------------------
+# The measurements. Each returns numbers (the criterion's statistic among them) and a sentence built from them.
+
+
 def _variance_is_dk(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  ratios = [v / d for v, d in zip(ctx.metric(rows, "none", "logit_var"), ctx.d_k)]
-  worst = max(abs(r - 1) for r in ratios)
-  return Measurement(HOLDS if worst < 0.05 else FAILS,
-                     f"Var(q·k)/d_k is {min(ratios):.3f}–{max(ratios):.3f} for d_k {ctx.d_k[0]}–{ctx.d_k[-1]}.",
-                     {"d_k": list(ctx.d_k), "var_over_dk": [_r(r, 4) for r in ratios]})
+  ratio = {d: v / d for d, v in _series(ctx, "none", "logit_var").items()}
+  means = [_m(r) for r in ratio.values()]
+  dev = max(abs(m - 1) for m in means)
+  return Measurement(
+      {"max_rel_dev": _r(dev), "var_over_dk": _by_d_k(ratio)},
+      f"Var(q·k)/d_k of unscaled iid logits is {_range(means)} for d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({_seeds(ctx)}; "
+      f"largest |ratio − 1| {dev:.3f}).")
+
+
+def _iid_sqrt_var(ctx: Context) -> dict[float, dict[int, np.ndarray]]:
+  """{std: {d_k: per-seed variance of 1/√d_k logits}} for iid q, k with entries of each std in SQRT_STDS."""
+
+  def compute():
+    out = {s: {} for s in SQRT_STDS}
+    for d in ctx.d_k:
+      var = ctx.per_seed(
+          "sqrt_std", lambda rng, d=d: _iid(rng, ctx, d)[:2],
+          lambda q, k: jax.vmap(lambda std: _logit_var(std * q, std * k, "sqrt"))(jnp.asarray(SQRT_STDS)), d)
+      for i, s in enumerate(SQRT_STDS):
+        out[s][d] = var[:, i]
+    return out
+
+  return ctx.cached("iid_sqrt_var", compute)
+
+
+def _projection_width(ctx: Context) -> int:
+  """The model width of the LayerNorm-ed projections: at least 256 and the largest d_k."""
+  return max(256, max(ctx.d_k))
+
+
+def _projected_logit_var(ctx: Context) -> dict[str, dict[int, np.ndarray]]:
+  """{"none"|"sqrt": {d_k: per-seed logit variance}} for LayerNorm-ed tokens through SP-initialized W_q, W_k."""
+  width = _projection_width(ctx)
+
+  def one(d):
+    mult = _sp_spec(width, d).multiplier
+
+    def draw(rng):
+      return _raw_tokens(rng, ctx, width), *_sp_weights(rng, width, d)
+
+    def compute(raw, w_q, w_k):
+      x = rules_lib.layer_norm(raw)  # every token: mean 0, variance 1 over the width
+      q, k = ((mult * x @ w).reshape(BATCH, ctx.seq_len, 1, d) for w in (w_q, w_k))
+      return jax.vmap(lambda rule: _logit_var(q, k, rule))(_stacked(("none", "sqrt"), d))
+
+    return ctx.per_seed("layernorm_projection", draw, compute, d)
+
+  def compute():
+    per_d = {d: one(d) for d in ctx.d_k}
+    return {rule: {d: per_d[d][:, i] for d in ctx.d_k} for i, rule in enumerate(("none", "sqrt"))}
+
+  return ctx.cached("projected_logit_var", compute)
 
 
 def _sqrt_unit_variance(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  var = ctx.metric(rows, "sqrt", "logit_var")
-  rows2 = ctx.sweep(("sqrt",), qk_std=2.0)
-  var2 = ctx.metric(rows2, "sqrt", "logit_var")
-  ok = max(abs(v - 1) for v in var) < 0.05
-  return Measurement(PARTLY if ok else FAILS,
-                     f"With unit-variance q, k the scaled logit variance is {min(var):.3f}–{max(var):.3f} at every "
-                     f"d_k; with std-2 entries it is {np.mean(var2):.1f} (= 2⁴): 1/√d_k normalizes only when the "
-                     "unit-variance assumption holds.",
-                     {"var_unit_std": [_r(v, 4) for v in var], "var_std2": [_r(v, 4) for v in var2]})
+  iid = _iid_sqrt_var(ctx)
+  conditions = {f"iid q, k entries of std {s:g}": iid[s] for s in SQRT_STDS}
+  conditions[f"LayerNorm-ed tokens of width {_projection_width(ctx)}, SP fan-in W_q, W_k"] = (
+      _projected_logit_var(ctx)["sqrt"])
+  within = {name: all(abs(_m(v) - 1) <= RELATIVE_TOLERANCE for v in by_d.values())
+            for name, by_d in conditions.items()}
+  fraction = sum(within.values()) / len(within)
+  ranges = {name: _range([_m(v) for v in by_d.values()], ".3g") for name, by_d in conditions.items()}
+  return Measurement(
+      {"fraction_within_5pct": _r(fraction), "within_5pct": within,
+       "var_sqrt": {name: {d: _ms(v) for d, v in by_d.items()} for name, by_d in conditions.items()}},
+      f"The 1/√d_k logit variance over d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({_seeds(ctx)}) is "
+      + "; ".join(f"{ranges[n]} for {n}" for n in conditions)
+      + f": within {RELATIVE_TOLERANCE:.0%} of 1 in {sum(within.values())} of {len(within)} conditions.")
 
 
 def _d64_magnitudes(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  i = ctx.d_k.index(64)
-  std = ctx.metric(rows, "none", "logit_std")[i]
-  absmax = ctx.metric(rows, "none", "logit_absmax")[i]
-  return Measurement(HOLDS if abs(std - 8) < 0.3 and absmax > 24 else FAILS,
-                     f"Unscaled logits at d_k = 64 have std {std:.2f}; the largest |z| among "
-                     f"{ctx.seq_len}×{ctx.seq_len} logits of 4×2 heads is {absmax:.1f} on average over seeds.",
-                     {"std": _r(std), "absmax": _r(absmax)})
+  d = 64
+
+  def compute(q, k):
+    z = attention_lib.attention_logits(q, k, rule="none")
+    a = jnp.abs(z)
+    row_max = jnp.max(a, axis=-1)
+    return {"std": jnp.std(z), "beyond_24": jnp.mean(a >= 24), "beyond_30": jnp.mean(a >= 30),
+            "rows_24": jnp.mean(row_max >= 24), "rows_30": jnp.mean(row_max >= 30), "absmax": jnp.max(a)}
+
+  v = ctx.per_seed("d64_magnitudes", lambda rng: _iid(rng, ctx, d)[:2], compute)
+  return Measurement(
+      {"frac_beyond_24": _r(_m(v["beyond_24"])), "frac_beyond_24_seeds": _ms(v["beyond_24"]),
+       "frac_beyond_30": _ms(v["beyond_30"]), "logit_std": _ms(v["std"]), "rows_reaching_24": _ms(v["rows_24"]),
+       "rows_reaching_30": _ms(v["rows_30"]), "absmax": _ms(v["absmax"]), "keys_per_row": ctx.seq_len},
+      f"Unscaled iid logits at d_k = {d} have std {_pm(v['std'])}; {_m(v['beyond_24']):.2%} of them reach |z| ≥ 24 "
+      f"and {_m(v['beyond_30']):.3%} reach |z| ≥ 30; a row of {ctx.seq_len} keys reaches 24 in "
+      f"{_m(v['rows_24']):.0%} and 30 in {_m(v['rows_30']):.1%} of rows; the largest |z| per seed is "
+      f"{_pm(v['absmax'])} ({_seeds(ctx)}).")
 
 
 def _one_hot(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  mp = ctx.metric(rows, "none", "max_prob")
-  sat = ctx.metric(rows, "none", "saturated_frac")
-  sqrt_mp = ctx.metric(rows, "sqrt", "max_prob")
-  return Measurement(HOLDS if mp[-1] > 0.9 and mp[-1] > mp[0] else PARTLY,
-                     f"Without scaling the mean max probability rises from {mp[0]:.2f} (d_k={ctx.d_k[0]}) to "
-                     f"{mp[-1]:.2f} (d_k={ctx.d_k[-1]}) and the rows with max p > 0.99 from {sat[0]:.1%} to "
-                     f"{sat[-1]:.1%}; with 1/√d_k it stays at {min(sqrt_mp):.3f}–{max(sqrt_mp):.3f}.",
-                     {"max_prob_none": [_r(x) for x in mp], "saturated_frac_none": [_r(x) for x in sat],
-                      "max_prob_sqrt": [_r(x) for x in sqrt_mp]})
+  mp, sat = _series(ctx, "none", "max_prob"), _series(ctx, "none", "saturated_frac")
+  sqrt_mp = _series(ctx, "sqrt", "max_prob")
+  first, last = ctx.d_k[0], ctx.d_k[-1]
+  numbers = {"max_prob_none_at_largest_d_k": _r(_m(mp[last])), "largest_d_k": last, "max_prob_none": _by_d_k(mp),
+             "saturated_frac_none": _by_d_k(sat), "max_prob_sqrt": _by_d_k(sqrt_mp)}
+  return Measurement(numbers, (
+      f"Without scaling the mean max attention probability is {_m(mp[first]):.2f} at d_k = {first} and "
+      f"{_pm(mp[last], '.2f')} at d_k = {last}, and the rows with max p > {metrics_lib.SATURATION_THRESHOLD:g} go "
+      f"from {_m(sat[first]):.1%} to {_m(sat[last]):.1%}; with 1/√d_k the max probability is "
+      f"{_range([_m(v) for v in sqrt_mp.values()])} ({ctx.seq_len} keys, {_seeds(ctx)})."))
 
 
 def _gradients_vanish(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  jac = ctx.metric(rows, "none", "softmax_jacobian_norm")
-  gq_none = ctx.metric(rows, "none", "grad_norm_q")
-  gq_sqrt = ctx.metric(rows, "sqrt", "grad_norm_q")
-  ratio = [a / b for a, b in zip(gq_none, gq_sqrt)]
-  return Measurement(FAILS,
-                     f"The softmax Jacobian norm does shrink without scaling ({jac[0]:.3f} → {jac[-1]:.3f} over "
-                     f"d_k {ctx.d_k[0]}→{ctx.d_k[-1]}), but the gradient reaching q is {ratio[0]:.0f}× (d_k="
-                     f"{ctx.d_k[0]}) to {ratio[-1]:.0f}× (d_k={ctx.d_k[-1]}) larger than with 1/√d_k: the missing "
-                     "1/√d_k factor multiplies it back, so at initialization the gradients do not vanish.",
-                     {"jacobian_norm_none": [_r(x) for x in jac], "grad_q_none_over_sqrt": [_r(x) for x in ratio]})
+  none_over_sqrt = lambda metric: {d: n / q for (d, n), q in zip(_series(ctx, "none", metric).items(),
+                                                                  _series(ctx, "sqrt", metric).values())}
+  gq, gz = none_over_sqrt("grad_norm_q"), none_over_sqrt("grad_norm_logits")
+  jac = _series(ctx, "none", "softmax_jacobian_norm")
+  top = ctx.d_k[-1]
+  numbers = {"grad_q_none_over_sqrt_at_largest_d_k": _r(_m(gq[top])), "largest_d_k": top,
+             "grad_q_none_over_sqrt": _by_d_k(gq), "grad_norm_q_none": _by_d_k(_series(ctx, "none", "grad_norm_q")),
+             "grad_k_none_over_sqrt": _by_d_k(none_over_sqrt("grad_norm_k")), "grad_logits_none_over_sqrt": _by_d_k(gz),
+             "jacobian_norm_none": _by_d_k(jac),
+             "jacobian_norm_sqrt": _by_d_k(_series(ctx, "sqrt", "softmax_jacobian_norm"))}
+  low = ctx.d_k[0]
+  return Measurement(numbers, (
+      f"Without scaling, over d_k {low} → {top}, the softmax Jacobian norm goes {_m(jac[low]):.3f} → "
+      f"{_m(jac[top]):.3f} and |dL/dlogits| {_m(gz[low]):.3g}× → {_m(gz[top]):.3g}× its 1/√d_k value, while "
+      f"|dL/dq| is {_m(gq[low]):.3g}× → {_pm(gq[top])}× its 1/√d_k value (same inputs and upstream gradient, "
+      f"{_seeds(ctx)})."))
+
+
+def _uniform(ctx: Context, rule: str, name: str) -> Measurement:
+  """How close ``rule``'s attention is to uniform, against 1/√d_k's, via 1 − H/ln T (KL from uniform / ln T)."""
+  ent, sqrt_ent = _series(ctx, rule, "entropy_normalized"), _series(ctx, "sqrt", "entropy_normalized")
+  kl = {d: (1 - e) / (1 - sqrt_ent[d]) for d, e in ent.items()}
+  worst = max(_m(v) for v in kl.values())
+  std = [_m(v) for v in _series(ctx, rule, "logit_std").values()]
+  return Measurement(
+      {"max_kl_ratio": _r(worst), "kl_ratio": _by_d_k(kl), "entropy_normalized": _by_d_k(ent, 6),
+       "entropy_normalized_sqrt": _by_d_k(sqrt_ent), "logit_std": dict(zip(ctx.d_k, map(_r, std)))},
+      f"With {name} and iid q, k the logit std is {std[0]:.3g} (d_k = {ctx.d_k[0]}) to {std[-1]:.3g} (d_k = "
+      f"{ctx.d_k[-1]}), the normalized entropy (1 = uniform) {_m(ent[ctx.d_k[0]]):.5f} to "
+      f"{_m(ent[ctx.d_k[-1]]):.5f} against {_range([_m(v) for v in sqrt_ent.values()])} with 1/√d_k; the KL "
+      f"divergence from uniform is at most {worst:.3g}× 1/√d_k's ({ctx.seq_len} keys, {_seeds(ctx)}).")
+
+
+def _uniform_criterion(name: str) -> Criterion:
+  """The criterion of the claims that the rule written ``name`` makes attention (nearly) uniform."""
+  return Criterion("max_kl_ratio", f"largest over the measured d_k of KL(attention ‖ uniform) with {name} as a "
+                   "fraction of that with 1/√d_k (iid q, k)", holds=("<", 0.1), fails=(">", 0.5))
 
 
 def _linear_uniform(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  ent = ctx.metric(rows, "linear", "entropy_normalized")
-  ent_sqrt = ctx.metric(rows, "sqrt", "entropy_normalized")
-  return Measurement(HOLDS if ent[-1] > 0.99 else PARTLY,
-                     f"With 1/d_k and iid q, k the normalized entropy goes {ent[0]:.4f} → {ent[-1]:.4f} (1 = uniform) "
-                     f"while 1/√d_k stays at {np.mean(ent_sqrt):.3f}; this is an at-initialization, iid statement "
-                     "(μP's argument is about trained, correlated q and k).",
-                     {"entropy_normalized_linear": [_r(x, 5) for x in ent],
-                      "entropy_normalized_sqrt": [_r(x, 4) for x in ent_sqrt]})
+  return _uniform(ctx, "linear", "1/d_k")
 
 
 def _quadratic_uniform(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  ent = ctx.metric(rows, "quadratic", "entropy_normalized")
-  std = ctx.metric(rows, "quadratic", "logit_std")
-  return Measurement(HOLDS if min(ent) > 0.99 else PARTLY,
-                     f"With 1/d_k² the logit std is {std[0]:.2g} at d_k={ctx.d_k[0]} and {std[-1]:.2g} at "
-                     f"d_k={ctx.d_k[-1]}; normalized entropy ≥ {min(ent):.4f}: attention is uniform.",
-                     {"logit_std_quadratic": [_r(x) for x in std], "entropy_normalized": [_r(x, 5) for x in ent]})
+  return _uniform(ctx, "quadratic", "1/d_k²")
 
 
 def _post_softmax(ctx: Context) -> Measurement:
-  q, k, v = (jax.random.normal(key, (1, 64, 1, 64)) for key in jax.random.split(jax.random.key(ctx.seed), 3))
-  w = attention_lib.attention_weights(q, k, rule="post_softmax")
-  sums = np.asarray(jnp.sum(w, axis=-1))
-  rows = ctx.sweep(BASE_RULES)
-  same = max(abs(a - b) for a, b in zip(ctx.metric(rows, "post_softmax", "entropy"), ctx.metric(rows, "none",
-                                                                                                 "entropy")))
-  return Measurement(HOLDS,
-                     f"Dividing after the softmax leaves rows summing to {sums.mean():.4f} = 1/√64 instead of 1 and "
-                     f"does nothing against saturation (entropy equals the unscaled one to {same:.1e}).",
-                     {"row_sum": _r(float(sums.mean()), 4), "entropy_diff_vs_none": same})
+  rules = ("post_softmax", "sqrt", "none")
+
+  def one(d):
+    def compute(q, k, v):
+      def attend(rule):
+        out, weights = attention_lib.dot_product_attention(q, k, v, rule=rule, return_weights=True)
+        return jnp.sqrt(jnp.mean(jnp.square(out))), jnp.mean(jnp.sum(weights, axis=-1))
+
+      rms, row_sum = jax.vmap(attend)(_stacked(rules, d))
+      return {**{r: rms[i] for i, r in enumerate(rules)}, "row_sum": row_sum[0]}
+    return ctx.per_seed("post_softmax", lambda rng: _iid(rng, ctx, d), compute, d)
+
+  v = {d: one(d) for d in ctx.d_k}
+  vs_sqrt = {d: v[d]["post_softmax"] / v[d]["sqrt"] for d in ctx.d_k}
+  vs_none = {d: v[d]["post_softmax"] / v[d]["none"] for d in ctx.d_k}
+  dev = max(abs(_m(r) - 1) for r in vs_sqrt.values())
+  lo, hi = ctx.d_k[0], ctx.d_k[-1]
+  return Measurement(
+      {"max_output_rms_dev": _r(dev), "output_rms_over_sqrt": _by_d_k(vs_sqrt),
+       "output_rms_over_unscaled_softmax": _by_d_k(vs_none), "row_sum": _by_d_k({d: v[d]["row_sum"] for d in ctx.d_k})},
+      f"Dividing after the softmax leaves attention rows summing to {_m(v[lo]['row_sum']):.4f} (d_k = {lo}) to "
+      f"{_m(v[hi]['row_sum']):.4f} (d_k = {hi}); the output RMS is {_m(vs_none[lo]):.4f}× (d_k = {lo}) to "
+      f"{_m(vs_none[hi]):.4f}× (d_k = {hi}) that of the same softmax without the division and "
+      f"{_range([_m(r) for r in vs_sqrt.values()], '.2f')}× that of softmax(q·k/√d_k)·v (largest |ratio − 1| "
+      f"{dev:.2f}; iid inputs, {_seeds(ctx)}).")
 
 
 def _sqrt_flatter_at_128(ctx: Context) -> Measurement:
-  rows = ctx.sweep(BASE_RULES)
-  ent = dict(zip(ctx.d_k, ctx.metric(rows, "sqrt", "entropy_normalized")))
-  mp = dict(zip(ctx.d_k, ctx.metric(rows, "sqrt", "max_prob")))
-  return Measurement(FAILS,
-                     f"With 1/√d_k the normalized entropy is {ent[64]:.4f} at d_k=64 and {ent[128]:.4f} at 128 "
-                     f"(max prob {mp[64]:.4f} vs {mp[128]:.4f}): the larger divisor exactly cancels the larger "
-                     "dot products, so attention is not flatter.",
-                     {"entropy_normalized_64": _r(ent[64], 5), "entropy_normalized_128": _r(ent[128], 5)})
+  ctx.require_d_k(64, 128)
+  ent, mp = _series(ctx, "sqrt", "entropy_normalized"), _series(ctx, "sqrt", "max_prob")
+  delta = ent[128] - ent[64]
+  spread = float(np.std(delta, ddof=1)) if ctx.num_seeds > 1 else math.nan  # no spread from one seed
+  beyond = float(np.mean(delta)) - 2 * spread
+  compared = (f"{beyond:+.4f} beyond twice its sample std over seeds ({spread:.4f})" if ctx.num_seeds > 1 else
+              "one seed, so no spread to compare it with")
+  return Measurement(
+      {"entropy_rise_beyond_noise": _r(beyond), "entropy_rise": _ms(delta), "entropy_rise_sample_std": _r(spread),
+       "entropy_normalized": _by_d_k({d: ent[d] for d in (64, 128)}, 5),
+       "max_prob": _by_d_k({d: mp[d] for d in (64, 128)})},
+      f"With 1/√d_k the normalized entropy is {_pm(ent[64], '.4f')} at d_k = 64 and {_pm(ent[128], '.4f')} at 128 "
+      f"(max probability {_m(mp[64]):.4f} vs {_m(mp[128]):.4f}; {ctx.seq_len} keys, {_seeds(ctx)}): a change of "
+      f"{float(np.mean(delta)):+.4f}, {compared}.")
 
 
-def _nonfinite_fraction(d_k: int, rule: str, std: float, *, float32_softmax: bool, subtract_max: bool,
-                        dtype=jnp.float16, seed: int = 0) -> float:
-  """Fraction of non-finite attention outputs for random q, k of the given std."""
-  keys = jax.random.split(jax.random.key(seed), 3)
-  q, k, v = (std * jax.random.normal(key, (4, 128, 2, d_k)) for key in keys)
-  out = attention_lib.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), rule=rule,
-                                            float32_softmax=float32_softmax, subtract_max=subtract_max)
-  return float(jnp.mean(~jnp.isfinite(out.astype(jnp.float32))))
+# Low precision: every combination of input dtype, where q·k is accumulated and where the softmax runs, rule,
+# max-subtraction and inputs (iid, or with outlier tokens).
+
+LOW_PRECISION = {"float16": jnp.float16, "bfloat16": jnp.bfloat16}
+ALL_LOW = "q·k and softmax in {dtype}"
+ALL_F32 = "q·k and softmax in float32"
+COMPUTE = ((ALL_LOW, False, False), ("q·k accumulated in float32, softmax in {dtype}", True, False),
+           ("q·k in {dtype}, softmax in float32", False, True), (ALL_F32, True, True))
+Condition = tuple[str, str, str, bool, str]  # dtype, compute, rule, subtract_max, inputs
+
+
+def _low_precision_output(q, k, v, *, dtype, rule: str, acc32: bool, softmax32: bool, subtract_max: bool):
+  """Attention output of q, k, v cast to ``dtype``, with q·k accumulated and softmax computed as asked.
+
+  The library's ``float32_softmax`` switch covers both in float32 (True) or both in the input dtype (False);
+  the mixed cases take the library's logits in one precision and its softmax in the other.
+  """
+  q, k, v = (x.astype(dtype) for x in (q, k, v))
+  if acc32 == softmax32:
+    return attention_lib.dot_product_attention(q, k, v, rule=rule, float32_softmax=acc32, subtract_max=subtract_max)
+  logits = attention_lib.attention_logits(q, k, rule=rule, float32_softmax=acc32, subtract_max=subtract_max)
+  logits = logits.astype(jnp.float32 if softmax32 else dtype)
+  weights = attention_lib.masked_softmax(logits, None, subtract_max=subtract_max).astype(dtype)
+  return jnp.einsum("bnts,bsnh->btnh", weights, v)
+
+
+def _condition_name(c: Condition) -> str:
+  """The name of one low-precision condition."""
+  dtype, compute, rule, subtract_max, inputs = c
+  return (f"{dtype}; {compute.format(dtype=dtype)}; {rule}; "
+          f"{'max-subtracted' if subtract_max else 'no max-subtraction'}; {inputs}")
+
+
+def _outliers(factor: float) -> str:
+  """The name of the inputs with outlier tokens of ``factor``× the norm."""
+  return f"outlier tokens ×{factor:g}"
+
+
+def _nonfinite_grid(ctx: Context, d_k: int) -> dict[Condition, np.ndarray]:
+  """{condition: per-seed fraction of non-finite attention outputs} at ``d_k`` for every condition."""
+  inputs = ("iid", *(_outliers(f) for f in OUTLIER_FACTORS))
+  rules = ("none", "sqrt")
+
+  def fractions(q, k, v, rule):
+    out = {}
+    for subtract_max in (False, True):
+      for name, dtype in LOW_PRECISION.items():
+        for how, acc32, softmax32 in COMPUTE:
+          o = _low_precision_output(q, k, v, dtype=dtype, rule=rule, acc32=acc32, softmax32=softmax32,
+                                    subtract_max=subtract_max)
+          out[(name, how, subtract_max)] = jnp.mean(~jnp.isfinite(o.astype(jnp.float32)))
+      o = attention_lib.dot_product_attention(q, k, v, rule=rule, subtract_max=subtract_max)
+      out[("float32", ALL_F32, subtract_max)] = jnp.mean(~jnp.isfinite(o))
+    return out
+
+  def grid(q, k, v):
+    per_input = lambda f: jax.vmap(lambda rule: fractions(_with_outliers(q, f), _with_outliers(k, f), v, rule))(
+        _stacked(rules, d_k))
+    return jax.vmap(per_input)(jnp.asarray([1.0, *OUTLIER_FACTORS], jnp.float32))  # [inputs, rules]
+
+  def compute():
+    values = ctx.per_seed("nonfinite", lambda rng: _iid(rng, ctx, d_k), grid, d_k)  # [seeds, inputs, rules]
+    return {(dtype, how, rule, sub, label): frac[:, i, j] for (dtype, how, sub), frac in values.items()
+            for i, label in enumerate(inputs) for j, rule in enumerate(rules)}
+
+  return ctx.cached(("nonfinite", d_k), compute)
+
+
+def _grid_numbers(grid: dict[Condition, np.ndarray]) -> dict[str, dict[str, float]]:
+  """Every condition of the grid by name, with mean and std over seeds."""
+  return {_condition_name(c): _ms(v) for c, v in sorted(grid.items(), key=lambda item: _condition_name(item[0]))}
+
+
+def _nonfinite_measurement(ctx: Context, d_k: int, statistic: str, value: float, finding: str) -> Measurement:
+  """The statistic, d_k and every condition of the non-finite grid at ``d_k``, with the finding."""
+  numbers = {statistic: _r(value), "d_k": d_k, "nonfinite_fraction": _grid_numbers(_nonfinite_grid(ctx, d_k))}
+  return Measurement(numbers, finding)
 
 
 def _fp16_overflow(ctx: Context) -> Measurement:
-  del ctx
-  raw = _nonfinite_fraction(64, "none", 1.0, float32_softmax=False, subtract_max=False)
-  safe = _nonfinite_fraction(64, "none", 1.0, float32_softmax=False, subtract_max=True)
-  return Measurement(HOLDS,
-                     f"float16, d_k=64, unscaled: {raw:.1%} of outputs are NaN/inf when exp is taken of the raw "
-                     f"logits (exp overflows float16 above z ≈ 11); subtracting the row max first leaves {safe:.1%}.",
-                     {"nonfinite_no_max_subtraction": raw, "nonfinite_with_max_subtraction": safe})
+  d = EXP_D_K
+  grid = {c: _m(v) for c, v in _nonfinite_grid(ctx, d).items()}
+  top = _outliers(max(OUTLIER_FACTORS))
+  low = lambda dtype, rule, inputs: grid[(dtype, ALL_LOW, rule, False, inputs)]
+  f32 = lambda rule, inputs: grid[("float32", ALL_F32, rule, False, inputs)]
+  stat = low("float16", "none", "iid")
+  subtracted = [x for c, x in grid.items() if c[3]]
+  return _nonfinite_measurement(
+      ctx, d, "nonfinite_fp16_unscaled_no_max_sub", stat,
+      f"Without max-subtraction at d_k = {d}, iid inputs, logits and softmax in the input dtype: {stat:.1%} of "
+      f"outputs are non-finite unscaled in float16 ({low('float16', 'sqrt', 'iid'):.1%} with 1/√d_k), "
+      f"{low('bfloat16', 'none', 'iid'):.1%} in bfloat16 and {f32('none', 'iid'):.1%} in float32; with {top} "
+      f"(first and last token) and 1/√d_k: {low('float16', 'sqrt', top):.1%} in float16, "
+      f"{low('bfloat16', 'sqrt', top):.1%} in bfloat16, {f32('sqrt', top):.1%} in float32. With max-subtraction "
+      f"the largest non-finite fraction over all {len(subtracted)} conditions is {max(subtracted):.1%} "
+      f"({_seeds(ctx)}).")
 
 
 def _low_precision_nan_even_scaled(ctx: Context) -> Measurement:
-  del ctx
-  numbers = {}
-  for dtype_name, dtype in (("float16", jnp.float16), ("bfloat16", jnp.bfloat16)):
-    for std in (1.0, 4.0):
-      numbers[f"{dtype_name}_std{std:g}_max_sub"] = _nonfinite_fraction(
-          128, "sqrt", std, float32_softmax=False, subtract_max=True, dtype=dtype)
-  numbers["float16_std4_no_max_sub"] = _nonfinite_fraction(128, "sqrt", 4.0, float32_softmax=False,
-                                                           subtract_max=False)
-  worst = max(v for k, v in numbers.items() if k.endswith("max_sub") and "no_max" not in k)
-  return Measurement(FAILS if worst == 0 else PARTLY,
-                     f"With 1/√d_k and max-subtraction, softmax computed entirely in float16 or bfloat16 gives "
-                     f"{worst:.1%} non-finite outputs even for q, k entries of std 4 (logit std 16); only dropping "
-                     f"max-subtraction overflows ({numbers['float16_std4_no_max_sub']:.1%} in float16).",
-                     numbers)
+  d = LOW_PRECISION_D_K
+  grid = {c: _m(v) for c, v in _nonfinite_grid(ctx, d).items()}
+  outliers = [_outliers(f) for f in OUTLIER_FACTORS]
+  stat = max(grid[(t, ALL_LOW, "sqrt", True, o)] for t in LOW_PRECISION for o in outliers)
+  scaled = {c: x for c, x in grid.items() if c[2] == "sqrt" and c[0] in LOW_PRECISION}
+  subtracted = [x for c, x in scaled.items() if c[3]]
+  worst = max((c for c in scaled if not c[3]), key=scaled.get)
+  return _nonfinite_measurement(
+      ctx, d, "nonfinite_low_precision_sqrt_outliers", stat,
+      f"With 1/√d_k at d_k = {d}, max-subtraction and {' or '.join(outliers)} (first and last token), float16 and "
+      f"bfloat16 attention computed in the input dtype give at most {stat:.1%} non-finite outputs; over all "
+      f"{len(subtracted)} low-precision 1/√d_k conditions with max-subtraction (iid or outliers, q·k and softmax in "
+      f"float32 or not) at most {max(subtracted):.1%}; without max-subtraction up to {scaled[worst]:.1%} "
+      f"({_condition_name(worst)}; {_seeds(ctx)}).")
 
 
 def _rope_norms(ctx: Context) -> Measurement:
-  kx, kk = jax.random.split(jax.random.key(ctx.seed))
-  x = jax.random.normal(kx, (4, 512, 4, 64))
-  k = jax.random.normal(kk, (4, 512, 4, 64))
-  y = rope_lib.apply_rope(x)
-  rel = float(jnp.max(jnp.abs(jnp.linalg.norm(y, axis=-1) / jnp.linalg.norm(x, axis=-1) - 1)))
-  var_x = float(jnp.var(jnp.einsum("bthd,bshd->bhts", x, k)))
-  var_y = float(jnp.var(jnp.einsum("bthd,bshd->bhts", y, rope_lib.apply_rope(k))))
-  return Measurement(FAILS,
-                     f"RoPE is a rotation: the largest relative change of |q| over 8192 vectors is {rel:.1e}, and the "
-                     f"variance of q·k for iid inputs is {var_x:.1f} without and {var_y:.1f} with RoPE; it changes "
-                     "which keys match, not the logit scale.",
-                     {"max_rel_norm_change": rel, "logit_var_without": _r(var_x), "logit_var_with": _r(var_y)})
+  dims = [d for d in ctx.d_k if d % 2 == 0]
+  stride = max(1, 32768 // ctx.seq_len)
+  labels = ("0..T-1", f"0..{stride}(T-1)")
+
+  def one(d):
+    def compute(q, k):
+      rel = lambda y, x: jnp.max(jnp.abs(jnp.linalg.norm(y, axis=-1) / jnp.linalg.norm(x, axis=-1) - 1))
+
+      def rotated(positions):
+        rq, rk = rope_lib.apply_rope(q, positions), rope_lib.apply_rope(k, positions)
+        return jnp.maximum(rel(rq, q), rel(rk, k)), _logit_var(rq, rk, "sqrt")
+
+      change, var = jax.vmap(rotated)(jnp.arange(ctx.seq_len)[None, :] * jnp.asarray([[1], [stride]]))
+      return {"change": change, "var": var, "var_without": _logit_var(q, k, "sqrt")}
+    return ctx.per_seed("rope", lambda rng: _iid(rng, ctx, d)[:2], compute, d)
+
+  v = {d: one(d) for d in dims}
+  change = max(float(np.max(v[d]["change"])) for d in dims)
+  d = 64 if 64 in dims else dims[-1]
+  return Measurement(
+      {"max_rel_norm_change": change, "positions": labels, "vectors_per_seed": 2 * BATCH * ctx.seq_len * HEADS,
+       "logit_var_sqrt_without_rope": {d: _ms(v[d]["var_without"]) for d in dims},
+       "logit_var_sqrt_with_rope": {lab: {d: _ms(v[d]["var"][:, i]) for d in dims} for i, lab in enumerate(labels)}},
+      f"Over {2 * BATCH * ctx.seq_len * HEADS} q and k vectors per seed at d_k {dims[0]}–{dims[-1]} and positions "
+      f"{' and '.join(labels)}, the largest relative change of a norm under RoPE is {change:.1e}; the 1/√d_k logit "
+      f"variance at d_k = {d} is {_pm(v[d]['var_without'])} without and "
+      f"{_pm(v[d]['var'][:, -1])} with RoPE ({_seeds(ctx)}).")
 
 
 def _qk_norm_robust(ctx: Context) -> Measurement:
-  numbers = {}
-  for std in (0.1, 1.0, 10.0):
-    rows = ctx.sweep(("sqrt", "qk_norm"), qk_std=std, d_k=(16, 256))
-    numbers[f"std{std:g}"] = {r: [_r(x, 4) for x in ctx.metric(rows, r, "logit_var")] for r in ("sqrt", "qk_norm")}
-  qk = [v for s in numbers.values() for v in s["qk_norm"]]
-  return Measurement(HOLDS if max(abs(v - 1) for v in qk) < 0.1 else PARTLY,
-                     f"For q, k entries of std 0.1, 1 and 10 the 1/√d_k logit variance is "
-                     f"{numbers['std0.1']['sqrt'][0]:.1e}, {numbers['std1']['sqrt'][0]:.2f} and "
-                     f"{numbers['std10']['sqrt'][0]:.0f}; with QK-norm it is {min(qk):.3f}–{max(qk):.3f}.",
-                     numbers)
+  conditions = [f"entries of std {s:g}" for s in QK_STDS] + [_mixed_scales()]
+
+  def one(d):
+    shape = (2, BATCH, ctx.seq_len, 1, 1)  # a std for each token of q and of k
+
+    def draw(rng):
+      q, k, _ = _iid(rng, ctx, d)
+      mixed = _token_stds(rng, shape)
+      return q, k, np.stack([np.full(shape, s) for s in QK_STDS] + [mixed]).astype(np.float32)
+
+    def compute(q, k, stds):
+      return jax.vmap(lambda sd: {r: _logit_var(sd[0] * q, sd[1] * k, r) for r in ("sqrt", "qk_norm")})(stds)
+
+    per_seed = ctx.per_seed("qk_norm", draw, compute, d)  # {rule: [seeds, conditions]}
+    return {c: {r: x[:, i] for r, x in per_seed.items()} for i, c in enumerate(conditions)}
+
+  v = {d: one(d) for d in ctx.d_k}
+  dev = max(abs(_m(v[d][c]["qk_norm"]) - 1) for d in ctx.d_k for c in conditions)
+  qk = [_m(v[d][c]["qk_norm"]) for d in ctx.d_k for c in conditions]
+  d = 64 if 64 in ctx.d_k else ctx.d_k[0]
+  return Measurement(
+      {"max_rel_dev_qk_norm": _r(dev),
+       "logit_var": {c: {r: {dd: _ms(v[dd][c][r]) for dd in ctx.d_k} for r in ("sqrt", "qk_norm")}
+                     for c in conditions}},
+      "For q, k with " + ", ".join(conditions) + f", the 1/√d_k logit variance at d_k = {d} is "
+      + ", ".join(f"{_m(v[d][c]['sqrt']):.3g}" for c in conditions)
+      + f"; with QK-norm it is {_range(qk)} over these conditions and d_k {ctx.d_k[0]}–{ctx.d_k[-1]} "
+      f"({_seeds(ctx)}).")
 
 
 def _temperature_equivalence(ctx: Context) -> Measurement:
-  q, k, v = (jax.random.normal(key, (2, 32, 2, 64)) for key in jax.random.split(jax.random.key(ctx.seed), 3))
-  a = attention_lib.dot_product_attention(q, k, v, rule="sqrt")
-  b = attention_lib.dot_product_attention(q, k, v, scale=1 / 8.0)
-  c = attention_lib.dot_product_attention(q, k, v, rule=rules_lib.TemperatureScale(tau=8.0))
-  diff = float(max(jnp.max(jnp.abs(a - b)), jnp.max(jnp.abs(a - c))))
-  return Measurement(HOLDS if diff < 1e-6 else FAILS,
-                     f"softmax(q·k/√64) equals softmax(q·k/τ) with τ = 8 to {diff:.1e}: the scale is a temperature.",
-                     {"max_abs_diff": diff})
+  diffs = {}
+  for d in ctx.d_k:
+    worst = []
+    weights = jax.jit(lambda q, k: attention_lib.attention_weights(q, k, rule="sqrt"))
+    for rng in ctx.rngs("temperature", d):
+      q, k, _ = _iid(rng, ctx, d)
+      w = np.asarray(weights(q, k), np.float64)
+      z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+      t = math.sqrt(d)  # the temperature
+      e = np.exp(z / t - np.max(z / t, axis=-1, keepdims=True))
+      worst.append(float(np.max(np.abs(w - e / np.sum(e, axis=-1, keepdims=True)))))
+    diffs[d] = np.asarray(worst)
+  top = max(float(np.max(v)) for v in diffs.values())
+  return Measurement(
+      {"max_abs_diff": top, "max_abs_diff_by_d_k": {d: _ms(v) for d, v in diffs.items()}},
+      f"The library's softmax(q·k/√d_k) weights (float32) differ from a float64 numpy softmax(q·k/T) with "
+      f"T = √d_k by at most {top:.1e} at d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({_n_seeds(ctx)}).")
 
 
 def _layernorm_not_enough(ctx: Context) -> Measurement:
-  rows = ctx.sweep(("none", "param"), parametrization="sp", width=256, d_k=(16, 64, 256))
-  ratio = [v / d for v, d in zip(ctx.metric(rows, "none", "logit_var"), (16, 64, 256))]
-  return Measurement(HOLDS,
-                     f"Unit-variance (e.g. LayerNorm-ed) inputs of width 256 projected by fan-in-initialized W_q, "
-                     f"W_k give unscaled logit variance {min(ratio):.3f}–{max(ratio):.3f} × d_k: normalizing the "
-                     "token vectors does not normalize q·k.",
-                     {"var_over_dk": [_r(r) for r in ratio]})
+  v = _projected_logit_var(ctx)
+  log_d = np.log(np.asarray(ctx.d_k, np.float64))
+  slopes = np.asarray([np.polyfit(log_d, np.log([v["none"][d][i] for d in ctx.d_k]), 1)[0] if len(ctx.d_k) > 1
+                       else np.nan for i in range(ctx.num_seeds)])
+  lo, hi = ctx.d_k[0], ctx.d_k[-1]
+  width = _projection_width(ctx)
+  std = _sp_spec(width, lo).init_std
+  return Measurement(
+      {"var_exponent": _r(_m(slopes)), "var_exponent_by_seed": _ms(slopes), "width": width,
+       "logit_var_none": {d: _ms(x) for d, x in v["none"].items()},
+       "logit_var_sqrt": {d: _ms(x) for d, x in v["sqrt"].items()}},
+      f"Tokens LayerNorm-ed over width {width} (raw: {_mixed_scales()}, offsets of std {TOKEN_OFFSET_STD:g}) and "
+      f"projected by W_q, W_k of "
+      f"std {std:.3g} (SP fan-in) give unscaled logit variance {_m(v['none'][lo]):.3g} at d_k = {lo} and "
+      f"{_m(v['none'][hi]):.4g} at d_k = {hi}: Var ∝ d_k^{_pm(slopes, '.3f')}; with 1/√d_k it is "
+      f"{_range([_m(x) for x in v['sqrt'].values()])} ({_seeds(ctx)}).")
 
 
 def _head_dim_constant(ctx: Context) -> Measurement:
-  numbers = {}
-  for width in (64, 256, 1024):
-    rows = ctx.sweep(("param",), parametrization="sp", width=width, d_k=(64,))
-    numbers[width] = _r(rows[("param", 64)]["logit_std"]["mean"], 4)
-  return Measurement(HOLDS,
-                     f"At initialization with d_k = 64 fixed and SP fan-in init, the scaled logit std is "
-                     f"{', '.join(f'{v} (width {w})' for w, v in numbers.items())}: constant across width.",
-                     {"logit_std_by_width": numbers})
+  d = FIXED_HEAD_DIM
+  rule = parametrization_lib.get_parametrization("sp").attention_rule()
+
+  def one(width):
+    heads = max(1, width // d)
+    mult, mult1 = _sp_spec(width, heads * d).multiplier, _sp_spec(width, width).multiplier
+
+    def draw(rng):
+      x = rng.standard_normal((BATCH, ctx.seq_len, width), dtype=np.float32)
+      return x, *_sp_weights(rng, width, heads * d), *_sp_weights(rng, width, width)
+
+    def compute(x, w_q, w_k, w_q1, w_k1):
+      q, k = ((mult * x @ w).reshape(BATCH, ctx.seq_len, heads, d) for w in (w_q, w_k))
+      q1, k1 = ((mult1 * x @ w).reshape(BATCH, ctx.seq_len, 1, width) for w in (w_q1, w_k1))
+      return {"fixed_d_k": jnp.std(attention_lib.attention_logits(q, k, rule=rule)),
+              "one_head": jnp.std(attention_lib.attention_logits(q1, k1, rule=rule))}
+
+    return heads, ctx.per_seed("head_dim_constant", draw, compute, width)
+
+  out = {w: one(w) for w in ctx.widths}
+  std = [_m(v["fixed_d_k"]) for _, v in out.values()]
+  dev = (max(std) - min(std)) / float(np.mean(std))
+  one_head = [_m(v["one_head"]) for _, v in out.values()]
+  return Measurement(
+      {"rel_spread_logit_std": _r(dev), "head_dim": d, "heads": {w: h for w, (h, _) in out.items()},
+       "logit_std_fixed_d_k": {w: _ms(v["fixed_d_k"]) for w, (_, v) in out.items()},
+       "logit_std_one_head_d_k_eq_width": {w: _ms(v["one_head"]) for w, (_, v) in out.items()}},
+      f"Unit-variance tokens through SP-initialized W_q, W_k with d_k = {d} and width/{d} heads give 1/√d_k logit "
+      f"std " + ", ".join(f"{_m(v['fixed_d_k']):.4f} (width {w}, {h} head{'s' if h > 1 else ''})"
+                          for w, (h, v) in out.items())
+      + f": (max − min)/mean {dev:.2%}; one head with d_k = width gives "
+      f"{_range(one_head, '.4f')} ({_seeds(ctx)}).")
 
 
-CLAIMS: tuple[Claim, ...] = (
+RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
     Claim("variance_is_dk", "note 1 §3; note 2 §2.1",
-          "q·k of independent zero-mean unit-variance vectors has variance d_k.", _variance_is_dk),
+          "q·k of independent zero-mean unit-variance vectors has variance d_k.",
+          Criterion("max_rel_dev", "largest |Var(q·k)/d_k − 1| over the measured d_k (iid unit-variance q, k, mean "
+                    "over seeds)", holds=("<", 0.05), fails=(">", 0.2)),
+          _variance_is_dk),
     Claim("sqrt_normalizes", "note 1 §1, §3",
-          "Dividing by √d_k normalizes the logit variance to 1.0.", _sqrt_unit_variance),
+          "Dividing by √d_k normalizes the logit variance to 1.0.",
+          Criterion("fraction_within_5pct", "fraction of input conditions (iid q, k of entry std "
+                    f"{', '.join(f'{s:g}' for s in SQRT_STDS)}; "
+                    "LayerNorm-ed tokens through fan-in-initialized W_q, W_k) in which the 1/√d_k logit variance is "
+                    f"within {RELATIVE_TOLERANCE:.0%} of 1 at every measured d_k", holds=(">", 0.99), fails=("<", 0.5)),
+          _sqrt_unit_variance),
     Claim("d64_magnitudes", "note 1 §3",
-          "At d_k = 64 unscaled logits have std 8 and easily reach ±24 to ±30.", _d64_magnitudes),
+          "At d_k = 64 unscaled logits have std 8 and easily reach ±24 to ±30.",
+          Criterion("frac_beyond_24", "fraction of unscaled iid logits at d_k = 64 with |z| ≥ 24 (the low end of "
+                    "±24 to ±30; 'easily' = at least 1 in 100)", holds=(">=", 0.01), fails=("<", 0.001)),
+          _d64_magnitudes),
     Claim("unscaled_one_hot", "note 1 §2; note 2 §2.1",
-          "Without scaling, large d_k drives softmax toward one-hot.", _one_hot),
+          "Without scaling, large d_k drives softmax toward one-hot.",
+          Criterion("max_prob_none_at_largest_d_k", "mean max attention probability of unscaled iid logits at the "
+                    "largest measured d_k (1 = one-hot)", holds=(">", 0.9), fails=("<", 0.5)),
+          _one_hot),
     Claim("gradients_vanish", "note 1 §3; note 2 §2",
           "Without scaling the saturated softmax makes backpropagated attention gradients vanish.",
+          Criterion("grad_q_none_over_sqrt_at_largest_d_k", "|dL/dq| without scaling divided by |dL/dq| with "
+                    "1/√d_k at the largest measured d_k (same inputs and upstream gradient)", holds=("<", 0.1),
+                    fails=(">", 1.0)),
           _gradients_vanish),
-    Claim("linear_uniform", "note 1 §3; note 2 §2.2",
-          "Dividing by d_k instead of √d_k makes attention nearly uniform.", _linear_uniform),
+    Claim("linear_uniform", "note 1 §3; note 2 §2.2", "Dividing by d_k instead of √d_k makes attention nearly "
+          "uniform.", _uniform_criterion("1/d_k"), _linear_uniform),
     Claim("quadratic_uniform", "note 1 §5",
-          "Scaling by d_k² over-flattens attention into an uninformative uniform distribution.", _quadratic_uniform),
+          "Scaling by d_k² over-flattens attention into an uninformative uniform distribution.",
+          _uniform_criterion("1/d_k²"), _quadratic_uniform),
     Claim("post_softmax_breaks", "note 1 §4 ⑤, §5",
-          "Applying the division after the softmax breaks the normalization.", _post_softmax),
+          "Applying the division after the softmax breaks the normalization.",
+          Criterion("max_output_rms_dev", "largest over the measured d_k of |RMS(softmax(q·k)·v/√d_k) / "
+                    "RMS(softmax(q·k/√d_k)·v) − 1| (iid inputs)", holds=(">", 0.25), fails=("<", 0.05)),
+          _post_softmax),
     Claim("sqrt_flatter_at_128", "note 2 §4, follow-up 3",
-          "Going from d_k = 64 to 128 makes 1/√d_k attention more uniform, losing sharpness.", _sqrt_flatter_at_128),
+          "Going from d_k = 64 to 128 makes 1/√d_k attention more uniform, losing sharpness.",
+          Criterion("entropy_rise_beyond_noise", "rise of the 1/√d_k normalized attention entropy (iid q, k) from "
+                    "d_k = 64 to 128, mean over seeds less twice its sample std (needs 2 or more seeds)",
+                    holds=(">", 0.01), fails=("<", 0.002)),
+          _sqrt_flatter_at_128),
     Claim("fp16_exp_overflow", "note 1 §2 (b), §4 ④",
-          "Without max-subtraction, exp overflows numerically.", _fp16_overflow),
+          "Without max-subtraction, exp overflows numerically.",
+          Criterion("nonfinite_fp16_unscaled_no_max_sub", "fraction of non-finite attention outputs without "
+                    f"max-subtraction for unscaled iid logits at d_k = {EXP_D_K} (the note's example), logits and "
+                    "softmax in float16", holds=(">", 0.01), fails=("<=", 0.0)),
+          _fp16_overflow),
     Claim("low_precision_nan_even_scaled", "note 2 §2.3",
-          "Even with √d_k scaling, FP16/BF16 attention can overflow into NaN.", _low_precision_nan_even_scaled),
+          "Even with √d_k scaling, individual extreme tokens can overflow FP16/BF16 attention into NaN.",
+          Criterion("nonfinite_low_precision_sqrt_outliers", "largest fraction of non-finite attention outputs "
+                    "with 1/√d_k, max-subtraction, logits and softmax in float16 or bfloat16, with outlier tokens of "
+                    f"{' or '.join(f'{f:g}×' for f in OUTLIER_FACTORS)} the norm (d_k = {LOW_PRECISION_D_K})",
+                    holds=(">", 0.0), fails=("<=", 0.0)),
+          _low_precision_nan_even_scaled),
     Claim("rope_changes_norms", "note 2 §2.4",
-          "RoPE changes the norms of Q and K, so scaling is still needed.", _rope_norms),
+          "RoPE changes the norms of Q and K, so scaling is still needed.",
+          Criterion("max_rel_norm_change", "largest relative change of |q| or |k| under RoPE over all measured "
+                    "vectors, positions and d_k", holds=(">", 0.01), fails=("<", 0.001)),
+          _rope_norms),
     Claim("qk_norm_robust", "note 1 §3, §4",
           "QK-norm replaces the unit-variance assumption with explicit normalization, making the scale robust.",
+          Criterion("max_rel_dev_qk_norm", "largest |Var − 1| of QK-norm logits over input scales (entry std "
+                    f"{', '.join(f'{s:g}' for s in QK_STDS)}, and {_mixed_scales()}) and the measured d_k",
+                    holds=("<", 0.1), fails=(">", 0.5)),
           _qk_norm_robust),
     Claim("scale_is_temperature", "note 1 §4 ③",
-          "Dividing by √d_k is a softmax temperature T = √d_k.", _temperature_equivalence),
+          "Dividing by √d_k is a softmax temperature T = √d_k.",
+          Criterion("max_abs_diff", "largest |difference| between the library's 1/√d_k attention weights and an "
+                    "independent float64 numpy softmax(q·k/T) with T = √d_k", holds=("<", 1e-5), fails=(">", 1e-3)),
+          _temperature_equivalence),
     Claim("layernorm_not_enough", "note 2 §2.4",
-          "LayerNorm does not solve the attention-score variance problem.", _layernorm_not_enough),
+          "LayerNorm does not solve the attention-score variance problem.",
+          Criterion("var_exponent", "exponent a of Var(unscaled q·k) ∝ d_k^a for LayerNorm-ed tokens projected by "
+                    "fan-in-initialized W_q, W_k (log-log fit over the measured d_k, mean over seeds)",
+                    holds=(">", 0.8), fails=("<", 0.2)),
+          _layernorm_not_enough),
     Claim("head_dim_constant", "note 1 §4 (English)",
           "Keeping d_k fixed while width grows with the head count preserves the attention scale.",
+          Criterion("rel_spread_logit_std", "(max − min)/mean across widths of the 1/√d_k logit std with d_k = "
+                    f"{FIXED_HEAD_DIM} and width/{FIXED_HEAD_DIM} heads (unit-variance tokens, SP fan-in W_q, W_k)",
+                    holds=("<", 0.05), fails=(">", 0.2)),
           _head_dim_constant),
 )
+"""The claims random inputs can settle, in the order of the tables."""
+
+
+def all_claims() -> tuple[Claim, ...]:
+  """RANDOM_INPUT_CLAIMS, then ``scaling.studies.training_claims.TRAINING_CLAIMS`` when that module defines it."""
+  claims = RANDOM_INPUT_CLAIMS
+  try:
+    module = importlib.import_module("scaling.studies.training_claims")
+  except ImportError as e:
+    if e.name != "scaling.studies.training_claims":  # the module exists but fails to import: say so
+      raise
+  else:
+    claims += tuple(getattr(module, "TRAINING_CLAIMS", ()))
+  ids = [c.id for c in claims]
+  duplicated = sorted({i for i in ids if ids.count(i) > 1})
+  if duplicated:
+    raise ValueError(f"claim id(s) defined twice: {', '.join(duplicated)}")
+  return claims
+
+
+def command(ctx: Context, claim_id: str) -> str:
+  """The command line that measures ``claim_id`` alone on this context."""
+  return " ".join(["python -m experiments.claims", f"--mode={ctx.mode}", f"--ids={claim_id}", *ctx.overrides()])
 
 
 def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
                on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-  """Measures the claims (all, or those in ``ids``) and returns one JSON-ready row per claim."""
+  """Measures the claims of ``all_claims()`` (all, or those in ``ids``); returns one JSON-ready row per claim.
+
+  Each row is ``Claim.evaluate``'s (id, source, claim, criterion, statistic, value, verdict, finding, numbers)
+  with ``command``, the command line that reproduces it alone.
+  """
   ctx = ctx or Context()
-  known = {c.id for c in CLAIMS}
-  unknown = sorted(set(ids or ()) - known)
+  claims = all_claims()
+  unknown = sorted(set(ids or ()) - {c.id for c in claims})
   if unknown:
-    raise ValueError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in CLAIMS)}")
+    raise ValueError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
   rows = []
-  for claim in CLAIMS:
+  for claim in claims:
     if ids and claim.id not in ids:
       continue
-    m = claim.measure(ctx)
-    row = {"id": claim.id, "source": claim.source, "claim": claim.text, "verdict": m.verdict,
-           "finding": m.finding, "numbers": m.numbers}
+    row = {**claim.evaluate(ctx), "command": command(ctx, claim.id)}
     rows.append(row)
     if on_result:
       on_result(row)
@@ -348,38 +859,72 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
 class ClaimsConfig(Options):
   """Which claims to measure and on what (the options of ``experiments.claims``)."""
 
-  ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).", choices=[c.id for c in CLAIMS])
-  d_k: tuple[int, ...] = option((16, 32, 64, 128, 256, 512, 1024), "Head dimensions of the random-input sweeps "
-                                "(must include 64 and 128).", lower=1)
-  num_seeds: int = option(4, "Seeds per sweep configuration.", lower=1)
-  seq_len: int = option(128, "Sequence length of the random-input sweeps.", lower=2)
+  mode: str = option("quick", "Sizes: quick (random inputs at d_k 16, 64, 128, 1024 with 2 seeds; small training "
+                     "runs) or full (d_k 16..1024 with 4 seeds; the README's training runs).", choices=tuple(MODES))
+  ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).",
+                                       choices=lambda: [c.id for c in all_claims()])
+  d_k: tuple[int, ...] | None = option(None, "Head dimensions of the random-input claims (must include 64 and "
+                                       "128); default: the mode's.", lower=1)
+  num_seeds: int | None = option(None, "Seeds (mean and std are over them); default: the mode's.", lower=1)
+  seq_len: int | None = option(None, "Sequence length of the random-input claims; default: the mode's.", lower=2)
+  text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0)
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
 
   def __post_init__(self):
-    object.__setattr__(self, "d_k", tuple(sorted(set(self.d_k))))
+    if self.d_k is not None:
+      object.__setattr__(self, "d_k", tuple(sorted(set(self.d_k))))
+    if self.ids is not None:
+      object.__setattr__(self, "ids", tuple(dict.fromkeys(self.ids)))
     super().__post_init__()
 
   def validate(self):
-    if not {64, 128} <= set(self.d_k):
-      raise ValueError("--d_k must include 64 and 128 (two claims are about those head dims)")
+    if self.d_k is not None and not {64, 128} <= set(self.d_k):
+      raise ValueError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+
+  def context(self) -> Context:
+    """The measurement context of these options."""
+    return Context(mode=self.mode, d_k=self.d_k, seq_len=self.seq_len, num_seeds=self.num_seeds, seed=self.seed,
+                   text_file=self.text_file)
 
 
-def markdown_table(rows) -> str:
-  """The claims as a Markdown table: claim, source, verdict, finding."""
-  cell = lambda text: str(text).replace("|", "\\|")
-  lines = ["| claim | source | verdict | what we measured |", "|---|---|---|---|"]
+def _cell(text: Any) -> str:
+  """A Markdown table cell."""
+  return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+  """The claims as a Markdown table: claim, source, criterion, verdict, what we measured, reproduce."""
+  lines = ["| claim | source | criterion | verdict | what we measured | reproduce |", "|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {cell(r['claim'])} | {cell(r['source'])} | **{r['verdict']}** | {cell(r['finding'])} |")
+    lines.append(f"| {_cell(r['claim'])} | {_cell(r['source'])} | {_cell(r['criterion'])} | **{r['verdict']}** | "
+                 f"{_cell(r['finding'])} | `{_cell(r['command'])}` |")
   return "\n".join(lines) + "\n"
 
 
+def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
+  """The tables for README.md: the random-input claims, then the training claims (``Claim.training``)."""
+  training = {c.id for c in all_claims() if c.training}
+  parts = []
+  sizes = (f"mode {ctx.mode}: d_k {', '.join(map(str, ctx.d_k))}; {ctx.seq_len} tokens; batch {BATCH} × {HEADS} "
+           f"heads; {_n_seeds(ctx)} from {ctx.seed}")
+  for title, selected in ((f"Random-input claims ({sizes}):", [r for r in rows if r["id"] not in training]),
+                          ("Training claims (data: " + (ctx.text_file or "the built-in synthetic task") + f"; mode "
+                           f"{ctx.mode}):", [r for r in rows if r["id"] in training])):
+    if selected:
+      parts.append(f"{title}\n\n{markdown_table(selected)}")
+  return "\n".join(parts)
+
+
 def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
-  """The study as ``experiments.claims`` runs it: measures, streams rows, writes claims.md, prints verdicts."""
+  """The study as ``experiments.claims`` runs it: measures, streams rows, writes the tables, prints verdicts."""
+  if config.text_file is not None:
+    data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
+  ctx = config.context()
+  start = time.perf_counter()
   results.make_dir(out_dir)
-  results.write_json(out_dir / "config.json", dataclasses.asdict(config))
-  ctx = Context(d_k=config.d_k, seq_len=config.seq_len, num_seeds=config.num_seeds, seed=config.seed)
-  total = len(config.ids) if config.ids else len(CLAIMS)
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
+  total = len(config.ids) if config.ids else len(all_claims())
   with results.RowStream(out_dir / "claims.jsonl") as stream, report.Progress(total, "claims") as progress:
 
     def on_result(row):
@@ -388,10 +933,15 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
 
     rows = run_claims(ctx, config.ids, on_result=on_result)
   (out_dir / "claims.md").write_text(markdown_table(rows))
+  (out_dir / "claims_readme.md").write_text(readme_markdown(rows, ctx))
+  indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
-    print(textwrap.indent(textwrap.fill(r["finding"], 100), " " * 16))
-  counts = {v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, PARTLY, FAILS)}
-  print(f"\n{len(rows)} claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f"; wrote claims.jsonl and "
-        f"claims.md to {out_dir}")
+    print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
+    print(textwrap.fill(f"measured: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
+    print(f"{indent}reproduce: {r['command']}")
+  counts = {v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED)}
+  print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != NOT_MEASURED)
+        + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows
