@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Measures every claim of the notes and writes the verdict table shown in README.md.
-# Usage: scripts/reproduce_claims.sh [OUT_DIR]   (default runs/)
+# Measures every claim of the notes and writes the verdict tables into README.md's generated section.
+# Usage: scripts/reproduce_claims.sh [OUT_DIR] [TEXT_FILE] [MODE]   (defaults: runs/, tiny Shakespeare, full)
+# Full mode trains the training claims at the README's sizes (hours on a 2-core CPU); MODE=quick takes minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-python -m experiments.claims --out_dir="$out/claims"
+text=${2:-../shared/data/tinyshakespeare.txt}
+mode=${3:-full}
+python -m experiments.claims --mode="$mode" --text_file="$text" --out_dir="$out/claims"
+python scripts/update_readme.py claims "$out/claims/claims_readme.md"
 echo "verdicts: $out/claims/claims.md"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains unscaled (rule none) and 1/sqrt(d_k) transformers of depth 6 and 12 on character-level tiny Shakespeare:
-# the runs behind the training-claims table in README.md (~25 min on 2 CPU cores).
+# single runs with full logs and plots, beside the training claims of experiments.claims (~25 min on 2 CPU cores).
 # Usage: scripts/reproduce_training_claims.sh [OUT_DIR] [TEXT_FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."

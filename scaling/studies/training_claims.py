@@ -1,0 +1,656 @@
+"""Claims about training from the notes, measured by training small transformers (``Claim(training=True)``).
+
+The claims come from note 2 §4, follow-up 1 (``shared/seeds/004_383f650843b84e3b.txt``: without 1/√d_k scaling
+the loss is NaN within 100 steps, gradient norms decay below 1e-6, 6 layers converge slowly and worse, 12+ layers
+almost certainly diverge) and note 1 §3 and §4 ② (``shared/seeds/000_ae59428f9015f76d.txt``: in training q and k
+become correlated; μP lets hyperparameters transfer across width).
+
+Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
+built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
+(``scaling.train.run_training`` with a seed list, never stopped on divergence, every step recorded) and are shared
+between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
+unscaled model, say, is trained once for all the claims that read it.
+
+``SIZES`` holds the sizes of each mode. "full" is the README's setting (width 128, two heads of d_k 64, sequences
+of 128, batch 16, 300 steps at depths 2 and 6 and 200 at depth 12, constant-rate Adam at 1e-4 .. 1e-2 in octaves,
+3 seeds; q-k at widths 64 and 128; μP transfer at widths 64, 128 and 256 over 2^-14 .. 2^-5). It is far beyond
+half an hour on two CPU cores: a 24-member depth-2 grid there takes ~4.5 s a step, so the whole mode is many
+hours; run it on an accelerator. "quick" keeps every claim but shrinks everything (all claims together train in
+about 6 minutes on two CPU cores): width 32 with two heads of d_k 16, sequences of 32, batch 8, 100 steps (60 at
+depth 12, so "within 100 steps" there means within 60), learning rates 1e-4, 1e-3 and 1e-2, the context's seeds
+(2 by default), q-k at widths 32 and 64, and the μP transfer at widths 32 and 128 over 2^-12 .. 2^-4 in steps of
+two octaves for 100 cosine-scheduled steps. "test" is tiny, for the unit tests only (one width and one rule for
+q-k, one width and μP only for the transfer).
+
+Divergence follows ``scaling.train``: a run diverges at a non-finite loss or one above 3 × its step-0 loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim
+from scaling import train as train_lib
+from scaling.studies import transfer as transfer_lib
+from scaling.studies.verdicts import Claim
+from scaling.studies.verdicts import Criterion
+from scaling.studies.verdicts import Measurement
+
+RECORD = ("loss", "grad_norm", "layer_grad_norm", "attn_max_logit", "attn_entropy")
+QK_RULES = ("none", "sqrt", "linear", "qk_norm")
+DIVERGENCE_FACTOR = train_lib.DEFAULT_DIVERGENCE_FACTOR
+_OCTAVES_FROM_1E4 = tuple(math.log2(1e-4) + k for k in range(7))  # 1e-4 .. 6.4e-3
+
+SIZES: dict[str, dict[str, Any]] = {
+    "full": dict(width=128, num_heads=2, head_dim=64, seq_len=128, batch_size=16, num_seeds=3,
+                 depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 300, 6: 300, 12: 200},
+                 log2_lrs=_OCTAVES_FROM_1E4 + (math.log2(1e-2),), nan_window=100, fixed_step=100,
+                 qk_widths=(64, 128), qk_rules=QK_RULES, qk_lr=1e-3,
+                 transfer_widths=(64, 128, 256), transfer_log2_lrs=tuple(float(x) for x in range(-14, -4)),
+                 transfer_steps=300, transfer_depth=2, transfer_parametrizations=("sp", "mup")),
+    "quick": dict(width=32, num_heads=2, head_dim=16, seq_len=32, batch_size=8, num_seeds=None,
+                  depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 100, 6: 100, 12: 60},
+                  log2_lrs=(math.log2(1e-4), math.log2(1e-3), math.log2(1e-2)), nan_window=100, fixed_step=30,
+                  qk_widths=(32, 64), qk_rules=QK_RULES, qk_lr=1e-3,
+                  transfer_widths=(32, 128), transfer_log2_lrs=(-12.0, -10.0, -8.0, -6.0, -4.0),
+                  transfer_steps=100, transfer_depth=2, transfer_parametrizations=("sp", "mup")),
+    "test": dict(width=16, num_heads=2, head_dim=8, seq_len=8, batch_size=2, num_seeds=2,
+                 depth_small=1, depth_converge=1, depth_diverge=1, steps={1: 4},
+                 log2_lrs=(-10.0, -2.0), nan_window=100, fixed_step=2,
+                 qk_widths=(16,), qk_rules=("sqrt",), qk_lr=1e-3,
+                 transfer_widths=(16,), transfer_log2_lrs=(-10.0, -6.0, -2.0),
+                 transfer_steps=4, transfer_depth=1, transfer_parametrizations=("mup",)),
+}
+
+
+# ----------------------------------------------------------------------------
+# Post-processing helpers (pure numpy; known-answer tests in tests/test_training_claims.py).
+
+
+def diverged(losses: np.ndarray, factor: float = DIVERGENCE_FACTOR, window: int | None = None) -> np.ndarray:
+  """Per run, whether its loss diverged within the first ``window`` steps (all steps when None).
+
+  Args:
+    losses: [steps, M] training losses.
+    factor: a loss above factor × the run's step-0 loss counts as diverged, as does a non-finite one.
+    window: how many initial steps to look at.
+
+  Returns:
+    bool [M].
+  """
+  losses = np.asarray(losses, np.float64)[:window]
+  with np.errstate(invalid="ignore"):
+    grown = losses > factor * losses[:1]
+  return np.any(~np.isfinite(losses) | grown, axis=0)
+
+
+def nonfinite_within(losses: np.ndarray, window: int | None = None) -> np.ndarray:
+  """Per run, whether its loss was non-finite (NaN or inf) in the first ``window`` steps: bool [M]."""
+  return np.any(~np.isfinite(np.asarray(losses, np.float64)[:window]), axis=0)
+
+
+def smallest_finite(values: np.ndarray) -> float:
+  """The smallest finite value of an array (NaN when there is none)."""
+  values = np.asarray(values, np.float64)
+  finite = values[np.isfinite(values)]
+  return float(finite.min()) if finite.size else float("nan")
+
+
+def final_losses(losses: np.ndarray, last: int) -> np.ndarray:
+  """Per run, the mean of its last ``last`` losses, NaN for a run whose loss was ever non-finite: [M]."""
+  losses = np.asarray(losses, np.float64)
+  ok = np.all(np.isfinite(losses), axis=0)
+  with np.errstate(invalid="ignore"):
+    return np.where(ok, np.mean(losses[-last:], axis=0), np.nan)
+
+
+def window_mean(losses: np.ndarray, step: int, width: int) -> np.ndarray:
+  """Per run, the mean loss of steps (step − width, step]: [M] (NaN if any of them is non-finite)."""
+  losses = np.asarray(losses, np.float64)
+  step = min(step, losses.shape[0] - 1)
+  chunk = losses[max(0, step - width + 1):step + 1]
+  return np.where(np.all(np.isfinite(chunk), axis=0), np.mean(chunk, axis=0), np.nan)
+
+
+def best_index(per_lr_seed: np.ndarray) -> int | None:
+  """The learning rate (row) with the lowest seed-mean of a [L, S] array; rows with a NaN seed are out (None: all)."""
+  per_lr_seed = np.asarray(per_lr_seed, np.float64)
+  means = np.where(np.all(np.isfinite(per_lr_seed), axis=1), np.mean(per_lr_seed, axis=1), np.inf)
+  return int(np.argmin(means)) if np.isfinite(means).any() else None
+
+
+def mean_std(values: Sequence[float]) -> dict[str, float | None]:
+  """{"mean", "std"} over the finite values (None when there is none)."""
+  v = np.asarray(values, np.float64)
+  v = v[np.isfinite(v)]
+  if not v.size:
+    return {"mean": None, "std": None}
+  return {"mean": _r(float(np.mean(v))), "std": _r(float(np.std(v)))}
+
+
+def _r(x: float | None, digits: int = 4) -> float | None:
+  """``x`` to ``digits`` significant digits (None and non-finite values become None)."""
+  if x is None or not math.isfinite(x):
+    return None
+  return float(f"{x:.{digits}g}")
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+  return "n/a" if x is None else format(x, spec)
+
+
+# ----------------------------------------------------------------------------
+# Contexts, data and the shared grid cache.
+
+
+def sizes(ctx: Any) -> dict[str, Any]:
+  """The sizes of ``ctx.mode`` (KeyError naming the modes when it has none)."""
+  try:
+    return SIZES[ctx.mode]
+  except KeyError:
+    raise KeyError(f"no training sizes for mode {ctx.mode!r}; known: {', '.join(SIZES)}") from None
+
+
+def seeds_of(ctx: Any) -> tuple[int, ...]:
+  """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1)."""
+  n = sizes(ctx)["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1
+  return tuple(range(int(ctx.seed), int(ctx.seed) + max(1, int(n))))
+
+
+def data_name(ctx: Any) -> str:
+  """What the claims train on, for the numbers: the text file's name or the synthetic task."""
+  text = getattr(ctx, "text_file", None)
+  return f"text file {os.path.basename(text)} (characters)" if text else "synthetic recall task"
+
+
+_DATASETS: dict[tuple, Any] = {}
+_GRIDS: dict[tuple, "GridRun"] = {}
+
+
+def dataset_of(ctx: Any) -> data_lib.Dataset:
+  """The training data of ``ctx`` (cached)."""
+  s = sizes(ctx)
+  key = (getattr(ctx, "text_file", None), int(ctx.seed), s["seq_len"], s["batch_size"])
+  if key not in _DATASETS:
+    _DATASETS[key] = data_lib.DataConfig(text_file=key[0], seq_len=key[2], batch_size=key[3]).make(key[1])
+  return _DATASETS[key]
+
+
+@dataclasses.dataclass
+class GridRun:
+  """One trained grid: member i = (learning rate i // S, seed i % S).
+
+  Attributes:
+    model_config, opt_config: what was trained.
+    log2_lrs: the L log2 learning rates.
+    seeds: the S seeds.
+    records: ``RECORD`` metrics, float64 [steps, L·S, ...].
+    final_params: the parameters after the last step, stacked [L·S, ...].
+    wall_time: seconds of training, compilation included.
+  """
+
+  model_config: model_lib.ModelConfig
+  opt_config: optim.OptimizerConfig
+  log2_lrs: tuple[float, ...]
+  seeds: tuple[int, ...]
+  records: dict[str, np.ndarray]
+  final_params: Any
+  wall_time: float
+
+  def by_lr(self, values: np.ndarray) -> np.ndarray:
+    """A per-member array [L·S, ...] reshaped to [L, S, ...]."""
+    values = np.asarray(values)
+    return values.reshape(len(self.log2_lrs), len(self.seeds), *values.shape[1:])
+
+
+def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
+             log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
+             fixed_head_dim: bool = True, schedule: str = "constant") -> GridRun:
+  """The grid of learning rates × seeds of one model, trained once per context and configuration (cached).
+
+  Args:
+    ctx: the context (mode, seed, num_seeds, text_file).
+    rule: the logit-scale rule ("default": the parametrization's own).
+    depth: number of blocks.
+    width: the width (default: the mode's).
+    parametrization: "sp", "mup", ...
+    log2_lrs: the learning rates (default: the mode's).
+    steps: training steps (default: the mode's steps at ``depth``).
+    base_width: the parametrization's base width (default: ``width``).
+    fixed_head_dim: keep the mode's heads and head dim (else the mode's number of heads, head dim width / heads).
+    schedule: "constant" (no warmup) or "cosine" (warmup, then decay to 0.1 × the peak).
+  """
+  s = sizes(ctx)
+  width = s["width"] if width is None else width
+  log2_lrs = tuple(float(x) for x in (s["log2_lrs"] if log2_lrs is None else log2_lrs))
+  steps = s["steps"][depth] if steps is None else steps
+  dataset = dataset_of(ctx)
+  family = model_lib.ModelFamily(depth=depth, num_heads=s["num_heads"],
+                                 head_dim=s["head_dim"] if fixed_head_dim else None, rule=rule,
+                                 base_width=width if base_width is None else base_width)
+  model_config = family.model_config(parametrization, width, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+  opt_config = optim.OptimizerConfig(optimizer="adam", learning_rate=1e-3, steps=steps, schedule=schedule,
+                                     end_factor=0.1 if schedule == "cosine" else 0.0)
+  seeds = seeds_of(ctx)
+  key = (getattr(ctx, "text_file", None), int(ctx.seed), seeds, s["seq_len"], s["batch_size"], model_config,
+         opt_config, log2_lrs)
+  if key not in _GRIDS:
+    lrs, member_seeds = transfer_lib.lr_grid(log2_lrs, seeds)
+    result = train_lib.run_training(model_config, opt_config, dataset, seed=member_seeds, learning_rates=lrs,
+                                    record=RECORD, stop_on_divergence=False)
+    _GRIDS[key] = GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
+                          records=result.records, final_params=result.state.params, wall_time=result.wall_time)
+  return _GRIDS[key]
+
+
+def clear_cache() -> None:
+  """Forgets every trained grid and dataset."""
+  _GRIDS.clear()
+  _DATASETS.clear()
+
+
+def _lr_label(log2_lr: float) -> str:
+  return f"{2.0 ** log2_lr:.3g}"
+
+
+
+def _about(ctx: Any) -> dict[str, Any]:
+  """The numbers every training claim reports first: the data, the mode and the seeds."""
+  return {"data": data_name(ctx), "mode": ctx.mode, "seeds": list(seeds_of(ctx))}
+
+# ----------------------------------------------------------------------------
+# Note 2 §4, follow-up 1: without scaling, NaN within 100 steps.
+
+
+def _depths(ctx: Any) -> tuple[int, ...]:
+  s = sizes(ctx)
+  return tuple(dict.fromkeys((s["depth_small"], s["depth_converge"], s["depth_diverge"])))
+
+
+def measure_nan_within_100(ctx: Any) -> Measurement:
+  """The fraction of unscaled runs whose loss is non-finite within the first 100 steps (at learning rates where the
+  1/√d_k runs of the same depth stay finite there), pooled over depths."""
+  s = sizes(ctx)
+  seeds = seeds_of(ctx)
+  per_depth, hits, counted = {}, [], []
+  per_seed_hits = np.zeros(len(seeds))
+  per_seed_counted = np.zeros(len(seeds))
+  for depth in _depths(ctx):
+    window = min(s["nan_window"], s["steps"][depth])
+    none, sqrt = grid_run(ctx, rule="none", depth=depth), grid_run(ctx, rule="sqrt", depth=depth)
+    bad_none = none.by_lr(nonfinite_within(none.records["loss"], window))  # [L, S]
+    bad_sqrt = sqrt.by_lr(nonfinite_within(sqrt.records["loss"], window))
+    fair = ~bad_sqrt.any(axis=1)  # learning rates where scaled training stays finite
+    hits.append(int(bad_none[fair].sum()))
+    counted.append(int(fair.sum()) * len(seeds))
+    per_seed_hits += bad_none[fair].sum(axis=0)
+    per_seed_counted += fair.sum()
+    per_depth[str(depth)] = {
+        "steps_checked": window,
+        "nonfinite_fraction_none": _r(float(bad_none.mean())),
+        "nonfinite_fraction_sqrt": _r(float(bad_sqrt.mean())),
+        "nonfinite_none_by_lr": {_lr_label(x): int(bad_none[i].sum()) for i, x in enumerate(none.log2_lrs)},
+        "nonfinite_sqrt_by_lr": {_lr_label(x): int(bad_sqrt[i].sum()) for i, x in enumerate(sqrt.log2_lrs)},
+    }
+  total = sum(counted)
+  fraction = sum(hits) / total if total else float("nan")
+  with np.errstate(invalid="ignore", divide="ignore"):
+    per_seed = per_seed_hits / per_seed_counted
+  numbers = {
+      **_about(ctx),
+      "learning_rates": [_lr_label(x) for x in s["log2_lrs"]], "depths": list(_depths(ctx)),
+      "nan_fraction_none": _r(fraction) if total else None,
+      "nan_fraction_none_per_seed": mean_std(per_seed),
+      "runs_counted": total,
+      "per_depth": per_depth,
+  }
+  finding = (f"On the {data_name(ctx)}, {sum(hits)} of {total} unscaled runs (depths "
+             f"{', '.join(map(str, _depths(ctx)))}; learning rates where the 1/√d_k runs stay finite) had a "
+             f"non-finite loss within the first {min(s['nan_window'], max(s['steps'].values()))} steps "
+             f"(fraction {_fmt(numbers['nan_fraction_none'])}).")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 2 §4, follow-up 1: without scaling, gradient norms decay below 1e-6.
+
+
+def measure_grad_norm_decay(ctx: Any) -> Measurement:
+  """The smallest global gradient norm of any unscaled run at any step and depth (log10), with the 1/√d_k value."""
+  seeds = seeds_of(ctx)
+  out: dict[str, Any] = {}
+  for rule in ("none", "sqrt"):
+    global_min, layer_min, per_seed = [], [], np.full(len(seeds), np.inf)
+    for depth in _depths(ctx):
+      run = grid_run(ctx, rule=rule, depth=depth)
+      g = run.records["grad_norm"]  # [steps, M]
+      global_min.append(smallest_finite(g))
+      layer_min.append(smallest_finite(run.records["layer_grad_norm"]))
+      by_seed = run.by_lr(g.T)  # [L, S, steps]
+      per_seed = np.minimum(per_seed, [smallest_finite(by_seed[:, j]) for j in range(len(seeds))])
+    smallest = smallest_finite(global_min)
+    out[rule] = {
+        "min_grad_norm": _r(smallest),
+        "log10_min_grad_norm": _r(math.log10(smallest)) if smallest > 0 else None,
+        "log10_min_grad_norm_per_seed": mean_std(np.log10(np.where(per_seed > 0, per_seed, np.nan))),
+        "min_layer_grad_norm": _r(smallest_finite(layer_min)),
+        "min_grad_norm_by_depth": {str(d): _r(v) for d, v in zip(_depths(ctx), global_min)},
+    }
+  numbers = {**_about(ctx), "depths": list(_depths(ctx)),
+             "log10_min_grad_norm_none": out["none"]["log10_min_grad_norm"], "none": out["none"],
+             "sqrt": out["sqrt"]}
+  none, sqrt = out["none"], out["sqrt"]
+  finding = (f"On the {data_name(ctx)}, the smallest global gradient norm of any unscaled run was "
+             f"{_fmt(none['min_grad_norm'])} (smallest per-block norm {_fmt(none['min_layer_grad_norm'])}); with "
+             f"1/√d_k it was {_fmt(sqrt['min_grad_norm'])} (per block {_fmt(sqrt['min_layer_grad_norm'])}).")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 2 §4, follow-up 1: 6 layers without scaling converge, but slowly and worse.
+
+
+def measure_depth6_converges_worse(ctx: Any) -> Measurement:
+  """Final loss of the unscaled model minus the 1/√d_k model at depth 6, each at its best learning rate, relative."""
+  s = sizes(ctx)
+  depth = s["depth_converge"]
+  steps = s["steps"][depth]
+  last = max(1, steps // 10)
+  fixed = min(s["fixed_step"], steps - 1)
+  rows = {}
+  for rule in ("none", "sqrt"):
+    run = grid_run(ctx, rule=rule, depth=depth)
+    loss = run.records["loss"]
+    final = run.by_lr(final_losses(loss, last))  # [L, S]
+    best = best_index(final)
+    initial = run.by_lr(loss[0])
+    at_fixed = run.by_lr(window_mean(loss, fixed, last))
+    rows[rule] = {
+        "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
+        "best_at_grid_edge": None if best is None else best in (0, len(run.log2_lrs) - 1),
+        "final_loss": mean_std(final[best]) if best is not None else mean_std([]),
+        "final_loss_seeds": None if best is None else [_r(v) for v in final[best]],
+        "loss_at_fixed_step": mean_std(at_fixed[best]) if best is not None else mean_std([]),
+        "initial_loss": mean_std(initial.ravel()),
+        "final_loss_by_lr": {_lr_label(x): mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
+        "_final": None if best is None else final[best], "_fixed": None if best is None else at_fixed[best],
+    }
+  none, sqrt = rows["none"], rows["sqrt"]
+  gap = gap_fixed = None
+  gap_seeds: dict[str, Any] = mean_std([])
+  if none["_final"] is not None and sqrt["_final"] is not None:
+    gap = float(np.mean(none["_final"]) - np.mean(sqrt["_final"])) / float(np.mean(sqrt["_final"]))
+    gap_fixed = float(np.mean(none["_fixed"]) - np.mean(sqrt["_fixed"])) / float(np.mean(sqrt["_fixed"]))
+    gap_seeds = mean_std((none["_final"] - sqrt["_final"]) / sqrt["_final"])
+  for r in rows.values():
+    r.pop("_final")
+    r.pop("_fixed")
+  none_drop = None
+  if none["final_loss"]["mean"] is not None:
+    none_drop = _r(none["initial_loss"]["mean"] - none["final_loss"]["mean"])
+  numbers = {
+      **_about(ctx), "depth": depth, "steps": steps,
+      "final_loss_mean_of_last": last, "fixed_step": fixed,
+      "relative_final_gap": _r(gap), "relative_final_gap_per_seed": gap_seeds,
+      "relative_gap_at_fixed_step": _r(gap_fixed), "none_loss_drop_from_init": none_drop,
+      "none": none, "sqrt": sqrt,
+  }
+  finding = (f"Depth {depth}, {steps} steps on the {data_name(ctx)}: at its best learning rate the unscaled model "
+             f"reached a final loss of {_fmt(none['final_loss']['mean'])} (from {_fmt(none['initial_loss']['mean'])})"
+             f" vs {_fmt(sqrt['final_loss']['mean'])} with 1/√d_k, a relative gap of {_fmt(_r(gap))}; at step "
+             f"{fixed} the gap was {_fmt(_r(gap_fixed))}.")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 2 §4, follow-up 1: 12+ layers without scaling almost certainly diverge.
+
+
+def measure_depth12_diverges(ctx: Any) -> Measurement:
+  """The fraction of unscaled depth-12 runs that diverge, at learning rates where no 1/√d_k run diverges."""
+  s = sizes(ctx)
+  depth = s["depth_diverge"]
+  seeds = seeds_of(ctx)
+  div = {}
+  for rule in ("none", "sqrt"):
+    run = grid_run(ctx, rule=rule, depth=depth)
+    div[rule] = run.by_lr(diverged(run.records["loss"]))  # [L, S]
+    log2_lrs = run.log2_lrs
+  fair = ~div["sqrt"].any(axis=1)
+  counted = int(fair.sum()) * len(seeds)
+  fraction = float(div["none"][fair].mean()) if counted else float("nan")
+  per_seed = div["none"][fair].mean(axis=0) if counted else []
+  by_lr = {_lr_label(x): {"none_diverged_seeds": int(div["none"][i].sum()),
+                          "sqrt_diverged_seeds": int(div["sqrt"][i].sum())} for i, x in enumerate(log2_lrs)}
+  numbers = {
+      **_about(ctx), "depth": depth, "steps": s["steps"][depth],
+      "divergence": f"non-finite loss or loss > {DIVERGENCE_FACTOR:g} x step-0 loss",
+      "diverged_fraction_none": _r(fraction) if counted else None,
+      "diverged_fraction_none_per_seed": mean_std(per_seed),
+      "runs_counted": counted,
+      "diverged_fraction_none_all_lrs": _r(float(div["none"].mean())),
+      "diverged_fraction_sqrt_all_lrs": _r(float(div["sqrt"].mean())),
+      "by_learning_rate": by_lr,
+  }
+  stay = [k for k, v in by_lr.items() if v["none_diverged_seeds"] == 0]
+  finding = (f"Depth {depth}, {s['steps'][depth]} steps on the {data_name(ctx)}: "
+             f"{int(div['none'][fair].sum()) if counted else 0} of {counted} unscaled runs diverged at the learning "
+             f"rates where 1/√d_k did not (fraction {_fmt(numbers['diverged_fraction_none'])}); unscaled runs stayed "
+             f"finite and bounded at every seed at learning rates {', '.join(stay) or 'none'}; 1/√d_k diverged at "
+             f"{', '.join(k for k, v in by_lr.items() if v['sqrt_diverged_seeds']) or 'none'}.")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 1 §3: in training q and k become correlated.
+
+
+_QK_FNS: dict[model_lib.ModelConfig, Any] = {}
+
+
+def qk_alignment_fn(model_config: model_lib.ModelConfig):
+  """A jitted (stacked params [M, ...], tokens [B, T]) -> [M, depth, N]: per layer and head, the mean over tokens
+  of cos(q_t, k_t), the query and key of the same position (before RoPE, which rotates both alike, and before any
+  QK-norm), from the query and key projections of a forward pass."""
+  if model_config in _QK_FNS:
+    return _QK_FNS[model_config]
+  model = model_lib.Transformer(model_config)
+  n, kv, h = model_config.num_heads, model_config.kv_heads, model_config.head_dim
+
+  def one(params, tokens):
+    _, state = model.apply({"params": params}, tokens, mutable=["intermediates"],
+                           capture_intermediates=lambda mdl, _: mdl.name in ("query", "key"))
+    inter = state["intermediates"]
+    out = []
+    for i in range(model_config.depth):
+      attn = inter[f"block_{i}"]["attn"]
+      q = attn["query"]["__call__"][0].astype(jnp.float32)
+      k = attn["key"]["__call__"][0].astype(jnp.float32)
+      b, t, _ = q.shape
+      q = q.reshape(b, t, n, h)
+      k = jnp.repeat(k.reshape(b, t, kv, h), n // kv, axis=2)
+      cos = jnp.sum(q * k, -1) / (jnp.linalg.norm(q, axis=-1) * jnp.linalg.norm(k, axis=-1) + 1e-12)
+      out.append(jnp.mean(cos, axis=(0, 1)))
+    return jnp.stack(out)
+
+  fn = jax.jit(jax.vmap(one, in_axes=(0, None)))
+  _QK_FNS[model_config] = fn
+  return fn
+
+
+def qk_alignment(per_head_cos: np.ndarray) -> np.ndarray:
+  """|mean cos(q_t, k_t)| averaged over layers and heads: [M, depth, N] -> [M] (NaN for a NaN member)."""
+  return np.mean(np.abs(np.asarray(per_head_cos, np.float64)), axis=(1, 2))
+
+
+def max_logit_growth(max_logit: np.ndarray, last: int) -> np.ndarray:
+  """Per run, the largest |attention logit| over layers, mean of the last ``last`` steps over step 0:
+  [steps, M, depth] -> [M]."""
+  m = np.max(np.asarray(max_logit, np.float64), axis=-1)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.mean(m[-last:], axis=0) / m[0]
+
+
+def measure_qk_correlate(ctx: Any) -> Measurement:
+  """The increase of the q-k alignment |mean cos(q_t, k_t)| during training with 1/√d_k, and the growth of the
+  largest attention logit, per rule and width, at the learning rate nearest ``qk_lr``."""
+  s = sizes(ctx)
+  depth = s["depth_small"]
+  steps = s["steps"][depth]
+  last = max(1, steps // 10)
+  seeds = seeds_of(ctx)
+  dataset = dataset_of(ctx)
+  log2_lrs = tuple(float(x) for x in s["log2_lrs"])
+  li = int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in log2_lrs]))
+  members = slice(li * len(seeds), (li + 1) * len(seeds))
+  tokens = dataset.eval_batch(0, int(ctx.seed))["inputs"]
+  table: dict[str, dict[str, Any]] = {}
+  increases = []
+  for width in s["qk_widths"]:
+    for rule in s["qk_rules"]:
+      run = grid_run(ctx, rule=rule, depth=depth, width=width)
+      lrs, member_seeds = transfer_lib.lr_grid(log2_lrs, seeds)
+      init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(
+          jnp.asarray(member_seeds[members]), jnp.asarray(lrs[members]))
+      fn = qk_alignment_fn(run.model_config)
+      before = qk_alignment(jax.device_get(fn(init.params, tokens)))
+      final = jax.tree.map(lambda a: a[members], run.final_params)
+      after = qk_alignment(jax.device_get(fn(final, tokens)))
+      growth = max_logit_growth(run.records["attn_max_logit"][:, members], last)
+      entry = {"alignment_init": mean_std(before), "alignment_final": mean_std(after),
+               "alignment_increase": mean_std(after - before), "max_logit_growth": mean_std(growth),
+               "max_logit_init": mean_std(np.max(run.records["attn_max_logit"][0, members], -1)),
+               "max_logit_final": mean_std(np.max(np.mean(run.records["attn_max_logit"][-last:, members], 0), -1))}
+      table[f"{rule} width {width}"] = entry
+      if rule == "sqrt":
+        increases.extend(after - before)
+  stat = mean_std(increases)
+  numbers = {**_about(ctx), "depth": depth, "steps": steps,
+             "learning_rate": _lr_label(log2_lrs[li]), "widths": list(s["qk_widths"]),
+             "alignment": "|mean over tokens of cos(q_t, k_t)| per layer and head, averaged (pre-RoPE, pre-norm)",
+             "alignment_increase_sqrt": stat["mean"], "alignment_increase_sqrt_std": stat["std"],
+             "by_rule_width": table}
+  parts = [f"{k}: {_fmt(v['alignment_init']['mean'], '.2f')} -> {_fmt(v['alignment_final']['mean'], '.2f')}, "
+           f"max logit x{_fmt(v['max_logit_growth']['mean'], '.2g')}" for k, v in table.items()]
+  finding = (f"Depth {depth}, {steps} steps at learning rate {_lr_label(log2_lrs[li])} on the {data_name(ctx)}: "
+             f"the q-k alignment |mean cos(q_t, k_t)| rose by {_fmt(stat['mean'])} on average with 1/√d_k "
+             f"(init -> final, and growth of the largest |logit|: {'; '.join(parts)}).")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 1 §4 ②: μP lets hyperparameters transfer across width.
+
+
+def optimum_log2_lr(row: dict[str, Any]) -> float | None:
+  """The optimal log2 learning rate of a ``find_optimum`` row: the parabola vertex when there is one, else the grid
+  argmin (None when every learning rate diverged)."""
+  if row.get("log2_lr_interp") is not None:
+    return float(row["log2_lr_interp"])
+  return None if row.get("log2_lr") is None else float(row["log2_lr"])
+
+
+def spread(values: Sequence[float | None]) -> float | None:
+  """max − min of the values (None when any is None)."""
+  if not values or any(v is None for v in values):
+    return None
+  return float(max(values) - min(values))
+
+
+def measure_mup_transfer(ctx: Any) -> Measurement:
+  """Spread (max − min) over widths of the optimal log2 learning rate under μP, with SP's for comparison."""
+  s = sizes(ctx)
+  widths = tuple(s["transfer_widths"])
+  log2_lrs = tuple(float(x) for x in s["transfer_log2_lrs"])
+  steps = s["transfer_steps"]
+  last = max(1, steps // 10)
+  seeds = seeds_of(ctx)
+  out: dict[str, Any] = {}
+  out["sp"] = {"optimal_log2_lr": [], "at_edge": [], "spread": None, "spread_per_seed": mean_std([]),
+               "final_loss_by_width_lr": {}}
+  for name in s["transfer_parametrizations"]:
+    optima, per_seed, at_edge, table = [], [[] for _ in seeds], [], {}
+    for width in widths:
+      run = grid_run(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=name,
+                     log2_lrs=log2_lrs, steps=steps, base_width=min(widths), fixed_head_dim=False, schedule="cosine")
+      loss = run.records["loss"]
+      rows = transfer_lib.summarize_grid(loss, log2_lrs, len(seeds), last)
+      best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
+      optima.append(optimum_log2_lr(best))
+      at_edge.append(best["at_edge"])
+      table[str(width)] = {_lr_label(r["log2_lr"]): _r(r["final_loss"]) for r in rows}
+      for j in range(len(seeds)):
+        cols = loss[:, j::len(seeds)]
+        seed_rows = transfer_lib.summarize_grid(cols, log2_lrs, 1, last)
+        seed_best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in seed_rows])[0]
+        per_seed[j].append(optimum_log2_lr(seed_best))
+    out[name] = {"optimal_log2_lr": [_r(v) for v in optima], "at_edge": at_edge,
+                 "spread": _r(spread(optima)), "spread_per_seed": mean_std([spread(p) or np.nan for p in per_seed]),
+                 "final_loss_by_width_lr": table}
+  numbers = {**_about(ctx), "widths": list(widths),
+             "depth": s["transfer_depth"], "steps": steps, "log2_lrs": list(log2_lrs),
+             "optimum": "parabola vertex through the best grid point and its neighbours, else the grid argmin",
+             "mup_optimal_log2_lr_spread": out["mup"]["spread"], "sp_optimal_log2_lr_spread": out["sp"]["spread"],
+             "mup": out["mup"], "sp": out["sp"]}
+  fmt_opt = lambda name: ", ".join(_fmt(v, ".2f") for v in out[name]["optimal_log2_lr"])
+  finding = (f"Widths {', '.join(map(str, widths))}, {steps} steps on the {data_name(ctx)}: the optimal log2 "
+             f"learning rate was {fmt_opt('mup')} under μP (spread {_fmt(out['mup']['spread'], '.2f')} octaves) and "
+             f"{fmt_opt('sp')} under SP (spread {_fmt(out['sp']['spread'], '.2f')}).")
+  return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# The claims.
+
+
+TRAINING_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "train_nan_within_100_steps", "note 2 §4, follow-up 1",
+        "Without scaling, training on tiny Shakespeare gives a NaN loss within 100 steps (with scaling the loss "
+        "falls normally).",
+        Criterion("nan_fraction_none", "fraction of unscaled (learning rate, seed) runs, pooled over depths, whose "
+                  "loss is non-finite within the first 100 steps, at learning rates where every 1/√d_k run stays "
+                  "finite", holds=(">=", 0.5), fails=("<=", 0.1)),
+        measure_nan_within_100, training=True),
+    Claim(
+        "train_grad_norm_below_1e-6", "note 2 §4, follow-up 1",
+        "Without scaling, softmax saturates and gradient norms decay below 1e-6.",
+        Criterion("log10_min_grad_norm_none", "log10 of the smallest global gradient norm of any unscaled run at "
+                  "any step, learning rate, seed and depth", holds=("<", -6.0), fails=(">", -4.0)),
+        measure_grad_norm_decay, training=True),
+    Claim(
+        "train_depth6_converges_worse", "note 2 §4, follow-up 1",
+        "Without scaling a 6-layer model may converge, but slowly and to a worse loss.",
+        Criterion("relative_final_gap", "(final loss unscaled − final loss 1/√d_k) / final loss 1/√d_k at depth 6, "
+                  "each at its best learning rate, mean over seeds", holds=(">=", 0.02), fails=("<=", 0.0)),
+        measure_depth6_converges_worse, training=True),
+    Claim(
+        "train_depth12_diverges", "note 2 §4, follow-up 1",
+        "Without scaling, models of 12 or more layers almost certainly diverge.",
+        Criterion("diverged_fraction_none", "fraction of unscaled depth-12 (learning rate, seed) runs that diverge "
+                  "(non-finite or > 3x the initial loss), at learning rates where no 1/√d_k run diverges",
+                  holds=(">=", 0.8), fails=("<=", 0.2)),
+        measure_depth12_diverges, training=True),
+    Claim(
+        "train_qk_correlate", "note 1 §3",
+        "In training, q and k become correlated (so the independence behind Var(q·k) = d_k stops holding).",
+        Criterion("alignment_increase_sqrt", "increase during training of |mean cos(q_t, k_t)| (same position, per "
+                  "layer and head, averaged) with 1/√d_k, mean over widths and seeds", holds=(">=", 0.1),
+                  fails=("<=", 0.02)),
+        measure_qk_correlate, training=True),
+    Claim(
+        "train_mup_lr_transfer", "note 1 §4 ②",
+        "μP lets hyperparameters (the learning rate) tuned at one width carry over to other widths.",
+        Criterion("mup_optimal_log2_lr_spread", "max − min over widths of μP's optimal log2 learning rate (octaves)",
+                  holds=("<=", 1.0), fails=(">=", 2.0)),
+        measure_mup_transfer, training=True),
+)

@@ -1,0 +1,153 @@
+"""Tests of scaling.studies.training_claims: criteria, post-processing helpers and each measurement on tiny sizes."""
+
+import math
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from scaling import model as model_lib
+from scaling.studies import training_claims as tc
+from scaling.studies import verdicts
+
+NAN = float("nan")
+
+
+# ----------------------------------------------------------------------------
+# The claims and their criteria.
+
+
+def test_claims_are_training_claims_with_unique_ids():
+  ids = [c.id for c in tc.TRAINING_CLAIMS]
+  assert len(ids) == len(set(ids)) == 6
+  for c in tc.TRAINING_CLAIMS:
+    assert c.training and c.source and c.text
+
+
+@pytest.mark.parametrize("claim", tc.TRAINING_CLAIMS, ids=lambda c: c.id)
+def test_every_criterion_reaches_holds_and_fails(claim):
+  verdict_set = {claim.criterion.verdict(x) for x in claim.criterion.probes()}
+  assert verdicts.HOLDS in verdict_set and verdicts.FAILS in verdict_set
+  assert claim.criterion.verdict(NAN) == verdicts.NOT_MEASURED
+
+
+def test_sizes_have_the_modes_and_reject_unknown_ones():
+  assert {"quick", "full", "test"} <= set(tc.SIZES)
+  for s in tc.SIZES.values():
+    for depth in (s["depth_small"], s["depth_converge"], s["depth_diverge"]):
+      assert depth in s["steps"]
+  with pytest.raises(KeyError, match="no training sizes"):
+    tc.sizes(types.SimpleNamespace(mode="nope"))
+
+
+# ----------------------------------------------------------------------------
+# Post-processing helpers: known answers.
+
+
+def test_diverged_and_nonfinite_within():
+  losses = np.array([[4.0, 4.0, 4.0, 4.0],
+                     [3.0, NAN, 13.0, 4.0],
+                     [2.0, NAN, 3.0, np.inf]])
+  np.testing.assert_array_equal(tc.diverged(losses), [False, True, True, True])
+  np.testing.assert_array_equal(tc.diverged(losses, window=2), [False, True, True, False])
+  np.testing.assert_array_equal(tc.diverged(losses, factor=4.0), [False, True, False, True])
+  np.testing.assert_array_equal(tc.nonfinite_within(losses), [False, True, False, True])
+  np.testing.assert_array_equal(tc.nonfinite_within(losses, window=2), [False, True, False, False])
+
+
+def test_smallest_finite_final_losses_window_mean():
+  assert tc.smallest_finite(np.array([[3.0, NAN], [1e-7, np.inf]])) == 1e-7
+  assert math.isnan(tc.smallest_finite(np.array([NAN, np.inf])))
+  losses = np.array([[5.0, 5.0], [4.0, NAN], [2.0, 3.0], [1.0, 3.0]])
+  np.testing.assert_allclose(tc.final_losses(losses, 2), [1.5, NAN])
+  np.testing.assert_allclose(tc.window_mean(losses, 3, 2), [1.5, 3.0])
+  np.testing.assert_allclose(tc.window_mean(losses, 1, 2), [4.5, NAN])
+  np.testing.assert_allclose(tc.window_mean(losses, 99, 1), [1.0, 3.0])
+
+
+def test_best_index_and_mean_std():
+  assert tc.best_index(np.array([[3.0, 3.0], [1.0, NAN], [2.0, 2.5]])) == 2
+  assert tc.best_index(np.array([[NAN, 1.0]])) is None
+  assert tc.mean_std([1.0, 3.0, NAN]) == {"mean": 2.0, "std": 1.0}
+  assert tc.mean_std([NAN]) == {"mean": None, "std": None}
+
+
+def test_qk_alignment_and_max_logit_growth():
+  cos = np.array([[[0.5, -0.5], [0.1, 0.3]], [[NAN, 0.0], [0.0, 0.0]]])  # [M=2, depth=2, N=2]
+  out = tc.qk_alignment(cos)
+  assert out[0] == pytest.approx(0.35) and math.isnan(out[1])
+  logits = np.zeros((4, 2, 3))
+  logits[0] = [[1.0, 2.0, 0.5], [4.0, 1.0, 1.0]]
+  logits[2:] = [[3.0, 8.0, 1.0], [4.0, 2.0, 2.0]]
+  np.testing.assert_allclose(tc.max_logit_growth(logits, last=2), [4.0, 1.0])
+
+
+def test_optimum_and_spread():
+  assert tc.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": -7.5}) == -7.5
+  assert tc.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": None}) == -8.0
+  assert tc.optimum_log2_lr({"log2_lr": None, "log2_lr_interp": None}) is None
+  assert tc.spread([-8.0, -6.5, -7.0]) == 1.5
+  assert tc.spread([-8.0, None]) is None
+
+
+def test_qk_alignment_fn_is_one_when_key_equals_query():
+  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
+  dataset = tc.dataset_of(ctx)  # the model of the "test" sqrt grid, so the compiled function is shared
+  family = model_lib.ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
+  config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+  params = model_lib.init_params(jax.random.PRNGKey(0), config)
+  attn = params["block_0"]["attn"]
+  tied = {**params, "block_0": {**params["block_0"], "attn": {**attn, "key": attn["query"]}}}
+  stacked = jax.tree.map(lambda *xs: np.stack(xs), params, tied)
+  tokens = dataset.eval_batch(0, 0)["inputs"]
+  cos = np.asarray(tc.qk_alignment_fn(config)(stacked, tokens))
+  assert cos.shape == (2, 1, 2)
+  assert np.all(np.abs(cos[0]) < 0.9)
+  np.testing.assert_allclose(cos[1], 1.0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Each measurement on tiny sizes (synthetic data; the grids are shared through the cache).
+
+
+@pytest.fixture(scope="module")
+def rows():
+  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
+  tc.clear_cache()
+  out = {c.id: c.evaluate(ctx) for c in tc.TRAINING_CLAIMS}
+  tc.clear_cache()
+  return out
+
+
+@pytest.mark.parametrize("claim", tc.TRAINING_CLAIMS, ids=lambda c: c.id)
+def test_measure_returns_its_statistic(rows, claim):
+  row = rows[claim.id]
+  assert row["statistic"] == claim.criterion.statistic
+  assert row["numbers"]["data"] == "synthetic recall task"
+  assert row["numbers"]["mode"] == "test"
+  assert row["verdict"] in (*verdicts.VERDICTS, verdicts.NOT_MEASURED)
+  assert isinstance(row["finding"], str) and row["finding"]
+  value = row["value"]
+  assert value is None or isinstance(value, float)
+
+
+def test_measurements_report_seed_statistics(rows):
+  assert set(rows["train_nan_within_100_steps"]["numbers"]["nan_fraction_none_per_seed"]) == {"mean", "std"}
+  depth6 = rows["train_depth6_converges_worse"]["numbers"]
+  assert set(depth6["none"]["final_loss"]) == {"mean", "std"}
+  assert depth6["relative_final_gap"] is not None
+  qk = rows["train_qk_correlate"]["numbers"]["by_rule_width"]
+  assert set(qk) == {"sqrt width 16"}
+  assert rows["train_mup_lr_transfer"]["numbers"]["mup_optimal_log2_lr_spread"] == 0.0
+
+
+def test_grids_are_shared_between_claims():
+  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
+  tc.clear_cache()
+  a = tc.grid_run(ctx, rule="none", depth=1)
+  assert tc.grid_run(ctx, rule="none", depth=1) is a
+  assert a.records["loss"].shape == (4, 4)
+  assert a.records["layer_grad_norm"].shape == (4, 4, 1)
+  assert a.by_lr(a.records["loss"][0]).shape == (2, 2)
+  tc.clear_cache()
