@@ -455,4 +455,4 @@ def param_kinds(config: ModelConfig) -> Any:
 
 def count_params(params: Any) -> int:
   """Total number of parameters."""
-  return sum(int(x.size) for x in jax.tree.leaves(params))
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(params))

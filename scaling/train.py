@@ -239,7 +239,7 @@ class TrainResult:
     divergence_step: the step whose loss diverged, or None (-1 in a grid).
     initial_loss: loss of step 0.
     final_loss: loss of the last step run.
-    history: host metrics (with "step") of every logged step.
+    history: host metrics of every logged step, with "step" and "diverged" (a member diverged at that step).
     records: the metrics named in ``record`` at every step run, numpy float64
       [steps_run, (M,) ...].
     wall_time: seconds for the whole loop, compilation included.
@@ -287,7 +287,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       None: ``opt_config.learning_rate`` for every member.
     log_every: call ``callback`` and keep history every this many steps (the
       first, the last and a diverging step are always logged).
-    callback: ``callback(step, row)`` with host metrics (floats and lists).
+    callback: ``callback(step, row)`` with host metrics (floats and lists) and ``row["diverged"]``, true at
+      the step where a member diverges.
     divergence_factor: a member diverges at a non-finite loss or one above
       this × its step-0 loss.
     record: metric names kept at every step in ``TrainResult.records``.
@@ -354,7 +355,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     for name in record:
       records[name].append(metrics[name])
     if t % log_every == 0 or t == steps - 1 or new.any():
-      row = {"step": t, **to_host(metrics)}
+      row = {"step": t, **to_host(metrics), "diverged": bool(new.any())}
       history.append(row)
       if callback is not None:
         callback(t, row)

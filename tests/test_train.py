@@ -260,6 +260,7 @@ class RunTrainingTest(chex.TestCase):
     self.assertLess(d, STEPS - 1)
     self.assertEqual(result.steps_run, d + 1)
     self.assertEqual(result.history[-1]["step"], d)
+    self.assertEqual([r["diverged"] for r in result.history], [False] * (len(result.history) - 1) + [True])
     bad = result.history[-1]["loss"]
     self.assertTrue(not math.isfinite(bad) or bad > 3.0 * result.initial_loss)
     if math.isfinite(bad):

@@ -12,6 +12,7 @@ last finite state, and plots are written in every case.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
 import sys
@@ -103,7 +104,8 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "model": dataclasses.asdict(model_config),
                                                "dataset": data_lib.describe(dataset)})
-  num_params = model_lib.count_params(model_lib.init_params(jax.random.PRNGKey(seed), model_config))
+  shapes = jax.eval_shape(functools.partial(model_lib.init_params, config=model_config), jax.random.PRNGKey(seed))
+  num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
   print(f"training {num_params:,} parameters on {dataset.name} (vocab {dataset.vocab_size}, T={dataset.seq_len}, "
         f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}", flush=True)
@@ -113,8 +115,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
 
   def callback(step: int, row: dict[str, Any]) -> None:
     now = time.perf_counter()
-    diverged = train_lib.check_divergence(row["loss"], metrics.rows[0]["loss"] if metrics.rows else row["loss"],
-                                          config.divergence_factor) is not None
+    diverged = row.get("diverged", False)
     final = step == steps - 1
     if step % config.log_every == 0 or final or diverged:
       metrics.write({**row, "step": step, "time": now - start})
