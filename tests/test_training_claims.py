@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_claims_are_training_claims_with_unique_ids():
   ids = [c.id for c in tc.TRAINING_CLAIMS]
-  assert len(ids) == len(set(ids)) == 6
+  assert len(ids) == len(set(ids)) == 7
   for c in tc.TRAINING_CLAIMS:
     assert c.training and c.source and c.text
 
@@ -137,6 +137,9 @@ def test_measurements_report_seed_statistics(rows):
   depth6 = rows["train_depth6_converges_worse"]["numbers"]
   assert set(depth6["none"]["final_loss"]) == {"mean", "std"}
   assert depth6["relative_final_gap"] is not None
+  post = rows["train_post_softmax_worse"]["numbers"]
+  assert set(post) >= {"post_softmax", "sqrt", "relative_final_gap", "relative_gap_at_fixed_step"}
+  assert post["post_softmax"]["best_learning_rate"] is not None
   qk = rows["train_qk_correlate"]["numbers"]["by_rule_width"]
   assert set(qk) == {"sqrt width 16"}
   assert rows["train_mup_lr_transfer"]["numbers"]["mup_optimal_log2_lr_spread"] == 0.0
@@ -151,3 +154,27 @@ def test_grids_are_shared_between_claims():
   assert a.records["layer_grad_norm"].shape == (4, 4, 1)
   assert a.by_lr(a.records["loss"][0]).shape == (2, 2)
   tc.clear_cache()
+
+
+def test_compare_at_best_lr_known_answer(monkeypatch):
+  """Two fake grids (2 learning rates x 2 seeds, 10 steps) with losses chosen so the best rows and gaps are known."""
+  steps = 10
+
+  def fake(losses_by_lr_seed):
+    loss = np.repeat(np.asarray(losses_by_lr_seed, np.float64).reshape(1, -1), steps, axis=0)
+    loss[0] = 5.0  # the initial loss
+    return tc.GridRun(model_config=None, opt_config=None, log2_lrs=(-10.0, -8.0), seeds=(0, 1),
+                      records={"loss": loss}, final_params=None, wall_time=0.0)
+
+  grids = {"a": fake([3.0, 3.2, 2.0, NAN]),  # lr 2^-8 has a NaN seed: out, so a's best is 2^-10 (mean 3.1)
+           "b": fake([2.4, 2.6, 2.5, 2.5])}  # both 2.5 on average: the first (2^-10) wins the tie
+  monkeypatch.setattr(tc, "grid_run", lambda ctx, rule, depth: grids[rule])
+  monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], steps={3: steps}, fixed_step=5))
+  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake"), "a", "b", 3)
+  assert out["a"]["best_learning_rate"] == f"{2.0 ** -10:.3g}"
+  assert out["a"]["final_loss"]["mean"] == pytest.approx(3.1)
+  assert out["b"]["final_loss"]["mean"] == pytest.approx(2.5)
+  assert out["relative_final_gap"] == pytest.approx((3.1 - 2.5) / 2.5, rel=1e-3)
+  assert out["relative_final_gap_per_seed"]["mean"] == pytest.approx(np.mean([(3.0 - 2.4) / 2.4, (3.2 - 2.6) / 2.6]),
+                                                                     rel=1e-3)
+  assert out["a"]["initial_loss"]["mean"] == 5.0

@@ -2,8 +2,9 @@
 
 The claims come from note 2 §4, follow-up 1 (``shared/seeds/004_383f650843b84e3b.txt``: without 1/√d_k scaling
 the loss is NaN within 100 steps, gradient norms decay below 1e-6, 6 layers converge slowly and worse, 12+ layers
-almost certainly diverge) and note 1 §3 and §4 ② (``shared/seeds/000_ae59428f9015f76d.txt``: in training q and k
-become correlated; μP lets hyperparameters transfer across width).
+almost certainly diverge) and note 1 §3, §4 ② and ⑤ (``shared/seeds/000_ae59428f9015f76d.txt``: in training q and k
+become correlated; μP lets hyperparameters transfer across width; the division belongs before the softmax, here
+measured by what dividing after it does to training).
 
 Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
 built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
@@ -11,16 +12,16 @@ built-in synthetic recall task; the numbers say which (``data``). Runs are vmapp
 between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
 unscaled model, say, is trained once for all the claims that read it.
 
-``SIZES`` holds the sizes of each mode. "full" is the README's setting (width 128, two heads of d_k 64, sequences
-of 128, batch 16, 300 steps at depths 2 and 6 and 200 at depth 12, constant-rate Adam at 1e-4 .. 1e-2 in octaves,
-3 seeds; q-k at widths 64 and 128; μP transfer at widths 64, 128 and 256 over 2^-14 .. 2^-5). It is far beyond
-half an hour on two CPU cores: a 24-member depth-2 grid there takes ~4.5 s a step, so the whole mode is many
-hours; run it on an accelerator. "quick" keeps every claim but shrinks everything (all claims together train in
-about 6 minutes on two CPU cores): width 32 with two heads of d_k 16, sequences of 32, batch 8, 100 steps (60 at
-depth 12, so "within 100 steps" there means within 60), learning rates 1e-4, 1e-3 and 1e-2, the context's seeds
-(2 by default), q-k at widths 32 and 64, and the μP transfer at widths 32 and 128 over 2^-12 .. 2^-4 in steps of
-two octaves for 100 cosine-scheduled steps. "test" is tiny, for the unit tests only (one width and one rule for
-q-k, one width and μP only for the transfer).
+``SIZES`` holds the sizes of each mode. "full" is the README's setting: width 64 with two heads of d_k 32,
+sequences of 32, batch 8, 300 steps at depths 2 and 6 and 200 at depth 12, constant-rate Adam at 1e-4 .. 6.4e-3 in
+octaves and 1e-2, 3 seeds; q-k at widths 64 and 128 (at the learning rate nearest 1e-3); the μP transfer at widths 32,
+64 and 128 over 2^-13 .. 2^-4 in octaves for 300 cosine-scheduled steps (about 45 minutes on two CPU cores).
+"quick" keeps every claim but shrinks everything (all claims together train in about 6 minutes on two CPU cores):
+width 32 with two heads of d_k 16, sequences of 32, batch 8, 100 steps (60 at depth 12, so "within 100 steps"
+there means within 60), learning rates 1e-4, 1e-3 and 1e-2, the context's seeds (2 by default), q-k at widths 32
+and 64, and the μP transfer at widths 32 and 128 over 2^-12 .. 2^-4 in steps of two octaves for 100
+cosine-scheduled steps. "test" is tiny, for the unit tests only (one width and one rule for q-k, one width and μP
+only for the transfer).
 
 Divergence follows ``scaling.train``: a run diverges at a non-finite loss or one above 3 × its step-0 loss.
 """
@@ -51,11 +52,11 @@ DIVERGENCE_FACTOR = train_lib.DEFAULT_DIVERGENCE_FACTOR
 _OCTAVES_FROM_1E4 = tuple(math.log2(1e-4) + k for k in range(7))  # 1e-4 .. 6.4e-3
 
 SIZES: dict[str, dict[str, Any]] = {
-    "full": dict(width=128, num_heads=2, head_dim=64, seq_len=128, batch_size=16, num_seeds=3,
+    "full": dict(width=64, num_heads=2, head_dim=32, seq_len=32, batch_size=8, num_seeds=3,
                  depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 300, 6: 300, 12: 200},
                  log2_lrs=_OCTAVES_FROM_1E4 + (math.log2(1e-2),), nan_window=100, fixed_step=100,
                  qk_widths=(64, 128), qk_rules=QK_RULES, qk_lr=1e-3,
-                 transfer_widths=(64, 128, 256), transfer_log2_lrs=tuple(float(x) for x in range(-14, -4)),
+                 transfer_widths=(32, 64, 128), transfer_log2_lrs=tuple(float(x) for x in range(-13, -3)),
                  transfer_steps=300, transfer_depth=2, transfer_parametrizations=("sp", "mup")),
     "quick": dict(width=32, num_heads=2, head_dim=16, seq_len=32, batch_size=8, num_seeds=None,
                   depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 100, 6: 100, 12: 60},
@@ -359,56 +360,84 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
 # Note 2 §4, follow-up 1: 6 layers without scaling converge, but slowly and worse.
 
 
-def measure_depth6_converges_worse(ctx: Any) -> Measurement:
-  """Final loss of the unscaled model minus the 1/√d_k model at depth 6, each at its best learning rate, relative."""
+def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int) -> dict[str, Any]:
+  """Final losses of ``rule`` and ``reference`` at ``depth``, each at its own best learning rate, and their gaps.
+
+  Args:
+    ctx: the context.
+    rule: the rule compared.
+    reference: the rule it is compared with.
+    depth: number of blocks.
+
+  Returns:
+    the numbers: steps, the window of the final loss, per rule its best learning rate, final loss (mean and std over
+    seeds), loss at the mode's fixed step, initial loss and final loss per learning rate; the relative gaps
+    (rule − reference) / reference of the final loss (mean, and per seed) and at the fixed step.
+  """
   s = sizes(ctx)
-  depth = s["depth_converge"]
   steps = s["steps"][depth]
   last = max(1, steps // 10)
   fixed = min(s["fixed_step"], steps - 1)
-  rows = {}
-  for rule in ("none", "sqrt"):
-    run = grid_run(ctx, rule=rule, depth=depth)
+  rows, finals, fixeds = {}, {}, {}
+  for name in (rule, reference):
+    run = grid_run(ctx, rule=name, depth=depth)
     loss = run.records["loss"]
     final = run.by_lr(final_losses(loss, last))  # [L, S]
     best = best_index(final)
-    initial = run.by_lr(loss[0])
     at_fixed = run.by_lr(window_mean(loss, fixed, last))
-    rows[rule] = {
+    finals[name] = None if best is None else final[best]
+    fixeds[name] = None if best is None else at_fixed[best]
+    rows[name] = {
         "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
         "best_at_grid_edge": None if best is None else best in (0, len(run.log2_lrs) - 1),
-        "final_loss": mean_std(final[best]) if best is not None else mean_std([]),
+        "final_loss": mean_std([] if best is None else final[best]),
         "final_loss_seeds": None if best is None else [_r(v) for v in final[best]],
-        "loss_at_fixed_step": mean_std(at_fixed[best]) if best is not None else mean_std([]),
-        "initial_loss": mean_std(initial.ravel()),
+        "loss_at_fixed_step": mean_std([] if best is None else at_fixed[best]),
+        "initial_loss": mean_std(run.by_lr(loss[0]).ravel()),
         "final_loss_by_lr": {_lr_label(x): mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
-        "_final": None if best is None else final[best], "_fixed": None if best is None else at_fixed[best],
     }
-  none, sqrt = rows["none"], rows["sqrt"]
   gap = gap_fixed = None
   gap_seeds: dict[str, Any] = mean_std([])
-  if none["_final"] is not None and sqrt["_final"] is not None:
-    gap = float(np.mean(none["_final"]) - np.mean(sqrt["_final"])) / float(np.mean(sqrt["_final"]))
-    gap_fixed = float(np.mean(none["_fixed"]) - np.mean(sqrt["_fixed"])) / float(np.mean(sqrt["_fixed"]))
-    gap_seeds = mean_std((none["_final"] - sqrt["_final"]) / sqrt["_final"])
-  for r in rows.values():
-    r.pop("_final")
-    r.pop("_fixed")
+  a, b = finals[rule], finals[reference]
+  if a is not None and b is not None:
+    gap = float(np.mean(a) - np.mean(b)) / float(np.mean(b))
+    gap_fixed = float(np.mean(fixeds[rule]) - np.mean(fixeds[reference])) / float(np.mean(fixeds[reference]))
+    gap_seeds = mean_std((a - b) / b)
+  return {"depth": depth, "steps": steps, "final_loss_mean_of_last": last, "fixed_step": fixed,
+          "relative_final_gap": _r(gap), "relative_final_gap_per_seed": gap_seeds,
+          "relative_gap_at_fixed_step": _r(gap_fixed), rule: rows[rule], reference: rows[reference]}
+
+
+def measure_depth6_converges_worse(ctx: Any) -> Measurement:
+  """Final loss of the unscaled model minus the 1/√d_k model at depth 6, each at its best learning rate, relative."""
+  c = compare_at_best_lr(ctx, "none", "sqrt", sizes(ctx)["depth_converge"])
+  none, sqrt = c["none"], c["sqrt"]
   none_drop = None
   if none["final_loss"]["mean"] is not None:
     none_drop = _r(none["initial_loss"]["mean"] - none["final_loss"]["mean"])
-  numbers = {
-      **_about(ctx), "depth": depth, "steps": steps,
-      "final_loss_mean_of_last": last, "fixed_step": fixed,
-      "relative_final_gap": _r(gap), "relative_final_gap_per_seed": gap_seeds,
-      "relative_gap_at_fixed_step": _r(gap_fixed), "none_loss_drop_from_init": none_drop,
-      "none": none, "sqrt": sqrt,
-  }
-  finding = (f"Depth {depth}, {steps} steps on the {data_name(ctx)}: at its best learning rate the unscaled model "
-             f"reached a final loss of {_fmt(none['final_loss']['mean'])} (from {_fmt(none['initial_loss']['mean'])})"
-             f" vs {_fmt(sqrt['final_loss']['mean'])} with 1/√d_k, a relative gap of {_fmt(_r(gap))}; at step "
-             f"{fixed} the gap was {_fmt(_r(gap_fixed))}.")
+  numbers = {**_about(ctx), **c, "none_loss_drop_from_init": none_drop}
+  finding = (f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: at its best learning rate the "
+             f"unscaled model reached a final loss of {_fmt(none['final_loss']['mean'])} (from "
+             f"{_fmt(none['initial_loss']['mean'])}) vs {_fmt(sqrt['final_loss']['mean'])} with 1/√d_k, a relative "
+             f"gap of {_fmt(c['relative_final_gap'])}; at step {c['fixed_step']} the gap was "
+             f"{_fmt(c['relative_gap_at_fixed_step'])}.")
   return Measurement(numbers, finding)
+
+
+# ----------------------------------------------------------------------------
+# Note 1 §4 ⑤, §5: the division belongs before the softmax; after it, training suffers.
+
+
+def measure_post_softmax_training(ctx: Any) -> Measurement:
+  """Loss of softmax(q·k)·v/√d_k against softmax(q·k/√d_k)·v after training, each at its best learning rate."""
+  c = compare_at_best_lr(ctx, "post_softmax", "sqrt", sizes(ctx)["depth_small"])
+  post, sqrt = c["post_softmax"], c["sqrt"]
+  finding = (f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: dividing after the softmax reached a "
+             f"final loss of {_fmt(post['final_loss']['mean'])} (best learning rate {post['best_learning_rate']}) vs "
+             f"{_fmt(sqrt['final_loss']['mean'])} with the division inside the logits (best learning rate "
+             f"{sqrt['best_learning_rate']}): a relative gap of {_fmt(c['relative_final_gap'])}; at step "
+             f"{c['fixed_step']} the gap was {_fmt(c['relative_gap_at_fixed_step'])}.")
+  return Measurement({**_about(ctx), **c}, finding)
 
 
 # ----------------------------------------------------------------------------
@@ -509,15 +538,16 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
   last = max(1, steps // 10)
   seeds = seeds_of(ctx)
   dataset = dataset_of(ctx)
-  log2_lrs = tuple(float(x) for x in s["log2_lrs"])
-  li = int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in log2_lrs]))
-  members = slice(li * len(seeds), (li + 1) * len(seeds))
+  grid = tuple(float(x) for x in s["log2_lrs"])
+  log2_lrs = (grid[int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in grid]))],)  # one learning rate
+  li = 0
+  members = slice(0, len(seeds))
   tokens = dataset.eval_batch(0, int(ctx.seed))["inputs"]
   table: dict[str, dict[str, Any]] = {}
   increases = []
   for width in s["qk_widths"]:
     for rule in s["qk_rules"]:
-      run = grid_run(ctx, rule=rule, depth=depth, width=width)
+      run = grid_run(ctx, rule=rule, depth=depth, width=width, log2_lrs=log2_lrs)
       lrs, member_seeds = transfer_lib.lr_grid(log2_lrs, seeds)
       init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(
           jnp.asarray(member_seeds[members]), jnp.asarray(lrs[members]))
@@ -633,6 +663,14 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         Criterion("relative_final_gap", "(final loss unscaled − final loss 1/√d_k) / final loss 1/√d_k at depth 6, "
                   "each at its best learning rate, mean over seeds", holds=(">=", 0.02), fails=("<=", 0.0)),
         measure_depth6_converges_worse, training=True),
+    Claim(
+        "train_post_softmax_worse", "note 1 §4 ⑤, §5",
+        "The division belongs inside the logits: applied after the softmax it is a mistake (measured here by what it "
+        "does to training).",
+        Criterion("relative_final_gap", "(final loss with softmax(q·k)·v/√d_k − final loss with softmax(q·k/√d_k)·v)"
+                  " / the latter at depth 2, each at its best learning rate, mean over seeds", holds=(">=", 0.02),
+                  fails=("<=", 0.0)),
+        measure_post_softmax_training, training=True),
     Claim(
         "train_depth12_diverges", "note 2 §4, follow-up 1",
         "Without scaling, models of 12 or more layers almost certainly diverge.",
