@@ -178,3 +178,12 @@ def test_compare_at_best_lr_known_answer(monkeypatch):
   assert out["relative_final_gap_per_seed"]["mean"] == pytest.approx(np.mean([(3.0 - 2.4) / 2.4, (3.2 - 2.6) / 2.6]),
                                                                      rel=1e-3)
   assert out["a"]["initial_loss"]["mean"] == 5.0
+
+
+def test_describe_sizes_reads_the_mode(monkeypatch):
+  monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], width=48, num_heads=3, head_dim=16, seq_len=24,
+                                             batch_size=5, log2_lrs=(-9.0, -8.0, -7.0), qk_widths=(48, 96)))
+  text = tc.describe_sizes(types.SimpleNamespace(mode="fake", seed=0, num_seeds=2))
+  for part in ("width 48", "3 heads of d_k 16", "sequences of 24", "batch 5", "3 learning rates 0.00195 .. 0.00781",
+               "2 seeds", "q-k at widths 48, 96"):
+    assert part in text, (part, text)

@@ -810,13 +810,16 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
 """The claims random inputs can settle, in the order of the tables."""
 
 
+TRAINING_MODULE = "scaling.studies.training_claims"
+
+
 def all_claims() -> tuple[Claim, ...]:
   """RANDOM_INPUT_CLAIMS, then ``scaling.studies.training_claims.TRAINING_CLAIMS`` when that module defines it."""
   claims = RANDOM_INPUT_CLAIMS
   try:
-    module = importlib.import_module("scaling.studies.training_claims")
+    module = importlib.import_module(TRAINING_MODULE)
   except ImportError as e:
-    if e.name != "scaling.studies.training_claims":  # the module exists but fails to import: say so
+    if e.name != TRAINING_MODULE:  # the module exists but fails to import: say so
       raise
   else:
     claims += tuple(getattr(module, "TRAINING_CLAIMS", ()))
@@ -902,6 +905,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def _training_sizes(ctx: Context) -> str:
+  """The training claims' sizes in words (empty when the training claims are not installed)."""
+  describe = getattr(importlib.import_module(TRAINING_MODULE), "describe_sizes", None)
+  return describe(ctx) if callable(describe) else ""
+
+
 def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
   """The tables for README.md: the random-input claims, then the training claims (``Claim.training``)."""
   training = {c.id for c in all_claims() if c.training}
@@ -910,7 +919,7 @@ def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
            f"heads; {_n_seeds(ctx)} from {ctx.seed}")
   for title, selected in ((f"Random-input claims ({sizes}):", [r for r in rows if r["id"] not in training]),
                           ("Training claims (data: " + (ctx.text_file or "the built-in synthetic task") + f"; mode "
-                           f"{ctx.mode}):", [r for r in rows if r["id"] in training])):
+                           f"{ctx.mode}: {_training_sizes(ctx)}):", [r for r in rows if r["id"] in training])):
     if selected:
       parts.append(f"{title}\n\n{markdown_table(selected)}")
   return "\n".join(parts)

@@ -173,6 +173,21 @@ def data_name(ctx: Any) -> str:
   return f"text file {os.path.basename(text)} (characters)" if text else "synthetic recall task"
 
 
+def describe_sizes(ctx: Any) -> str:
+  """The training sizes of ``ctx.mode`` in words, for the tables' headings (read from ``SIZES``)."""
+  s = sizes(ctx)
+  depths = _depths(ctx)
+  lrs = [2.0 ** x for x in s["log2_lrs"]]
+  t_lrs = s["transfer_log2_lrs"]
+  return (f"width {s['width']}, {s['num_heads']} heads of d_k {s['head_dim']}, sequences of {s['seq_len']}, batch "
+          f"{s['batch_size']}; depths {', '.join(map(str, depths))} for "
+          f"{', '.join(str(s['steps'][d]) for d in depths)} steps of constant-rate Adam at {len(lrs)} learning rates "
+          f"{lrs[0]:.3g} .. {lrs[-1]:.3g}; {len(seeds_of(ctx))} seeds; q-k at widths "
+          f"{', '.join(map(str, s['qk_widths']))} (learning rate {s['qk_lr']:g}); transfer at widths "
+          f"{', '.join(map(str, s['transfer_widths']))}, learning rates 2^{t_lrs[0]:g} .. 2^{t_lrs[-1]:g} "
+          f"({len(t_lrs)}), {s['transfer_steps']} cosine-scheduled steps")
+
+
 _DATASETS: dict[tuple, Any] = {}
 _GRIDS: dict[tuple, "GridRun"] = {}
 
