@@ -149,7 +149,11 @@ class ScaledEmbed(nn.Module):
 
 
 class Norm(nn.Module):
-  """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias)."""
+  """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias).
+
+  ``final=True`` marks the norm after the last block: its parameters are of the
+  kinds "final_norm" and "final_bias", which depth scaling leaves alone.
+  """
 
   kind: str
   parametrization: param_lib.Parametrization
@@ -157,14 +161,16 @@ class Norm(nn.Module):
   use_bias: bool = False
   dtype: Any = jnp.float32
   eps: float = 1e-6
+  final: bool = False
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     d = x.shape[-1]
-    scale, mult = kind_param(self, "scale", "norm", (d,), self.parametrization, self.width)
+    gain_kind, bias_kind = ("final_norm", "final_bias") if self.final else ("norm", "bias")
+    scale, mult = kind_param(self, "scale", gain_kind, (d,), self.parametrization, self.width)
     norm = rules_lib.layer_norm if self.kind == "layer" else rules_lib.rms_norm
     y = norm(x.astype(jnp.float32), self.eps) * scaled(scale, mult)
     if self.use_bias:
-      bias, bmult = kind_param(self, "bias", "bias", (d,), self.parametrization, self.width)
+      bias, bmult = kind_param(self, "bias", bias_kind, (d,), self.parametrization, self.width)
       y = y + scaled(bias, bmult)
     return y.astype(self.dtype)

@@ -70,7 +70,8 @@ class ModelConfig:
     num_kv_heads: K, key/value heads (GQA); None = num_heads.
     mlp_ratio: hidden MLP width F = mlp_ratio * width (rounded).
     max_len: longest sequence the model accepts (the size of learned positions).
-    parametrization: the scheme (init, multipliers, per-layer learning rates).
+    parametrization: the scheme (init, multipliers, per-layer learning rates,
+      depth scaling); the config stores it with its ``depth`` set to ``depth``.
     rule: the logit-scale rule; None = the parametrization's ``attention_rule()``.
       With a ``QKNorm`` rule the query and key gains are learnable parameters.
     positions: "rope", "learned" or "none".
@@ -139,6 +140,8 @@ class ModelConfig:
                        f"got {self.parametrization!r}")
     if self.rule is not None and not isinstance(self.rule, rules_lib.ScaleRule):
       raise ValueError(f"rule must be a ScaleRule object (scaling.get_rule) or None, got {self.rule!r}")
+    # The parametrization's depth factors (residual multiplier, in-block LRs) use the model's depth.
+    object.__setattr__(self, "parametrization", self.parametrization.with_depth(self.depth))
 
   @property
   def kv_heads(self) -> int:
@@ -196,8 +199,14 @@ class ModelFamily(Options):
   block_size: int = option(64, "Query and key tile length of blockwise attention.", lower=1)
   zero_query: bool = option(False, "Zero-initialize W_q (muP option).")
   zero_readout: bool = option(False, "Zero-initialize the readout (muP option).")
+  depth_alpha: float = option(0.0, "Depth scaling alpha: each residual branch x (depth/base_depth)^-alpha and "
+                              "in-block Adam LRs x (depth/base_depth)^(alpha-1) (CompleteP); 0 = off, else in "
+                              "[0.5, 1] (0.5: depth-muP, 1: CompleteP).", lower=0.0, upper=1.0)
+  base_depth: int | None = option(None, "Depth at which the parametrization is tuned (depth scaling is 1 there); "
+                                  "default: --depth (m_L = 1).", lower=1)
 
   def validate(self):
+    param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
       raise ValueError("--tau only applies to --rule=temperature")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
@@ -223,6 +232,12 @@ class ModelFamily(Options):
       return self
     return dataclasses.replace(self, base_width=min(widths))
 
+  def with_base_depth(self, depths: Sequence[int]) -> ModelFamily:
+    """This family with base_depth = min(depths) if it was not given (for runs over several depths)."""
+    if self.base_depth is not None:
+      return self
+    return dataclasses.replace(self, base_depth=min(depths))
+
   @property
   def base_head_dim(self) -> int:
     """The head dim at the base width (where μP's α/d_head equals 1/√d_head)."""
@@ -233,10 +248,15 @@ class ModelFamily(Options):
     except ValueError as e:
       raise ValueError(f"--base_width={self.base_width}: {e}") from None
 
-  def parametrization(self, name: str) -> param_lib.Parametrization:
-    """The named parametrization at this family's base width and base head dim."""
+  def parametrization(self, name: str, depth: int | None = None) -> param_lib.Parametrization:
+    """The named parametrization at this family's base width, base head dim and base depth, for ``depth`` blocks."""
+    depth = self.depth if depth is None else depth
+    depth_options = {}
+    if self.depth_alpha:
+      depth_options = dict(depth_alpha=self.depth_alpha, base_depth=self.base_depth or depth)
     return param_lib.get_parametrization(name, base_width=self.base_width, base_head_dim=self.base_head_dim,
-                                         zero_query=self.zero_query, zero_readout=self.zero_readout)
+                                         zero_query=self.zero_query, zero_readout=self.zero_readout, depth=depth,
+                                         **depth_options)
 
   def make_rule(self) -> rules_lib.ScaleRule | None:
     """The explicit logit-scale rule, or None for the parametrization's own."""
@@ -255,9 +275,10 @@ class ModelFamily(Options):
         model rejects the configuration (messages name the option).
     """
     num_heads, head_dim = self.heads(width)
-    fields = dict(vocab_size=vocab_size, width=width, depth=self.depth, num_heads=num_heads, head_dim=head_dim,
+    depth = overrides.get("depth", self.depth)
+    fields = dict(vocab_size=vocab_size, width=width, depth=depth, num_heads=num_heads, head_dim=head_dim,
                   num_kv_heads=self.num_kv_heads, mlp_ratio=self.mlp_ratio, max_len=max_len,
-                  parametrization=self.parametrization(parametrization), rule=self.make_rule(),
+                  parametrization=self.parametrization(parametrization, depth), rule=self.make_rule(),
                   positions=self.positions, pre_ln=self.pre_ln, dtype=self.dtype, attention=self.attention,
                   block_q=self.block_size, block_k=self.block_size, logit_soft_cap=self.logit_soft_cap)
     fields.update(overrides)
@@ -338,7 +359,9 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-  """One transformer block: pre-LN x + f(LN(x)), or post-LN LN(x + f(x)) (Xiong et al. 2020).
+  """One transformer block: pre-LN x + s·f(LN(x)), or post-LN LN(x + s·f(x)) (Xiong et al. 2020).
+
+  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling).
 
   Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs before the residual add.
   """
@@ -352,16 +375,17 @@ class Block(nn.Module):
                                     name=name)
     attn = Attention(cfg, name="attn")
     mlp = Mlp(cfg, name="mlp")
+    branch = cfg.parametrization.residual_multiplier()
     if cfg.pre_ln:
       a = attn(norm("ln_attn")(x))
-      x = x + a
+      x = x + layers.scaled(a, branch)
       m = mlp(norm("ln_mlp")(x))
-      x = x + m
+      x = x + layers.scaled(m, branch)
     else:
       a = attn(x)
-      x = norm("ln_attn")(x + a)
+      x = norm("ln_attn")(x + layers.scaled(a, branch))
       m = mlp(x)
-      x = norm("ln_mlp")(x + m)
+      x = norm("ln_mlp")(x + layers.scaled(m, branch))
     layers.record(self, "attn_out_rms", layers.rms(a))
     layers.record(self, "mlp_out_rms", layers.rms(m))
     return x
@@ -410,7 +434,7 @@ class Transformer(nn.Module):
     for i in range(cfg.depth):
       x = Block(cfg, name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, name="ln_final")(x)
+      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
     logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, name="readout")(x)
     logits = logits.astype(jnp.float32)

@@ -1,6 +1,7 @@
 """The transformer: shapes, causality by Jacobian, logits against a hand-written reference, kinds and init against
 the parametrization, aux metrics by hand."""
 
+import dataclasses
 import math
 
 from absl.testing import absltest
@@ -281,7 +282,7 @@ class VariantsTest(parameterized.TestCase):
   def test_objects_and_effective_rule(self):
     mup = param_lib.get_parametrization("mup", base_head_dim=32)
     cfg = model_lib.ModelConfig(vocab_size=V, parametrization=mup)
-    self.assertIs(cfg.parametrization, mup)
+    self.assertEqual(cfg.parametrization, dataclasses.replace(mup, depth=cfg.depth))  # the config's depth is set
     self.assertEqual(cfg.attention_rule, rules.LinearScale(base_head_dim=32))
     tau = rules.get_rule("temperature", tau=3.0)
     self.assertIs(model_lib.ModelConfig(vocab_size=V, parametrization=mup, rule=tau).attention_rule, tau)
@@ -295,14 +296,14 @@ def _expected_kinds(cfg):
   def dense(kind):
     return {"kernel": kind, "bias": "bias"} if cfg.use_bias else {"kernel": kind}
 
-  def norm():
-    return {"scale": "norm", "bias": "bias"} if cfg.use_bias else {"scale": "norm"}
+  def norm(gain="norm", bias="bias"):
+    return {"scale": gain, "bias": bias} if cfg.use_bias else {"scale": gain}
 
   kinds = {"embed": {"embedding": "embedding"}, "readout": {"kernel": "readout"}}  # the readout has no bias
   if cfg.positions == "learned":
     kinds["pos_embed"] = {"embedding": "embedding"}
   if cfg.pre_ln:
-    kinds["ln_final"] = norm()
+    kinds["ln_final"] = norm("final_norm", "final_bias")  # outside the blocks: depth scaling leaves it alone
   for i in range(cfg.depth):
     attn = {"query": dense("attn_q"), "key": dense("attn_k"), "value": dense("attn_v"), "out": dense("attn_o")}
     if isinstance(cfg.attention_rule, rules.QKNorm):
@@ -328,7 +329,7 @@ class KindsTest(parameterized.TestCase):
         "block_0/ln_mlp/scale": "norm", "block_0/ln_mlp/bias": "bias",
         "block_0/mlp/fc_in/kernel": "hidden", "block_0/mlp/fc_in/bias": "bias",
         "block_0/mlp/fc_out/kernel": "hidden", "block_0/mlp/fc_out/bias": "bias",
-        "ln_final/scale": "norm", "ln_final/bias": "bias",
+        "ln_final/scale": "final_norm", "ln_final/bias": "final_bias",
         "readout/kernel": "readout",
     }
     kinds = model_lib.param_kinds(cfg)
