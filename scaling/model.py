@@ -41,6 +41,7 @@ from scaling import metrics as metrics_lib
 from scaling import parametrization as param_lib
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
+from scaling import unit_scaling as unit
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -325,48 +326,69 @@ class Attention(nn.Module):
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
+    q, kk, v = (layers.probe(self, name, y) for name, y in (("act_q", q), ("act_k", kk), ("act_v", v)))
     rule = cfg.attention_rule
     if isinstance(rule, rules_lib.QKNorm):
       qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), p, cfg.width)
       kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), p, cfg.width)
       rule = rule.replace(query_gain=layers.scaled(qg, mult), key_gain=layers.scaled(kg, mult))
-    if cfg.attention == "dense":
-      out, logits, weights, mask = attention_lib.attention_with_aux(
-          q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap)
-      stats = metrics_lib.attention_layer_metrics(logits, weights, mask)
-    else:
+    stats = {}
+
+    def attend(q, kk, v):
+      if cfg.attention == "dense":
+        out, logits, weights, mask = attention_lib.attention_with_aux(
+            q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap)
+        stats.update(metrics_lib.attention_layer_metrics(logits, weights, mask))
+        return out
       out, lse = blockwise_lib.blockwise_attention(
           q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap, block_q=cfg.block_q,
           block_k=cfg.block_k, return_residual=True)
-      stats = {key: jnp.full((), jnp.nan, jnp.float32) for key in ATTENTION_METRICS}
+      stats.update({key: jnp.full((), jnp.nan, jnp.float32) for key in ATTENTION_METRICS})
       stats["attn_max_lse"] = metrics_lib.max_lse(lse)
+      return out
+
+    if p.unit_scaled:
+      out = unit.attention(attend, q, kk, v, unit.attention_scale(t, h, mult=p.attn_mult, causal=cfg.causal))
+    else:
+      out = attend(q, kk, v)
     for key, value in stats.items():
       layers.record(self, key, value)
-    return dense(cfg.width, "attn_o", "out")(out.reshape(b, t, n * h).astype(cfg.compute_dtype))
+    out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
+    return dense(cfg.width, "attn_o", "out")(out)
 
 
 class Mlp(nn.Module):
-  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width."""
+  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP)."""
 
   config: ModelConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
+    unit_scaled = cfg.parametrization.unit_scaled
+    # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
+    # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
     dense = lambda features, name: layers.ScaledDense(features, "hidden", cfg.parametrization, cfg.width,
-                                                      cfg.use_bias, cfg.compute_dtype, name=name)
-    return dense(cfg.width, "fc_out")(nn.gelu(dense(cfg.mlp_hidden, "fc_in")(x)))
+                                                      cfg.use_bias, cfg.compute_dtype, constrained=not unit_scaled,
+                                                      name=name)
+    hidden = dense(cfg.mlp_hidden, "fc_in")(x)
+    hidden = layers.probe(self, "act_hidden", unit.gelu(hidden) if unit_scaled else nn.gelu(hidden))
+    return dense(cfg.width, "fc_out")(hidden)
 
 
 class Block(nn.Module):
   """One transformer block: pre-LN x + s·f(LN(x)), or post-LN LN(x + s·f(x)) (Xiong et al. 2020).
 
-  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling).
+  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling). Under u-μP the
+  residual rule is u-μP's: (τ·f(x) + x)/√(1 + τ²) with the block's τ (``scaling.unit_scaling.residual_taus``),
+  the branch gradient scaled by τ/√(1 + τ²) and the skip's by 1/√(1 + τ²) in the backward pass.
+  Activations are marked with ``layers.probe`` (``act_*``: sown into "activations", perturbable).
 
   Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs before the residual add.
   """
 
   config: ModelConfig
+  index: int = 0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -375,20 +397,33 @@ class Block(nn.Module):
                                     name=name)
     attn = Attention(cfg, name="attn")
     mlp = Mlp(cfg, name="mlp")
-    branch = cfg.parametrization.residual_multiplier()
-    if cfg.pre_ln:
-      a = attn(norm("ln_attn")(x))
-      x = x + layers.scaled(a, branch)
-      m = mlp(norm("ln_mlp")(x))
-      x = x + layers.scaled(m, branch)
+    p = cfg.parametrization
+    if p.unit_scaled:
+      taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)[self.index]
+      split = lambda x, i: unit.residual_split(x, taus[i])
+      add = lambda f, skip, i: unit.residual_add(f, skip, taus[i])
     else:
-      a = attn(x)
-      x = norm("ln_attn")(x + layers.scaled(a, branch))
-      m = mlp(x)
-      x = norm("ln_mlp")(x + layers.scaled(m, branch))
+      branch = p.residual_multiplier()
+      split = lambda x, i: (x, x)
+      add = lambda f, skip, i: skip + layers.scaled(f, branch)
+    probe = lambda name, y: layers.probe(self, name, y)
+    if cfg.pre_ln:
+      r, skip = split(x, 0)
+      a = probe("act_attn_out", attn(probe("act_attn_in", norm("ln_attn")(r))))
+      x = probe("act_attn_resid", add(a, skip, 0))
+      r, skip = split(x, 1)
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", norm("ln_mlp")(r))))
+      x = add(m, skip, 1)
+    else:
+      r, skip = split(x, 0)
+      a = probe("act_attn_out", attn(probe("act_attn_in", r)))
+      x = probe("act_attn_resid", norm("ln_attn")(add(a, skip, 0)))
+      r, skip = split(x, 1)
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", r)))
+      x = norm("ln_mlp")(add(m, skip, 1))
     layers.record(self, "attn_out_rms", layers.rms(a))
     layers.record(self, "mlp_out_rms", layers.rms(m))
-    return x
+    return probe("act_out", x)
 
 
 class Transformer(nn.Module):
@@ -431,13 +466,16 @@ class Transformer(nn.Module):
     if cfg.positions == "learned":
       x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
+    x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, name=f"block_{i}")(x)
+      x = Block(cfg, index=i, name=f"block_{i}")(x)
     if cfg.pre_ln:
       x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
+      x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, name="readout")(x)
-    logits = logits.astype(jnp.float32)
+    logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
+                                name="readout")(x)
+    logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
 

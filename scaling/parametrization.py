@@ -259,6 +259,11 @@ class Parametrization:
       if not isinstance(getattr(self, option), bool):
         raise ValueError(f"{option} must be a bool, got {getattr(self, option)!r}")
 
+  @property
+  def unit_scaled(self) -> bool:
+    """Whether the model computes with unit-scaled operations (``scaling.unit_scaling``) under this scheme."""
+    return False
+
   def width_mult(self, width: int) -> float:
     """The width multiplier m = width / base_width."""
     return check_positive_int("width", width) / self.base_width
@@ -463,6 +468,10 @@ class UnitMuParametrization(Parametrization):
         raise ValueError(f"{option} must be a finite positive number, got {value!r}")
     if self.depth_alpha != 0:
       raise ValueError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
+
+  @property
+  def unit_scaled(self) -> bool:
+    return True
 
   def attention_rule(self) -> rules.ScaleRule:
     return rules.LinearScale(alpha=float(self.attn_mult))
