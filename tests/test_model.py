@@ -421,7 +421,7 @@ def _rope(x, base):
   return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
+def _reference_logits(cfg, params, tokens, *, mult, logit_scale, unit=None):
   """The decoder's logits recomputed in float64 numpy from the parameters.
 
   Args:
@@ -430,6 +430,8 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
     tokens: int [B, T].
     mult: (kind, fan_in) -> the forward multiplier A of a layer, written out by the test.
     logit_scale: the factor s in softmax(s · q·k), written out by the test.
+    unit: u-μP's unit-scaled forward, written out by the test: {"attn": attention output scale, "gelu": GELU
+      output scale, "taus": [(τ_attn, τ_mlp) per block]}; residuals become (τ·f + x)/√(1 + τ²). None: plain.
   """
   p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
   tokens = np.asarray(tokens)
@@ -464,10 +466,19 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
     w = np.exp(z - z.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
     o = np.einsum("bnqs,bsnh->bqnh", w, v).reshape(b, t, n * h)
+    if unit:
+      o = o * unit["attn"]
     return dense(a["out"], o, "attn_o")
 
   def mlp(m, x):
-    return dense(m["fc_out"], _gelu_tanh(dense(m["fc_in"], x, "hidden")), "hidden")
+    hidden = _gelu_tanh(dense(m["fc_in"], x, "hidden"))
+    return dense(m["fc_out"], hidden * unit["gelu"] if unit else hidden, "hidden")
+
+  def add(x, f, i, j):
+    if not unit:
+      return x + f
+    tau = unit["taus"][i][j]
+    return (tau * f + x) / np.sqrt(1 + tau * tau)
 
   x = mult("embedding", V) * p["embed"]["embedding"][tokens]
   if cfg.positions == "learned":
@@ -475,11 +486,11 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
   for i in range(cfg.depth):
     blk = p[f"block_{i}"]
     if cfg.pre_ln:
-      x = x + attention(blk["attn"], norm(blk["ln_attn"], x))
-      x = x + mlp(blk["mlp"], norm(blk["ln_mlp"], x))
+      x = add(x, attention(blk["attn"], norm(blk["ln_attn"], x)), i, 0)
+      x = add(x, mlp(blk["mlp"], norm(blk["ln_mlp"], x)), i, 1)
     else:
-      x = norm(blk["ln_attn"], x + attention(blk["attn"], x))
-      x = norm(blk["ln_mlp"], x + mlp(blk["mlp"], x))
+      x = norm(blk["ln_attn"], add(x, attention(blk["attn"], x), i, 0))
+      x = norm(blk["ln_mlp"], add(x, mlp(blk["mlp"], x), i, 1))
   if cfg.pre_ln:
     x = norm(p["ln_final"], x)
   return mult("readout", cfg.width) * np.einsum("btd,dv->btv", x, p["readout"]["kernel"])
@@ -535,7 +546,15 @@ class ReferenceLogitsTest(parameterized.TestCase):
     tokens = _tokens(2, 8)
     params = _perturbed(_params(cfg))
     logits = model_lib.Transformer(cfg).apply({"params": params}, tokens)
-    want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale)
+    unit = None
+    if kw.get("parametrization") == "umup":
+      # u-μP's forward (unit_scaling): causal attention output × √(T / log T)^(1 − w), w = 1/(1 + 4·d/α²) with
+      # T = 8, d = 8, α = 1; GELU × 1.7657 (its 0.8/0.2 log-interpolation between √(2/(1 − 1/π)) and 2); one
+      # block: τ_attn = α_attn/√L = 1, τ_mlp = α_mlp/√(L + α_attn²) = 1/√2.
+      w = 1 / (1 + 4 * 8)
+      unit = {"attn": math.sqrt(8 / math.log(8)) ** (1 - w),
+              "gelu": math.sqrt(2 / (1 - 1 / math.pi)) ** 0.8 * 2**0.2, "taus": [(1.0, 1 / math.sqrt(2))]}
+    want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale, unit=unit)
     chex.assert_shape(logits, (2, 8, V))
     np.testing.assert_allclose(np.asarray(logits, np.float64), want, rtol=2e-4, atol=2e-5)
 
