@@ -95,27 +95,32 @@ implementation graphcore-research/unit-scaling: ``functional.linear``,
 =========  ==========  ========  ========  =====
 kind       B           A         Adam      SGD
 =========  ==========  ========  ========  =====
-embedding  1           1         1/√n_out  n_out
-hidden     1           1/√n_in   1/√n_in   n_in
-attn_*     1 (q: 0)    1/√n_in   1/√n_in   n_in
-readout    1 (or 0)    1/n_in    1         n_in
-bias       0           1         1         n_out
-norm       0 (mean 1)  1         1         n_out
+embedding  1           1         1/√n_out  1/√n_out
+hidden     1           1/√n_in   1/√n_in   1/√n_in
+attn_*     1 (q: 0)    1/√n_in   1/√n_in   1/√n_in
+readout    1 (or 0)    1/n_in    1         1
+bias       0           1         1         1
+norm       0 (mean 1)  1         1         1
 =========  ==========  ========  ========  =====
 
 All u-μP factors are absolute (the paper drops base shapes), so ``width`` only
 enters through the fans. The embedding Adam LR 1/√n_out (n_out = d_model) is the
 paper's embedding rule (§4.4), a deliberate departure from μP's constant. The
-Adam column is the paper's; the SGD column is derived here by abc-symmetry
-(TP5 §"abc-symmetry": (A, B, C) → (θA, B/θ, C/θ²) leaves SGD training
-unchanged) from TP5 Table 3 for *true* gradients, because this codebase
-differentiates the forward multipliers with autodiff. (The ``unit_scaling``
-SGD rule differs because its backward pass rescales gradients.) Attention
-logits: α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as
-in the paper and in ``unit_scaling.functional.scaled_dot_product_attention``,
-``scale=mult / d_head``). u-μP's other unit-scaling ingredients (scaled
-residual branches, unit-scaled nonlinearities and loss) belong to the model,
-not to this table.
+Adam column is the paper's; in-block parameters further get × 1/√L
+(``unit_scaling.optim.lr_scale_for_depth``). The model computes u-μP with the
+unit-scaled operations of ``scaling.unit_scaling``, whose backward pass rescales
+gradients to unit scale, so the SGD column equals the Adam column
+(``lr_scale_func_sgd`` with an unconstrained readout). Attention logits:
+α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as in the
+paper and in ``unit_scaling.functional.scaled_dot_product_attention``,
+``scale=mult / d_head``).
+
+Depth (CompleteP, Dey et al. 2025, Table 1): with ``depth_alpha`` α > 0 and
+m_L = depth / base_depth, every residual branch is multiplied by m_L^−α
+(``residual_multiplier``) and the in-block kinds (hidden, attn_*, norm, bias)
+get Adam LR × m_L^(α−1) and SGD LR × m_L^(2α−1); Adam's ε factor
+(``eps_multiplier``) is 1/m under μP, × m_L^−α in the blocks. The embedding,
+readout and the final norm (kinds final_norm, final_bias) have no depth factor.
 
 Weight decay: decoupled decay in optax's ``adamw`` (like ``torch.optim.AdamW``)
 is multiplied by the learning rate, so with per-layer LR multipliers C the
