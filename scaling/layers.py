@@ -24,10 +24,13 @@ import jax.numpy as jnp
 
 from scaling import parametrization as param_lib
 from scaling import rules as rules_lib
+from scaling import unit_scaling as unit
 
 Array = jax.Array
 
 METRICS = "metrics"
+ACTIVATIONS = "activations"
+PERTURBATIONS = "perturbations"
 
 
 class Kinded(struct.PyTreeNode, nn.meta.AxisMetadata):
@@ -109,8 +112,28 @@ def record(module: nn.Module, name: str, value: Array) -> None:
              reduce_fn=lambda _, new: new)
 
 
+def probe(module: nn.Module, name: str, x: Array) -> Array:
+  """Marks an activation: sown into ``"activations"`` (when mutable) and perturbable (``Module.perturb``).
+
+  ``jax.grad`` with respect to the ``"perturbations"`` collection gives the
+  gradient arriving at the activation; without that collection x is returned as is.
+  """
+  module.sow(ACTIVATIONS, name, x)
+  return module.perturb(name, x, collection=PERTURBATIONS)
+
+
+def _rows(x: Array) -> int:
+  """Number of rows of x (all axes but the last)."""
+  return max(1, x.size // x.shape[-1])
+
+
 class ScaledDense(nn.Module):
-  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization."""
+  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization.
+
+  Under a unit-scaled parametrization (u-μP) the product is ``scaling.unit_scaling.linear``: forward A, the
+  gradient of W × 1/√rows, the gradient of x × A (``constrained``) or × 1/√fan_out (not constrained: the MLP's
+  mirrored pair and the readout).
+  """
 
   features: int
   kind: str
@@ -118,12 +141,21 @@ class ScaledDense(nn.Module):
   width: int
   use_bias: bool = False
   dtype: Any = jnp.float32
+  constrained: bool = True
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """x [..., fan_in] -> [..., features] in ``dtype``."""
     kernel, mult = kind_param(self, "kernel", self.kind, (x.shape[-1], self.features), self.parametrization,
                               self.width)
+    if self.parametrization.unit_scaled:
+      rows = _rows(x)
+      grad_in = mult if self.constrained else self.features**-0.5
+      y = unit.linear(x.astype(self.dtype), kernel.astype(self.dtype), mult, grad_in, rows**-0.5)
+      if self.use_bias:
+        bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
+        y = y + unit.scale(bias.astype(self.dtype), bmult, rows**-0.5)
+      return y
     y = scaled(jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype)), mult)
     if self.use_bias:
       bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
@@ -145,11 +177,17 @@ class ScaledEmbed(nn.Module):
     """ids int [...] -> [..., features] in ``dtype``."""
     table, mult = kind_param(self, "embedding", "embedding", (self.num_embeddings, self.features),
                              self.parametrization, self.width)
+    if self.parametrization.unit_scaled:  # each row's gradient sums ~ids.size / V rows: × √(V / ids.size)
+      table = unit.scale(table, 1.0, (self.num_embeddings / max(1, ids.size)) ** 0.5)
     return scaled(jnp.take(table, ids, axis=0).astype(self.dtype), mult)
 
 
 class Norm(nn.Module):
-  """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias)."""
+  """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias).
+
+  ``final=True`` marks the norm after the last block: its parameters are of the
+  kinds "final_norm" and "final_bias", which depth scaling leaves alone.
+  """
 
   kind: str
   parametrization: param_lib.Parametrization
@@ -157,14 +195,19 @@ class Norm(nn.Module):
   use_bias: bool = False
   dtype: Any = jnp.float32
   eps: float = 1e-6
+  final: bool = False
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     d = x.shape[-1]
-    scale, mult = kind_param(self, "scale", "norm", (d,), self.parametrization, self.width)
+    gain_kind, bias_kind = ("final_norm", "final_bias") if self.final else ("norm", "bias")
+    scale, mult = kind_param(self, "scale", gain_kind, (d,), self.parametrization, self.width)
     norm = rules_lib.layer_norm if self.kind == "layer" else rules_lib.rms_norm
-    y = norm(x.astype(jnp.float32), self.eps) * scaled(scale, mult)
+    grad_scale = (lambda v: unit.scale(v, 1.0, _rows(x) ** -0.5)) if self.parametrization.unit_scaled else (
+        lambda v: v)
+    y = norm(x.astype(jnp.float32), self.eps) * scaled(grad_scale(scale), mult)
     if self.use_bias:
-      bias, bmult = kind_param(self, "bias", "bias", (d,), self.parametrization, self.width)
+      bias, bmult = kind_param(self, "bias", bias_kind, (d,), self.parametrization, self.width)
+      bias = grad_scale(bias)
       y = y + scaled(bias, bmult)
     return y.astype(self.dtype)

@@ -41,6 +41,7 @@ from scaling import metrics as metrics_lib
 from scaling import parametrization as param_lib
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
+from scaling import unit_scaling as unit
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -70,7 +71,8 @@ class ModelConfig:
     num_kv_heads: K, key/value heads (GQA); None = num_heads.
     mlp_ratio: hidden MLP width F = mlp_ratio * width (rounded).
     max_len: longest sequence the model accepts (the size of learned positions).
-    parametrization: the scheme (init, multipliers, per-layer learning rates).
+    parametrization: the scheme (init, multipliers, per-layer learning rates,
+      depth scaling); the config stores it with its ``depth`` set to ``depth``.
     rule: the logit-scale rule; None = the parametrization's ``attention_rule()``.
       With a ``QKNorm`` rule the query and key gains are learnable parameters.
     positions: "rope", "learned" or "none".
@@ -139,6 +141,8 @@ class ModelConfig:
                        f"got {self.parametrization!r}")
     if self.rule is not None and not isinstance(self.rule, rules_lib.ScaleRule):
       raise ValueError(f"rule must be a ScaleRule object (scaling.get_rule) or None, got {self.rule!r}")
+    # The parametrization's depth factors (residual multiplier, in-block LRs) use the model's depth.
+    object.__setattr__(self, "parametrization", self.parametrization.with_depth(self.depth))
 
   @property
   def kv_heads(self) -> int:
@@ -196,8 +200,14 @@ class ModelFamily(Options):
   block_size: int = option(64, "Query and key tile length of blockwise attention.", lower=1)
   zero_query: bool = option(False, "Zero-initialize W_q (muP option).")
   zero_readout: bool = option(False, "Zero-initialize the readout (muP option).")
+  depth_alpha: float = option(0.0, "Depth scaling alpha: each residual branch x (depth/base_depth)^-alpha and "
+                              "in-block Adam LRs x (depth/base_depth)^(alpha-1) (CompleteP); 0 = off, else in "
+                              "[0.5, 1] (0.5: depth-muP, 1: CompleteP).", lower=0.0, upper=1.0)
+  base_depth: int | None = option(None, "Depth at which the parametrization is tuned (depth scaling is 1 there); "
+                                  "default: --depth (m_L = 1).", lower=1)
 
   def validate(self):
+    param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
       raise ValueError("--tau only applies to --rule=temperature")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
@@ -223,6 +233,12 @@ class ModelFamily(Options):
       return self
     return dataclasses.replace(self, base_width=min(widths))
 
+  def with_base_depth(self, depths: Sequence[int]) -> ModelFamily:
+    """This family with base_depth = min(depths) if it was not given (for runs over several depths)."""
+    if self.base_depth is not None:
+      return self
+    return dataclasses.replace(self, base_depth=min(depths))
+
   @property
   def base_head_dim(self) -> int:
     """The head dim at the base width (where μP's α/d_head equals 1/√d_head)."""
@@ -233,10 +249,15 @@ class ModelFamily(Options):
     except ValueError as e:
       raise ValueError(f"--base_width={self.base_width}: {e}") from None
 
-  def parametrization(self, name: str) -> param_lib.Parametrization:
-    """The named parametrization at this family's base width and base head dim."""
+  def parametrization(self, name: str, depth: int | None = None) -> param_lib.Parametrization:
+    """The named parametrization at this family's base width, base head dim and base depth, for ``depth`` blocks."""
+    depth = self.depth if depth is None else depth
+    depth_options = {}
+    if self.depth_alpha:
+      depth_options = dict(depth_alpha=self.depth_alpha, base_depth=self.base_depth or depth)
     return param_lib.get_parametrization(name, base_width=self.base_width, base_head_dim=self.base_head_dim,
-                                         zero_query=self.zero_query, zero_readout=self.zero_readout)
+                                         zero_query=self.zero_query, zero_readout=self.zero_readout, depth=depth,
+                                         **depth_options)
 
   def make_rule(self) -> rules_lib.ScaleRule | None:
     """The explicit logit-scale rule, or None for the parametrization's own."""
@@ -255,9 +276,10 @@ class ModelFamily(Options):
         model rejects the configuration (messages name the option).
     """
     num_heads, head_dim = self.heads(width)
-    fields = dict(vocab_size=vocab_size, width=width, depth=self.depth, num_heads=num_heads, head_dim=head_dim,
+    depth = overrides.get("depth", self.depth)
+    fields = dict(vocab_size=vocab_size, width=width, depth=depth, num_heads=num_heads, head_dim=head_dim,
                   num_kv_heads=self.num_kv_heads, mlp_ratio=self.mlp_ratio, max_len=max_len,
-                  parametrization=self.parametrization(parametrization), rule=self.make_rule(),
+                  parametrization=self.parametrization(parametrization, depth), rule=self.make_rule(),
                   positions=self.positions, pre_ln=self.pre_ln, dtype=self.dtype, attention=self.attention,
                   block_q=self.block_size, block_k=self.block_size, logit_soft_cap=self.logit_soft_cap)
     fields.update(overrides)
@@ -304,46 +326,69 @@ class Attention(nn.Module):
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
+    q, kk, v = (layers.probe(self, name, y) for name, y in (("act_q", q), ("act_k", kk), ("act_v", v)))
     rule = cfg.attention_rule
     if isinstance(rule, rules_lib.QKNorm):
       qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), p, cfg.width)
       kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), p, cfg.width)
       rule = rule.replace(query_gain=layers.scaled(qg, mult), key_gain=layers.scaled(kg, mult))
-    if cfg.attention == "dense":
-      out, logits, weights, mask = attention_lib.attention_with_aux(
-          q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap)
-      stats = metrics_lib.attention_layer_metrics(logits, weights, mask)
-    else:
+    stats = {}
+
+    def attend(q, kk, v):
+      if cfg.attention == "dense":
+        out, logits, weights, mask = attention_lib.attention_with_aux(
+            q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap)
+        stats.update(metrics_lib.attention_layer_metrics(logits, weights, mask))
+        return out
       out, lse = blockwise_lib.blockwise_attention(
           q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap, block_q=cfg.block_q,
           block_k=cfg.block_k, return_residual=True)
-      stats = {key: jnp.full((), jnp.nan, jnp.float32) for key in ATTENTION_METRICS}
+      stats.update({key: jnp.full((), jnp.nan, jnp.float32) for key in ATTENTION_METRICS})
       stats["attn_max_lse"] = metrics_lib.max_lse(lse)
+      return out
+
+    if p.unit_scaled:
+      out = unit.attention(attend, q, kk, v, unit.attention_scale(t, h, mult=p.attn_mult, causal=cfg.causal))
+    else:
+      out = attend(q, kk, v)
     for key, value in stats.items():
       layers.record(self, key, value)
-    return dense(cfg.width, "attn_o", "out")(out.reshape(b, t, n * h).astype(cfg.compute_dtype))
+    out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
+    return dense(cfg.width, "attn_o", "out")(out)
 
 
 class Mlp(nn.Module):
-  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width."""
+  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP)."""
 
   config: ModelConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
+    unit_scaled = cfg.parametrization.unit_scaled
+    # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
+    # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
     dense = lambda features, name: layers.ScaledDense(features, "hidden", cfg.parametrization, cfg.width,
-                                                      cfg.use_bias, cfg.compute_dtype, name=name)
-    return dense(cfg.width, "fc_out")(nn.gelu(dense(cfg.mlp_hidden, "fc_in")(x)))
+                                                      cfg.use_bias, cfg.compute_dtype, constrained=not unit_scaled,
+                                                      name=name)
+    hidden = dense(cfg.mlp_hidden, "fc_in")(x)
+    hidden = layers.probe(self, "act_hidden", unit.gelu(hidden) if unit_scaled else nn.gelu(hidden))
+    return dense(cfg.width, "fc_out")(hidden)
 
 
 class Block(nn.Module):
-  """One transformer block: pre-LN x + f(LN(x)), or post-LN LN(x + f(x)) (Xiong et al. 2020).
+  """One transformer block: pre-LN x + s·f(LN(x)), or post-LN LN(x + s·f(x)) (Xiong et al. 2020).
+
+  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling). Under u-μP the
+  residual rule is u-μP's: (τ·f(x) + x)/√(1 + τ²) with the block's τ (``scaling.unit_scaling.residual_taus``),
+  the branch gradient scaled by τ/√(1 + τ²) and the skip's by 1/√(1 + τ²) in the backward pass.
+  Activations are marked with ``layers.probe`` (``act_*``: sown into "activations", perturbable).
 
   Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs before the residual add.
   """
 
   config: ModelConfig
+  index: int = 0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -352,19 +397,33 @@ class Block(nn.Module):
                                     name=name)
     attn = Attention(cfg, name="attn")
     mlp = Mlp(cfg, name="mlp")
-    if cfg.pre_ln:
-      a = attn(norm("ln_attn")(x))
-      x = x + a
-      m = mlp(norm("ln_mlp")(x))
-      x = x + m
+    p = cfg.parametrization
+    if p.unit_scaled:
+      taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)[self.index]
+      split = lambda x, i: unit.residual_split(x, taus[i])
+      add = lambda f, skip, i: unit.residual_add(f, skip, taus[i])
     else:
-      a = attn(x)
-      x = norm("ln_attn")(x + a)
-      m = mlp(x)
-      x = norm("ln_mlp")(x + m)
+      branch = p.residual_multiplier()
+      split = lambda x, i: (x, x)
+      add = lambda f, skip, i: skip + layers.scaled(f, branch)
+    probe = lambda name, y: layers.probe(self, name, y)
+    if cfg.pre_ln:
+      r, skip = split(x, 0)
+      a = probe("act_attn_out", attn(probe("act_attn_in", norm("ln_attn")(r))))
+      x = probe("act_attn_resid", add(a, skip, 0))
+      r, skip = split(x, 1)
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", norm("ln_mlp")(r))))
+      x = add(m, skip, 1)
+    else:
+      r, skip = split(x, 0)
+      a = probe("act_attn_out", attn(probe("act_attn_in", r)))
+      x = probe("act_attn_resid", norm("ln_attn")(add(a, skip, 0)))
+      r, skip = split(x, 1)
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", r)))
+      x = norm("ln_mlp")(add(m, skip, 1))
     layers.record(self, "attn_out_rms", layers.rms(a))
     layers.record(self, "mlp_out_rms", layers.rms(m))
-    return x
+    return probe("act_out", x)
 
 
 class Transformer(nn.Module):
@@ -407,13 +466,16 @@ class Transformer(nn.Module):
     if cfg.positions == "learned":
       x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
+    x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, name=f"block_{i}")(x)
+      x = Block(cfg, index=i, name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, name="ln_final")(x)
+      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
+      x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, name="readout")(x)
-    logits = logits.astype(jnp.float32)
+    logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
+                                name="readout")(x)
+    logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
 

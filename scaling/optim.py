@@ -120,6 +120,30 @@ def scale_by_parametrization(parametrization: param_lib.Parametrization, width: 
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def scale_by_adam_scaled_eps(parametrization: param_lib.Parametrization, width: int, kinds: Any, *,
+                             b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+  """``optax.scale_by_adam`` with ε = eps · ``parametrization.eps_multiplier(kind, width)`` per parameter.
+
+  The parameters are partitioned by their ε (``optax.partition``), each group
+  running its own ``scale_by_adam``.
+
+  Args:
+    parametrization: the scheme (its width and depth factors of ε).
+    width: the model width.
+    kinds: the layer kind of every parameter (``scaling.model.param_kinds``).
+    b1, b2, eps: Adam's moment decays and base epsilon.
+
+  Returns:
+    An optax GradientTransformation.
+  """
+  width = check_positive_int("width", width)
+  factors = {kind: parametrization.eps_multiplier(kind, width) for kind in set(jax.tree.leaves(kinds))}
+  groups = sorted(set(factors.values()))
+  label = {kind: f"eps_{groups.index(f)}" for kind, f in factors.items()}
+  transforms = {f"eps_{i}": optax.scale_by_adam(b1=b1, b2=b2, eps=eps * f) for i, f in enumerate(groups)}
+  return optax.partition(transforms, jax.tree.map(lambda kind: label[kind], kinds))
+
+
 def decay_mask(kinds: Any, decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS) -> Any:
   """True for parameters whose layer kind is in ``decay_kinds`` (the weight-decay mask)."""
   decay_kinds = tuple(decay_kinds)
@@ -182,7 +206,8 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
                    weight_decay: float | jax.Array = 0.0, schedule: Schedule | None = None,
                    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    momentum: float = 0.0, nesterov: bool = False,
-                   decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS) -> optax.GradientTransformation:
+                   decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS,
+                   eps_scaling: bool = False) -> optax.GradientTransformation:
   """Adam, AdamW or SGD with the per-layer learning rates of ``parametrization``.
 
   The update of a parameter with LR multiplier C (``LayerSpec.lr_adam`` for
@@ -222,6 +247,9 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     nesterov: Nesterov momentum for SGD.
     decay_kinds: layer kinds that are decayed (default: the matrices, not biases
       or norm gains).
+    eps_scaling: scale Adam's ``eps`` per parameter by
+      ``parametrization.eps_multiplier`` (CompleteP: 1/m under μP, times m_L^−α
+      inside the residual blocks); False keeps one ``eps`` for every parameter.
 
   Returns:
     An optax GradientTransformation whose state is an
@@ -265,14 +293,19 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     parts.append(optax.scale_by_learning_rate(learning_rate))
     return parts
 
+  if eps_scaling and name != "sgd":
+    direction = scale_by_adam_scaled_eps(parametrization, width, kinds, b1=b1, b2=b2, eps=eps)
+  else:
+    direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+
   if name == "adam":
     def adam(learning_rate):
-      return optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), scale, *tail(learning_rate))
+      return optax.chain(direction, scale, *tail(learning_rate))
     return optax.inject_hyperparams(adam)(learning_rate=learning_rate)
 
   if name == "adamw":
     def adamw(learning_rate, weight_decay):
-      return optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), scale,
+      return optax.chain(direction, scale,
                          optax.add_decayed_weights(weight_decay, mask), *tail(learning_rate))
     return optax.inject_hyperparams(adamw)(learning_rate=learning_rate, weight_decay=weight_decay)
 
@@ -319,12 +352,16 @@ class OptimizerConfig(Options):
   warmup_steps: int | None = option(None, "Linear warmup steps (default: steps // 10 with --schedule=cosine, else 0).",
                                     lower=0)
   end_factor: float = option(0.0, "Final learning rate of the cosine schedule, as a fraction of the peak.", lower=0.0)
+  eps_scaling: bool = option(False, "Scale Adam's epsilon with width and depth as CompleteP prescribes (1/m under "
+                             "muP, x (depth/base_depth)^-alpha inside the blocks); false: one epsilon.")
 
   def validate(self):
     if self.optimizer == "adam" and self.weight_decay:
       raise ValueError("--weight_decay needs --optimizer=adamw or sgd")
     if self.momentum and self.optimizer != "sgd":
       raise ValueError("--momentum only applies to --optimizer=sgd")
+    if self.eps_scaling and self.optimizer == "sgd":
+      raise ValueError("--eps_scaling only applies to --optimizer=adam or adamw")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
       raise ValueError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
 
@@ -349,6 +386,8 @@ class OptimizerConfig(Options):
     kwargs = {} if self.optimizer == "adam" else {"weight_decay": self.weight_decay}
     if self.optimizer == "sgd":
       kwargs["momentum"] = self.momentum
+    if self.eps_scaling:
+      kwargs["eps_scaling"] = True
     lr = self.learning_rate if learning_rate is None else learning_rate
     return make_optimizer(self.optimizer, lr, parametrization, width, kinds, schedule=self.schedule_fn(), **kwargs)
 

@@ -95,27 +95,32 @@ implementation graphcore-research/unit-scaling: ``functional.linear``,
 =========  ==========  ========  ========  =====
 kind       B           A         Adam      SGD
 =========  ==========  ========  ========  =====
-embedding  1           1         1/√n_out  n_out
-hidden     1           1/√n_in   1/√n_in   n_in
-attn_*     1 (q: 0)    1/√n_in   1/√n_in   n_in
-readout    1 (or 0)    1/n_in    1         n_in
-bias       0           1         1         n_out
-norm       0 (mean 1)  1         1         n_out
+embedding  1           1         1/√n_out  1/√n_out
+hidden     1           1/√n_in   1/√n_in   1/√n_in
+attn_*     1 (q: 0)    1/√n_in   1/√n_in   1/√n_in
+readout    1 (or 0)    1/n_in    1         1
+bias       0           1         1         1
+norm       0 (mean 1)  1         1         1
 =========  ==========  ========  ========  =====
 
 All u-μP factors are absolute (the paper drops base shapes), so ``width`` only
 enters through the fans. The embedding Adam LR 1/√n_out (n_out = d_model) is the
 paper's embedding rule (§4.4), a deliberate departure from μP's constant. The
-Adam column is the paper's; the SGD column is derived here by abc-symmetry
-(TP5 §"abc-symmetry": (A, B, C) → (θA, B/θ, C/θ²) leaves SGD training
-unchanged) from TP5 Table 3 for *true* gradients, because this codebase
-differentiates the forward multipliers with autodiff. (The ``unit_scaling``
-SGD rule differs because its backward pass rescales gradients.) Attention
-logits: α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as
-in the paper and in ``unit_scaling.functional.scaled_dot_product_attention``,
-``scale=mult / d_head``). u-μP's other unit-scaling ingredients (scaled
-residual branches, unit-scaled nonlinearities and loss) belong to the model,
-not to this table.
+Adam column is the paper's; in-block parameters further get × 1/√L
+(``unit_scaling.optim.lr_scale_for_depth``). The model computes u-μP with the
+unit-scaled operations of ``scaling.unit_scaling``, whose backward pass rescales
+gradients to unit scale, so the SGD column equals the Adam column
+(``lr_scale_func_sgd`` with an unconstrained readout). Attention logits:
+α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as in the
+paper and in ``unit_scaling.functional.scaled_dot_product_attention``,
+``scale=mult / d_head``).
+
+Depth (CompleteP, Dey et al. 2025, Table 1): with ``depth_alpha`` α > 0 and
+m_L = depth / base_depth, every residual branch is multiplied by m_L^−α
+(``residual_multiplier``) and the in-block kinds (hidden, attn_*, norm, bias)
+get Adam LR × m_L^(α−1) and SGD LR × m_L^(2α−1); Adam's ε factor
+(``eps_multiplier``) is 1/m under μP, × m_L^−α in the blocks. The embedding,
+readout and the final norm (kinds final_norm, final_bias) have no depth factor.
 
 Weight decay: decoupled decay in optax's ``adamw`` (like ``torch.optim.AdamW``)
 is multiplied by the learning rate, so with per-layer LR multipliers C the
@@ -152,10 +157,25 @@ import jax
 from scaling import rules
 from scaling.validation import check_positive_int
 
-LAYER_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm")
+LAYER_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm",
+               "final_norm", "final_bias")
 MATRIX_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
-VECTOR_KINDS = ("bias", "norm")
+VECTOR_KINDS = ("bias", "norm", "final_norm", "final_bias")
+GAIN_KINDS = ("norm", "final_norm")
 _HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
+# Parameters inside the residual blocks: the ones depth scaling touches (CompleteP's "hidden" groups).
+BLOCK_KINDS = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o", "bias", "norm")
+# Width rules of the kinds outside the blocks that are vectors like an in-block kind.
+_WIDTH_KIND = {"final_norm": "norm", "final_bias": "bias"}
+DEPTH_ALPHAS = "0 (off) or a number in [0.5, 1]"
+
+
+def check_depth_alpha(value: Any) -> float:
+  """Returns ``value`` as a float if it is 0 or in [0.5, 1], else raises ValueError."""
+  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  if not ok or not (value == 0 or 0.5 <= value <= 1):
+    raise ValueError(f"depth_alpha must be {DEPTH_ALPHAS}, got {value!r}")
+  return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +225,7 @@ def _vector(lr_adam: float, lr_sgd: float, *, init_mean: float) -> LayerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Parametrization:
-  """A width-dependent parametrization (abc-parametrization) as data.
+  """A width- and depth-dependent parametrization (abc-parametrization) as data.
 
   Attributes:
     name: the scheme's registry name ("sp", "ntk", "mup", "umup").
@@ -215,6 +235,13 @@ class Parametrization:
       every scheme.
     zero_readout: initialize the readout to zero (``mup``'s
       ``readout_zero_init``); allowed in every scheme.
+    depth_alpha: α of the depth scaling (CompleteP, Dey et al. 2025, Table 1):
+      each residual branch is multiplied by m_L^−α with m_L = depth / base_depth,
+      and the in-block parameters get Adam LR × m_L^(α−1). 0 turns depth scaling
+      off (the residual stream is x + f(LN x)); otherwise α ∈ [0.5, 1]
+      (0.5: depth-μP, Yang et al. 2023 and Bordelon et al. 2023; 1: CompleteP).
+    base_depth: depth at which the scheme is tuned (m_L = 1 there).
+    depth: the model's depth L (``ModelConfig`` sets it to its own); None = base_depth.
   """
 
   name: str = dataclasses.field(default="", init=False)
@@ -222,20 +249,46 @@ class Parametrization:
   base_head_dim: int = 64
   zero_query: bool = False
   zero_readout: bool = False
+  depth_alpha: float = 0.0
+  base_depth: int = 1
+  depth: int | None = None
 
   def __post_init__(self):
     check_positive_int("base_width", self.base_width)
     check_positive_int("base_head_dim", self.base_head_dim)
+    check_positive_int("base_depth", self.base_depth)
+    if self.depth is not None:
+      check_positive_int("depth", self.depth)
+    check_depth_alpha(self.depth_alpha)
     for option in ("zero_query", "zero_readout"):
       if not isinstance(getattr(self, option), bool):
         raise ValueError(f"{option} must be a bool, got {getattr(self, option)!r}")
+
+  @property
+  def unit_scaled(self) -> bool:
+    """Whether the model computes with unit-scaled operations (``scaling.unit_scaling``) under this scheme."""
+    return False
 
   def width_mult(self, width: int) -> float:
     """The width multiplier m = width / base_width."""
     return check_positive_int("width", width) / self.base_width
 
+  def depth_mult(self) -> float:
+    """The depth multiplier m_L = depth / base_depth (1 when ``depth`` is None)."""
+    return 1.0 if self.depth is None else self.depth / self.base_depth
+
+  def with_depth(self, depth: int) -> Parametrization:
+    """This scheme for a model of ``depth`` blocks."""
+    return self if depth == self.depth else dataclasses.replace(self, depth=check_positive_int("depth", depth))
+
+  def residual_multiplier(self) -> float:
+    """The multiplier of every residual branch: m_L^−α (1 when depth scaling is off)."""
+    if self.depth_alpha == 0:
+      return 1.0
+    return self.depth_mult() ** -self.depth_alpha
+
   def layer(self, kind: str, fan_in: int, fan_out: int, width: int) -> LayerSpec:
-    """The LayerSpec of a parameter of ``kind`` with the given fans at ``width``.
+    """The LayerSpec of a parameter of ``kind`` with the given fans at ``width`` (and this scheme's depth).
 
     Args:
       kind: one of LAYER_KINDS.
@@ -249,10 +302,40 @@ class Parametrization:
     kind = check_kind(kind)
     fan_in = check_positive_int("fan_in", fan_in)
     fan_out = check_positive_int("fan_out", fan_out)
-    spec = self._layer(kind, fan_in, fan_out, self.width_mult(width))
+    spec = self._layer(_WIDTH_KIND.get(kind, kind), fan_in, fan_out, self.width_mult(width))
     if (kind == "attn_q" and self.zero_query) or (kind == "readout" and self.zero_readout):
       spec = dataclasses.replace(spec, init_std=0.0)
+    if kind in BLOCK_KINDS:
+      adam, sgd = self._depth_lr(kind)
+      if (adam, sgd) != (1.0, 1.0):
+        spec = dataclasses.replace(spec, lr_adam=spec.lr_adam * adam, lr_sgd=spec.lr_sgd * sgd)
     return spec
+
+  def eps_multiplier(self, kind: str, width: int) -> float:
+    """The factor of Adam's ε for a parameter of ``kind`` (used when the optimizer scales ε).
+
+    CompleteP (Dey et al. 2025, Table 1 and eq. 40; EleutherAI/nanoGPT-mup,
+    completep branch): ε · (1/m) for every parameter under μP, times m_L^−α for
+    the in-block ones. The width factor is μP's; other schemes keep the depth factor only.
+    """
+    kind = check_kind(kind)
+    factor = self._eps_width(self.width_mult(width))
+    if kind in BLOCK_KINDS and self.depth_alpha:
+      factor *= self.depth_mult() ** -self.depth_alpha
+    return factor
+
+  def _depth_lr(self, kind: str) -> tuple[float, float]:
+    """(Adam, SGD) LR factors of an in-block parameter: m_L^(α−1) and m_L^(2α−1); (1, 1) when α = 0."""
+    del kind
+    if self.depth_alpha == 0:
+      return 1.0, 1.0
+    m_l = self.depth_mult()
+    return m_l ** (self.depth_alpha - 1.0), m_l ** (2.0 * self.depth_alpha - 1.0)
+
+  def _eps_width(self, m: float) -> float:
+    """Width factor of Adam's ε (1 except under μP)."""
+    del m
+    return 1.0
 
   def attention_rule(self) -> rules.ScaleRule:
     """The attention logit-scale rule this scheme prescribes."""
@@ -336,6 +419,9 @@ class MuParametrization(Parametrization):
   def attention_rule(self) -> rules.ScaleRule:
     return rules.LinearScale(base_head_dim=self.base_head_dim)
 
+  def _eps_width(self, m: float) -> float:
+    return 1.0 / m
+
   def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
     del fan_out
     if kind == "embedding":
@@ -356,38 +442,61 @@ class UnitMuParametrization(Parametrization):
   Forward multipliers 1/√n_in (hidden, attention) and 1/n_in (readout); Adam
   LR 1/√n_in (hidden, attention), 1/√n_out (embedding, the paper's §4.4 rule)
   and 1 (readout, biases, gains): the u-μP column of the paper's §4
-  ABC-multiplier table and ``unit_scaling.optim.lr_scale_func_adam``. SGD LRs
-  by abc-symmetry from TP5 Table 3 (module docstring). Attention logits
-  α_attn/d_head.
+  ABC-multiplier table and ``unit_scaling.optim.lr_scale_func_adam``; every
+  in-block parameter's LR is further × 1/√L (``lr_scale_for_depth``, L = the
+  model's depth). The model computes with unit-scaled operations
+  (``scaling.unit_scaling``), whose backward pass rescales gradients to unit
+  scale, so the SGD LRs equal the Adam ones (``lr_scale_func_sgd`` with an
+  unconstrained readout). Attention logits α_attn/d_head. Residual branches
+  are weighted by the τ rule (``scaling.unit_scaling.residual_taus``), not by
+  ``depth_alpha`` (which must stay 0).
 
   Attributes:
     attn_mult: α_attn, the numerator of the α_attn/d_head logit scale
       (the paper's default 1.0).
+    residual_mult: ratio of the residual branches' contribution to the
+      embedding's (the τ rule's ``residual_mult``, default 1).
+    residual_attn_ratio: ratio of the attention branches' contribution to the
+      MLP branches' (default 1).
   """
 
   name: str = dataclasses.field(default="umup", init=False)
   attn_mult: float = 1.0
+  residual_mult: float = 1.0
+  residual_attn_ratio: float = 1.0
 
   def __post_init__(self):
     super().__post_init__()
-    value = self.attn_mult
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-      raise ValueError(f"attn_mult must be a finite positive number, got {value!r}")
+    for option in ("attn_mult", "residual_mult", "residual_attn_ratio"):
+      value = getattr(self, option)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{option} must be a finite positive number, got {value!r}")
+    if self.depth_alpha != 0:
+      raise ValueError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
+
+  @property
+  def unit_scaled(self) -> bool:
+    return True
 
   def attention_rule(self) -> rules.ScaleRule:
     return rules.LinearScale(alpha=float(self.attn_mult))
 
+  def _depth_lr(self, kind: str) -> tuple[float, float]:
+    del kind
+    factor = 1.0 if self.depth is None else self.depth**-0.5
+    return factor, factor
+
   def _layer(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
     del m
     if kind == "embedding":
-      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=fan_out**-0.5, lr_sgd=float(fan_out))
+      return LayerSpec(init_std=1.0, multiplier=1.0, lr_adam=fan_out**-0.5, lr_sgd=fan_out**-0.5)
     if kind == "bias":
-      return _vector(1.0, float(fan_out), init_mean=0.0)
+      return _vector(1.0, 1.0, init_mean=0.0)
     if kind == "norm":
-      return _vector(1.0, float(fan_out), init_mean=1.0)
+      return _vector(1.0, 1.0, init_mean=1.0)
     if kind == "readout":
-      return LayerSpec(init_std=1.0, multiplier=1.0 / fan_in, lr_adam=1.0, lr_sgd=float(fan_in))
-    return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=float(fan_in))
+      return LayerSpec(init_std=1.0, multiplier=1.0 / fan_in, lr_adam=1.0, lr_sgd=1.0)
+    return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=fan_in**-0.5)
 
 
 _SCHEMES: dict[str, type[Parametrization]] = {

@@ -29,6 +29,7 @@ from flax import struct
 
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling import unit_scaling
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -67,6 +68,8 @@ def loss_fn(params: Any, batch: Batch, *, model: model_lib.Transformer) -> tuple
   """
   logits, aux = model_lib.apply_with_aux(model, params, batch["inputs"])
   loss, accuracy = weighted_cross_entropy(logits, batch["targets"], batch["weights"])
+  if model.config.parametrization.unit_scaled:  # the same value, with u-μP's unit-scaled backward pass
+    loss = unit_scaling.cross_entropy(logits, batch["targets"], batch["weights"])
   return loss, (accuracy, aux)
 
 

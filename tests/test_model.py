@@ -1,6 +1,7 @@
 """The transformer: shapes, causality by Jacobian, logits against a hand-written reference, kinds and init against
 the parametrization, aux metrics by hand."""
 
+import dataclasses
 import math
 
 from absl.testing import absltest
@@ -281,7 +282,7 @@ class VariantsTest(parameterized.TestCase):
   def test_objects_and_effective_rule(self):
     mup = param_lib.get_parametrization("mup", base_head_dim=32)
     cfg = model_lib.ModelConfig(vocab_size=V, parametrization=mup)
-    self.assertIs(cfg.parametrization, mup)
+    self.assertEqual(cfg.parametrization, dataclasses.replace(mup, depth=cfg.depth))  # the config's depth is set
     self.assertEqual(cfg.attention_rule, rules.LinearScale(base_head_dim=32))
     tau = rules.get_rule("temperature", tau=3.0)
     self.assertIs(model_lib.ModelConfig(vocab_size=V, parametrization=mup, rule=tau).attention_rule, tau)
@@ -295,14 +296,14 @@ def _expected_kinds(cfg):
   def dense(kind):
     return {"kernel": kind, "bias": "bias"} if cfg.use_bias else {"kernel": kind}
 
-  def norm():
-    return {"scale": "norm", "bias": "bias"} if cfg.use_bias else {"scale": "norm"}
+  def norm(gain="norm", bias="bias"):
+    return {"scale": gain, "bias": bias} if cfg.use_bias else {"scale": gain}
 
   kinds = {"embed": {"embedding": "embedding"}, "readout": {"kernel": "readout"}}  # the readout has no bias
   if cfg.positions == "learned":
     kinds["pos_embed"] = {"embedding": "embedding"}
   if cfg.pre_ln:
-    kinds["ln_final"] = norm()
+    kinds["ln_final"] = norm("final_norm", "final_bias")  # outside the blocks: depth scaling leaves it alone
   for i in range(cfg.depth):
     attn = {"query": dense("attn_q"), "key": dense("attn_k"), "value": dense("attn_v"), "out": dense("attn_o")}
     if isinstance(cfg.attention_rule, rules.QKNorm):
@@ -328,7 +329,7 @@ class KindsTest(parameterized.TestCase):
         "block_0/ln_mlp/scale": "norm", "block_0/ln_mlp/bias": "bias",
         "block_0/mlp/fc_in/kernel": "hidden", "block_0/mlp/fc_in/bias": "bias",
         "block_0/mlp/fc_out/kernel": "hidden", "block_0/mlp/fc_out/bias": "bias",
-        "ln_final/scale": "norm", "ln_final/bias": "bias",
+        "ln_final/scale": "final_norm", "ln_final/bias": "final_bias",
         "readout/kernel": "readout",
     }
     kinds = model_lib.param_kinds(cfg)
@@ -420,7 +421,7 @@ def _rope(x, base):
   return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
+def _reference_logits(cfg, params, tokens, *, mult, logit_scale, unit=None):
   """The decoder's logits recomputed in float64 numpy from the parameters.
 
   Args:
@@ -429,6 +430,8 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
     tokens: int [B, T].
     mult: (kind, fan_in) -> the forward multiplier A of a layer, written out by the test.
     logit_scale: the factor s in softmax(s · q·k), written out by the test.
+    unit: u-μP's unit-scaled forward, written out by the test: {"attn": attention output scale, "gelu": GELU
+      output scale, "taus": [(τ_attn, τ_mlp) per block]}; residuals become (τ·f + x)/√(1 + τ²). None: plain.
   """
   p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
   tokens = np.asarray(tokens)
@@ -463,10 +466,19 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
     w = np.exp(z - z.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
     o = np.einsum("bnqs,bsnh->bqnh", w, v).reshape(b, t, n * h)
+    if unit:
+      o = o * unit["attn"]
     return dense(a["out"], o, "attn_o")
 
   def mlp(m, x):
-    return dense(m["fc_out"], _gelu_tanh(dense(m["fc_in"], x, "hidden")), "hidden")
+    hidden = _gelu_tanh(dense(m["fc_in"], x, "hidden"))
+    return dense(m["fc_out"], hidden * unit["gelu"] if unit else hidden, "hidden")
+
+  def add(x, f, i, j):
+    if not unit:
+      return x + f
+    tau = unit["taus"][i][j]
+    return (tau * f + x) / np.sqrt(1 + tau * tau)
 
   x = mult("embedding", V) * p["embed"]["embedding"][tokens]
   if cfg.positions == "learned":
@@ -474,11 +486,11 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale):
   for i in range(cfg.depth):
     blk = p[f"block_{i}"]
     if cfg.pre_ln:
-      x = x + attention(blk["attn"], norm(blk["ln_attn"], x))
-      x = x + mlp(blk["mlp"], norm(blk["ln_mlp"], x))
+      x = add(x, attention(blk["attn"], norm(blk["ln_attn"], x)), i, 0)
+      x = add(x, mlp(blk["mlp"], norm(blk["ln_mlp"], x)), i, 1)
     else:
-      x = norm(blk["ln_attn"], x + attention(blk["attn"], x))
-      x = norm(blk["ln_mlp"], x + mlp(blk["mlp"], x))
+      x = norm(blk["ln_attn"], add(x, attention(blk["attn"], x), i, 0))
+      x = norm(blk["ln_mlp"], add(x, mlp(blk["mlp"], x), i, 1))
   if cfg.pre_ln:
     x = norm(p["ln_final"], x)
   return mult("readout", cfg.width) * np.einsum("btd,dv->btv", x, p["readout"]["kernel"])
@@ -534,7 +546,15 @@ class ReferenceLogitsTest(parameterized.TestCase):
     tokens = _tokens(2, 8)
     params = _perturbed(_params(cfg))
     logits = model_lib.Transformer(cfg).apply({"params": params}, tokens)
-    want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale)
+    unit = None
+    if kw.get("parametrization") == "umup":
+      # u-μP's forward (unit_scaling): causal attention output × √(T / log T)^(1 − w), w = 1/(1 + 4·d/α²) with
+      # T = 8, d = 8, α = 1; GELU × 1.7657 (its 0.8/0.2 log-interpolation between √(2/(1 − 1/π)) and 2); one
+      # block: τ_attn = α_attn/√L = 1, τ_mlp = α_mlp/√(L + α_attn²) = 1/√2.
+      w = 1 / (1 + 4 * 8)
+      unit = {"attn": math.sqrt(8 / math.log(8)) ** (1 - w),
+              "gelu": math.sqrt(2 / (1 - 1 / math.pi)) ** 0.8 * 2**0.2, "taus": [(1.0, 1 / math.sqrt(2))]}
+    want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale, unit=unit)
     chex.assert_shape(logits, (2, 8, V))
     np.testing.assert_allclose(np.asarray(logits, np.float64), want, rtol=2e-4, atol=2e-5)
 

@@ -32,7 +32,7 @@ _PATHS = {
     ("block_0", "mlp", "fc_in", "kernel"): ((_D, _F), "hidden", 0.25, 1.0),
     ("block_0", "mlp", "fc_in", "bias"): ((_F,), "bias", 1.0, 4.0),
     ("block_0", "mlp", "fc_out", "kernel"): ((_F, _D), "hidden", 0.25, 1.0),
-    ("ln_final", "scale"): ((_D,), "norm", 1.0, 4.0),
+    ("ln_final", "scale"): ((_D,), "final_norm", 1.0, 4.0),
     ("readout", "kernel"): ((_D, _V), "readout", 1.0, 4.0),
 }
 _DECAYED = {path for path in _PATHS if path[-1] in ("kernel", "embedding")}
@@ -84,14 +84,21 @@ class ScaleByParametrizationTest(chex.TestCase):
       chex.assert_trees_all_equal(state.multipliers, want)
 
   def test_lr_multipliers_umup(self):
-    mults = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "sgd")
-    self.assertEqual(_get(mults, ("embed", "embedding")), 8.0)
-    self.assertEqual(_get(mults, ("block_0", "mlp", "fc_out", "kernel")), 16.0)
-    self.assertEqual(_get(mults, ("block_0", "mlp", "fc_in", "bias")), 16.0)
-    self.assertEqual(_get(mults, ("readout", "kernel")), 8.0)
+    # u-μP's backward pass is unit-scaled, so SGD takes the Adam multipliers (unit_scaling.optim.lr_scale_func_sgd
+    # with an unconstrained readout): 1/√n_out for the embedding, 1/√n_in for matrices, 1 for the rest.
+    sgd = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "sgd")
     adam = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "adam")
-    self.assertAlmostEqual(_get(adam, ("embed", "embedding")), 8**-0.5)
-    self.assertEqual(_get(adam, ("block_0", "mlp", "fc_out", "kernel")), 0.25)
+    for mults in (sgd, adam):
+      self.assertAlmostEqual(_get(mults, ("embed", "embedding")), 8**-0.5)
+      self.assertEqual(_get(mults, ("block_0", "mlp", "fc_out", "kernel")), 0.25)
+      self.assertEqual(_get(mults, ("block_0", "mlp", "fc_in", "bias")), 1.0)
+      self.assertEqual(_get(mults, ("readout", "kernel")), 1.0)
+    # In a model of depth L every in-block multiplier is further divided by √L (unit_scaling's lr_scale_for_depth).
+    deep = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP.with_depth(4), _D, "adam")
+    self.assertEqual(_get(deep, ("block_0", "mlp", "fc_out", "kernel")), 0.125)
+    self.assertEqual(_get(deep, ("block_0", "ln_attn", "scale")), 0.5)
+    self.assertEqual(_get(deep, ("ln_final", "scale")), 1.0)
+    self.assertAlmostEqual(_get(deep, ("embed", "embedding")), 8**-0.5)
 
   def test_composes_with_optax_sgd(self):
     params, grads = _random_tree(0), _random_tree(1)
@@ -231,10 +238,12 @@ class MakeOptimizerTest(chex.TestCase):
     params, grads = _random_tree(0), _random_tree(1)
     opt = optim.make_optimizer("sgd", 1e-3, _UMUP, _D, _KINDS)
     updates, _ = opt.update(grads, opt.init(params), params)
-    # u-μP SGD multipliers: n_out for embedding/bias/gains, n_in for matrices.
-    mult = {("embed", "embedding"): 8, ("block_0", "attn", "query_gain"): 8, ("block_0", "mlp", "fc_in", "bias"): 16,
-            ("block_0", "mlp", "fc_out", "kernel"): 16}
-    want = _hand(lambda p, a, s: -1e-3 * mult.get(p, 8) * _get(grads, p))
+    # u-μP SGD multipliers (= Adam's): 1/√n_out for the embedding, 1/√n_in for matrices, 1 for gains and biases
+    # and the readout.
+    mult = {("embed", "embedding"): 8**-0.5, ("block_0", "attn", "query_gain"): 1.0,
+            ("block_0", "ln_attn", "scale"): 1.0, ("ln_final", "scale"): 1.0, ("block_0", "mlp", "fc_in", "bias"): 1.0,
+            ("block_0", "mlp", "fc_out", "kernel"): 0.25, ("readout", "kernel"): 1.0}
+    want = _hand(lambda p, a, s: -1e-3 * mult.get(p, 8**-0.5) * _get(grads, p))
     chex.assert_trees_all_close(updates, want, rtol=1e-6)
 
   def test_schedule_factor_and_schedule_learning_rate(self):
@@ -356,7 +365,8 @@ class DecayMaskTest(absltest.TestCase):
   def test_default_and_custom(self):
     chex.assert_trees_all_equal(optim.decay_mask(_KINDS), _tree(lambda path, shape: path in _DECAYED))
     only_norm = optim.decay_mask(_KINDS, ("norm",))
-    self.assertTrue(only_norm["ln_final"]["scale"])
+    self.assertTrue(only_norm["block_0"]["ln_attn"]["scale"])
+    self.assertFalse(only_norm["ln_final"]["scale"])  # kind "final_norm"
     self.assertFalse(only_norm["readout"]["kernel"])
 
 
