@@ -312,7 +312,7 @@ def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0
   p = param_count(c)
   o = optimizer_state_count(p, optimizer, momentum)
   b, t = batch_size, seq_len
-  width_flags = ("width", "depth", "mlp_ratio")
+  width_flags = ("width", "widths", "depth", "mlp_ratio")
   attn = attention_bytes(b, c.num_heads, t, t, c.attention, c.block_q)
   attn_copies = DENSE_TRAIN_COPIES if c.attention == "dense" else BLOCKWISE_COPIES
   hint_attn = ("use --attention=blockwise, a smaller --seq_len or --batch_size" if c.attention == "dense"
@@ -321,7 +321,7 @@ def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0
   return Estimate((
       Part("parameters", state_copies * p * F32 * members, width_flags + ("vocab_size",) + members_flags,
            f"use a smaller --width or --depth{few}"),
-      Part("optimizer state", state_copies * o * F32 * members, ("optimizer",) + width_flags + members_flags,
+      Part("optimizer state", state_copies * o * F32 * members, width_flags + ("optimizer",) + members_flags,
            f"use a smaller --width or --depth{few}"),
       Part("gradients", p * F32 * members, width_flags + members_flags, f"use a smaller --width or --depth{few}"),
       Part("activations", c.depth * b * t * (WIDTH_COPIES * c.width + HIDDEN_COPIES * c.mlp_hidden) * F32 * members,
