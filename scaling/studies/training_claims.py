@@ -257,7 +257,7 @@ def memory_estimate(ctx: Any) -> resources.Estimate:
   """The largest grid the training claims train: the deepest rule grid and the widest transfer grid."""
   s = sizes(ctx)
   dataset = dataset_of(ctx)
-  seeds = len(seeds_of(ctx))
+  seeds = max(1, int(s["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1))  # as seeds_of, without the tuple
   depth = max(s["depth_small"], s["depth_converge"], s["depth_diverge"])
   grids = [(model_lib.ModelFamily(depth=depth, num_heads=s["num_heads"], head_dim=s["head_dim"], base_width=s["width"]),
             s["width"], len(s["log2_lrs"]), f"for the depth-{depth} training grids")]
