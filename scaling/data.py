@@ -548,7 +548,7 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
   n_train = n - n_val
   window = seq_len + 1
   if n < window:
-    raise DataError(f"text file {name!r} is shorter than one sequence: {n} characters, seq_len={seq_len} needs "
+    raise DataError(f"text file {name!r} is too short for one sequence: {n} characters, seq_len={seq_len} needs "
                     f"seq_len+1 = {window} (and as many again for the validation split)")
   if n_train < window or n_val < window:
     raise DataError(

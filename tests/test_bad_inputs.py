@@ -62,14 +62,14 @@ CASES = (
     ("train_text_empty", train, dict(text_file="{empty}"), "is empty"),
     ("train_text_binary", train, dict(text_file="{binary}"), "binary"),
     ("train_text_not_utf8", train, dict(text_file="{latin1}"), "not valid UTF-8"),
-    ("train_text_short", train, dict(text_file="{short}"), "shorter than one sequence"),
+    ("train_text_short", train, dict(text_file="{short}"), "too short for one sequence"),
     # coord_check
     ("coord_one_width", coord_check, dict(widths="64"), "--widths"),
     ("coord_duplicate_width", coord_check, dict(widths="64,64"), "given twice"),
     ("coord_duplicate_parametrization", coord_check, dict(parametrizations="sp,sp"), "--parametrizations"),
     ("coord_huge_width", coord_check, dict(widths=f"64,{HUGE}"), f"--widths=64,{HUGE}"),
     ("coord_huge_seeds", coord_check, dict(num_seeds=HUGE), f"--num_seeds={HUGE}"),
-    ("coord_text_short", coord_check, dict(text_file="{short}"), "shorter than one sequence"),
+    ("coord_text_short", coord_check, dict(text_file="{short}"), "too short for one sequence"),
     # transfer
     ("transfer_duplicate_lr", transfer, dict(log2_lrs="-3,-3.0"), "given twice"),
     ("transfer_huge_grid", transfer, dict(num_seeds=HUGE), f"--num_seeds={HUGE}"),
@@ -83,7 +83,7 @@ CASES = (
     ("claims_huge_seeds", claims, dict(num_seeds=HUGE), f"--num_seeds={HUGE}"),
     ("claims_text_device", claims, dict(text_file="/dev/zero"), "not a regular file"),
     ("claims_text_short_for_training", claims, dict(text_file="{short}", ids="train_nan_within_100_steps"),
-     "shorter than one sequence"),
+     "too short for one sequence"),
     ("claims_negative_seed", claims, dict(seed=-1), "--seed"),
     # benchmark and the attention-memory probe
     ("benchmark_duplicate_suite", benchmark, dict(suite="sweep,sweep"), "--suite"),

@@ -316,7 +316,7 @@ class TextTest(chex.TestCase, parameterized.TestCase):
       ("nul", b"hello\x00world" * 10, "binary"),
       ("invalid_utf8", b"hello \xff\xfe world" * 10, "UTF-8"),
       ("too_short", b"abcdefghij" * 10, "too short"),  # 90 train, 10 validation < T + 1
-      ("shorter_than_a_sequence", b"abc", "shorter than one sequence"),
+      ("shorter_than_a_sequence", b"abc", "too short for one sequence"),
       ("fifo", "fifo", "not a regular file"),  # reading a pipe could block forever
       ("empty_path", "", "path is empty"),
   )

@@ -130,6 +130,12 @@ class CheckTest(absltest.TestCase):
     self.assertEqual(estimate.where, "at --d_k=512")
     chex.assert_scalar_positive(estimate.total)
 
+  def test_device_memory_from_memory_stats(self):
+    fake = lambda stats: type("Device", (), {"memory_stats": lambda self: stats})()
+    self.assertEqual(resources.device_available_bytes(fake({"bytes_limit": 100, "bytes_in_use": 30})), 70)
+    self.assertIsNone(resources.device_available_bytes(fake(None)))  # CPU devices have no statistics
+    self.assertIsNone(resources.device_available_bytes(fake({"bytes_in_use": 30})))
+
   def test_available_memory_is_measured(self):
     available, where = resources.available_bytes()
     self.assertGreater(available, 0)
