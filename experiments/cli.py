@@ -8,17 +8,25 @@ config's ``validate`` make runs before any work, and calls
 ``run(config, out_dir)``; a study checks what needs its data (dataset, model
 shapes) before it creates ``out_dir`` (``scaling.results.make_dir``), so bad
 input leaves nothing behind. Bad input ends with one line ``error: ...`` on stderr
-and exit status 2; ``--help`` prints the options.
+and exit status 2; so does a configuration that ``scaling.resources`` estimates
+to need more memory than is available (checked by each study before it writes).
+An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
+ends with one line ``error: out of memory ...`` and exit status 1, after the
+files and folders this run created under ``--out_dir`` are removed (files that
+were there before are left alone). ``--help`` prints the options.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pathlib
+import shutil
 import sys
 from typing import Any, Callable, Sequence
 
 from absl import flags
+import jax
 
 from scaling import config as config_lib
 from scaling import data as data_lib
@@ -49,6 +57,8 @@ class ListParser(flags.ArgumentParser):
       problem = self.spec.check_item(value)
       if problem:
         raise ValueError(f"{item!r}: {problem}")
+      if value in out:
+        raise ValueError(f"{item!r} is given twice")
       out.append(value)
     if not out:
       raise ValueError("the list is empty")
@@ -132,6 +142,55 @@ def fail(message: str, code: int = 2) -> int:
   return code
 
 
+OUT_OF_MEMORY = 1
+"""Exit status of a run whose allocation failed (bad input, and estimates over the memory available, exit 2)."""
+
+
+def out_of_memory(error: BaseException) -> bool:
+  """Whether ``error`` is a failed allocation: MemoryError, or a JAX runtime error with RESOURCE_EXHAUSTED."""
+  if isinstance(error, MemoryError):
+    return True
+  runtime_error = getattr(jax.errors, "JaxRuntimeError", None) or getattr(jax.errors, "XlaRuntimeError", None)
+  return runtime_error is not None and isinstance(error, runtime_error) and "RESOURCE_EXHAUSTED" in str(error)
+
+
+def snapshot(out_dir: pathlib.Path | None) -> set[str] | None:
+  """The paths under ``out_dir`` now (None when it does not exist), to tell later which ones a run created."""
+  if out_dir is None or not out_dir.is_dir():
+    return None
+  return {os.path.join(root, name) for root, dirs, files in os.walk(out_dir) for name in dirs + files}
+
+
+def remove_created(out_dir: pathlib.Path | None, before: set[str] | None) -> None:
+  """Removes what a run created under ``out_dir``: all of it if it did not exist before, else the new paths."""
+  if out_dir is None or not out_dir.exists():
+    return
+  if before is None:
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return
+  for root, dirs, files in os.walk(out_dir, topdown=True):
+    for name in list(dirs):
+      path = os.path.join(root, name)
+      if path not in before:
+        shutil.rmtree(path, ignore_errors=True)
+        dirs.remove(name)
+    for name in files:
+      path = os.path.join(root, name)
+      if path not in before:
+        try:
+          os.remove(path)
+        except OSError:
+          pass
+
+
+def _first_line(error: BaseException) -> str:
+  """The first non-empty line of an error's message."""
+  for line in str(error).splitlines():
+    if line.strip():
+      return line.strip().rstrip(".")
+  return type(error).__name__
+
+
 def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequence[str] | None = None,
          doc: str | None = None, *, needs_out_dir: bool = True) -> int:
   """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)``; returns the exit status.
@@ -143,9 +202,11 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     fv, _ = define_flags(cls)
     print((doc or "").strip() + "\n\nflags:\n" + fv.get_help())
     return 0
+  out_dir = before = None
   try:
     config = parse(cls, argv)
     out_dir = pathlib.Path(config.output.out_dir) if needs_out_dir else None
+    before = snapshot(out_dir)
     run(config, out_dir)
   except UsageError as e:
     return fail(str(e))
@@ -155,4 +216,10 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     return fail(str(e))
   except KeyboardInterrupt:
     return 130
+  except Exception as e:  # pylint: disable=broad-except  (only allocation failures are handled here)
+    if not out_of_memory(e):
+      raise
+    remove_created(out_dir, before)
+    where = f"; removed what this run wrote to {out_dir}" if out_dir is not None else ""
+    return fail(f"out of memory: {_first_line(e)}{where}; use smaller sizes", OUT_OF_MEMORY)
   return 0

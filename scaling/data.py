@@ -56,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 from typing import Any, ClassVar, Sequence
 
 import jax
@@ -63,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from scaling import resources
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -75,6 +77,9 @@ TRAIN_STREAM = 0
 EVAL_STREAM = 1
 PAD_TOKEN = 0
 DEFAULT_VAL_FRACTION = 0.1
+TEXT_BYTES_PER_CHAR = 24
+"""Peak host bytes per byte of a text file while it is loaded: the bytes, the decoded str (up to 4 bytes a
+character), its UTF-32 copy, the int64 search indices and the int32 ids on the host and on the device."""
 _MIN_DEFAULT_VOCAB = 64
 
 
@@ -276,12 +281,32 @@ def induction_batch(key: Array, *, batch_size: int, seq_len: int, vocab_size: in
 
 
 def load_text(path: str | os.PathLike) -> str:
-  """Reads a non-empty UTF-8 text file, raising DataError (naming the file) on bad input."""
+  """Reads a non-empty UTF-8 text file, raising DataError (naming the file) on bad input.
+
+  Refused: a missing path, a directory, anything that is not a regular file
+  (a device such as /dev/zero, a pipe or a socket, which may never end), an
+  unreadable file, a file too large for the memory available to hold it while
+  it is encoded (``TEXT_BYTES_PER_CHAR`` bytes per byte of file), an empty
+  file, and bytes that are not text (a NUL byte, or invalid UTF-8).
+  """
   name = os.fspath(path)
-  if not os.path.exists(name):
-    raise DataError(f"text file {name!r} does not exist")
-  if os.path.isdir(name):
+  if not name:
+    raise DataError("the text file path is empty")
+  try:
+    info = os.stat(name)
+  except FileNotFoundError:
+    raise DataError(f"text file {name!r} does not exist") from None
+  except OSError as e:
+    raise DataError(f"text file {name!r} cannot be read: {e.strerror or e}") from None
+  if stat.S_ISDIR(info.st_mode):
     raise DataError(f"text file {name!r} is a directory, not a file")
+  if not stat.S_ISREG(info.st_mode):
+    raise DataError(f"text file {name!r} is not a regular file (a device, pipe or socket)")
+  available = resources.host_available_bytes()
+  if available is not None and info.st_size * TEXT_BYTES_PER_CHAR > available:
+    raise DataError(f"text file {name!r} has {info.st_size:,} bytes; encoding it needs "
+                    f"~{resources.gib(info.st_size * TEXT_BYTES_PER_CHAR)}, "
+                    f"{resources.gib(available)} available")
   try:
     with open(name, "rb") as f:
       raw = f.read()
@@ -522,6 +547,9 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
   n_val = int(math.floor(n * val_fraction))
   n_train = n - n_val
   window = seq_len + 1
+  if n < window:
+    raise DataError(f"text file {name!r} is too short for one sequence: {n} characters, seq_len={seq_len} needs "
+                    f"seq_len+1 = {window} (and as many again for the validation split)")
   if n_train < window or n_val < window:
     raise DataError(
         f"text file {name!r} is too short for seq_len={seq_len}: {n} characters give "

@@ -331,6 +331,9 @@ def set_learning_rate(state: optax.InjectHyperparamsState, learning_rate: Any) -
   return state._replace(hyperparams={**hyperparams, "learning_rate": new})
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32; learning rates live in float32 optimizer state
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(Options):
   """The optimizer and schedule options every training study shares; ``build`` makes the optimizer.
@@ -346,12 +349,13 @@ class OptimizerConfig(Options):
   weight_decay: float = option(0.0, "Weight decay (adamw: decoupled; sgd: L2), per step lr * wd whatever the "
                                "layer and width.", lower=0.0)
   momentum: float = option(0.0, "SGD momentum in [0, 1).", lower=0.0, upper=1.0, upper_exclusive=True)
-  steps: int = option(600, "Training steps.", lower=1)
+  steps: int = option(600, "Training steps.", lower=1, upper=2**31 - 1)
   schedule: str = option("constant", "Learning-rate schedule: constant (after the warmup) or cosine (warmup, then "
                          "cosine decay to --end_factor).", choices=SCHEDULES)
   warmup_steps: int | None = option(None, "Linear warmup steps (default: steps // 10 with --schedule=cosine, else 0).",
                                     lower=0)
-  end_factor: float = option(0.0, "Final learning rate of the cosine schedule, as a fraction of the peak.", lower=0.0)
+  end_factor: float = option(0.0, "Final learning rate of the cosine schedule, as a fraction of the peak.", lower=0.0,
+                             upper=1.0)
   eps_scaling: bool = option(False, "Scale Adam's epsilon with width and depth as CompleteP prescribes (1/m under "
                              "muP, x (depth/base_depth)^-alpha inside the blocks); false: one epsilon.")
 
@@ -362,6 +366,8 @@ class OptimizerConfig(Options):
       raise ValueError("--momentum only applies to --optimizer=sgd")
     if self.eps_scaling and self.optimizer == "sgd":
       raise ValueError("--eps_scaling only applies to --optimizer=adam or adamw")
+    if self.learning_rate > FLOAT32_MAX:
+      raise ValueError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
       raise ValueError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
 

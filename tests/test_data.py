@@ -5,6 +5,7 @@ import os
 import pathlib
 import random
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling import data
+from scaling import resources
 
 SHAKESPEARE = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -314,6 +316,9 @@ class TextTest(chex.TestCase, parameterized.TestCase):
       ("nul", b"hello\x00world" * 10, "binary"),
       ("invalid_utf8", b"hello \xff\xfe world" * 10, "UTF-8"),
       ("too_short", b"abcdefghij" * 10, "too short"),  # 90 train, 10 validation < T + 1
+      ("shorter_than_a_sequence", b"abc", "too short for one sequence"),
+      ("fifo", "fifo", "not a regular file"),  # reading a pipe could block forever
+      ("empty_path", "", "path is empty"),
   )
   def test_bad_file(self, raw, message):
     if raw is None:
@@ -321,6 +326,11 @@ class TextTest(chex.TestCase, parameterized.TestCase):
     elif raw == "dir":
       path = os.path.join(self.dir, "a_dir")
       os.mkdir(path)
+    elif raw == "fifo":
+      path = os.path.join(self.dir, "a_fifo")
+      os.mkfifo(path)
+    elif raw == "":
+      path = ""
     else:
       path = self._write("bad.txt", raw)
     with self.assertRaisesRegex(data.DataError, message) as ctx:
@@ -328,6 +338,14 @@ class TextTest(chex.TestCase, parameterized.TestCase):
     self.assertIn(path, str(ctx.exception))
     self.assertNotIn("\n", str(ctx.exception))
     self.assertIsInstance(ctx.exception, ValueError)
+
+  def test_file_larger_than_memory(self):
+    path = self._write("big.txt", b"abcdefgh" * 64)  # 512 bytes
+    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * data.TEXT_BYTES_PER_CHAR - 1):
+      with self.assertRaisesRegex(data.DataError, "has 512 bytes; encoding it needs"):
+        data.load_text(path)
+    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * data.TEXT_BYTES_PER_CHAR):
+      self.assertLen(data.load_text(path), 512)
 
   @absltest.skipUnless(SHAKESPEARE.exists(), "tinyshakespeare.txt not present")
   def test_tinyshakespeare(self):

@@ -38,6 +38,7 @@ from scaling import data as data_lib
 from scaling import metrics as metrics_lib
 from scaling import parametrization as parametrization_lib
 from scaling import report
+from scaling import resources
 from scaling import results
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
@@ -871,7 +872,7 @@ class ClaimsConfig(Options):
   num_seeds: int | None = option(None, "Seeds (mean and std are over them); default: the mode's.", lower=1)
   seq_len: int | None = option(None, "Sequence length of the random-input claims; default: the mode's.", lower=2)
   text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
-  seed: int = option(0, "Base random seed.", lower=0)
+  seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
 
   def __post_init__(self):
@@ -889,6 +890,25 @@ class ClaimsConfig(Options):
     """The measurement context of these options."""
     return Context(mode=self.mode, d_k=self.d_k, seq_len=self.seq_len, num_seeds=self.num_seeds, seed=self.seed,
                    text_file=self.text_file)
+
+
+def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resources.Estimate:
+  """The largest program of the selected claims: the random-input sweep at the largest d_k, the training grids.
+
+  Building the training claims' estimate reads and checks their data (a text file too short fails here).
+  """
+  selected = [c for c in all_claims() if ids is None or c.id in ids]
+  estimates = []
+  if any(not c.training for c in selected):
+    d_k = max(ctx.d_k)
+    e = resources.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
+                                num_rules=len(SWEEP_RULES))
+    hint = "use a smaller --seq_len or --d_k, or fewer --num_seeds"
+    parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
+    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k {d_k}"))
+  if any(c.training for c in selected):
+    estimates.append(importlib.import_module("scaling.studies.training_claims").memory_estimate(ctx))
+  return resources.largest(estimates)
 
 
 def _cell(text: Any) -> str:
@@ -930,6 +950,8 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.text_file is not None:
     data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
+  resources.check(memory_estimate(ctx, config.ids),
+                  {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
   start = time.perf_counter()
   results.make_dir(out_dir)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})

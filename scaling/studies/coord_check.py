@@ -122,10 +122,19 @@ class CoordCheckConfig(Options):
                                         "Optimizer; --steps is k, RMS is recorded at steps 0..k.")
   output: results.OutputConfig = option(results.OutputConfig("runs/coord_check"), "Output.")
 
+  def validate(self):
+    if len(self.grid.widths) < 2:
+      raise ValueError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
+
   @property
   def family(self) -> model_lib.ModelFamily:
     """The models, with the base width defaulting to the smallest width."""
     return self.model.with_base_width(self.grid.widths)
+
+  @property
+  def members(self) -> tuple[int, tuple[str, ...]]:
+    """(models vmapped per width, the options that set it): the seeds."""
+    return self.seeds.num_seeds, ("num_seeds",)
 
   @property
   def steps(self) -> int:

@@ -30,6 +30,7 @@ from scaling import model as model_lib
 from scaling import parametrization as parametrization_lib
 from scaling import plotting
 from scaling import report
+from scaling import resources
 from scaling import results
 from scaling import rules as rules_lib
 from scaling.config import option
@@ -72,7 +73,7 @@ class SweepConfig(Options):
   dtype: str = option("float32", "Dtype of q, k and v.", choices=tuple(DTYPES))
   qk_std: float = option(1.0, "Std of the iid normal entries of q and k.", lower=0.0)
   causal: bool = option(False, "Causal masking.")
-  seed: int = option(0, "Base random seed.", lower=0)
+  seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   tau: float = option(1.0, "Temperature of the 'temperature' rule.", positive=True)
   base_head_dim: int | None = option(None, "If set, the 'linear' rule uses alpha = sqrt(this), so it equals 'sqrt' "
                                      "at this head dim (muP).", lower=1)
@@ -110,6 +111,12 @@ class SweepConfig(Options):
     if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
       raise ValueError("blockwise attention always uses a float32 online softmax with max-subtraction; "
                        "the float32_softmax/subtract_max failure demos need attention='dense'")
+    if self.tau != 1.0 and "temperature" not in self.rules:
+      raise ValueError(f"--tau={self.tau:g} only applies to the 'temperature' rule, which --rules leaves out")
+    if self.base_head_dim is not None and "linear" not in self.rules and self.parametrization is None:
+      raise ValueError("--base_head_dim only applies to the 'linear' rule or width mode")
+    if self.base_width != 64 and self.parametrization is None:
+      raise ValueError("--base_width only applies in width mode (--parametrization and --width)")
 
   def modes(self) -> list[SweepConfig]:
     """One config per (parametrization, width) in width mode, else this config."""
@@ -360,6 +367,7 @@ def write_plots(out_dir, rows) -> list[str]:
 
 def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.sweep`` runs it: measures, streams rows, plots and prints a table."""
+  resources.check(resources.sweep_estimate(config), resources.option_values(config))
   results.make_dir(out_dir)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config)})
   start = time.perf_counter()

@@ -27,6 +27,7 @@ from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import plotting
 from scaling import report
+from scaling import resources
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
@@ -57,6 +58,11 @@ class TrainConfig(Options):
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
   output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
 
+  def validate(self):
+    if self.divergence_factor <= 1:
+      raise ValueError(f"--divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
+                       "count as diverged)")
+
   def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
     """The model for ``dataset`` (the base width defaults to the width: μP = SP)."""
     family = self.model.with_base_width([self.width])
@@ -65,6 +71,15 @@ class TrainConfig(Options):
                                  max_len=dataset.seq_len)
     except ValueError as e:
       raise ValueError(f"--width={self.width}: {e}") from None
+
+
+def memory_estimate(config: TrainConfig, dataset: data_lib.Dataset,
+                    model_config: model_lib.ModelConfig) -> resources.Estimate:
+  """What the run needs: one model, its optimizer state, the kept last finite state, a step's activations."""
+  return resources.training_estimate(
+      [(f"at --width={config.width}", model_config)], optimizer=config.optim.optimizer,
+      momentum=config.optim.momentum, batch_size=dataset.batch_size, seq_len=dataset.seq_len, state_copies=3,
+      data_bytes=resources.dataset_bytes(dataset))
 
 
 def _finite(values):
@@ -100,6 +115,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   seed = config.seeds.seed
   dataset = config.data.make(seed)
   model_config = config.model_config(dataset)
+  resources.check(memory_estimate(config, dataset, model_config), resources.option_values(config))
   results.make_dir(out_dir)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "model": dataclasses.asdict(model_config),

@@ -40,6 +40,7 @@ import numpy as np
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
+from scaling import resources
 from scaling import train as train_lib
 from scaling.studies import transfer as transfer_lib
 from scaling.studies.verdicts import Claim
@@ -266,6 +267,28 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
     _GRIDS[key] = GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
                           records=result.records, final_params=result.state.params, wall_time=result.wall_time)
   return _GRIDS[key]
+
+
+def memory_estimate(ctx: Any) -> resources.Estimate:
+  """The largest grid the training claims train: the deepest rule grid and the widest transfer grid."""
+  s = sizes(ctx)
+  dataset = dataset_of(ctx)
+  seeds = max(1, int(s["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1))  # as seeds_of, without the tuple
+  depth = max(s["depth_small"], s["depth_converge"], s["depth_diverge"])
+  grids = [(model_lib.ModelFamily(depth=depth, num_heads=s["num_heads"], head_dim=s["head_dim"], base_width=s["width"]),
+            s["width"], len(s["log2_lrs"]), f"for the depth-{depth} training grids")]
+  widest = max(s["transfer_widths"])
+  grids.append((model_lib.ModelFamily(depth=s["transfer_depth"], num_heads=s["num_heads"], base_width=min(s["transfer_widths"])),
+                widest, len(s["transfer_log2_lrs"]), f"for the width-{widest} transfer grid"))
+  estimates = []
+  for family, width, lrs, label in grids:
+    model_config = family.model_config("mup", width, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+    e = resources.training_program(model_config, optimizer="adam", batch_size=s["batch_size"], seq_len=s["seq_len"],
+                                   members=lrs * seeds)
+    parts = tuple(dataclasses.replace(p, flags=("mode", "num_seeds"), hint="use --mode=quick or fewer --num_seeds, "
+                                      "or leave the training claims out of --ids") for p in e.parts)
+    estimates.append(resources.Estimate(parts, label))
+  return resources.largest(estimates)
 
 
 def clear_cache() -> None:

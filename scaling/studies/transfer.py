@@ -38,6 +38,7 @@ from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import plotting
 from scaling import report
+from scaling import resources
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
@@ -112,6 +113,11 @@ class TransferConfig(Options):
     return self.model.with_base_width(self.grid.widths)
 
   @property
+  def members(self) -> tuple[int, tuple[str, ...]]:
+    """(models vmapped per width, the options that set it): learning rates x seeds."""
+    return len(self.log2_lrs) * self.seeds.num_seeds, ("log2_lrs", "num_seeds")
+
+  @property
   def last(self) -> int:
     """The number of final steps averaged."""
     return self.average_last if self.average_last is not None else max(1, self.optim.steps // 10)
@@ -122,10 +128,22 @@ def prepare(config: Any, out_dir: pathlib.Path) -> data_lib.Dataset:
   the output folder made and config.json written; bad input fails before anything is written."""
   dataset = config.data.make(config.seeds.seed)
   config.grid.check(config.family, dataset)
+  resources.check(memory_estimate(config, dataset), resources.option_values(config))
   results.make_dir(out_dir)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "dataset": data_lib.describe(dataset)})
   return dataset
+
+
+def memory_estimate(config: Any, dataset: data_lib.Dataset) -> resources.Estimate:
+  """For a width study: the largest (parametrization, width) program, its ``config.members`` models vmapped."""
+  members, member_flags = config.members
+  family = config.family
+  models = [(f"at width {w} ({p})", family.model_config(p, w, vocab_size=dataset.vocab_size, max_len=dataset.seq_len))
+            for p in config.grid.parametrizations for w in config.grid.widths]
+  return resources.training_estimate(models, optimizer=config.optim.optimizer, momentum=config.optim.momentum,
+                                     batch_size=dataset.batch_size, seq_len=dataset.seq_len, members=members,
+                                     member_flags=member_flags, data_bytes=resources.dataset_bytes(dataset))
 
 
 def _or_none(x: float) -> float | None:
