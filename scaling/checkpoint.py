@@ -19,7 +19,13 @@ import pathlib
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+
+
+def _key_data(seed: int) -> jax.Array:
+  """The raw uint32 data of the run's data key ``jax.random.key(seed)``."""
+  return jax.random.key_data(jax.random.key(seed))
 
 
 class Checkpoints:
@@ -47,9 +53,8 @@ class Checkpoints:
     """
     step = int(state.step)
     meta = {"step": step, "data_position": step, "seed": int(seed), "initial_loss": float(initial_loss)}
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    rng=ocp.args.JaxRandomKeySave(jax.random.key(seed)),
-                                                    meta=ocp.args.JsonSave(meta)))
+    tree = {"train_state": state, "data_key": _key_data(seed)}
+    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta)))
     self.manager.wait_until_finished()
 
   def restore(self, target: Any, *, seed: int, step: int | None = None) -> tuple[Any, dict[str, Any]]:
@@ -69,14 +74,14 @@ class Checkpoints:
     step = self.latest_step() if step is None else step
     if step is None:
       raise ValueError(f"no checkpoint in {self.manager.directory}")
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            {"train_state": target, "data_key": _key_data(seed)})
     out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                             rng=ocp.args.JaxRandomKeyRestore(),
                                                              meta=ocp.args.JsonRestore()))
-    key = jax.random.key_data(out["rng"])
-    if out["meta"]["seed"] != seed or not (key == jax.random.key_data(jax.random.key(seed))).all():
+    key = np.asarray(out["state"]["data_key"])
+    if out["meta"]["seed"] != seed or not np.array_equal(key, np.asarray(_key_data(seed))):
       raise ValueError(f"the checkpoint at step {step} was made with seed {out['meta']['seed']}, not {seed}")
-    return out["state"], dict(out["meta"])
+    return out["state"]["train_state"], dict(out["meta"])
 
   def close(self) -> None:
     """Waits for pending writes and releases the manager."""

@@ -291,10 +291,10 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
   """Makes the output folder for a resumable run, checking and writing its manifest (``run.json``).
 
   A folder whose manifest records the same options is resumed (its files are
-  kept). One made with other options is refused unless ``overwrite``; then,
-  as for a folder without a manifest, the files named in ``outputs`` (and their
-  partial files; folders too) are removed first, so no result of another run
-  is mixed in.
+  kept). One made with other options is refused unless ``overwrite``. With
+  ``overwrite``, and for a folder without a manifest, the files named in
+  ``outputs`` (and their partial files; folders too) are removed first and the
+  run starts afresh, so no result of another run is mixed in.
 
   Args:
     out_dir: the folder (--out_dir).
@@ -319,9 +319,9 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
       have = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
       have = {}
-  if have == want:
+  if have == want and not overwrite:
     return folder
-  if have is not None and not overwrite:
+  if have is not None and have != want and not overwrite:
     old, new = _leaves(have), _leaves(want)
     diff = [f"--{k}={_show(new.get(k))} (was {_show(old.get(k))})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)] or ["an unreadable run.json"]
@@ -349,7 +349,8 @@ class OutputConfig(Options):
 
   out_dir: str = option("runs", "Output directory (created if missing). Rerunning with the same options resumes "
                         "an interrupted run in it; other options are refused unless --overwrite.")
-  overwrite: bool = option(False, "Replace results in --out_dir that were made with other options.")
+  overwrite: bool = option(False, "Start afresh: remove this study's results in --out_dir (also those made with "
+                           "other options) instead of resuming.")
 
   def validate(self):
     if not self.out_dir:

@@ -403,20 +403,20 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     print(f"resuming: {len(plan) - len(missing)} of {len(plan)} head dimensions already in {out_dir}", flush=True)
   with report.Progress(len(missing), "sweep") as progress:
     for mode in modes:
-      todo = tuple(d for d in mode.d_k if group_key({"d_k": d, **_mode_keys(mode)}) in missing)
-      if not todo:
-        continue
-      pending: list[dict[str, Any]] = []
-
-      def on_shape(m, d_k, seconds, pending=pending):
-        key = group_key(pending[0])
-        stream.add(key, pending)
-        pending.clear()
-        results.append_timing(out_dir, {"parametrization": key[0], "width": key[1], "d_k": d_k, "seconds": seconds})
-        where = f"{m.parametrization[0]} width={m.width[0]} " if m.parametrization else ""
-        progress.update(f"{where}d_k={d_k} ({seconds:.2f}s)")
-
-      run_sweep(dataclasses.replace(mode, d_k=todo), on_row=pending.append, on_shape=on_shape)
+      for d_k in mode.d_k:
+        key = group_key({"d_k": d_k, **_mode_keys(mode)})
+        if key not in missing:
+          continue
+        # A head dimension's rows depend on neither the other head dimensions nor the output options, so each is
+        # one call with those normalized (programs compiled for it are shared by every run in this process).
+        seconds = []
+        rows = run_sweep(dataclasses.replace(mode, d_k=(d_k,), output=results.OutputConfig()),
+                         on_shape=lambda m, d, t: seconds.append(t))
+        stream.add(key, rows)
+        results.append_timing(out_dir, {"parametrization": key[0], "width": key[1], "d_k": d_k,
+                                        "seconds": seconds[0]})
+        where = f"{mode.parametrization[0]} width={mode.width[0]} " if mode.parametrization else ""
+        progress.update(f"{where}d_k={d_k} ({seconds[0]:.2f}s)")
   rows = [_nan_for_null(r) for r in stream.finish(_final_order(config, stream.rows()))]
   results.write_csv(out_dir / "results.csv", rows)
   plots = write_plots(out_dir, rows)
