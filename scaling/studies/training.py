@@ -1,9 +1,10 @@
 """One training run: loss, gradient norms and attention statistics logged as it trains, plots and a summary.
 
-Writes into the output folder config.json (first), metrics.jsonl (one object
-per logged step, streamed so an interrupted run keeps its log), summary.json
-(final and held-out loss/accuracy, divergence step, wall time, steps/s) and PNG
-curves: loss.png, grad_norm.png and attention.png (per-layer entropy and max
+Writes into the output folder run.json and config.json (first), metrics.jsonl
+(one object per logged step, streamed so an interrupted run keeps its log),
+summary.json (final and held-out loss/accuracy, divergence step), timings.json
+and timings.jsonl (wall times, steps/s), checkpoints/ (``checkpoint_every``) and
+PNG curves: loss.png, grad_norm.png and attention.png (per-layer entropy and max
 logit against step). Training stops early when the loss is non-finite or above
 ``divergence_factor`` × the initial loss; a diverged run is evaluated on its
 last finite state, and plots are written in every case.
