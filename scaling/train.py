@@ -234,14 +234,15 @@ class TrainResult:
     last_finite_state: the state to evaluate: ``state`` for a member that never
       diverged, else the last state whose loss was finite and not diverged
       (None unless ``keep_last_finite``).
-    steps_run: number of train steps executed (including a diverging one).
+    steps_run: number of train steps executed (including a diverging one; a resumed run counts those before
+      its starting state too).
     stop_reason: STOP_COMPLETED, STOP_NONFINITE or STOP_LOSS_GROWTH (per member).
     divergence_step: the step whose loss diverged, or None (-1 in a grid).
     initial_loss: loss of step 0.
     final_loss: loss of the last step run.
     history: host metrics of every logged step, with "step" and "diverged" (a member diverged at that step).
-    records: the metrics named in ``record`` at every step run, numpy float64
-      [steps_run, (M,) ...].
+    records: the metrics named in ``record`` at every step run (by this call), numpy float64
+      [steps, (M,) ...].
     wall_time: seconds for the whole loop, compilation included.
     steps_per_sec: throughput after the first (compiling) step.
   """
