@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = dict(d_k=[2, 4], rules=["sqrt", "none"], seq_len=4, batch=1, num_heads=1, num_seeds=1)
 COORD = dict(parametrizations=["sp"], widths=[16, 32], steps=1, depth=1, num_heads=2, num_seeds=1, seq_len=8,
              batch_size=2)
-TRAIN = dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=24, log_every=5,
+TRAIN = dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=16, log_every=5,
              checkpoint_every=4)
 
 
