@@ -155,9 +155,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
   finished = _finished(out_dir)
-  if finished is not None:
-    rows = results.read_jsonl(out_dir / "metrics.jsonl")
-    write_plots(out_dir, rows, model_config.depth)
+  if finished is not None:  # its plots were written before its summary
     print(report.table([finished], SUMMARY_COLUMNS[:-2]))
     print(f"already finished in {out_dir} ({finished['status']} after {finished['steps_run']} steps); "
           "nothing to train")
