@@ -16,6 +16,7 @@ setuptools.setup(
         "absl-py>=2.0",
         "numpy>=1.26",
         "matplotlib>=3.7",
+        "orbax-checkpoint>=0.11",
     ],
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80"]},
 )

@@ -4,13 +4,16 @@
   python -m experiments.train --parametrization=mup --width=256 --rule=qk_norm
   python -m experiments.train --text_file=input.txt --steps=2000 --seq_len=64
 
-Writes into --out_dir: config.json (first), metrics.jsonl (one object per logged
-step, streamed so an interrupted run keeps its log), summary.json (final and
-held-out loss/accuracy, divergence step, wall time, steps/s) and PNG curves:
+Writes into --out_dir: run.json and config.json (first), metrics.jsonl (one object
+per logged step, streamed so an interrupted run keeps its log), summary.json (final
+and held-out loss/accuracy, divergence step), timings.json (wall time, steps/s) and
+PNG curves:
 loss.png, grad_norm.png and attention.png (per-layer entropy and max logit
 against step). Training stops early when the loss is non-finite or above
 --divergence_factor x the initial loss; a diverged run is evaluated on its last
-finite state; plots are written in every case.
+finite state; plots are written in every case. With --checkpoint_every=N a
+checkpoint is saved every N steps; rerun with the same flags and --out_dir, an
+interrupted run resumes from the newest one (--overwrite starts afresh).
 """
 
 import sys

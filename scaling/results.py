@@ -9,7 +9,8 @@ import json
 import math
 import os
 import pathlib
-from typing import Any, Iterable, Mapping
+import shutil
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +42,11 @@ def _atomic_write(path: str | os.PathLike, text: str) -> None:
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)
   os.replace(tmp, path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+  """Writes a text file atomically (the old file stays until the new one is complete)."""
+  _atomic_write(path, text)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -114,18 +120,62 @@ def make_dir(path: str | os.PathLike) -> pathlib.Path:
   return p
 
 
+def read_complete_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], bool]:
+  """Reads the complete lines of a JSON Lines file that a killed writer may have left torn.
+
+  Args:
+    path: the file (missing: no rows).
+
+  Returns:
+    (rows, torn): the rows up to the first line that is not a whole JSON object
+    ending in a newline, and whether such a line (a torn write) was found.
+  """
+  path = pathlib.Path(path)
+  if not path.exists():
+    return [], False
+  rows = []
+  for line in path.read_bytes().splitlines(keepends=True):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      return rows, True
+    if not line.endswith(b"\n") or not isinstance(row, dict):
+      return rows, True
+    rows.append(row)
+  return rows, False
+
+
+def _normalized(row: Mapping[str, Any]) -> dict[str, Any]:
+  """A row as it reads back from its file (non-finite numbers as None, tuples as lists)."""
+  return json.loads(json.dumps(to_jsonable(row)))
+
+
+def _partial_path(path: pathlib.Path) -> pathlib.Path:
+  return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
 class RowStream:
   """Streams rows into ``path``: appended and fsynced to ``<name>.partial<suffix>`` as they come, then moved.
 
   An interrupted run leaves every finished row in the partial file; ``close``
   (or leaving the ``with`` block without an error) renames it to ``path``.
+  With ``keep``, the stream resumes: the complete rows an earlier run left (in
+  the partial file, else in ``path``) for which ``keep(row)`` is true stay, in
+  ``rows``, and the rest (a torn last line included) is dropped.
   """
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, keep: Callable[[dict[str, Any]], bool] | None = None):
     self.path = pathlib.Path(path)
-    self.partial = self.path.with_name(f"{self.path.stem}.partial{self.path.suffix}")
-    self.partial.unlink(missing_ok=True)
+    self.partial = _partial_path(self.path)
     self.rows: list[dict[str, Any]] = []
+    if keep is None:
+      self.partial.unlink(missing_ok=True)
+      return
+    source = self.partial if self.partial.exists() else self.path
+    self.rows = [r for r in read_complete_jsonl(source)[0] if keep(r)]
+    write_jsonl(self.partial, self.rows)
 
   def write(self, row: Mapping[str, Any]) -> None:
     """Appends one row (flushed to disk)."""
@@ -146,11 +196,161 @@ class RowStream:
       self.close()
 
 
+class GroupedRows:
+  """The rows of a resumable run: planned groups, each appended whole, so a rerun computes only missing ones.
+
+  The plan lists every group of the run as (key, number of rows) in the order of
+  the final file; ``key(row)`` says which group a row belongs to. Opening reads
+  what an earlier run left (``<name>.partial<suffix>``, else the finished
+  ``path``), keeps the groups that are complete (every row present, none torn),
+  and rewrites the partial file with exactly those (write-then-rename), so a
+  torn last line or half a group is dropped and computed again. ``add`` appends
+  one finished group as one write, flushed and fsynced; ``finish`` writes
+  ``path`` from the complete set in plan order and removes the partial file.
+  """
+
+  def __init__(self, path: str | os.PathLike, plan: Sequence[tuple[Hashable, int]],
+               key: Callable[[dict[str, Any]], Hashable]):
+    self.path = pathlib.Path(path)
+    self.partial = _partial_path(self.path)
+    self.plan = dict(plan)
+    self.key = key
+    source = self.partial if self.partial.exists() else self.path
+    found, self.torn = read_complete_jsonl(source)
+    groups: dict[Hashable, list[dict[str, Any]]] = {}
+    for row in found:
+      groups.setdefault(key(row), []).append(row)
+    self.done = {k: groups[k] for k in self.plan if len(groups.get(k, ())) == self.plan[k]}
+    self.dropped = len(found) - sum(len(g) for g in self.done.values())
+    if self.done != groups or self.torn or source != self.partial:
+      write_jsonl(self.partial, self.rows())
+
+  def missing(self) -> list[Hashable]:
+    """Keys of the planned groups not yet written, in plan order."""
+    return [k for k in self.plan if k not in self.done]
+
+  def add(self, key: Hashable, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Appends one finished group whole (one write, flushed and fsynced); returns its rows as they read back."""
+    rows = [_normalized(r) for r in rows]
+    if key not in self.plan:
+      raise ValueError(f"group {key!r} is not in the plan")
+    if len(rows) != self.plan[key] or any(self.key(r) != key for r in rows):
+      raise ValueError(f"group {key!r} must have {self.plan[key]} rows of that key, got {len(rows)}")
+    with open(self.partial, "a") as f:
+      f.write("".join(json.dumps(r) + "\n" for r in rows))
+      f.flush()
+      os.fsync(f.fileno())
+    self.done[key] = rows
+    return rows
+
+  def rows(self) -> list[dict[str, Any]]:
+    """The rows of the finished groups, in plan order."""
+    return [r for k in self.plan if k in self.done for r in self.done[k]]
+
+  def finish(self, rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Writes ``path`` (default: ``rows()``; a study may pass them in another order) and removes the partial file.
+
+    Raises:
+      ValueError: a planned group is missing.
+    """
+    if self.missing():
+      raise ValueError(f"{self.path.name}: groups {self.missing()} are missing")
+    rows = self.rows() if rows is None else [_normalized(r) for r in rows]
+    write_jsonl(self.path, rows)
+    self.partial.unlink(missing_ok=True)
+    return rows
+
+
+MANIFEST = "run.json"
+"""The file in each output folder that records the options its results were made with."""
+
+
+def manifest(config: Any, ignore: Sequence[str] = ()) -> dict[str, Any]:
+  """The options of ``config`` that change its results: all but the output group and the names in ``ignore``."""
+
+  def strip(d):
+    return {k: strip(v) if isinstance(v, dict) else v for k, v in d.items() if k not in ignore}
+
+  return _normalized(strip({k: v for k, v in dataclasses.asdict(config).items() if k != "output"}))
+
+
+def _leaves(d: Mapping[str, Any]) -> dict[str, Any]:
+  """{leaf name: value} of nested option dicts (leaf names are the flag names)."""
+  out = {}
+  for k, v in d.items():
+    out.update(_leaves(v) if isinstance(v, Mapping) else {k: v})
+  return out
+
+
+def _show(v: Any) -> str:
+  return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
+def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False, ignore: Sequence[str] = (),
+             outputs: Sequence[str] = (), extra: Mapping[str, Any] | None = None) -> pathlib.Path:
+  """Makes the output folder for a resumable run, checking and writing its manifest (``run.json``).
+
+  A folder whose manifest records the same options is resumed (its files are
+  kept). One made with other options is refused unless ``overwrite``. With
+  ``overwrite``, and for a folder without a manifest, the files named in
+  ``outputs`` (and their partial files; folders too) are removed first and the
+  run starts afresh, so no result of another run is mixed in.
+
+  Args:
+    out_dir: the folder (--out_dir).
+    config: the study's config; its manifest is ``manifest(config, ignore)``.
+    overwrite: replace results made with other options (--overwrite).
+    ignore: option names that do not change results (left out of the manifest).
+    outputs: the names of the files and folders the study writes into the folder.
+    extra: more that the results depend on (e.g. the dataset's description), recorded beside the options.
+
+  Returns:
+    The folder.
+
+  Raises:
+    ValueError: one line naming the options that differ, when not ``overwrite``.
+  """
+  folder = make_dir(out_dir)
+  path = folder / MANIFEST
+  want = _normalized({"config": manifest(config, ignore), **(extra or {})})
+  have = None
+  if path.exists():
+    try:
+      have = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      have = {}
+  if have == want and not overwrite:
+    return folder
+  if have is not None and have != want and not overwrite:
+    old, new = _leaves(have), _leaves(want)
+    diff = [f"--{k}={_show(new.get(k))} (was {_show(old.get(k))})" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)] or ["an unreadable run.json"]
+    raise ValueError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
+                     f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or add --overwrite")
+  for name in outputs:
+    target = folder / name
+    for p in (target, _partial_path(target)):
+      if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+      else:
+        p.unlink(missing_ok=True)
+  write_json(path, want)
+  return folder
+
+
+def append_timing(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> None:
+  """Appends one timing row to ``timings.jsonl``: wall times live there, never in the result files."""
+  append_jsonl(pathlib.Path(out_dir) / "timings.jsonl", row)
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputConfig(Options):
   """Where a study writes its results."""
 
-  out_dir: str = option("runs", "Output directory (created if missing).")
+  out_dir: str = option("runs", "Output directory (created if missing). Rerunning with the same options resumes "
+                        "an interrupted run in it; other options are refused unless --overwrite.")
+  overwrite: bool = option(False, "Start afresh: remove this study's results in --out_dir (also those made with "
+                           "other options) instead of resuming.")
 
   def validate(self):
     if not self.out_dir:

@@ -237,14 +237,15 @@ class TrainResult:
     last_finite_state: the state to evaluate: ``state`` for a member that never
       diverged, else the last state whose loss was finite and not diverged
       (None unless ``keep_last_finite``).
-    steps_run: number of train steps executed (including a diverging one).
+    steps_run: number of train steps executed (including a diverging one; a resumed run counts those before
+      its starting state too).
     stop_reason: STOP_COMPLETED, STOP_NONFINITE or STOP_LOSS_GROWTH (per member).
     divergence_step: the step whose loss diverged, or None (-1 in a grid).
     initial_loss: loss of step 0.
     final_loss: loss of the last step run.
     history: host metrics of every logged step, with "step" and "diverged" (a member diverged at that step).
-    records: the metrics named in ``record`` at every step run, numpy float64
-      [steps_run, (M,) ...].
+    records: the metrics named in ``record`` at every step run (by this call), numpy float64
+      [steps, (M,) ...].
     wall_time: seconds for the whole loop, compilation included.
     steps_per_sec: throughput after the first (compiling) step.
   """
@@ -274,7 +275,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
           callback: Callable[[int, dict[str, Any]], None] | None = None,
           divergence_factor: float = DEFAULT_DIVERGENCE_FACTOR, record: Sequence[str] = (),
           fixed_batch: bool = False, keep_last_finite: bool = False, stop_on_divergence: bool = True,
-          state: TrainState | None = None) -> TrainResult:
+          state: TrainState | None = None, initial_loss: float | None = None,
+          after_step: Callable[[int, TrainState], None] | None = None) -> TrainResult:
   """Trains one run, or a grid of runs in one vmapped program, for ``opt_config.steps`` steps.
 
   Deterministic given the seeds: member i starts from ``PRNGKey(seed_i)`` and
@@ -299,7 +301,11 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     keep_last_finite: keep the last finite state of each member (a second copy
       of the state on the device).
     stop_on_divergence: stop once every member has diverged.
-    state: optional starting state (single run).
+    state: optional starting state (single run). A state after n updates (a
+      checkpoint) resumes the run: steps n .. steps - 1 run, on the batches of
+      those steps, exactly as they would have in one go.
+    initial_loss: the step-0 loss of a resumed run (divergence is judged against it).
+    after_step: ``after_step(updates done, state)`` after each step, once its row is logged (for checkpoints).
 
   Returns:
     A TrainResult.
@@ -327,24 +333,27 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     seeds, lrs = int(seed), None
     batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
     shape = ()
+  first = 0 if state is None or grid else int(state.step)
+  if first and initial_loss is None:
+    raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
   if state is None:
     state = make_init(model_config, opt_config, grid=grid)(seeds, opt_config.learning_rate if lrs is None else lrs)
   step_fn = make_train_step(model_config, opt_config, grid=grid)
   kept = state if keep_last_finite else None
   history: list[dict[str, Any]] = []
   records: dict[str, list] = {name: [] for name in record}
-  initial = final = np.full(shape, np.nan)
+  initial = final = np.full(shape, np.nan) if initial_loss is None else np.asarray(initial_loss, np.float64)
   diverged_at = np.full(shape, -1)
   reasons = np.full(shape, STOP_COMPLETED, dtype=object)
   first_step_done = start
-  steps_run = 0
-  for t in range(steps):
+  steps_run = first
+  for t in range(first, steps):
     state_in = state
     state, metrics = step_fn(state_in, batch_of(t))
     loss = np.asarray(jax.device_get(metrics["loss"]), np.float64)
     steps_run = t + 1
-    if t == 0:
-      initial = loss
+    if t == first:
+      initial = loss if t == 0 else initial
       first_step_done = time.perf_counter()
     final = loss
     new = np.zeros(shape, bool)
@@ -362,12 +371,14 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       history.append(row)
       if callback is not None:
         callback(t, row)
+    if after_step is not None:
+      after_step(t + 1, state)
     if stop_on_divergence and np.all(diverged_at >= 0):
       break
   end = time.perf_counter()
   if kept is not None:
     kept = _keep(jnp.asarray(diverged_at >= 0), kept, state)
-  timed = steps_run - 1
+  timed = steps_run - first - 1
   steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
   host_records = {k: np.asarray(jax.device_get(jnp.stack(v)), np.float64) for k, v in records.items()}
   if grid:

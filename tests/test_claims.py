@@ -4,6 +4,7 @@ files, and a tiny run measures every random-input claim."""
 import dataclasses
 import json
 import pathlib
+import tempfile
 from unittest import mock
 
 from absl.testing import absltest
@@ -177,7 +178,7 @@ class TinyRunTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.out = pathlib.Path(absltest.TEST_TMPDIR.value) / "claims_tiny"
+    cls.out = pathlib.Path(tempfile.mkdtemp(dir=absltest.TEST_TMPDIR.value)) / "claims_tiny"  # fresh: never resumed
     cls.code, cls.stdout, cls.stderr = experiment_main.run_main(claims_experiment, ids=RANDOM_IDS,
                                                                 out_dir=str(cls.out), **TINY)
     cls.rows = {r["id"]: r for r in results.read_jsonl(cls.out / "claims.jsonl")}

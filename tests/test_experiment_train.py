@@ -49,8 +49,15 @@ class MainTest(absltest.TestCase):
     self.assertEqual(summary["status"], "completed")
     self.assertIsNone(summary["divergence_step"])
     self.assertEqual(summary["steps_run"], 6)
-    for key in ("final_loss", "eval_loss", "eval_accuracy", "wall_time", "steps_per_sec"):
+    for key in ("final_loss", "eval_loss", "eval_accuracy"):
       self.assertIsInstance(summary[key], float, key)
+    timings = json.loads((out / "timings.json").read_text())  # wall times apart from the results
+    for key in ("wall_time", "steps_per_sec"):
+      self.assertIsInstance(timings[key], float, key)
+      self.assertNotIn(key, summary)
+    self.assertNotIn("time", rows[0])
+    self.assertEqual([json.loads(line)["step"] for line in (out / "timings.jsonl").read_text().splitlines()],
+                     [0, 2, 4, 5])
     for name in ("loss.png", "grad_norm.png", "attention.png"):
       self.assertGreater((out / name).stat().st_size, 1000, name)
 

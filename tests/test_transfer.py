@@ -271,7 +271,17 @@ class ExperimentTest(parameterized.TestCase):
     rows = [json.loads(line) for line in (out / "results.partial.jsonl").read_text().splitlines()]
     self.assertEqual({r["parametrization"] for r in rows}, {"sp"})
     self.assertLen(rows, 3)
-    self.assertLen((out / "optimum.partial.jsonl").read_text().splitlines(), 1)
+    self.assertFalse((out / "optimum.jsonl").exists())  # made from the complete rows at the end
+    # Rerun with the same flags: only the unfinished width trains, and the files are those of a whole run.
+    calls.clear()
+    with mock.patch.object(transfer, "run_width", lambda *a: calls.append(a[1]) or real(*a)):
+      code, _, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
+    self.assertEqual(code, 0)
+    self.assertEqual(calls, ["mup"])
+    whole = _tempdir(self) / "whole"
+    self.assertEqual(experiment_main.run_with(transfer_exp, FLAGS_TINY, whole)[0], 0)
+    for name in ("results.jsonl", "optimum.jsonl"):
+      self.assertEqual((out / name).read_bytes(), (whole / name).read_bytes(), name)
 
   @parameterized.parameters(
       ("--log2_lrs=nan", "--log2_lrs"), ("--log2_lrs=", "--log2_lrs"), ("--log2_lrs=-8,x", "--log2_lrs"),

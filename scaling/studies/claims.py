@@ -945,26 +945,45 @@ def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
   return "\n".join(parts)
 
 
+OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timings.jsonl")
+"""The files ``run`` writes into the output folder (besides run.json)."""
+
+
 def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
-  """The study as ``experiments.claims`` runs it: measures, streams rows, writes the tables, prints verdicts."""
+  """The study as ``experiments.claims`` runs it: measures, streams rows, writes the tables, prints verdicts.
+
+  Each claim's row is appended to claims.partial.jsonl when it is measured; rerun
+  with the same options into the same folder, a killed run measures only the
+  claims it has not finished. The tables are written from the complete rows at
+  the end; wall times go to timings.jsonl.
+  """
   if config.text_file is not None:
     data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
   resources.check(memory_estimate(ctx, config.ids),
                   {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
   start = time.perf_counter()
-  results.make_dir(out_dir)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
-  total = len(config.ids) if config.ids else len(all_claims())
-  with results.RowStream(out_dir / "claims.jsonl") as stream, report.Progress(total, "claims") as progress:
+  ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
+  stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
+  missing = stream.missing()
+  if len(missing) < len(ids):
+    print(f"resuming: {len(ids) - len(missing)} of {len(ids)} claims already in {out_dir}", flush=True)
+  with report.Progress(len(missing), "claims") as progress:
+    began = [time.perf_counter()]
 
     def on_result(row):
-      stream.write(row)
+      stream.add(row["id"], [row])
+      results.append_timing(out_dir, {"id": row["id"], "seconds": time.perf_counter() - began[0]})
+      began[0] = time.perf_counter()
       progress.update(f"{row['id']}: {row['verdict']}")
 
-    rows = run_claims(ctx, config.ids, on_result=on_result)
-  (out_dir / "claims.md").write_text(markdown_table(rows))
-  (out_dir / "claims_readme.md").write_text(readme_markdown(rows, ctx))
+    if missing:
+      run_claims(ctx, tuple(missing), on_result=on_result)
+  rows = stream.finish()
+  results.write_text(out_dir / "claims.md", markdown_table(rows))
+  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx))
   indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")

@@ -260,19 +260,39 @@ def slope_table(slope_rows, steps: int) -> str:
   return report.table(list(grid.values()), ("parametrization", "layer", *(f"step{t}" for t in range(steps + 1))))
 
 
+OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "coord_check.png", "config.json", "timings.jsonl")
+"""The files ``run`` writes into the output folder (besides run.json)."""
+
+
+def group_key(row: dict[str, Any]) -> tuple[str, int]:
+  """The group of a result row: (parametrization, width), one vmapped grid of seeds."""
+  return row["parametrization"], row["width"]
+
+
 def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
-  """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them."""
-  dataset = transfer.prepare(config, out_dir)
+  """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them.
+
+  Each width's rows are appended whole to results.partial.jsonl when it is
+  trained; rerun with the same options into the same folder, a killed run trains
+  only the widths it has not finished. Slopes and the figure come from the complete
+  rows at the end; wall times go to timings.jsonl.
+  """
+  dataset = transfer.prepare(config, out_dir, OUTPUTS)
   start = time.perf_counter()
-  with results.RowStream(out_dir / "results.jsonl") as rows_out, \
-       report.Progress(len(config.grid.parametrizations) * len(config.grid.widths), "coord_check") as progress:
-
-    def on_width(name, width, rows):
-      for r in rows:
-        rows_out.write(r)
+  size = len(layer_names(config.family.depth)) * (config.steps + 1)
+  plan = [((name, width), size) for name in config.grid.parametrizations for width in config.grid.widths]
+  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
+  missing = stream.missing()
+  if len(missing) < len(plan):
+    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} widths already in {out_dir}", flush=True)
+  with report.Progress(len(missing), "coord_check") as progress:
+    for name, width in missing:
+      began = time.perf_counter()
+      stream.add((name, width), coord_rows(name, width, coord_data(config, name, width, dataset)))
+      results.append_timing(out_dir, {"parametrization": name, "width": width,
+                                      "seconds": time.perf_counter() - began})
       progress.update(f"{name} width={width}")
-
-    rows = run_coord_check(config, dataset, on_width=on_width)
+  rows = stream.finish()
   slope_rows = slopes(rows)
   results.write_jsonl(out_dir / "slopes.jsonl", slope_rows)
   results.write_csv(out_dir / "slopes.csv", [{k: v for k, v in s.items() if k != "widths"} for s in slope_rows])

@@ -365,21 +365,67 @@ def write_plots(out_dir, rows) -> list[str]:
   return names + ["summary.png"]
 
 
+OUTPUTS = ("results.jsonl", "results.csv", "config.json", "timings.jsonl", *(f"{m}.png" for m, _, _ in PLOTS),
+           "summary.png")
+"""The files ``run`` writes into the output folder (besides run.json)."""
+
+
+def group_key(row: dict[str, Any]) -> tuple:
+  """The group of a result row: (parametrization, width, d_k); one group per compiled shape, all rules."""
+  return row.get("parametrization"), row.get("width"), row["d_k"]
+
+
+def _final_order(config: SweepConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Rows in ``run_sweep``'s order: mode-major, then rule-major, then d_k."""
+  by = {(*group_key(r), r["rule"]): r for r in rows}
+  return [by[(*group_key({"d_k": d_k, **_mode_keys(mode)}), rule)]
+          for mode in config.modes() for rule in mode.rules for d_k in mode.d_k]
+
+
+def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
+  """A row read back from JSON with its null (non-finite) metric values as NaN again."""
+  return {k: ({s: float("nan") if x is None else x for s, x in v.items()} if k in METRICS else v)
+          for k, v in row.items()}
+
+
 def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
-  """The study as ``experiments.sweep`` runs it: measures, streams rows, plots and prints a table."""
+  """The study as ``experiments.sweep`` runs it: measures, streams rows, plots and prints a table.
+
+  Each head dimension's rows (every rule) are appended whole to the partial results
+  file as soon as they are computed; rerun with the same options into the same
+  folder, a killed run computes only the head dimensions it has not finished.
+  Wall times go to timings.jsonl.
+
+  Returns:
+    The rows of results.jsonl (NaN for non-finite values).
+  """
   resources.check(resources.sweep_estimate(config), resources.option_values(config))
-  results.make_dir(out_dir)
+  out_dir = results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config)})
   start = time.perf_counter()
   modes = config.modes()
-  with results.RowStream(out_dir / "results.jsonl") as stream, \
-       report.Progress(len(modes) * len(config.d_k), "sweep") as progress:
-
-    def on_shape(mode, d_k, seconds):
-      where = f"{mode.parametrization[0]} width={mode.width[0]} " if mode.parametrization else ""
-      progress.update(f"{where}d_k={d_k} ({seconds:.2f}s)")
-
-    rows = run_sweep(config, on_row=stream.write, on_shape=on_shape)
+  plan = [(group_key({"d_k": d_k, **_mode_keys(mode)}), len(mode.rules)) for mode in modes for d_k in mode.d_k]
+  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
+  missing = set(stream.missing())
+  if len(missing) < len(plan):
+    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} head dimensions already in {out_dir}", flush=True)
+  with report.Progress(len(missing), "sweep") as progress:
+    for mode in modes:
+      for d_k in mode.d_k:
+        key = group_key({"d_k": d_k, **_mode_keys(mode)})
+        if key not in missing:
+          continue
+        # A head dimension's rows depend on neither the other head dimensions nor the output options, so each is
+        # one call with those normalized (programs compiled for it are shared by every run in this process).
+        seconds = []
+        rows = run_sweep(dataclasses.replace(mode, d_k=(d_k,), output=results.OutputConfig()),
+                         on_shape=lambda m, d, t: seconds.append(t))
+        stream.add(key, rows)
+        results.append_timing(out_dir, {"parametrization": key[0], "width": key[1], "d_k": d_k,
+                                        "seconds": seconds[0]})
+        where = f"{mode.parametrization[0]} width={mode.width[0]} " if mode.parametrization else ""
+        progress.update(f"{where}d_k={d_k} ({seconds[0]:.2f}s)")
+  rows = [_nan_for_null(r) for r in stream.finish(_final_order(config, stream.rows()))]
   results.write_csv(out_dir / "results.csv", rows)
   plots = write_plots(out_dir, rows)
   columns = TABLE_COLUMNS if config.parametrization is None else ("parametrization", "width", *TABLE_COLUMNS)

@@ -1,9 +1,10 @@
 """One training run: loss, gradient norms and attention statistics logged as it trains, plots and a summary.
 
-Writes into the output folder config.json (first), metrics.jsonl (one object
-per logged step, streamed so an interrupted run keeps its log), summary.json
-(final and held-out loss/accuracy, divergence step, wall time, steps/s) and PNG
-curves: loss.png, grad_norm.png and attention.png (per-layer entropy and max
+Writes into the output folder run.json and config.json (first), metrics.jsonl
+(one object per logged step, streamed so an interrupted run keeps its log),
+summary.json (final and held-out loss/accuracy, divergence step), timings.json
+and timings.jsonl (wall times, steps/s), checkpoints/ (``checkpoint_every``) and
+PNG curves: loss.png, grad_norm.png and attention.png (per-layer entropy and max
 logit against step). Training stops early when the loss is non-finite or above
 ``divergence_factor`` × the initial loss; a diverged run is evaluated on its
 last finite state, and plots are written in every case.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import pathlib
 import sys
@@ -52,6 +54,9 @@ class TrainConfig(Options):
   eval_batches: int = option(8, "Held-out batches for the final evaluation.", lower=1)
   divergence_factor: float = option(train_lib.DEFAULT_DIVERGENCE_FACTOR, "Stop when the loss exceeds this times "
                                     "the initial loss.", positive=True)
+  checkpoint_every: int = option(0, "Save a checkpoint (params, optimizer state, step = data position, data key) "
+                                 "into --out_dir/checkpoints every this many steps; a rerun with the same options "
+                                 "resumes from the newest one. 0: no checkpoints.", lower=0)
   seeds: Seeds = option(Seeds(num_seeds=1), "Seed of the initialization and the data.")
   data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
   model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
@@ -110,31 +115,87 @@ def write_plots(out_dir, rows: list[dict[str, Any]], depth: int) -> list[str]:
   return ["loss.png", "grad_norm.png", "attention.png"]
 
 
+CHECKPOINTS = "checkpoints"
+OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "timings.jsonl", "timings.json", "loss.png",
+           "grad_norm.png", "attention.png", CHECKPOINTS)
+"""The files ``run`` writes into the output folder (besides run.json)."""
+NOT_IN_RESULTS = ("print_every", "checkpoint_every")
+"""Options that change no result file (left out of run.json, so a rerun may change them)."""
+
+
+def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.ModelConfig):
+  """(checkpoints or None, restored state or None, step-0 loss or None) for a run in ``out_dir``."""
+  directory = out_dir / CHECKPOINTS
+  if not config.checkpoint_every and not directory.exists():
+    return None, None, None
+  from scaling import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top  (orbax only when used)
+
+  checkpoints = checkpoint_lib.Checkpoints(directory)
+  if checkpoints.latest_step() is None:
+    return checkpoints, None, None
+  seed = config.seeds.seed
+  target = train_lib.make_init(model_config, config.optim)(seed, config.optim.learning_rate)
+  state, record = checkpoints.restore(target, seed=seed)
+  return checkpoints, state, record["initial_loss"]
+
+
+def _finished(out_dir: pathlib.Path) -> dict[str, Any] | None:
+  """The summary of a run that finished in ``out_dir`` (completed or diverged), else None."""
+  path = out_dir / "summary.json"
+  if not path.exists() or not (out_dir / "metrics.jsonl").exists():
+    return None
+  summary = json.loads(path.read_text())
+  return summary if summary.get("status") in ("completed", "diverged") else None
+
+
 def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
-  """The study as ``experiments.train`` runs it: trains, logs, evaluates, plots; returns the summary."""
+  """The study as ``experiments.train`` runs it: trains, logs, evaluates, plots; returns the summary.
+
+  Rerun with the same options into the same folder, a finished run is not trained
+  again and an interrupted one resumes from its newest checkpoint (``checkpoint_every``),
+  or from step 0 without one; metrics.jsonl keeps the rows before that step and
+  gets the rest, so it ends as in one uninterrupted run. Wall times and throughput
+  go to timings.jsonl (per logged step) and timings.json, not into metrics.jsonl or
+  summary.json.
+  """
   seed = config.seeds.seed
   dataset = config.data.make(seed)
   model_config = config.model_config(dataset)
   resources.check(memory_estimate(config, dataset, model_config), resources.option_values(config))
-  results.make_dir(out_dir)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, ignore=NOT_IN_RESULTS, outputs=OUTPUTS,
+                   extra={"dataset": data_lib.describe(dataset)})
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "model": dataclasses.asdict(model_config),
                                                "dataset": data_lib.describe(dataset)})
   shapes = jax.eval_shape(functools.partial(model_lib.init_params, config=model_config), jax.random.PRNGKey(seed))
   num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
+  finished = _finished(out_dir)
+  if finished is not None:  # its plots were written before its summary
+    print(report.table([finished], SUMMARY_COLUMNS[:-2]))
+    print(f"already finished in {out_dir} ({finished['status']} after {finished['steps_run']} steps); "
+          "nothing to train")
+    return finished
+  checkpoints, state, initial_loss = _resume(config, out_dir, model_config)
+  first = 0 if state is None else int(state.step)
   print(f"training {num_params:,} parameters on {dataset.name} (vocab {dataset.vocab_size}, T={dataset.seq_len}, "
-        f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}", flush=True)
-  metrics = results.RowStream(out_dir / "metrics.jsonl")
+        f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}"
+        + (f"; resuming from the checkpoint after {first} steps" if first else ""), flush=True)
+  metrics = results.RowStream(out_dir / "metrics.jsonl", keep=lambda row: row["step"] < first)
   start = time.perf_counter()
-  last_print = {"time": start, "step": 0}
+  last_print = {"time": start, "step": first}
+  progress = {"initial_loss": initial_loss, "diverged": False}
 
   def callback(step: int, row: dict[str, Any]) -> None:
     now = time.perf_counter()
     diverged = row.get("diverged", False)
+    progress["diverged"] |= diverged
+    if step == 0:
+      progress["initial_loss"] = row["loss"]
     final = step == steps - 1
     if step % config.log_every == 0 or final or diverged:
-      metrics.write({**row, "step": step, "time": now - start})
+      metrics.write({**row, "step": step})
+      results.append_timing(out_dir, {"step": step, "time": now - start, "resumed_from": first})
     if step % config.print_every == 0 or final or diverged:
       elapsed = now - last_print["time"]
       rate = (f"{(step - last_print['step']) / elapsed:.1f} steps/s" if step > last_print["step"] and elapsed > 0
@@ -143,10 +204,15 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
       print(f"step {step:>6}/{steps}  loss {row['loss']:.4f}  acc {row['accuracy']:.3f}  "
             f"lr {row['learning_rate']:.3g}  grad {row['grad_norm']:.3g}  {rate}", flush=True)
 
+  def after_step(done: int, state: train_lib.TrainState) -> None:
+    if config.checkpoint_every and done % config.checkpoint_every == 0 and done < steps and not progress["diverged"]:
+      checkpoints.save(state, seed=seed, initial_loss=progress["initial_loss"])
+
   try:
     result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
                              log_every=math.gcd(config.log_every, config.print_every), callback=callback,
-                             divergence_factor=config.divergence_factor, keep_last_finite=True)
+                             divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
+                             initial_loss=initial_loss, after_step=after_step)
     evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()
@@ -154,9 +220,13 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     last = metrics.rows[-1] if metrics.rows else {}
     results.write_json(out_dir / "summary.json", {
         "status": "interrupted", "steps_logged": len(metrics.rows), "last_logged_step": last.get("step"),
-        "last_logged_loss": last.get("loss"), "wall_time": time.perf_counter() - start})
+        "last_logged_loss": last.get("loss")})
+    results.write_json(out_dir / "timings.json", {"wall_time": time.perf_counter() - start, "resumed_from": first})
     print(f"\ninterrupted; partial metrics.jsonl, plots and summary.json are in {out_dir}", file=sys.stderr)
     raise
+  finally:
+    if checkpoints is not None:
+      checkpoints.close()
   metrics.close()
   plots = write_plots(out_dir, metrics.rows, model_config.depth)
   summary = {
@@ -172,15 +242,15 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
       "evaluated_after_updates": int(result.last_finite_state.step),
       "chance_accuracy": dataset.chance_accuracy,
       "num_params": num_params,
-      "wall_time": time.perf_counter() - start,
-      "train_time": result.wall_time,
-      "steps_per_sec": result.steps_per_sec,
   }
+  timings = {"wall_time": time.perf_counter() - start, "train_time": result.wall_time,
+             "steps_per_sec": result.steps_per_sec, "resumed_from": first}
+  results.write_json(out_dir / "timings.json", timings)
   results.write_json(out_dir / "summary.json", summary)
-  print(report.table([summary], SUMMARY_COLUMNS))
+  print(report.table([{**summary, **timings}], SUMMARY_COLUMNS))
   if result.diverged:
     print(f"diverged at step {result.divergence_step}: {result.stop_reason}; evaluated on the last state whose "
           f"loss was finite (after {int(result.last_finite_state.step)} updates)")
-  print(f"wrote config.json, metrics.jsonl ({len(metrics.rows)} rows), summary.json and {len(plots)} plots to "
-        f"{out_dir}")
+  print(f"wrote config.json, metrics.jsonl ({len(metrics.rows)} rows), summary.json, timings.json and "
+        f"{len(plots)} plots to {out_dir}")
   return summary

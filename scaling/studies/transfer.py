@@ -123,13 +123,16 @@ class TransferConfig(Options):
     return self.average_last if self.average_last is not None else max(1, self.optim.steps // 10)
 
 
-def prepare(config: Any, out_dir: pathlib.Path) -> data_lib.Dataset:
+def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> data_lib.Dataset:
   """For a width study (``data``, ``seeds``, ``grid``, ``family``): the dataset, every model checked, then
-  the output folder made and config.json written; bad input fails before anything is written."""
+  the output folder opened (``results.open_run``: resumed, or refused if made with other options, unless
+  --overwrite; ``outputs`` are the study's files) and config.json written; bad input fails before anything is
+  written."""
   dataset = config.data.make(config.seeds.seed)
   config.grid.check(config.family, dataset)
   resources.check(memory_estimate(config, dataset), resources.option_values(config))
-  results.make_dir(out_dir)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=outputs,
+                   extra={"dataset": data_lib.describe(dataset)})
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "dataset": data_lib.describe(dataset)})
   return dataset
@@ -328,29 +331,48 @@ def loss_grid_table(rows, log2_lrs) -> str:
   return report.table(list(grid.values()), ("parametrization", "width", *(f"{x:g}" for x in log2_lrs)))
 
 
+OUTPUTS = ("results.jsonl", "optimum.jsonl", "transfer.png", "config.json", "timings.jsonl")
+"""The files ``run`` writes into the output folder (besides run.json)."""
+
+
+def group_key(row: dict[str, Any]) -> tuple[str, int]:
+  """The group of a result row: (parametrization, width), one vmapped learning-rate x seed grid."""
+  return row["parametrization"], row["width"]
+
+
 def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
-  """The study as ``experiments.transfer`` runs it: trains, streams results, plots and prints; returns the optima."""
-  dataset = prepare(config, out_dir)
+  """The study as ``experiments.transfer`` runs it: trains, streams results, plots and prints; returns the optima.
+
+  Each width's rows are appended whole to results.partial.jsonl when its grid is
+  trained; rerun with the same options into the same folder, a killed run trains
+  only the widths it has not finished. optimum.jsonl and the figure are made from
+  the complete rows at the end; wall times go to timings.jsonl.
+  """
+  dataset = prepare(config, out_dir, OUTPUTS)
   members = len(config.log2_lrs) * config.seeds.num_seeds
   print(f"{len(config.grid.parametrizations)} parametrizations x {len(config.grid.widths)} widths; each width trains "
         f"{len(config.log2_lrs)} learning rates x {config.seeds.num_seeds} seeds = {members} runs vmapped, "
         f"{config.optim.steps} steps", flush=True)
   start = time.perf_counter()
-  with results.RowStream(out_dir / "results.jsonl") as rows_out, \
-       results.RowStream(out_dir / "optimum.jsonl") as optimum_out, \
-       report.Progress(len(config.grid.parametrizations) * len(config.grid.widths), "transfer") as progress:
-
-    def on_width(name, width, rows):
-      for r in rows:
-        rows_out.write(r)
+  plan = [((name, width), len(config.log2_lrs)) for name in config.grid.parametrizations
+          for width in config.grid.widths]
+  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
+  missing = stream.missing()
+  if len(missing) < len(plan):
+    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} widths already in {out_dir}", flush=True)
+  with report.Progress(len(missing), "transfer") as progress:
+    for name, width in missing:
+      began = time.perf_counter()
+      rows = stream.add((name, width), run_width(config, name, width, dataset))
+      results.append_timing(out_dir, {"parametrization": name, "width": width,
+                                      "seconds": time.perf_counter() - began})
       best = find_optimum(rows)[0]
-      optimum_out.write(best)
       where = ("all diverged" if best["log2_lr"] is None
                else f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}")
       progress.update(f"{name} width={width}: {where}")
-
-    rows = run_transfer(config, dataset, on_width=on_width)
-  optimum_rows = optimum_out.rows
+  rows = stream.finish()
+  optimum_rows = find_optimum(rows)
+  results.write_jsonl(out_dir / "optimum.jsonl", optimum_rows)
   write_figure(out_dir / "transfer.png", rows, optimum_rows)
   print(f"final training loss (mean of the last {config.last} steps, mean over {config.seeds.num_seeds} seeds):")
   print(loss_grid_table(rows, config.log2_lrs))

@@ -1,0 +1,272 @@
+"""Interrupted runs: rows written group by group, a rerun computes only what is missing, run.json, checkpoints.
+
+The kill tests start a study in a subprocess, kill it with SIGKILL (no cleanup of
+any kind runs) once its first group of rows (or first checkpoint) is on disk and
+a random moment more has passed, rerun it with the same flags, and compare the
+result files byte for byte with those of an uninterrupted run.
+"""
+
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+
+import experiment_main
+from experiments import coord_check
+from experiments import sweep
+from experiments import train
+from scaling import results
+from scaling.studies import sweep as sweep_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SWEEP = dict(d_k=[2, 4], rules=["sqrt", "none"], seq_len=4, batch=1, num_heads=1, num_seeds=1)
+COORD = dict(parametrizations=["sp"], widths=[16, 32], steps=1, depth=1, num_heads=2, num_seeds=1, seq_len=8,
+             batch_size=2)
+TRAIN = dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=16, log_every=5,
+             checkpoint_every=4)
+
+
+def _lines(path):
+  return pathlib.Path(path).read_text().splitlines()
+
+
+def _start(module, out_dir, **flag_values):
+  """The experiment's command line in a subprocess."""
+  cmd = [sys.executable, "-m", *experiment_main.argv(module, out_dir=str(out_dir), **flag_values)]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+  return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _kill_when(proc, ready, test, timeout=300.0):
+  """SIGKILLs ``proc`` a random 0-0.3 s after ``ready()`` first holds; fails the test if it ended before."""
+  deadline = time.monotonic() + timeout
+  while not ready():
+    if proc.poll() is not None:
+      test.fail(f"the run ended (status {proc.returncode}) before it could be killed: {proc.stderr.read()[-2000:]}")
+    if time.monotonic() > deadline:
+      proc.kill()
+      test.fail("timed out waiting for the run")
+    time.sleep(0.02)
+  time.sleep(random.uniform(0.0, 0.3))
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  proc.stderr.close()
+  test.assertEqual(proc.returncode, -signal.SIGKILL)
+
+
+def _complete_groups(path, size):
+  """The number of whole groups of ``size`` complete lines in a partial file."""
+  rows, _ = results.read_complete_jsonl(path)
+  return len(rows) // size
+
+
+class GroupedRowsTest(chex.TestCase):
+
+  def _plan(self):
+    return [(("a", 1), 2), (("a", 2), 2), (("b", 1), 2)]
+
+  @staticmethod
+  def _key(row):
+    return row["p"], row["w"]
+
+  @staticmethod
+  def _group(p, w):
+    return [{"p": p, "w": w, "i": i, "x": 0.1 * i + w} for i in range(2)]
+
+  def test_torn_line_and_half_group_are_redone(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    stream = results.GroupedRows(out / "rows.jsonl", self._plan(), self._key)
+    self.assertEqual(stream.missing(), [("a", 1), ("a", 2), ("b", 1)])
+    stream.add(("a", 1), self._group("a", 1))
+    stream.add(("a", 2), self._group("a", 2))
+    partial = out / "rows.partial.jsonl"
+    whole = partial.read_text()
+    # A killed writer: the first row of the next group complete, its second torn in the middle.
+    with open(partial, "a") as f:
+      f.write(json.dumps(self._group("b", 1)[0]) + "\n" + json.dumps(self._group("b", 1)[1])[:9])
+    stream = results.GroupedRows(out / "rows.jsonl", self._plan(), self._key)
+    self.assertTrue(stream.torn)
+    self.assertEqual(stream.dropped, 1)
+    self.assertEqual(stream.missing(), [("b", 1)])
+    self.assertEqual(partial.read_text(), whole)  # the torn line and the half group are gone from the file
+    stream.add(("b", 1), self._group("b", 1))
+    rows = stream.finish()
+    expected = [r for k, _ in self._plan() for r in self._group(*k)]
+    self.assertEqual(rows, expected)
+    self.assertEqual([json.loads(line) for line in _lines(out / "rows.jsonl")], expected)
+    self.assertFalse(partial.exists())
+
+  def test_a_line_without_its_newline_is_torn(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    (out / "rows.partial.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self._group("a", 1))
+                                            + json.dumps(self._group("a", 2)[0]))  # valid JSON, no newline
+    rows, torn = results.read_complete_jsonl(out / "rows.partial.jsonl")
+    self.assertTrue(torn)
+    self.assertEqual(rows, self._group("a", 1))
+
+  def test_a_finished_file_is_read_back_and_nothing_is_missing(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    stream = results.GroupedRows(out / "rows.jsonl", self._plan(), self._key)
+    for key, _ in self._plan():
+      stream.add(key, self._group(*key))
+    first = stream.finish()
+    again = results.GroupedRows(out / "rows.jsonl", self._plan(), self._key)
+    self.assertEqual(again.missing(), [])
+    self.assertEqual(again.finish(), first)
+
+  def test_a_wrong_group_is_refused(self):
+    stream = results.GroupedRows(pathlib.Path(self.create_tempdir().full_path) / "r.jsonl", self._plan(), self._key)
+    with self.assertRaisesRegex(ValueError, "2 rows"):
+      stream.add(("a", 1), self._group("a", 1)[:1])
+    with self.assertRaisesRegex(ValueError, "missing"):
+      stream.finish()
+
+
+class CheckpointTest(chex.TestCase):
+
+  def test_round_trip_keeps_every_leaf_and_the_record(self):
+    from scaling import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling import model as model_lib  # pylint: disable=g-import-not-at-top
+    from scaling import optim  # pylint: disable=g-import-not-at-top
+    from scaling import train as train_lib  # pylint: disable=g-import-not-at-top
+    cfg = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16).model_config("sp", 16, vocab_size=8, max_len=4)
+    opt = optim.OptimizerConfig(steps=3)
+    state = train_lib.make_init(cfg, opt)(3, 1e-2).replace(step=jax.numpy.asarray(7, jax.numpy.int32))
+    state = state.replace(params=jax.tree.map(lambda x: x + 0.5, state.params))
+    folder = pathlib.Path(self.create_tempdir().full_path) / "ckpt"
+    saver = checkpoint.Checkpoints(folder)
+    saver.save(state, seed=3, initial_loss=2.5)
+    self.assertEqual(saver.latest_step(), 7)
+    restored, record = saver.restore(train_lib.make_init(cfg, opt)(0, 1e-3), seed=3)
+    chex.assert_trees_all_equal(restored, state)
+    chex.assert_trees_all_equal_dtypes(restored, state)
+    self.assertEqual(record, {"step": 7, "data_position": 7, "seed": 3, "initial_loss": 2.5})
+    with self.assertRaisesRegex(ValueError, "seed 3, not 4"):
+      saver.restore(state, seed=4)
+    saver.close()
+
+
+class ManifestTest(parameterized.TestCase):
+
+  def test_same_options_resume_other_options_refused_unless_overwrite(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "run"
+    config = sweep_lib.SweepConfig(d_k=(4, 8), output=results.OutputConfig(str(out)))
+    results.open_run(out, config, outputs=("results.jsonl",))
+    (out / "results.partial.jsonl").write_text('{"d_k": 4}\n')
+    # Another out_dir spelling, --overwrite and the output group do not count: this resumes, keeping the rows.
+    results.open_run(out, sweep_lib.SweepConfig(d_k=(4, 8)), outputs=("results.jsonl",))
+    self.assertTrue((out / "results.partial.jsonl").exists())
+    other = sweep_lib.SweepConfig(d_k=(4, 16))
+    with self.assertRaisesRegex(ValueError, r"--d_k=4,16 \(was 4,8\).*--overwrite"):
+      results.open_run(out, other, outputs=("results.jsonl",))
+    self.assertTrue((out / "results.partial.jsonl").exists())
+    results.open_run(out, other, overwrite=True, outputs=("results.jsonl",))
+    self.assertFalse((out / "results.partial.jsonl").exists())
+    self.assertEqual(json.loads((out / results.MANIFEST).read_text())["config"]["d_k"], [4, 16])
+    (out / "results.partial.jsonl").write_text('{"d_k": 4}\n')
+    results.open_run(out, other, overwrite=True, outputs=("results.jsonl",))  # same options: afresh all the same
+    self.assertFalse((out / "results.partial.jsonl").exists())
+
+  def test_a_folder_without_manifest_is_not_trusted(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    (out / "results.partial.jsonl").write_text('{"d_k": 4}\n')
+    (out / "keep.txt").write_text("not ours")
+    results.open_run(out, sweep_lib.SweepConfig(), outputs=("results.jsonl",))
+    self.assertFalse((out / "results.partial.jsonl").exists())
+    self.assertTrue((out / "keep.txt").exists())
+
+  def test_cli_refuses_other_flags_with_one_line(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "run"
+    results.open_run(out, sweep_lib.SweepConfig(d_k=(2, 4)))
+    code, stdout, stderr = experiment_main.run_main(sweep, d_k=[2, 8], out_dir=str(out))
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=2,8 (was 2,4)")
+    self.assertEqual(sorted(p.name for p in out.iterdir()), [results.MANIFEST])
+
+
+class KillAndResumeTest(chex.TestCase):
+
+  def _check_rows_without_timings(self, path):
+    for row in results.read_jsonl(path):
+      self.assertFalse({"seconds", "time", "wall_time"} & set(row), row)
+
+  def test_sweep(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    whole, cut = tmp / "whole", tmp / "cut"
+    proc = _start(sweep, cut, **SWEEP)
+    size = len(SWEEP["rules"])
+    _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
+    code, _, err = experiment_main.run_main(sweep, out_dir=str(whole), **SWEEP)
+    self.assertEqual(code, 0, err)
+    self.assertFalse((cut / "results.jsonl").exists())
+    with open(cut / "results.partial.jsonl", "a") as f:  # and a torn line on top
+      f.write('{"rule": "sqrt", "d_k": 4, "logit')
+    code, stdout, err = experiment_main.run_main(sweep, out_dir=str(cut), **SWEEP)
+    self.assertEqual(code, 0, err)
+    self.assertIn("resuming: 1 of 2", stdout)
+    for name in ("results.jsonl", "results.csv"):
+      self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertFalse((cut / "results.partial.jsonl").exists())
+    # Each head dimension was computed once: d_k 2 before the kill, d_k 4 after it.
+    self.assertEqual(sorted(json.loads(line)["d_k"] for line in _lines(cut / "timings.jsonl")), [2, 4])
+    self._check_rows_without_timings(cut / "results.jsonl")
+
+  def test_coord_check(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    whole, cut = tmp / "whole", tmp / "cut"
+    proc = _start(coord_check, cut, **COORD)
+    size = 5 * (COORD["steps"] + 1)  # embed, attention logits, attention output, MLP output, readout; steps 0..k
+    _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
+    code, _, err = experiment_main.run_main(coord_check, out_dir=str(whole), **COORD)
+    self.assertEqual(code, 0, err)
+    self.assertLen(_lines(whole / "results.jsonl"), size * len(COORD["widths"]))
+    code, stdout, err = experiment_main.run_main(coord_check, out_dir=str(cut), **COORD)
+    self.assertEqual(code, 0, err)
+    self.assertIn("resuming: 1 of 2", stdout)
+    for name in ("results.jsonl", "slopes.jsonl", "slopes.csv"):
+      self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertEqual(sorted(json.loads(line)["width"] for line in _lines(cut / "timings.jsonl")), [16, 32])
+    self._check_rows_without_timings(cut / "results.jsonl")
+
+  def test_training_resumes_from_its_checkpoint(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    whole, cut = tmp / "whole", tmp / "cut"
+    proc = _start(train, cut, **TRAIN)
+
+    def saved():
+      folder = cut / "checkpoints"
+      return folder.exists() and any(p.name.isdigit() for p in folder.iterdir())
+
+    _kill_when(proc, saved, self)
+    code, _, err = experiment_main.run_main(train, out_dir=str(whole), **{**TRAIN, "checkpoint_every": 0})
+    self.assertEqual(code, 0, err)
+    self.assertFalse((whole / "checkpoints").exists())
+    self.assertFalse((cut / "summary.json").exists())
+    code, stdout, err = experiment_main.run_main(train, out_dir=str(cut), **TRAIN)
+    self.assertEqual(code, 0, err)
+    first = json.loads((cut / "timings.json").read_text())["resumed_from"]
+    self.assertIn(f"resuming from the checkpoint after {first} steps", stdout)
+    self.assertGreater(first, 0)
+    self.assertEqual(first % TRAIN["checkpoint_every"], 0)
+    # Same history (no step doubled or lost) and the same final and held-out losses, bit for bit.
+    for name in ("metrics.jsonl", "summary.json"):
+      self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    steps = [json.loads(line)["step"] for line in _lines(cut / "metrics.jsonl")]
+    self.assertEqual(steps, sorted({*range(0, TRAIN["steps"], TRAIN["log_every"]), TRAIN["steps"] - 1}))
+    self._check_rows_without_timings(cut / "metrics.jsonl")
+    # A finished run is not trained again.
+    code, stdout, _ = experiment_main.run_main(train, out_dir=str(cut), **TRAIN)
+    self.assertEqual(code, 0)
+    self.assertIn("nothing to train", stdout)
+
+
+if __name__ == "__main__":
+  absltest.main()
