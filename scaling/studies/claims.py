@@ -137,9 +137,9 @@ class Context:
                                      num_heads=HEADS, num_seeds=self.num_seeds, seed=self.seed)
       base, out = jax.random.key(self.seed), {}
       for d in self.d_k:
-        values = jax.device_get(sweep_lib.make_shape_fn(config, d)(jax.random.fold_in(base, d)))
+        values = sweep_lib.make_shape_fn(config, d)(jax.random.fold_in(base, d))
         for rule, metrics in values.items():
-          out[(rule, d)] = {m: np.asarray(v, np.float64) for m, v in metrics.items()}
+          out[(rule, d)] = {m: np.asarray(v, np.float64)[:, 0] for m, v in metrics.items()}  # the one qk_std
       return out
 
     return self.cached("sweep", compute)
