@@ -1,4 +1,8 @@
-"""Result files: JSON Lines, CSV and JSON written atomically, rows streamed to disk as they come."""
+"""Result files: JSON Lines, CSV and JSON written atomically, rows streamed to disk as they come.
+
+In a job of several processes only process 0 (``scaling.distributed.is_writer``) touches the output folder; the
+writing functions do nothing on the others.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from scaling import distributed
 from scaling.config import option
 from scaling.config import Options
 
@@ -37,6 +42,8 @@ def to_jsonable(x: Any) -> Any:
 
 
 def _atomic_write(path: str | os.PathLike, text: str) -> None:
+  if not distributed.is_writer():
+    return
   path = pathlib.Path(path)
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)
@@ -55,6 +62,8 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> N
 
 def append_jsonl(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
   """Appends one row and flushes it to disk, so an interrupted run keeps every finished row."""
+  if not distributed.is_writer():
+    return
   with open(path, "a") as f:
     f.write(json.dumps(to_jsonable(row)) + "\n")
     f.flush()
@@ -105,6 +114,8 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
   """Creates the output folder (and parents); ValueError naming --out_dir if it cannot be written."""
   p = pathlib.Path(path)
+  if not distributed.is_writer():
+    return p
   try:
     p.mkdir(parents=True, exist_ok=True)
   except OSError as e:
@@ -124,7 +135,8 @@ class RowStream:
   def __init__(self, path: str | os.PathLike):
     self.path = pathlib.Path(path)
     self.partial = self.path.with_name(f"{self.path.stem}.partial{self.path.suffix}")
-    self.partial.unlink(missing_ok=True)
+    if distributed.is_writer():
+      self.partial.unlink(missing_ok=True)
     self.rows: list[dict[str, Any]] = []
 
   def write(self, row: Mapping[str, Any]) -> None:
@@ -134,6 +146,8 @@ class RowStream:
 
   def close(self) -> None:
     """Moves the complete file into place (an empty file when no row came)."""
+    if not distributed.is_writer():
+      return
     if not self.partial.exists():
       self.partial.write_text("")
     os.replace(self.partial, self.path)

@@ -38,6 +38,7 @@ from scaling import data as data_lib
 from scaling import metrics as metrics_lib
 from scaling import parametrization as parametrization_lib
 from scaling import report
+from scaling import distributed
 from scaling import results
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
@@ -870,6 +871,7 @@ class ClaimsConfig(Options):
   text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0)
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def __post_init__(self):
     if self.d_k is not None:
@@ -932,8 +934,9 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       progress.update(f"{row['id']}: {row['verdict']}")
 
     rows = run_claims(ctx, config.ids, on_result=on_result)
-  (out_dir / "claims.md").write_text(markdown_table(rows))
-  (out_dir / "claims_readme.md").write_text(readme_markdown(rows, ctx))
+  if distributed.is_writer():
+    (out_dir / "claims.md").write_text(markdown_table(rows))
+    (out_dir / "claims_readme.md").write_text(readme_markdown(rows, ctx))
   indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")

@@ -35,6 +35,7 @@ from scaling import model as model_lib
 from scaling import parametrization as parametrization_lib
 from scaling import plotting
 from scaling import report
+from scaling import distributed
 from scaling import results
 from scaling import rules as rules_lib
 from scaling import sharding as sharding_lib
@@ -97,6 +98,7 @@ class SweepConfig(Options):
                           "query rows (memory ~ T*block instead of T^2).", choices=ATTENTION_IMPLEMENTATIONS)
   block_size: int = option(128, "Tile length of --attention=blockwise.", lower=1)
   output: results.OutputConfig = option(results.OutputConfig("runs/sweep"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def __post_init__(self):
     for name in ("parametrization", "width", "seq_len", "dtype", "qk_std"):  # one value stands for a list of one

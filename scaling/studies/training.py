@@ -27,6 +27,7 @@ from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import plotting
 from scaling import report
+from scaling import distributed
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
@@ -51,11 +52,14 @@ class TrainConfig(Options):
   eval_batches: int = option(8, "Held-out batches for the final evaluation.", lower=1)
   divergence_factor: float = option(train_lib.DEFAULT_DIVERGENCE_FACTOR, "Stop when the loss exceeds this times "
                                     "the initial loss.", positive=True)
+  shard_params: bool = option(False, "On several devices, shard parameters and optimizer state over them (FSDP) "
+                              "instead of replicating them; the batch is split over the devices either way.")
   seeds: Seeds = option(Seeds(num_seeds=1), "Seed of the initialization and the data.")
   data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
   model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
   output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
     """The model for ``dataset`` (the base width defaults to the width: μP = SP)."""
@@ -130,7 +134,8 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   try:
     result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
                              log_every=math.gcd(config.log_every, config.print_every), callback=callback,
-                             divergence_factor=config.divergence_factor, keep_last_finite=True)
+                             divergence_factor=config.divergence_factor, keep_last_finite=True,
+                             shard_params=config.shard_params)
     evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()
