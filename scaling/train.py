@@ -159,11 +159,13 @@ def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.O
                     grid: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
   """``train_step`` for this model and optimizer, jitted, vmapped over a leading grid axis when ``grid``.
 
+  A grid's outputs keep the grid axis split over all devices (``scaling.sharding``).
+
   Cached: the same configs return the same compiled function.
   """
   fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
                          optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
-  return jax.jit(jax.vmap(fn) if grid else fn)
+  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
 
 
 @functools.lru_cache(maxsize=64)
@@ -172,13 +174,19 @@ def make_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.Optimiz
   """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``)."""
   fn = functools.partial(init_train_state, model_config=model_config, opt_config=opt_config)
   fn = lambda seed, lr, fn=fn: fn(seed, learning_rate=lr)
-  return jax.jit(jax.vmap(fn) if grid else fn)
+  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
 
 
-@jax.jit
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
-  """Batch ``step`` of each seed: {inputs, targets, weights} [M, B, T] (compiled once per dataset config)."""
-  return jax.vmap(lambda s: dataset.batch(step, s))(seeds)
+  """Batch ``step`` of each seed: {inputs, targets, weights} [M, B, T], split over the devices like ``seeds``."""
+  return _grid_batches(sharding_lib.make_mesh())(dataset, step, seeds)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_batches(mesh: jax.sharding.Mesh) -> Callable[[Any, Any, Array], Batch]:
+  """The jitted ``grid_batches`` for ``mesh`` (compiled once per dataset config)."""
+  return jax.jit(lambda dataset, step, seeds: jax.vmap(lambda s: dataset.batch(step, s))(seeds),
+                 out_shardings=sharding_lib.leading(mesh))
 
 
 @jax.jit
