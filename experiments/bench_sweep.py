@@ -20,7 +20,7 @@ from scaling.studies import sweep as sweep_lib
 @functools.lru_cache(maxsize=256)
 def _single_config_fn(config: sweep_lib.SweepConfig, d_k: int, rule_name: str) -> Callable[[jax.Array], dict]:
   """A jitted function key -> {metric: scalar} for one rule, one d_k and one seed (cached)."""
-  dtype = sweep_lib.DTYPES[config.dtype]
+  dtype = sweep_lib.DTYPES[config.dtype[0]]
   source = sweep_lib.default_source(config)
   rule = config.rule(rule_name)
   compute = sweep_lib.metrics_fn(config)
@@ -28,7 +28,7 @@ def _single_config_fn(config: sweep_lib.SweepConfig, d_k: int, rule_name: str) -
   @jax.jit
   def single(key):
     k_qkv, k_g = jax.random.split(key)
-    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
+    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k, config.qk_std[0]))
     g = jax.random.normal(k_g, q.shape).astype(dtype)
     return compute(q, k, v, g, rule)
 

@@ -17,11 +17,12 @@ claims.md, claims_readme.md (the tables README.md shows) and config.json.
 import sys
 
 from experiments import cli
+from scaling import distributed
 from scaling.studies import claims
 
 
 def main(argv=None) -> int:
-  return cli.main(claims.ClaimsConfig, claims.run, argv, __doc__)
+  return cli.main(claims.ClaimsConfig, distributed.initialized(claims.run), argv, __doc__)
 
 
 if __name__ == "__main__":

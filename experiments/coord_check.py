@@ -18,11 +18,12 @@ stay near 0 (or negative) at every step; under SP they grow once training starts
 import sys
 
 from experiments import cli
+from scaling import distributed
 from scaling.studies import coord_check
 
 
 def main(argv=None) -> int:
-  return cli.main(coord_check.CoordCheckConfig, coord_check.run, argv, __doc__)
+  return cli.main(coord_check.CoordCheckConfig, distributed.initialized(coord_check.run), argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ prints a table. Each head dimension compiles once (rules and seeds vmapped).
 import sys
 
 from experiments import cli
+from scaling import distributed
 from scaling.studies import sweep
 
 
 def main(argv=None) -> int:
-  return cli.main(sweep.SweepConfig, sweep.run, argv, __doc__)
+  return cli.main(sweep.SweepConfig, distributed.initialized(sweep.run), argv, __doc__)
 
 
 if __name__ == "__main__":

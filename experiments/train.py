@@ -19,11 +19,12 @@ interrupted run resumes from the newest one (--overwrite starts afresh).
 import sys
 
 from experiments import cli
+from scaling import distributed
 from scaling.studies import training
 
 
 def main(argv=None) -> int:
-  return cli.main(training.TrainConfig, training.run, argv, __doc__)
+  return cli.main(training.TrainConfig, distributed.initialized(training.run), argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,12 @@ smaller learning rates.
 import sys
 
 from experiments import cli
+from scaling import distributed
 from scaling.studies import transfer
 
 
 def main(argv=None) -> int:
-  return cli.main(transfer.TransferConfig, transfer.run, argv, __doc__)
+  return cli.main(transfer.TransferConfig, distributed.initialized(transfer.run), argv, __doc__)
 
 
 if __name__ == "__main__":

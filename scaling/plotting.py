@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from scaling import distributed  # noqa: E402
+
 
 def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
               xlabel: str, ylabel: str, title: str = "", logx2: bool = False, logy: bool = False,
@@ -38,9 +40,7 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   if own:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def grid_figure(nrows: int, ncols: int, *, width: float = 4.0, height: float = 3.2):
@@ -50,7 +50,8 @@ def grid_figure(nrows: int, ncols: int, *, width: float = 4.0, height: float = 3
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
-  """Saves and closes a figure made by ``grid_figure``."""
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  """Saves (on the writing process, ``scaling.distributed.is_writer``) and closes a figure made by ``grid_figure``."""
+  if distributed.is_writer():
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
   plt.close(fig)

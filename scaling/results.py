@@ -1,4 +1,8 @@
-"""Result files: JSON Lines, CSV and JSON written atomically, rows streamed to disk as they come."""
+"""Result files: JSON Lines, CSV and JSON written atomically, rows streamed to disk as they come.
+
+In a job of several processes only process 0 (``scaling.distributed.is_writer``) touches the output folder; the
+writing functions do nothing on the others.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from scaling import distributed
 from scaling.config import option
 from scaling.config import Options
 
@@ -38,6 +43,8 @@ def to_jsonable(x: Any) -> Any:
 
 
 def _atomic_write(path: str | os.PathLike, text: str) -> None:
+  if not distributed.is_writer():
+    return
   path = pathlib.Path(path)
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)
@@ -61,6 +68,8 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> N
 
 def append_jsonl(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
   """Appends one row and flushes it to disk, so an interrupted run keeps every finished row."""
+  if not distributed.is_writer():
+    return
   with open(path, "a") as f:
     f.write(json.dumps(to_jsonable(row)) + "\n")
     f.flush()
@@ -111,6 +120,8 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
   """Creates the output folder (and parents); ValueError naming --out_dir if it cannot be written."""
   p = pathlib.Path(path)
+  if not distributed.is_writer():
+    return p
   try:
     p.mkdir(parents=True, exist_ok=True)
   except OSError as e:
@@ -171,7 +182,8 @@ class RowStream:
     self.partial = _partial_path(self.path)
     self.rows: list[dict[str, Any]] = []
     if keep is None:
-      self.partial.unlink(missing_ok=True)
+      if distributed.is_writer():
+        self.partial.unlink(missing_ok=True)
       return
     source = self.partial if self.partial.exists() else self.path
     self.rows = [r for r in read_complete_jsonl(source)[0] if keep(r)]
@@ -184,6 +196,8 @@ class RowStream:
 
   def close(self) -> None:
     """Moves the complete file into place (an empty file when no row came)."""
+    if not distributed.is_writer():
+      return
     if not self.partial.exists():
       self.partial.write_text("")
     os.replace(self.partial, self.path)
@@ -236,10 +250,11 @@ class GroupedRows:
       raise ValueError(f"group {key!r} is not in the plan")
     if len(rows) != self.plan[key] or any(self.key(r) != key for r in rows):
       raise ValueError(f"group {key!r} must have {self.plan[key]} rows of that key, got {len(rows)}")
-    with open(self.partial, "a") as f:
-      f.write("".join(json.dumps(r) + "\n" for r in rows))
-      f.flush()
-      os.fsync(f.fileno())
+    if distributed.is_writer():
+      with open(self.partial, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+        f.flush()
+        os.fsync(f.fileno())
     self.done[key] = rows
     return rows
 
@@ -257,7 +272,8 @@ class GroupedRows:
       raise ValueError(f"{self.path.name}: groups {self.missing()} are missing")
     rows = self.rows() if rows is None else [_normalized(r) for r in rows]
     write_jsonl(self.path, rows)
-    self.partial.unlink(missing_ok=True)
+    if distributed.is_writer():
+      self.partial.unlink(missing_ok=True)
     return rows
 
 
@@ -266,12 +282,12 @@ MANIFEST = "run.json"
 
 
 def manifest(config: Any, ignore: Sequence[str] = ()) -> dict[str, Any]:
-  """The options of ``config`` that change its results: all but the output group and the names in ``ignore``."""
+  """The options of ``config`` that change its results: all but the output and cluster groups and ``ignore``."""
 
   def strip(d):
     return {k: strip(v) if isinstance(v, dict) else v for k, v in d.items() if k not in ignore}
 
-  return _normalized(strip({k: v for k, v in dataclasses.asdict(config).items() if k != "output"}))
+  return _normalized(strip({k: v for k, v in dataclasses.asdict(config).items() if k not in ("output", "cluster")}))
 
 
 def _leaves(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -327,7 +343,7 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
             if old.get(k) != new.get(k)] or ["an unreadable run.json"]
     raise ValueError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
                      f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or add --overwrite")
-  for name in outputs:
+  for name in outputs if distributed.is_writer() else ():
     target = folder / name
     for p in (target, _partial_path(target)):
       if p.is_dir() and not p.is_symlink():

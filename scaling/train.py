@@ -6,7 +6,10 @@ axis, for a grid of learning rates × seeds: the learning rate lives in the
 optimizer state (``optax.inject_hyperparams``), so every member shares one
 compiled step (``jax.vmap``). Member i is initialized with ``PRNGKey(seed_i)``
 and trained on ``dataset.batch(t, seed_i)`` at step t, exactly as a single run
-of that seed would be. The loop stops on divergence (a non-finite loss, or one
+of that seed would be. The grid's members are split over all devices
+(padded to a multiple of the device count; padded members are dropped from
+every result); a single run splits its batch over the devices with the
+parameters replicated, or sharded FSDP-style with ``shard_params``. The loop stops on divergence (a non-finite loss, or one
 above ``divergence_factor`` × the initial loss) once every member has
 diverged, and keeps the last state whose loss was finite so that a diverged
 run is evaluated there rather than on NaN parameters. Every step reports the
@@ -29,6 +32,7 @@ from flax import struct
 
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling import sharding as sharding_lib
 from scaling import unit_scaling
 
 Array = jax.Array
@@ -158,11 +162,13 @@ def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.O
                     grid: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
   """``train_step`` for this model and optimizer, jitted, vmapped over a leading grid axis when ``grid``.
 
+  A grid's outputs keep the grid axis split over all devices (``scaling.sharding``).
+
   Cached: the same configs return the same compiled function.
   """
   fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
                          optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
-  return jax.jit(jax.vmap(fn) if grid else fn)
+  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
 
 
 @functools.lru_cache(maxsize=64)
@@ -171,13 +177,19 @@ def make_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.Optimiz
   """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``)."""
   fn = functools.partial(init_train_state, model_config=model_config, opt_config=opt_config)
   fn = lambda seed, lr, fn=fn: fn(seed, learning_rate=lr)
-  return jax.jit(jax.vmap(fn) if grid else fn)
+  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
 
 
-@jax.jit
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
-  """Batch ``step`` of each seed: {inputs, targets, weights} [M, B, T] (compiled once per dataset config)."""
-  return jax.vmap(lambda s: dataset.batch(step, s))(seeds)
+  """Batch ``step`` of each seed: {inputs, targets, weights} [M, B, T], split over the devices like ``seeds``."""
+  return _grid_batches(sharding_lib.make_mesh())(dataset, step, seeds)
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_batches(mesh: jax.sharding.Mesh) -> Callable[[Any, Any, Array], Batch]:
+  """The jitted ``grid_batches`` for ``mesh`` (compiled once per dataset config)."""
+  return jax.jit(lambda dataset, step, seeds: jax.vmap(lambda s: dataset.batch(step, s))(seeds),
+                 out_shardings=sharding_lib.leading(mesh))
 
 
 @jax.jit
@@ -210,13 +222,47 @@ def evaluate(params: Any, model_config: model_lib.ModelConfig, dataset: Any, num
   return {k: float(np.mean([r[k] for r in rows])) for k in ("loss", "accuracy")}
 
 
-def to_host(metrics: dict[str, Array]) -> dict[str, Any]:
-  """Metrics as Python floats (scalars) and lists (arrays)."""
+def to_host(metrics: dict[str, Array], members: int | None = None) -> dict[str, Any]:
+  """Metrics as Python floats (scalars) and lists (arrays); a grid's leading axis cut to ``members``."""
   out = {}
-  for k, v in jax.device_get(metrics).items():
+  for k, v in sharding_lib.to_host(metrics).items():
     v = np.asarray(v)
+    if members is not None:
+      v = v[:members]
     out[k] = float(v) if v.ndim == 0 else v.astype(np.float64).tolist()
   return out
+
+
+@functools.lru_cache(maxsize=16)
+def make_sharded_run(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
+                     batch_shape: tuple[int, int], mesh: jax.sharding.Mesh,
+                     shard_params: bool) -> tuple[Callable, Callable, Callable]:
+  """(init, batch_of, step) of a single run laid out on ``mesh`` (cached).
+
+  The batch's leading axis is split over the mesh (replicated when it does not
+  divide the device count); the state is replicated, or with ``shard_params``
+  every array of it is split along its largest axis that divides the device
+  count (FSDP: optimizer moments follow their parameters).
+
+  Returns:
+    ``init(seed, learning_rate)`` -> TrainState, ``batch_of(dataset, step, seed)`` -> Batch (of ``batch_shape``
+    [B, T]) and the jitted train step, each producing arrays with these layouts.
+  """
+  state_shapes = jax.eval_shape(lambda: init_train_state(0, model_config, opt_config))
+  if shard_params:
+    state_sharding = sharding_lib.fsdp_shardings(state_shapes, mesh)
+  else:
+    state_sharding = jax.tree.map(lambda _: sharding_lib.replicated(mesh), state_shapes)
+  batch_sharding = jax.sharding.NamedSharding(
+      mesh, sharding_lib.batch_spec(batch_shape, mesh.size))
+  replicated = sharding_lib.replicated(mesh)
+  init = jax.jit(lambda seed, lr: init_train_state(seed, model_config, opt_config, learning_rate=lr),
+                 out_shardings=state_sharding)
+  batch_of = jax.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
+  fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
+                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
+  step = jax.jit(fn, in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, replicated))
+  return init, batch_of, step
 
 
 def check_divergence(loss: float, initial_loss: float, factor: float) -> str | None:
@@ -276,7 +322,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
           divergence_factor: float = DEFAULT_DIVERGENCE_FACTOR, record: Sequence[str] = (),
           fixed_batch: bool = False, keep_last_finite: bool = False, stop_on_divergence: bool = True,
           state: TrainState | None = None, initial_loss: float | None = None,
-          after_step: Callable[[int, TrainState], None] | None = None) -> TrainResult:
+          after_step: Callable[[int, TrainState], None] | None = None, shard_params: bool = False) -> TrainResult:
   """Trains one run, or a grid of runs in one vmapped program, for ``opt_config.steps`` steps.
 
   Deterministic given the seeds: member i starts from ``PRNGKey(seed_i)`` and
@@ -306,6 +352,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       those steps, exactly as they would have in one go.
     initial_loss: the step-0 loss of a resumed run (divergence is judged against it).
     after_step: ``after_step(updates done, state)`` after each step, once its row is logged (for checkpoints).
+    shard_params: a single run on several devices shards parameters and
+      optimizer state over them (FSDP) instead of replicating them.
 
   Returns:
     A TrainResult.
@@ -318,27 +366,41 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   if dataset.vocab_size > model_config.vocab_size:
     raise ValueError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
   grid = not isinstance(seed, (int, np.integer))
+  first = 0 if state is None or grid else int(jax.device_get(state.step))
+  if first and initial_loss is None:
+    raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
   start = time.perf_counter()
+  mesh = sharding_lib.make_mesh()
+  members = None
   if grid:
-    seeds = jnp.asarray(seed, jnp.int32)
-    lrs = (jnp.full(seeds.shape, opt_config.learning_rate, jnp.float32) if learning_rates is None
-           else jnp.asarray(learning_rates, jnp.float32))
-    if seeds.ndim != 1 or seeds.shape != lrs.shape:
+    seeds = np.asarray(seed, np.int32)
+    lrs = (np.full(seeds.shape, opt_config.learning_rate, np.float32) if learning_rates is None
+           else np.asarray(learning_rates, np.float32))
+    if seeds.ndim != 1 or seeds.shape != lrs.shape or not seeds.size:
       raise ValueError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
+    (seeds, lrs), members = sharding_lib.shard((seeds, lrs), mesh)  # padded members repeat the last one
     batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
-    shape = seeds.shape
+    shape = (members,)
+    if state is None:
+      state = make_init(model_config, opt_config, grid=True)(seeds, lrs)
+    step_fn = make_train_step(model_config, opt_config, grid=True)
   else:
     if learning_rates is not None:
       raise ValueError("learning_rates need a sequence of seeds (a grid)")
-    seeds, lrs = int(seed), None
-    batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
+    seeds = int(seed)
     shape = ()
-  first = 0 if state is None or grid else int(state.step)
-  if first and initial_loss is None:
-    raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
-  if state is None:
-    state = make_init(model_config, opt_config, grid=grid)(seeds, opt_config.learning_rate if lrs is None else lrs)
-  step_fn = make_train_step(model_config, opt_config, grid=grid)
+    if mesh.size > 1 or shard_params:
+      init, sharded_batch, step_fn = make_sharded_run(model_config, opt_config,
+                                                      (dataset.batch_size, dataset.seq_len), mesh, shard_params)
+      batch_of = lambda t: sharded_batch(dataset, 0 if fixed_batch else t, seeds)
+      state = init(seeds, opt_config.learning_rate) if state is None else state
+    else:
+      batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
+      if state is None:
+        state = make_init(model_config, opt_config)(seeds, opt_config.learning_rate)
+      step_fn = make_train_step(model_config, opt_config)
+  padded_ok = lambda ok: (ok if members is None
+                          else sharding_lib.place(sharding_lib.pad(ok, mesh.size)[0], sharding_lib.leading(mesh)))
   kept = state if keep_last_finite else None
   history: list[dict[str, Any]] = []
   records: dict[str, list] = {name: [] for name in record}
@@ -350,7 +412,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   for t in range(first, steps):
     state_in = state
     state, metrics = step_fn(state_in, batch_of(t))
-    loss = np.asarray(jax.device_get(metrics["loss"]), np.float64)
+    loss = np.asarray(sharding_lib.to_host(metrics["loss"]), np.float64)
+    loss = loss if members is None else loss[:members]
     steps_run = t + 1
     if t == first:
       initial = loss if t == 0 else initial
@@ -363,11 +426,11 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
         if reason is not None:
           diverged_at[idx], reasons[idx], new[idx] = t, reason, True
     if kept is not None:
-      kept = _keep(jnp.asarray(diverged_at < 0), state_in, kept)
+      kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
     for name in record:
       records[name].append(metrics[name])
     if t % log_every == 0 or t == steps - 1 or new.any():
-      row = {"step": t, **to_host(metrics), "diverged": bool(new.any())}
+      row = {"step": t, **to_host(metrics, members), "diverged": bool(new.any())}
       history.append(row)
       if callback is not None:
         callback(t, row)
@@ -377,10 +440,15 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       break
   end = time.perf_counter()
   if kept is not None:
-    kept = _keep(jnp.asarray(diverged_at >= 0), kept, state)
+    kept = _keep(padded_ok(diverged_at >= 0), kept, state)
   timed = steps_run - first - 1
   steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
-  host_records = {k: np.asarray(jax.device_get(jnp.stack(v)), np.float64) for k, v in records.items()}
+  host_records = {k: np.asarray(sharding_lib.to_host(jnp.stack(v)), np.float64) for k, v in records.items()}
+  if grid:
+    host_records = {k: v[:, :members] for k, v in host_records.items()}
+    if sharding_lib.padded_size(members, mesh.size) > members:
+      state = sharding_lib.unpad(state, members)
+      kept = None if kept is None else sharding_lib.unpad(kept, members)
   if grid:
     result = dict(stop_reason=reasons, divergence_step=diverged_at, initial_loss=initial, final_loss=final)
   else:

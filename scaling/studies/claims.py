@@ -38,6 +38,7 @@ from scaling import data as data_lib
 from scaling import metrics as metrics_lib
 from scaling import parametrization as parametrization_lib
 from scaling import report
+from scaling import distributed
 from scaling import resources
 from scaling import results
 from scaling import rope as rope_lib
@@ -138,9 +139,9 @@ class Context:
                                      num_heads=HEADS, num_seeds=self.num_seeds, seed=self.seed)
       base, out = jax.random.key(self.seed), {}
       for d in self.d_k:
-        values = jax.device_get(sweep_lib.make_shape_fn(config, d)(jax.random.fold_in(base, d)))
+        values = sweep_lib.make_shape_fn(config, d)(jax.random.fold_in(base, d))
         for rule, metrics in values.items():
-          out[(rule, d)] = {m: np.asarray(v, np.float64) for m, v in metrics.items()}
+          out[(rule, d)] = {m: np.asarray(v, np.float64)[:, 0] for m, v in metrics.items()}  # the one qk_std
       return out
 
     return self.cached("sweep", compute)
@@ -874,6 +875,7 @@ class ClaimsConfig(Options):
   text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def __post_init__(self):
     if self.d_k is not None:

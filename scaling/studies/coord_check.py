@@ -54,6 +54,7 @@ from scaling import model as model_lib
 from scaling import optim
 from scaling import plotting
 from scaling import report
+from scaling import distributed
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
@@ -121,6 +122,7 @@ class CoordCheckConfig(Options):
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(steps=4, learning_rate=1e-2),
                                         "Optimizer; --steps is k, RMS is recorded at steps 0..k.")
   output: results.OutputConfig = option(results.OutputConfig("runs/coord_check"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
     if len(self.grid.widths) < 2:

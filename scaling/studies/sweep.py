@@ -1,11 +1,16 @@
 """The d_k sweep: attention metrics of random q, k, v as head dimension and logit-scale rule vary.
 
-For each head dimension d_k one jitted program draws q, k, v and a fixed
-upstream gradient for every seed and evaluates every rule: rules that only
+The sweep covers the product of head dimensions, rules, sequence lengths,
+dtypes and input stds (and, in width mode, parametrizations and widths). Python
+loops only over what changes the program (sequence length, dtype, d_k, width
+mode): for each, one jitted program draws q, k, v and a fixed upstream gradient
+for every seed and evaluates every rule at every ``qk_std``: rules that only
 rescale (none, sqrt, linear, quadratic, temperature, post_softmax) are stacked
 into one ``FixedScale`` pytree and vmapped over, rules that transform q and k
-(qk_norm) are evaluated beside them, and seeds are vmapped too. So each shape
-compiles once.
+(qk_norm) are evaluated beside them, and the input stds and the seeds are
+vmapped too. So each shape compiles once. The seeds are the program's leading
+axis of independent work: they are split over every device
+(``scaling.sharding``), padded to a multiple of the device count.
 
 q and k come either iid from N(0, qk_std²) (the textbook assumption behind
 1/√d_k, Vaswani et al. 2017 §3.2.1) or, in width mode, from projecting
@@ -30,9 +35,11 @@ from scaling import model as model_lib
 from scaling import parametrization as parametrization_lib
 from scaling import plotting
 from scaling import report
+from scaling import distributed
 from scaling import resources
 from scaling import results
 from scaling import rules as rules_lib
+from scaling import sharding as sharding_lib
 from scaling.config import option
 from scaling.config import Options
 
@@ -66,12 +73,13 @@ class SweepConfig(Options):
   rules: tuple[str, ...] | None = option(None, "Logit-scale rules to compare ('param': the parametrization's, width "
                                          "mode only); default: none,sqrt,linear,qk_norm, or param in width mode.",
                                          choices=lambda: (*rules_lib.available_rules(), PARAM_RULE))
-  seq_len: int = option(128, "Sequence length T (= S).", lower=1)
+  seq_len: tuple[int, ...] = option((128,), "Sequence lengths T (= S).", lower=1)
   batch: int = option(4, "Sequences per seed.", lower=1)
   num_heads: int = option(2, "Heads per sequence.", lower=1)
   num_seeds: int = option(8, "Independent seeds (mean and std are over these).", lower=1)
-  dtype: str = option("float32", "Dtype of q, k and v.", choices=tuple(DTYPES))
-  qk_std: float = option(1.0, "Std of the iid normal entries of q and k.", lower=0.0)
+  dtype: tuple[str, ...] = option(("float32",), "Dtypes of q, k and v.", choices=tuple(DTYPES))
+  qk_std: tuple[float, ...] = option((1.0,), "Stds of the iid normal entries of q and k (vmapped in one program).",
+                                     lower=0.0)
   causal: bool = option(False, "Causal masking.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   tau: float = option(1.0, "Temperature of the 'temperature' rule.", positive=True)
@@ -91,14 +99,17 @@ class SweepConfig(Options):
                           "query rows (memory ~ T*block instead of T^2).", choices=ATTENTION_IMPLEMENTATIONS)
   block_size: int = option(128, "Tile length of --attention=blockwise.", lower=1)
   output: results.OutputConfig = option(results.OutputConfig("runs/sweep"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def __post_init__(self):
-    for name in ("parametrization", "width"):  # one name or width stands for a list of one
-      if isinstance(getattr(self, name), (str, int)):
+    for name in ("parametrization", "width", "seq_len", "dtype", "qk_std"):  # one value stands for a list of one
+      if isinstance(getattr(self, name), (str, int, float)):
         object.__setattr__(self, name, (getattr(self, name),))
     if self.rules is None:
       object.__setattr__(self, "rules", (PARAM_RULE,) if self.parametrization else DEFAULT_RULES)
-    object.__setattr__(self, "rules", tuple(dict.fromkeys(self.rules)))
+    for name in ("rules", "seq_len", "dtype", "qk_std"):
+      if isinstance(getattr(self, name), (tuple, list)):
+        object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
     super().__post_init__()
 
   def validate(self):
@@ -106,6 +117,8 @@ class SweepConfig(Options):
       raise ValueError("--parametrization and --width go together (width mode); give both or neither")
     if self.parametrization is None and self.zero_query:
       raise ValueError("--zero_query needs --parametrization and --width")
+    if self.parametrization is not None and len(self.qk_std) > 1:
+      raise ValueError("--qk_std sets iid q, k; width mode draws them from projections, so give at most one value")
     if PARAM_RULE in self.rules and self.parametrization is None:
       raise ValueError(f"rule {PARAM_RULE!r} needs --parametrization and --width (width mode)")
     if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
@@ -119,11 +132,20 @@ class SweepConfig(Options):
       raise ValueError("--base_width only applies in width mode (--parametrization and --width)")
 
   def modes(self) -> list[SweepConfig]:
-    """One config per (parametrization, width) in width mode, else this config."""
-    if self.parametrization is None:
-      return [self]
-    return [dataclasses.replace(self, parametrization=(p,), width=(w,)) for p in self.parametrization
-            for w in self.width]
+    """One config per program shape: (parametrization, width) in width mode × sequence length × dtype.
+
+    Each mode has one value of each of these (its ``qk_std``, ``rules`` and
+    ``d_k`` stay lists).
+    """
+    pairs = [(None, None)] if self.parametrization is None else [((p,), (w,)) for p in self.parametrization
+                                                                  for w in self.width]
+    return [dataclasses.replace(self, parametrization=p, width=w, seq_len=(t,), dtype=(d,))
+            for p, w in pairs for t in self.seq_len for d in self.dtype]
+
+  def varying(self) -> tuple[str, ...]:
+    """The axes other than rule and d_k that take more than one value (they label lines and table columns)."""
+    return tuple(name for name in ("parametrization", "width", "seq_len", "dtype", "qk_std")
+                 if getattr(self, name) is not None and len(getattr(self, name)) > 1)
 
   def param(self) -> parametrization_lib.Parametrization:
     """The parametrization of width mode."""
@@ -142,18 +164,18 @@ class SweepConfig(Options):
     return rules_lib.get_rule(name)
 
 
-QKVSource = Callable[[Array, int], tuple[Array, Array, Array]]
-"""(key, d_k) -> q [B, T, N, d_k], k [B, T, N, d_k], v [B, T, N, d_k] for one seed."""
+QKVSource = Callable[[Array, int, Array], tuple[Array, Array, Array]]
+"""(key, d_k, qk_std) -> q [B, T, N, d_k], k [B, T, N, d_k], v [B, T, N, d_k] for one seed of a mode."""
 
 
 def iid_source(config: SweepConfig) -> QKVSource:
-  """q, k ~ N(0, qk_std²) and v ~ N(0, 1), iid entries."""
+  """q, k ~ N(0, qk_std²) and v ~ N(0, 1), iid entries (the same draws scaled for every qk_std)."""
 
-  def source(key: Array, d_k: int):
+  def source(key: Array, d_k: int, qk_std: Array):
     kq, kk, kv = jax.random.split(key, 3)
-    shape = (config.batch, config.seq_len, config.num_heads, d_k)
-    q = config.qk_std * jax.random.normal(kq, shape)
-    k = config.qk_std * jax.random.normal(kk, shape)
+    shape = (config.batch, config.seq_len[0], config.num_heads, d_k)
+    q = qk_std * jax.random.normal(kq, shape)
+    k = qk_std * jax.random.normal(kk, shape)
     return q, k, jax.random.normal(kv, shape)
 
   return source
@@ -170,15 +192,16 @@ def projection_source(config: SweepConfig) -> QKVSource:
   param = config.param()
   width = config.width[0]
 
-  def source(key: Array, d_k: int):
+  def source(key: Array, d_k: int, qk_std: Array):
+    del qk_std  # the projections set the scale of q and k
     kx, kq, kk, kv = jax.random.split(key, 4)
-    x = jax.random.normal(kx, (config.batch, config.seq_len, width))
+    x = jax.random.normal(kx, (config.batch, config.seq_len[0], width))
     out = []
     for kind, kw in (("attn_q", kq), ("attn_k", kk), ("attn_v", kv)):
       spec = param.layer(kind, width, config.num_heads * d_k, width)
       w = spec.init_std * jax.random.normal(kw, (width, config.num_heads * d_k))
       y = spec.multiplier * (x @ w)
-      out.append(y.reshape(config.batch, config.seq_len, config.num_heads, d_k))
+      out.append(y.reshape(config.batch, config.seq_len[0], config.num_heads, d_k))
     return tuple(out)
 
   return source
@@ -219,18 +242,25 @@ def metrics_fn(config: SweepConfig) -> Callable[..., dict[str, Array]]:
 @functools.lru_cache(maxsize=64)
 def make_shape_fn(config: SweepConfig, d_k: int,
                   source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
-  """A jitted function key -> {rule: {metric: [num_seeds] array}} for one head dimension (cached)."""
+  """A function key -> {rule: {metric: [num_seeds, len(qk_std)] numpy array}} for one mode and d_k (cached).
+
+  One jitted program vmaps over seeds, input stds and scale rules; the seeds
+  (``jax.random.split(key, num_seeds)``) are padded to a multiple of the
+  device count and split over the devices of every process, and the values of
+  every seed are gathered back.
+  """
   source = (source_factory or default_source)(config)
-  dtype = DTYPES[config.dtype]
+  dtype = DTYPES[config.dtype[0]]
   if config.attention == "blockwise":  # the blockwise plan is static, so rules are evaluated one by one
     fixed_names, stacked, other = [], None, list(config.rules)
   else:
     fixed_names, stacked, other = _group_rules(config, d_k)
   compute = metrics_fn(config)
+  stds = np.asarray(config.qk_std, np.float32)
 
-  def one_seed(key):
+  def one_seed(key, qk_std):
     k_qkv, k_g = jax.random.split(key)
-    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k))
+    q, k, v = (x.astype(dtype) for x in source(k_qkv, d_k, qk_std))
     g = jax.random.normal(k_g, q.shape).astype(dtype)
 
     def metrics_for(rule):
@@ -246,17 +276,22 @@ def make_shape_fn(config: SweepConfig, d_k: int,
     return out
 
   @jax.jit
+  def program(key_data):
+    per_seed = lambda key: jax.vmap(lambda s: one_seed(key, s))(jnp.asarray(stds))
+    return jax.vmap(per_seed)(jax.random.wrap_key_data(key_data))
+
   def shape_fn(key):
-    keys = jax.random.split(key, config.num_seeds)
-    return jax.vmap(one_seed)(keys)
+    key_data = np.asarray(jax.random.key_data(jax.random.split(key, config.num_seeds)))
+    sharded, n = sharding_lib.shard(key_data)
+    return sharding_lib.unpad(sharding_lib.to_host(program(sharded)), n)
 
   return shape_fn
 
 
-def _mode_keys(config: SweepConfig) -> dict[str, Any]:
+def _mode_keys(config: SweepConfig, qk_std: float) -> dict[str, Any]:
   """Row keys that say where q and k came from."""
   if config.parametrization is None:
-    return {"qk_std": config.qk_std}
+    return {"qk_std": qk_std}
   return {"parametrization": config.parametrization[0], "width": config.width[0], "base_width": config.base_width,
           "zero_query": config.zero_query}
 
@@ -274,7 +309,7 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
               extra_keys: dict[str, Any] | None = None,
               on_row: Callable[[dict[str, Any]], None] | None = None,
               on_shape: Callable[[SweepConfig, int, float], None] | None = None) -> list[dict[str, Any]]:
-  """Runs the sweep and returns one row per (mode, rule, d_k), in mode-major then rule-major order.
+  """Runs the sweep and returns one row per (mode, qk_std, rule, d_k), in that order of nesting.
 
   Args:
     config: the sweep.
@@ -292,19 +327,22 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
   base_key = jax.random.key(config.seed)
   rows = []
   for mode in config.modes():
-    by_rule: dict[str, list[dict]] = {r: [] for r in mode.rules}
+    stds = mode.qk_std if mode.parametrization is None else mode.qk_std[:1]
+    by_point: dict[tuple[int, str], list[dict]] = {(i, r): [] for i in range(len(stds)) for r in mode.rules}
     for d_k in mode.d_k:
       start = time.perf_counter()
-      values = jax.device_get(make_shape_fn(mode, d_k, source_factory)(jax.random.fold_in(base_key, d_k)))
-      for rule in mode.rules:
-        row = {"rule": rule, "d_k": d_k, "seq_len": mode.seq_len, "dtype": mode.dtype, "causal": mode.causal,
-               "attention": mode.attention, **_mode_keys(mode), **(extra_keys or {}), **summarize(values[rule])}
-        by_rule[rule].append(row)
-        if on_row:
-          on_row(row)
+      values = make_shape_fn(mode, d_k, source_factory)(jax.random.fold_in(base_key, d_k))
+      for i, qk_std in enumerate(stds):
+        for rule in mode.rules:
+          row = {"rule": rule, "d_k": d_k, "seq_len": mode.seq_len[0], "dtype": mode.dtype[0], "causal": mode.causal,
+                 "attention": mode.attention, **_mode_keys(mode, qk_std), **(extra_keys or {}),
+                 **summarize({m: v[:, i] for m, v in values[rule].items()})}
+          by_point[(i, rule)].append(row)
+          if on_row:
+            on_row(row)
       if on_shape:
         on_shape(mode, d_k, time.perf_counter() - start)
-    rows += [row for rule in mode.rules for row in by_rule[rule]]
+    rows += [row for point in by_point.values() for row in point]
   return rows
 
 
@@ -335,19 +373,28 @@ PLOTS = (
 SUMMARY_PANELS = ("entropy_normalized", "max_prob", "logit_std", "grad_norm_q")
 
 
-def _label(row, width_mode: bool, one_rule: bool) -> str:
-  """The legend label of a row's line."""
-  if not width_mode:
-    return row["rule"]
-  label = f"{row['parametrization']} w={row['width']}"
-  return label if one_rule else f"{label} {row['rule']}"
+AXES = ("parametrization", "width", "seq_len", "dtype", "qk_std")
+"""Row keys of the sweep's axes besides rule and d_k."""
+_AXIS_LABELS = {"parametrization": "{}", "width": "w={}", "seq_len": "T={}", "dtype": "{}", "qk_std": "std={:g}"}
+
+
+def varying_axes(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+  """The axes (``AXES``) that take more than one value among ``rows``."""
+  return tuple(a for a in AXES if len({r.get(a) for r in rows}) > 1)
+
+
+def _label(row, axes: Sequence[str], one_rule: bool) -> str:
+  """The legend label of a row's line: its values of the varying axes, and its rule unless all rows share one."""
+  parts = [_AXIS_LABELS[a].format(row[a]) for a in axes]
+  return " ".join(parts if one_rule and parts else [*parts, row["rule"]])
 
 
 def write_plots(out_dir, rows) -> list[str]:
-  """One PNG per metric against d_k (log2 axis), one line per rule (and parametrization, width), and summary.png."""
+  """One PNG per metric against d_k (log2 axis), one line per rule and value of the other varying axes, summary.png."""
   width_mode = "parametrization" in rows[0]
   one_rule = len({r["rule"] for r in rows}) == 1
-  rows = [{**r, "line": _label(r, width_mode, one_rule)} for r in rows]
+  axes = tuple(dict.fromkeys((("parametrization", "width") if width_mode else ()) + varying_axes(rows)))
+  rows = [{**r, "line": _label(r, axes, one_rule)} for r in rows]
   names = []
   fig, axes = plotting.grid_figure(2, 2)
   for metric, label, logy in PLOTS:
@@ -370,16 +417,32 @@ OUTPUTS = ("results.jsonl", "results.csv", "config.json", "timings.jsonl", *(f"{
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
+def _shape_keys(mode: SweepConfig) -> dict[str, Any]:
+  """The row keys of one program shape but d_k: parametrization and width (width mode), seq_len and dtype."""
+  width_mode = mode.parametrization is not None
+  return {"parametrization": mode.parametrization[0] if width_mode else None,
+          "width": mode.width[0] if width_mode else None, "seq_len": mode.seq_len[0], "dtype": mode.dtype[0]}
+
+
+def _group_size(mode: SweepConfig) -> int:
+  """Rows of one program shape: every rule at every qk_std (one qk_std in width mode)."""
+  return len(mode.rules) * (len(mode.qk_std) if mode.parametrization is None else 1)
+
+
 def group_key(row: dict[str, Any]) -> tuple:
-  """The group of a result row: (parametrization, width, d_k); one group per compiled shape, all rules."""
-  return row.get("parametrization"), row.get("width"), row["d_k"]
+  """The group of a result row: (parametrization, width, seq_len, dtype, d_k); one compiled shape, all rules."""
+  return row.get("parametrization"), row.get("width"), row["seq_len"], row["dtype"], row["d_k"]
 
 
 def _final_order(config: SweepConfig, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-  """Rows in ``run_sweep``'s order: mode-major, then rule-major, then d_k."""
-  by = {(*group_key(r), r["rule"]): r for r in rows}
-  return [by[(*group_key({"d_k": d_k, **_mode_keys(mode)}), rule)]
-          for mode in config.modes() for rule in mode.rules for d_k in mode.d_k]
+  """Rows in ``run_sweep``'s order: mode, then qk_std, then rule, then d_k."""
+  by = {(*group_key(r), r.get("qk_std"), r["rule"]): r for r in rows}
+  out = []
+  for mode in config.modes():
+    for std in (mode.qk_std if mode.parametrization is None else (None,)):
+      for rule in mode.rules:
+        out += [by[(*group_key({"d_k": d_k, **_shape_keys(mode)}), std, rule)] for d_k in mode.d_k]
+  return out
 
 
 def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
@@ -404,15 +467,15 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config)})
   start = time.perf_counter()
   modes = config.modes()
-  plan = [(group_key({"d_k": d_k, **_mode_keys(mode)}), len(mode.rules)) for mode in modes for d_k in mode.d_k]
+  plan = [(group_key({"d_k": d_k, **_shape_keys(mode)}), _group_size(mode)) for mode in modes for d_k in mode.d_k]
   stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
   missing = set(stream.missing())
   if len(missing) < len(plan):
-    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} head dimensions already in {out_dir}", flush=True)
+    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} program shapes already in {out_dir}", flush=True)
   with report.Progress(len(missing), "sweep") as progress:
     for mode in modes:
       for d_k in mode.d_k:
-        key = group_key({"d_k": d_k, **_mode_keys(mode)})
+        key = group_key({"d_k": d_k, **_shape_keys(mode)})
         if key not in missing:
           continue
         # A head dimension's rows depend on neither the other head dimensions nor the output options, so each is
@@ -421,14 +484,15 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
         rows = run_sweep(dataclasses.replace(mode, d_k=(d_k,), output=results.OutputConfig()),
                          on_shape=lambda m, d, t: seconds.append(t))
         stream.add(key, rows)
-        results.append_timing(out_dir, {"parametrization": key[0], "width": key[1], "d_k": d_k,
-                                        "seconds": seconds[0]})
+        results.append_timing(out_dir, {**_shape_keys(mode), "d_k": d_k, "seconds": seconds[0]})
         where = f"{mode.parametrization[0]} width={mode.width[0]} " if mode.parametrization else ""
+        where += "".join(f"{a}={getattr(mode, a)[0]} " for a in ("seq_len", "dtype") if len(getattr(config, a)) > 1)
         progress.update(f"{where}d_k={d_k} ({seconds[0]:.2f}s)")
   rows = [_nan_for_null(r) for r in stream.finish(_final_order(config, stream.rows()))]
   results.write_csv(out_dir / "results.csv", rows)
   plots = write_plots(out_dir, rows)
-  columns = TABLE_COLUMNS if config.parametrization is None else ("parametrization", "width", *TABLE_COLUMNS)
+  axes = (("parametrization", "width") if config.parametrization else ()) + config.varying()
+  columns = (*dict.fromkeys(axes), *TABLE_COLUMNS)
   print(report.table(rows, columns))
   print(f"\n{len(rows)} configurations in {time.perf_counter() - start:.1f}s; wrote results.jsonl, results.csv, "
         f"config.json and {len(plots)} plots to {out_dir}")

@@ -29,6 +29,7 @@ from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import plotting
 from scaling import report
+from scaling import distributed
 from scaling import resources
 from scaling import results
 from scaling import train as train_lib
@@ -57,11 +58,14 @@ class TrainConfig(Options):
   checkpoint_every: int = option(0, "Save a checkpoint (params, optimizer state, step = data position, data key) "
                                  "into --out_dir/checkpoints every this many steps; a rerun with the same options "
                                  "resumes from the newest one. 0: no checkpoints.", lower=0)
+  shard_params: bool = option(False, "On several devices, shard parameters and optimizer state over them (FSDP) "
+                              "instead of replicating them; the batch is split over the devices either way.")
   seeds: Seeds = option(Seeds(num_seeds=1), "Seed of the initialization and the data.")
   data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
   model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
   output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
     if self.divergence_factor <= 1:
@@ -212,7 +216,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
                              log_every=math.gcd(config.log_every, config.print_every), callback=callback,
                              divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
-                             initial_loss=initial_loss, after_step=after_step)
+                             initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
     evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from scaling import data as data_lib
+from scaling import distributed
 from scaling import model as model_lib
 from scaling import optim
 from scaling import parametrization as param_lib
@@ -98,6 +99,7 @@ class TransferConfig(Options):
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(steps=200, schedule="cosine", end_factor=0.1),
                                         "Optimizer and schedule.")
   output: results.OutputConfig = option(results.OutputConfig("runs/transfer"), "Output.")
+  cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def __post_init__(self):
     object.__setattr__(self, "log2_lrs", tuple(dict.fromkeys(float(x) for x in self.log2_lrs)))

@@ -1,0 +1,49 @@
+"""Runs a tiny sweep, a learning-rate x seed grid and a short training run on the visible devices; writes JSON.
+
+Used by test_sharding.py in a subprocess (the device count is fixed when JAX starts):
+  XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/multidevice_job.py out.json
+"""
+
+import json
+import sys
+
+import jax
+
+from scaling import data
+from scaling import model as model_lib
+from scaling import optim
+from scaling import train
+from scaling.studies import sweep
+
+SWEEP = dict(d_k=(4,), rules=("sqrt", "qk_norm"), seq_len=(8,), qk_std=(0.5, 2.0), num_seeds=3, batch=1)
+"""The sweep; test_sharding.py passes the same values as flags to experiments.sweep."""
+
+
+def _specs(tree):
+  """The distinct layouts of the arrays of ``tree`` as lists (one entry per axis: None or the mesh axis)."""
+  specs = {tuple(getattr(x.sharding, "spec", ())) for x in jax.tree.leaves(tree)}
+  return sorted((list(s) for s in specs), key=str)
+
+
+def main(path: str) -> None:
+  out = {"devices": jax.device_count(), "sweep": sweep.run_sweep(sweep.SweepConfig(**SWEEP))}
+  dataset = data.DataConfig(seq_len=8, batch_size=4).make(0)
+  family = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)
+  model_config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+  opt = optim.OptimizerConfig(steps=3, learning_rate=1e-2)
+  grid = train.run_training(model_config, opt, dataset, seed=[0, 1, 2], learning_rates=[1e-3, 1e-2, 3e-2],
+                            record=("loss",))
+  out["grid_loss"] = grid.records["loss"].tolist()
+  out["grid_final_loss"] = grid.final_loss.tolist()
+  out["grid_members"] = [x.shape[0] for x in jax.tree.leaves(grid.state.params)]
+  out["grid_state_devices"] = [len(x.sharding.device_set) for x in jax.tree.leaves(grid.state.params)]
+  for shard_params in (False, True):
+    run = train.run_training(model_config, opt, dataset, seed=0, record=("loss",), shard_params=shard_params)
+    out[f"single_loss_{shard_params}"] = run.records["loss"].tolist()
+    out[f"single_specs_{shard_params}"] = _specs(run.state.params)
+  with open(path, "w") as f:
+    json.dump(out, f)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
