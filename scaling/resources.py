@@ -277,15 +277,22 @@ def sweep_program(*, batch: int, heads: int, seq_len: int, d_k: int, num_seeds: 
 
 
 def sweep_estimate(config: Any) -> Estimate:
-  """The largest program of a ``scaling.studies.sweep.SweepConfig`` (over its modes and head dims)."""
-  widths = config.width or (None,)
+  """The largest program of a ``scaling.studies.sweep.SweepConfig`` (over its program shapes and head dims).
+
+  One program per (width-mode point, sequence length, dtype, d_k); its rules and, with iid inputs, its qk_std values
+  are vmapped together (counted as rules); every dtype is counted at 4 bytes, an upper bound.
+  """
   programs = []
-  for width in widths:
-    for d_k in config.d_k:
-      e = sweep_program(batch=config.batch, heads=config.num_heads, seq_len=config.seq_len, d_k=d_k,
-                        num_seeds=config.num_seeds, num_rules=len(config.rules), attention=config.attention,
-                        block=config.block_size, width=width)
+  for mode in config.modes():
+    width = mode.width[0] if mode.parametrization else None
+    stds = 1 if mode.parametrization else len(mode.qk_std)
+    for d_k in mode.d_k:
+      e = sweep_program(batch=mode.batch, heads=mode.num_heads, seq_len=mode.seq_len[0], d_k=d_k,
+                        num_seeds=mode.num_seeds, num_rules=len(mode.rules) * stds, attention=mode.attention,
+                        block=mode.block_size, width=width)
       where = f"at --d_k={d_k}" + (f" and width {width}" if width is not None else "")
+      if len(config.seq_len) > 1:
+        where += f" and --seq_len={mode.seq_len[0]}"
       programs.append(dataclasses.replace(e, where=where))
   return largest(programs)
 

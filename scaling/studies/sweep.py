@@ -242,7 +242,8 @@ def metrics_fn(config: SweepConfig) -> Callable[..., dict[str, Array]]:
 @functools.lru_cache(maxsize=64)
 def make_shape_fn(config: SweepConfig, d_k: int,
                   source_factory: Callable[[SweepConfig], QKVSource] | None = None) -> Callable[[Array], dict]:
-  """A function key -> {rule: {metric: [num_seeds, len(qk_std)] numpy array}} for one mode and d_k (cached).
+  """A function key -> {rule: {metric: [num_seeds, len(qk_std)] numpy array}} for one mode and d_k (cached);
+  its ``lower(key)`` lowers the jitted program, as ``jax.jit``'s does.
 
   One jitted program vmaps over seeds, input stds and scale rules; the seeds
   (``jax.random.split(key, num_seeds)``) are padded to a multiple of the
@@ -280,11 +281,14 @@ def make_shape_fn(config: SweepConfig, d_k: int,
     per_seed = lambda key: jax.vmap(lambda s: one_seed(key, s))(jnp.asarray(stds))
     return jax.vmap(per_seed)(jax.random.wrap_key_data(key_data))
 
+  def keys(key):
+    return sharding_lib.shard(np.asarray(jax.random.key_data(jax.random.split(key, config.num_seeds))))
+
   def shape_fn(key):
-    key_data = np.asarray(jax.random.key_data(jax.random.split(key, config.num_seeds)))
-    sharded, n = sharding_lib.shard(key_data)
+    sharded, n = keys(key)
     return sharding_lib.unpad(sharding_lib.to_host(program(sharded)), n)
 
+  shape_fn.lower = lambda key: program.lower(keys(key)[0])  # the jitted program, lowered (as jax.jit's ``lower``)
   return shape_fn
 
 
