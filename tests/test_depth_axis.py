@@ -226,7 +226,7 @@ class FlagTest(parameterized.TestCase):
       module=(coord_exp, transfer_exp),
       case=((dict(axis="width", width=32), "--width"), (dict(axis="width", depths=[2, 4]), "--depths"),
             (dict(depth_alphas=[0, 0.3]), "--depth_alphas"), (dict(depth_alphas=[2]), "--depth_alphas"),
-            (dict(widths=[16, 32]), "--widths"),
+            (dict(widths=[16, 32]), "--widths"), (dict(depth=3), "--depth only"),
             (dict(parametrizations=["umup"], depth_alphas=[0, 1]), "umup")))
   def test_refused_before_writing(self, module, case):
     kw, text = case

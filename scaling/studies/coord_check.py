@@ -37,6 +37,16 @@ the head dim grows with the width, the attention logits ∝ 1/√d_head (α/d_he
 applied to independent q and k: slope −0.5 at step 0). Both slopes rise
 towards 0, never above it, as training adds the width-independent
 contribution of the updates.
+
+Depth axis (``--axis=depth``; CompleteP, Dey et al. 2025, Fig. 7): models of
+one width and several depths, each α of ``--depth_alphas`` (the residual
+branch multiplier (L/L_base)^−α, L_base the smallest depth), measured on
+layers every depth has (``DEPTH_LAYERS``): the embedding, the means over blocks
+of the attention-logit RMS and of the branch outputs as added to the residual
+stream (multiplier included), the residual stream after the last block
+(``resid_final``) and the readout; slopes are against log2 depth. With α = 0
+the final residual RMS grows with depth (each block adds a Θ(1) branch); with
+α = 1/2 or 1 it stays flat.
 """
 
 from __future__ import annotations
@@ -148,7 +158,7 @@ class CoordCheckConfig(Options):
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
-    self.grid.check_widths_unset(transfer.default_grid(self))
+    self.grid.check_unused(self)
     if self.grid.by_depth and len(self.grid.depth_values) < 2:
       raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
     if not self.grid.by_depth and len(self.grid.widths) < 2:

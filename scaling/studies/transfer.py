@@ -17,6 +17,11 @@ exactly as a single run would be; all learning rates share the same seeds
 (common random numbers), so differences between learning rates are not
 sampling noise of the data or init.
 
+Depth (``--axis=depth``): the same grid at one width and several depths, for
+each α of ``--depth_alphas`` (CompleteP, Dey et al. 2025: with α = 1/2 or 1 the
+optimal learning rate is meant to stay put as the depth grows); ``WidthGrid``
+holds the points of either axis and the model family of each point.
+
 Divergence: a member whose loss is ever non-finite has diverged; its final
 loss is None (reported as null, treated as +inf by ``find_optimum``), and a
 learning rate at which any seed diverged has no mean loss.
@@ -98,11 +103,16 @@ class WidthGrid(Options):
       except ValueError as e:
         raise ValueError(f"--depth_alphas: {e}") from None
 
-  def check_widths_unset(self, default: WidthGrid) -> None:
-    """ValueError if --axis=depth is given --widths (widths other than the study's ``default`` grid's or this
-    class's default): the depth axis trains every depth at --width."""
-    if self.axis == "depth" and self.widths not in (default.widths, WidthGrid().widths):
+  def check_unused(self, config: Any) -> None:
+    """ValueError if a study ``config`` with --axis=depth is given --widths or --depth (values other than the
+    study's defaults or the option groups' own): the depth axis trains --depths at --width."""
+    if not self.by_depth:
+      return
+    default = default_option(config, "grid")
+    if self.widths not in (default.widths, WidthGrid().widths):
       raise ValueError("--widths only applies to --axis=width; --axis=depth trains every depth at --width")
+    if config.model.depth not in (default_option(config, "model").depth, model_lib.ModelFamily().depth):
+      raise ValueError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
 
   def shown_values(self, values: dict[str, Any]) -> dict[str, Any]:
     """Option values (``resources.option_values``) as this axis uses them, to name in messages: on the depth axis
@@ -241,7 +251,7 @@ class TransferConfig(Options):
   def validate(self):
     if self.average_last is not None and self.average_last > self.optim.steps:
       raise ValueError(f"--average_last={self.average_last} exceeds --steps={self.optim.steps}")
-    self.grid.check_widths_unset(default_grid(self))
+    self.grid.check_unused(self)
 
   @property
   def family(self) -> model_lib.ModelFamily:
@@ -259,9 +269,9 @@ class TransferConfig(Options):
     return self.average_last if self.average_last is not None else max(1, self.optim.steps // 10)
 
 
-def default_grid(config: Any) -> WidthGrid:
-  """The default ``grid`` of a study's config class."""
-  return next(spec.default for spec in config_lib.option_specs(type(config)) if spec.name == "grid")
+def default_option(config: Any, name: str) -> Any:
+  """The default of option (or group) ``name`` of a study's config class."""
+  return next(spec.default for spec in config_lib.option_specs(type(config)) if spec.name == name)
 
 
 def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> data_lib.Dataset:
