@@ -53,7 +53,7 @@ POSITIONS = ("rope", "learned", "none")
 ATTENTION_IMPLEMENTATIONS = ("dense", "blockwise")
 NORMS = ("layer", "rms")
 ATTENTION_METRICS = ("attn_entropy", "attn_max_prob", "attn_max_logit", "attn_logits_rms", "attn_max_lse")
-LAYER_AUX_KEYS = (*ATTENTION_METRICS, "attn_out_rms", "mlp_out_rms")
+LAYER_AUX_KEYS = (*ATTENTION_METRICS, "attn_out_rms", "mlp_out_rms", "resid_rms")
 DEFAULT_NUM_HEADS = 4
 DEFAULT_RULE = "default"
 
@@ -384,7 +384,8 @@ class Block(nn.Module):
   the branch gradient scaled by τ/√(1 + τ²) and the skip's by 1/√(1 + τ²) in the backward pass.
   Activations are marked with ``layers.probe`` (``act_*``: sown into "activations", perturbable).
 
-  Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs before the residual add.
+  Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs f(·) (before the multiplier s and
+  the residual add), and ``resid_rms``, the RMS of the block's output (the residual stream after the block).
   """
 
   config: ModelConfig
@@ -423,6 +424,7 @@ class Block(nn.Module):
       x = norm("ln_mlp")(add(m, skip, 1))
     layers.record(self, "attn_out_rms", layers.rms(a))
     layers.record(self, "mlp_out_rms", layers.rms(m))
+    layers.record(self, "resid_rms", layers.rms(x))
     return probe("act_out", x)
 
 

@@ -319,7 +319,7 @@ def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0
   p = param_count(c)
   o = optimizer_state_count(p, optimizer, momentum)
   b, t = batch_size, seq_len
-  width_flags = ("width", "widths", "depth", "mlp_ratio")
+  width_flags = ("width", "widths", "depth", "depths", "mlp_ratio")
   attn = attention_bytes(b, c.num_heads, t, t, c.attention, c.block_q)
   attn_copies = DENSE_TRAIN_COPIES if c.attention == "dense" else BLOCKWISE_COPIES
   hint_attn = ("use --attention=blockwise, a smaller --seq_len or --batch_size" if c.attention == "dense"

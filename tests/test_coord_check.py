@@ -170,7 +170,7 @@ class CoordCheckTest(chex.TestCase):
       self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
 
   def test_coord_data_is_the_grid_of_seeds(self):
-    data = coord_check.coord_data(self.config, "sp", WIDTHS[0], self.dataset)
+    data = coord_check.coord_data(self.config, {"parametrization": "sp", "width": WIDTHS[0]}, self.dataset)
     chex.assert_shape(data["loss"], (STEPS + 1, 2))
     self.assertEqual(list(data["rms"]), list(coord_check.layer_names(1)))
     for values in data["rms"].values():

@@ -87,7 +87,7 @@ class GridTest(chex.TestCase):
     self.assertGreater(np.max(np.abs(losses[-1, 0] - losses[-1, 4])), 1e-3)
     # run_width summarizes the same grid (same compiled step): final loss = mean of the last `last` losses.
     config = _config()
-    rows = transfer.run_width(config, "sp", 16, dataset)
+    rows = transfer.run_point(config, {"parametrization": "sp", "width": 16}, dataset)
     step = train_lib.make_train_step(cfg, OPT, grid=True)
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     self.assertLen(rows, len(LOG2_LRS))
@@ -254,16 +254,16 @@ class ExperimentTest(parameterized.TestCase):
 
   def test_finished_widths_survive_an_interruption(self):
     out = _tempdir(self) / "tr"
-    real = transfer.run_width
+    real = transfer.run_point
     calls = []
 
-    def flaky(config, name, width, dataset):
-      calls.append(name)
+    def flaky(config, point, dataset):
+      calls.append(point["parametrization"])
       if len(calls) == 2:
         raise KeyboardInterrupt
-      return real(config, name, width, dataset)
+      return real(config, point, dataset)
 
-    with mock.patch.object(transfer, "run_width", flaky):
+    with mock.patch.object(transfer, "run_point", flaky):
       code, _, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 130)
     # The finished width's rows were streamed into the partial files, which an interrupted run leaves in place.
@@ -274,7 +274,7 @@ class ExperimentTest(parameterized.TestCase):
     self.assertFalse((out / "optimum.jsonl").exists())  # made from the complete rows at the end
     # Rerun with the same flags: only the unfinished width trains, and the files are those of a whole run.
     calls.clear()
-    with mock.patch.object(transfer, "run_width", lambda *a: calls.append(a[1]) or real(*a)):
+    with mock.patch.object(transfer, "run_point", lambda *a: calls.append(a[1]["parametrization"]) or real(*a)):
       code, _, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 0)
     self.assertEqual(calls, ["mup"])

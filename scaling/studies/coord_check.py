@@ -37,6 +37,16 @@ the head dim grows with the width, the attention logits ∝ 1/√d_head (α/d_he
 applied to independent q and k: slope −0.5 at step 0). Both slopes rise
 towards 0, never above it, as training adds the width-independent
 contribution of the updates.
+
+Depth axis (``--axis=depth``; CompleteP, Dey et al. 2025, Fig. 7): models of
+one width and several depths, each α of ``--depth_alphas`` (the residual
+branch multiplier (L/L_base)^−α, L_base the smallest depth), measured on
+layers every depth has (``DEPTH_LAYERS``): the embedding, the means over blocks
+of the attention-logit RMS and of the branch outputs as added to the residual
+stream (multiplier included), the residual stream after the last block
+(``resid_final``) and the readout; slopes are against log2 depth. With α = 0
+the final residual RMS grows with depth (each block adds a Θ(1) branch); with
+α = 1/2 or 1 it stays flat.
 """
 
 from __future__ import annotations
@@ -66,6 +76,10 @@ from scaling.studies import transfer
 _MODEL_RMS = {"embed_rms": "embed", "readout_rms": "readout"}
 _BLOCK_RMS = {"attn_logits_rms": "attn_logits", "attn_out_rms": "attn_out", "mlp_out_rms": "mlp_out"}
 RMS_METRICS = (*_MODEL_RMS, *_BLOCK_RMS)
+# The layers of the depth axis, comparable across depths: per-block values averaged over the blocks (branch outputs
+# as added to the residual stream, times the multiplier s) and the residual stream after the last block.
+DEPTH_LAYERS = ("embed", "attn_logits_mean", "attn_out_mean", "mlp_out_mean", "resid_final", "readout")
+DEPTH_METRICS = (*RMS_METRICS, "resid_rms")
 
 
 def layer_names(depth: int) -> tuple[str, ...]:
@@ -83,11 +97,30 @@ def rms_by_layer(metrics: dict[str, Any], depth: int) -> dict[str, np.ndarray]:
   return {name: out[name] for name in layer_names(depth)}
 
 
-def fit_slope(widths: Sequence[float], values: Sequence[float]) -> tuple[float, float]:
-  """Least-squares line log2(value) = slope · log2(width) + intercept.
+def depth_rms_by_layer(metrics: dict[str, Any], branch_multiplier: float) -> dict[str, np.ndarray]:
+  """``DEPTH_LAYERS`` -> RMS values from ``train_step`` metrics (per-block ones end in [depth]).
 
   Args:
-    widths: at least two distinct positive widths.
+    metrics: ``train_step`` metrics with the keys of ``DEPTH_METRICS`` (any leading axes).
+    branch_multiplier: s, the residual-branch multiplier the model applies to every branch output before the add
+      (``Parametrization.residual_multiplier``): attn_out_mean and mlp_out_mean are the mean over blocks of
+      s · RMS(f(x)), the RMS of what each branch adds to the residual stream.
+
+  Returns:
+    {layer: values with the block axis removed}.
+  """
+  block_mean = lambda name: np.mean(np.asarray(metrics[name], np.float64), axis=-1)
+  return {"embed": np.asarray(metrics["embed_rms"]), "attn_logits_mean": block_mean("attn_logits_rms"),
+          "attn_out_mean": branch_multiplier * block_mean("attn_out_rms"),
+          "mlp_out_mean": branch_multiplier * block_mean("mlp_out_rms"),
+          "resid_final": np.asarray(metrics["resid_rms"])[..., -1], "readout": np.asarray(metrics["readout_rms"])}
+
+
+def fit_slope(widths: Sequence[float], values: Sequence[float]) -> tuple[float, float]:
+  """Least-squares line log2(value) = slope · log2(width) + intercept (or against the depth).
+
+  Args:
+    widths: at least two distinct positive widths (or depths).
     values: the measured sizes, same length.
 
   Returns:
@@ -125,13 +158,21 @@ class CoordCheckConfig(Options):
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
-    if len(self.grid.widths) < 2:
+    self.grid.check_unused(self)
+    if self.grid.by_depth and len(self.grid.depth_values) < 2:
+      raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
+    if not self.grid.by_depth and len(self.grid.widths) < 2:
       raise ValueError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
 
   @property
   def family(self) -> model_lib.ModelFamily:
-    """The models, with the base width defaulting to the smallest width."""
-    return self.model.with_base_width(self.grid.widths)
+    """The models (of every point on the width axis), base width and depth derived (``WidthGrid.family``)."""
+    return self.grid.family(self.model)
+
+  @property
+  def layers(self) -> tuple[str, ...]:
+    """The measured layers: ``layer_names(--depth)`` on the width axis, ``DEPTH_LAYERS`` on the depth axis."""
+    return DEPTH_LAYERS if self.grid.by_depth else layer_names(self.family.depth)
 
   @property
   def members(self) -> tuple[int, tuple[str, ...]]:
@@ -144,108 +185,127 @@ class CoordCheckConfig(Options):
     return self.optim.steps
 
 
-def coord_data(config: CoordCheckConfig, parametrization: str, width: int, dataset: Any) -> dict[str, Any]:
-  """Trains ``num_seeds`` models of one width for k + 1 steps and records RMS per layer.
+def coord_data(config: CoordCheckConfig, point: dict[str, Any], dataset: Any) -> dict[str, Any]:
+  """Trains ``num_seeds`` models of one grid point for k + 1 steps and records RMS per layer.
 
   The seeds are one vmapped grid (``scaling.train.run_training``) with the same learning rate.
 
   Args:
     config: the coordinate check.
-    parametrization: one scheme name.
-    width: D.
+    point: one of ``config.grid.points(config.model)``: {parametrization, width} or, on the depth axis,
+      {parametrization, depth_alpha, width, depth}.
     dataset: a ``scaling.data.Dataset`` (its vocab_size and seq_len set the model's).
 
   Returns:
-    {"rms": {layer: float64 [k + 1, num_seeds]}, "loss": [k + 1, num_seeds]}.
+    {"rms": {layer: float64 [k + 1, num_seeds]} over ``config.layers``, "loss": [k + 1, num_seeds]}.
   """
-  model_config = config.family.model_config(parametrization, width, vocab_size=dataset.vocab_size,
-                                            max_len=dataset.seq_len)
+  model_config = config.grid.model_config(config.model, point, dataset)
   opt = dataclasses.replace(config.optim, steps=config.steps + 1)
-  result = train_lib.run_training(model_config, opt, dataset, seed=config.seeds.seeds, record=("loss", *RMS_METRICS),
-                           fixed_batch=config.fixed_batch, stop_on_divergence=False)
-  return {"rms": rms_by_layer(result.records, model_config.depth), "loss": result.records["loss"]}
+  by_depth = config.grid.by_depth
+  result = train_lib.run_training(model_config, opt, dataset, seed=config.seeds.seeds,
+                                  record=("loss", *(DEPTH_METRICS if by_depth else RMS_METRICS)),
+                                  fixed_batch=config.fixed_batch, stop_on_divergence=False)
+  if by_depth:
+    rms = depth_rms_by_layer(result.records, model_config.parametrization.residual_multiplier())
+  else:
+    rms = rms_by_layer(result.records, model_config.depth)
+  return {"rms": rms, "loss": result.records["loss"]}
 
 
-def coord_rows(parametrization: str, width: int, data: dict[str, Any]) -> list[dict[str, Any]]:
-  """One row per (step, layer): parametrization, width, step, layer, rms (mean over seeds), rms_std, rms_seeds."""
+def coord_rows(point: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
+  """One row per (step, layer): the point's fields, step, layer, rms (mean over seeds), rms_std, rms_seeds."""
   rows = []
   for layer, values in data["rms"].items():
     for step, per_seed in enumerate(values):
-      rows.append({"parametrization": parametrization, "width": width, "step": step, "layer": layer,
-                   "rms": float(np.mean(per_seed)), "rms_std": float(np.std(per_seed)),
-                   "rms_seeds": [float(v) for v in per_seed]})
+      rows.append({**point, "step": step, "layer": layer, "rms": float(np.mean(per_seed)),
+                   "rms_std": float(np.std(per_seed)), "rms_seeds": [float(v) for v in per_seed]})
   return rows
 
 
 def run_coord_check(config: CoordCheckConfig, dataset: Any, *,
-                    on_width: Callable[[str, int, list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-  """The coordinate check of every parametrization and width.
+                    on_point: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None
+                    ) -> list[dict[str, Any]]:
+  """The coordinate check of every point of the grid (parametrization and width, or α and depth).
 
   Args:
     config: what to train.
     dataset: a ``scaling.data.Dataset``.
-    on_width: called as ``on_width(parametrization, width, rows)`` after each width.
+    on_point: called as ``on_point(point, rows)`` after each point.
 
   Returns:
-    Rows of ``coord_rows`` for all parametrizations and widths.
+    Rows of ``coord_rows`` for all points.
   """
   rows = []
-  for name in config.grid.parametrizations:
-    for width in config.grid.widths:
-      new = coord_rows(name, width, coord_data(config, name, width, dataset))
-      rows += new
-      if on_width is not None:
-        on_width(name, width, new)
+  for point in config.grid.points(config.model):
+    new = coord_rows(point, coord_data(config, point, dataset))
+    rows += new
+    if on_point is not None:
+      on_point(point, new)
   return rows
 
 
+def axis_of(rows: Sequence[dict[str, Any]]) -> str:
+  """The axis the rows vary: "depth" when they carry a depth, else "width"."""
+  return "depth" if rows and "depth" in rows[0] else "width"
+
+
+def _series(row: dict[str, Any], axis: str) -> tuple[Any, ...]:
+  """The curve a row is on: (parametrization,) or, on the depth axis, (parametrization, depth_alpha)."""
+  return (row["parametrization"], row["depth_alpha"]) if axis == "depth" else (row["parametrization"],)
+
+
 def slopes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """The log-log slope of RMS against width per (parametrization, layer, step).
+  """The log-log slope of RMS against width (or depth, for rows with a depth) per series, layer and step.
 
   Returns:
-    Rows {parametrization, layer, step, slope, intercept, widths} in the order
-    the (parametrization, layer, step) triples first appear; slope and
-    intercept are None where undefined (an RMS of 0 or non-finite).
+    Rows {parametrization, [depth_alpha,] layer, step, slope, intercept, widths | depths} in the order the
+    (parametrization, [α,] layer, step) groups first appear; slope and intercept are None where undefined
+    (an RMS of 0 or non-finite).
   """
-  groups: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+  axis = axis_of(rows)
+  names = ("parametrization", "depth_alpha") if axis == "depth" else ("parametrization",)
+  groups: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
   for r in rows:
-    groups.setdefault((r["parametrization"], r["layer"], r["step"]), []).append((r["width"], r["rms"]))
+    groups.setdefault((*_series(r, axis), r["layer"], r["step"]), []).append((r[axis], r["rms"]))
   out = []
-  for (name, layer, step), points in groups.items():
+  for (*series, layer, step), points in groups.items():
     points.sort()
-    widths = [w for w, _ in points]
-    slope, intercept = fit_slope(widths, [v if v is not None else float("nan") for _, v in points])
-    out.append({"parametrization": name, "layer": layer, "step": step,
+    xs = [x for x, _ in points]
+    slope, intercept = fit_slope(xs, [v if v is not None else float("nan") for _, v in points])
+    out.append({**dict(zip(names, series)), "layer": layer, "step": step,
                 "slope": slope if math.isfinite(slope) else None,
-                "intercept": intercept if math.isfinite(intercept) else None, "widths": widths})
+                "intercept": intercept if math.isfinite(intercept) else None, f"{axis}s": xs})
   return out
 
 
 def write_figure(path, rows, slope_rows) -> None:
-  """A grid like mup's: rows = parametrizations, columns = steps; RMS against width (log-log), one line per layer.
+  """A grid like mup's: rows = parametrizations (and α on the depth axis), columns = steps; RMS against width
+  (or depth; log-log), one line per layer.
 
   Every panel shares one y range; the legend gives each layer's fitted slope.
   """
-  params = list(dict.fromkeys(r["parametrization"] for r in rows))
+  axis = axis_of(rows)
+  panels = list(dict.fromkeys(_series(r, axis) for r in rows))
   steps = sorted({r["step"] for r in rows})
   layers = list(dict.fromkeys(r["layer"] for r in rows))
-  slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in slope_rows}
-  fig, axes = plotting.grid_figure(len(params), len(steps), width=3.6, height=3.0)
+  slope = {(*_series(s, axis), s["layer"], s["step"]): s["slope"] for s in slope_rows}
+  fig, axes = plotting.grid_figure(len(panels), len(steps), width=3.6, height=3.0)
   positive = [r["rms"] for r in rows if r["rms"] is not None and r["rms"] > 0]
-  for i, name in enumerate(params):
+  for i, key in enumerate(panels):
+    title = key[0] if len(key) == 1 else f"{key[0]}, α={key[1]:g}"
     for j, step in enumerate(steps):
       ax = axes[i][j]
       series = {}
       for layer in layers:
-        points = sorted((r["width"], r["rms"]) for r in rows
-                        if r["parametrization"] == name and r["step"] == step and r["layer"] == layer
+        points = sorted((r[axis], r["rms"]) for r in rows
+                        if _series(r, axis) == key and r["step"] == step and r["layer"] == layer
                         and r["rms"] is not None and r["rms"] > 0)
         if points:
-          s = slope.get((name, layer, step))
+          s = slope.get((*key, layer, step))
           label = layer if s is None else f"{layer} ({s:+.2f})"
-          series[label] = ([w for w, _ in points], [v for _, v in points])
-      plotting.line_plot(None, series, xlabel="width", ylabel="RMS" if j == 0 else "", logx2=True, logy=True,
-                         title=f"{name}, step {step}", ax=ax)
+          series[label] = ([x for x, _ in points], [v for _, v in points])
+      plotting.line_plot(None, series, xlabel=axis, ylabel="RMS" if j == 0 else "", logx2=True, logy=True,
+                         title=f"{title}, step {step}", ax=ax)
       ax.legend(fontsize=5, loc="best")
       if positive:  # one y range for every panel, so growth across steps and parametrizations is comparable
         ax.set_ylim(min(positive) / 1.3, max(positive) * 1.3)
@@ -253,53 +313,58 @@ def write_figure(path, rows, slope_rows) -> None:
 
 
 def slope_table(slope_rows, steps: int) -> str:
-  """Slopes as a table: one row per (parametrization, layer), one column per step."""
+  """Slopes as a table: one row per (parametrization, [depth_alpha,] layer), one column per step."""
+  keys = ("parametrization", "depth_alpha", "layer") if slope_rows and "depth_alpha" in slope_rows[0] else (
+      "parametrization", "layer")
   grid = {}
   for s in slope_rows:
-    row = grid.setdefault((s["parametrization"], s["layer"]), {"parametrization": s["parametrization"],
-                                                               "layer": s["layer"]})
+    row = grid.setdefault(tuple(s[k] for k in keys), {k: s[k] for k in keys})
     row[f"step{s['step']}"] = "-" if s["slope"] is None else f"{s['slope']:+.2f}"
-  return report.table(list(grid.values()), ("parametrization", "layer", *(f"step{t}" for t in range(steps + 1))))
+  return report.table(list(grid.values()), (*keys, *(f"step{t}" for t in range(steps + 1))))
 
 
 OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "coord_check.png", "config.json", "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
-def group_key(row: dict[str, Any]) -> tuple[str, int]:
-  """The group of a result row: (parametrization, width), one vmapped grid of seeds."""
-  return row["parametrization"], row["width"]
+def group_key(row: dict[str, Any]) -> tuple[Any, ...]:
+  """The group of a result row: its point, (parametrization, width) or (parametrization, α, width, depth); one
+  vmapped grid of seeds."""
+  return transfer.group_key(row)
 
 
 def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them.
 
-  Each width's rows are appended whole to results.partial.jsonl when it is
-  trained; rerun with the same options into the same folder, a killed run trains
-  only the widths it has not finished. Slopes and the figure come from the complete
-  rows at the end; wall times go to timings.jsonl.
+  Each point's rows (a width, or an (α, depth) with --axis=depth) are appended whole to results.partial.jsonl
+  when it is trained; rerun with the same options into the same folder, a killed run trains only the points it
+  has not finished. Slopes and the figure come from the complete rows at the end; wall times go to timings.jsonl.
   """
   dataset = transfer.prepare(config, out_dir, OUTPUTS)
+  grid = config.grid
   start = time.perf_counter()
-  size = len(layer_names(config.family.depth)) * (config.steps + 1)
-  plan = [((name, width), size) for name in config.grid.parametrizations for width in config.grid.widths]
+  points = grid.points(config.model)
+  size = len(config.layers) * (config.steps + 1)
+  plan = [(grid.key(point), size) for point in points]
   stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
-  missing = stream.missing()
-  if len(missing) < len(plan):
-    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} widths already in {out_dir}", flush=True)
-  with report.Progress(len(missing), "coord_check") as progress:
-    for name, width in missing:
+  missing = set(stream.missing())
+  todo = [point for point in points if grid.key(point) in missing]
+  if len(todo) < len(plan):
+    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
+  with report.Progress(len(todo), "coord_check") as progress:
+    for point in todo:
       began = time.perf_counter()
-      stream.add((name, width), coord_rows(name, width, coord_data(config, name, width, dataset)))
-      results.append_timing(out_dir, {"parametrization": name, "width": width,
-                                      "seconds": time.perf_counter() - began})
-      progress.update(f"{name} width={width}")
+      stream.add(grid.key(point), coord_rows(point, coord_data(config, point, dataset)))
+      results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
+      progress.update(grid.label(point))
   rows = stream.finish()
   slope_rows = slopes(rows)
+  xs = f"{grid.axis}s"
   results.write_jsonl(out_dir / "slopes.jsonl", slope_rows)
-  results.write_csv(out_dir / "slopes.csv", [{k: v for k, v in s.items() if k != "widths"} for s in slope_rows])
+  results.write_csv(out_dir / "slopes.csv", [{k: v for k, v in s.items() if k != xs} for s in slope_rows])
   write_figure(out_dir / "coord_check.png", rows, slope_rows)
-  print(f"slope of log2 RMS against log2 width (widths {', '.join(map(str, config.grid.widths))}; "
+  at = f" at width {grid.depth_width}" if grid.by_depth else ""
+  print(f"slope of log2 RMS against log2 {grid.axis} ({xs} {', '.join(map(str, grid.x_values()))}{at}; "
         f"{config.optim.optimizer} lr={config.optim.learning_rate:g}, {config.seeds.num_seeds} seeds):")
   print(slope_table(slope_rows, config.steps))
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, slopes.jsonl, "

@@ -17,6 +17,11 @@ exactly as a single run would be; all learning rates share the same seeds
 (common random numbers), so differences between learning rates are not
 sampling noise of the data or init.
 
+Depth (``--axis=depth``): the same grid at one width and several depths, for
+each α of ``--depth_alphas`` (CompleteP, Dey et al. 2025: with α = 1/2 or 1 the
+optimal learning rate is meant to stay put as the depth grows); ``WidthGrid``
+holds the points of either axis and the model family of each point.
+
 Divergence: a member whose loss is ever non-finite has diverged; its final
 loss is None (reported as null, treated as +inf by ``find_optimum``), and a
 learning rate at which any seed diverged has no mean loss.
@@ -42,6 +47,7 @@ from scaling import report
 from scaling import resources
 from scaling import results
 from scaling import train as train_lib
+from scaling import config as config_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.config import Seeds
@@ -49,25 +55,162 @@ from scaling.config import Seeds
 OPTIMUM_COLUMNS = ("parametrization", "width", "log2_lr", "final_loss", "log2_lr_interp", "at_edge", "num_diverged")
 
 
+AXES = ("width", "depth")
+DEFAULT_DEPTH_WIDTH = 128
+DEFAULT_DEPTHS = (2, 4, 8, 16)
+# The fields that key a point of the grid (and its result rows), in order; the width axis uses the first two only.
+WIDTH_KEY = ("parametrization", "width")
+DEPTH_KEY = ("parametrization", "depth_alpha", "width", "depth")
+
+
 @dataclasses.dataclass(frozen=True)
 class WidthGrid(Options):
-  """The parametrizations and widths a width study compares."""
+  """The parametrizations and the points a scaling study compares: widths, or depths at one width.
+
+  ``--axis=width`` (the default): one point per (parametrization, width), every model at ``ModelFamily.depth``.
+  ``--axis=depth``: one point per (parametrization, α, depth) at the width ``--width``, with α from
+  ``--depth_alphas`` (default: the model's ``--depth_alpha``) and the base depth (where depth scaling is 1)
+  defaulting to the smallest depth. Points are dicts of the fields that key their result rows
+  (``WIDTH_KEY`` or ``DEPTH_KEY``).
+  """
 
   parametrizations: tuple[str, ...] = option(("sp", "mup"), "Parametrizations to compare (panels of the figure).",
                                              choices=param_lib.available_parametrizations)
-  widths: tuple[int, ...] = option((32, 64, 128, 256), "Model widths d_model.", lower=1)
+  widths: tuple[int, ...] = option((32, 64, 128, 256), "Model widths d_model (--axis=width).", lower=1)
+  axis: str = option("width", "What the study varies: the width (--widths, at --depth) or the depth (--depths, at "
+                     "--width).", choices=AXES)
+  depths: tuple[int, ...] | None = option(None, f"Depths (blocks) of --axis=depth (default "
+                                          f"{','.join(map(str, DEFAULT_DEPTHS))}).", lower=1)
+  width: int | None = option(None, f"The width of every model of --axis=depth (default {DEFAULT_DEPTH_WIDTH}).",
+                             lower=1)
+  depth_alphas: tuple[float, ...] | None = option(None, "Depth-scaling alphas compared by --axis=depth, each 0 or in "
+                                                  "[0.5, 1] (default: --depth_alpha).", lower=0.0, upper=1.0)
 
   def __post_init__(self):
-    object.__setattr__(self, "parametrizations", tuple(dict.fromkeys(self.parametrizations)))
-    object.__setattr__(self, "widths", tuple(dict.fromkeys(self.widths)))
+    for name in ("parametrizations", "widths", "depths", "depth_alphas"):
+      if getattr(self, name) is not None:
+        object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
     super().__post_init__()
 
-  def check(self, family: model_lib.ModelFamily, dataset: data_lib.Dataset) -> None:
-    """ValueError unless every (parametrization, width) of the grid gives a valid model of ``family``."""
-    try:
-      family.check(self.parametrizations, self.widths, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-    except ValueError as e:
-      raise ValueError(f"--widths: {e}") from None
+  def validate(self):
+    if self.axis == "width":
+      for name in ("depths", "width", "depth_alphas"):
+        if getattr(self, name) is not None:
+          raise ValueError(f"--{name} only applies to --axis=depth (--axis=width varies --widths at --depth)")
+    for alpha in self.depth_alphas or ():
+      try:
+        param_lib.check_depth_alpha(alpha)
+      except ValueError as e:
+        raise ValueError(f"--depth_alphas: {e}") from None
+
+  def check_unused(self, config: Any) -> None:
+    """ValueError if a study ``config`` with --axis=depth is given --widths or --depth (values other than the
+    study's defaults or the option groups' own): the depth axis trains --depths at --width."""
+    if not self.by_depth:
+      return
+    default = default_option(config, "grid")
+    if self.widths not in (default.widths, WidthGrid().widths):
+      raise ValueError("--widths only applies to --axis=width; --axis=depth trains every depth at --width")
+    if config.model.depth not in (default_option(config, "model").depth, model_lib.ModelFamily().depth):
+      raise ValueError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
+
+  def shown_values(self, values: dict[str, Any]) -> dict[str, Any]:
+    """Option values (``resources.option_values``) as this axis uses them, to name in messages: on the depth axis
+    --depths and --width with their defaults filled in, and neither --widths nor --depth."""
+    if not self.by_depth:
+      return values
+    values = {k: v for k, v in values.items() if k not in ("widths", "depth")}
+    return {**values, "depths": self.depth_values, "width": self.depth_width}
+
+  @property
+  def by_depth(self) -> bool:
+    """Whether the grid varies the depth."""
+    return self.axis == "depth"
+
+  @property
+  def key_fields(self) -> tuple[str, ...]:
+    """The fields of a point (and of the rows it keys)."""
+    return DEPTH_KEY if self.by_depth else WIDTH_KEY
+
+  @property
+  def depth_width(self) -> int:
+    """The width of the depth axis."""
+    return DEFAULT_DEPTH_WIDTH if self.width is None else self.width
+
+  @property
+  def depth_values(self) -> tuple[int, ...]:
+    """The depths of the depth axis."""
+    return DEFAULT_DEPTHS if self.depths is None else self.depths
+
+  def alphas(self, model: model_lib.ModelFamily) -> tuple[float, ...]:
+    """The α values of the depth axis (``--depth_alphas``, else the model's ``--depth_alpha``)."""
+    return (model.depth_alpha,) if self.depth_alphas is None else self.depth_alphas
+
+  @property
+  def x_name(self) -> str:
+    """The field the study fits and plots against: "width" or "depth"."""
+    return self.axis
+
+  def x_values(self) -> tuple[int, ...]:
+    """The values of the axis: the widths or the depths."""
+    return self.depth_values if self.by_depth else self.widths
+
+  def points(self, model: model_lib.ModelFamily) -> list[dict[str, Any]]:
+    """Every point of the grid, in order: parametrization, then (α, depth) or width."""
+    if not self.by_depth:
+      return [{"parametrization": p, "width": w} for p in self.parametrizations for w in self.widths]
+    return [{"parametrization": p, "depth_alpha": float(a), "width": self.depth_width, "depth": d}
+            for p in self.parametrizations for a in self.alphas(model) for d in self.depth_values]
+
+  def key(self, row: dict[str, Any]) -> tuple[Any, ...]:
+    """The point a row belongs to, as a tuple of its ``key_fields``."""
+    return tuple(row[name] for name in self.key_fields)
+
+  def series(self, row: dict[str, Any]) -> tuple[Any, ...]:
+    """The point without the axis value: the curve a row is on ((parametrization,) or (parametrization, α))."""
+    return (row["parametrization"], row["depth_alpha"]) if self.by_depth else (row["parametrization"],)
+
+  @staticmethod
+  def label(point: dict[str, Any]) -> str:
+    """A short name of a point (or of a series), e.g. "mup α=0.5 depth=8"."""
+    parts = [str(point["parametrization"])]
+    if "depth_alpha" in point:
+      parts.append(f"α={point['depth_alpha']:g}")
+    parts += [f"{name}={point[name]}" for name in ("width", "depth") if name in point]
+    return " ".join(parts)
+
+  def family(self, model: model_lib.ModelFamily, point: dict[str, Any] | None = None) -> model_lib.ModelFamily:
+    """The model family of a point (of every point on the width axis): base width = the smallest width of the
+    grid and, on the depth axis, depth and α of the point with base depth = the smallest depth (unless given)."""
+    if not self.by_depth:
+      return model.with_base_width(self.widths)
+    family = model.with_base_width((self.depth_width,)).with_base_depth(self.depth_values)
+    if point is None:
+      return family
+    return dataclasses.replace(family, depth=point["depth"], depth_alpha=point["depth_alpha"])
+
+  def model_config(self, model: model_lib.ModelFamily, point: dict[str, Any], dataset: data_lib.Dataset
+                   ) -> model_lib.ModelConfig:
+    """The ``ModelConfig`` of a point for ``dataset`` (its vocab size and sequence length)."""
+    return self.family(model, point).model_config(point["parametrization"], point["width"],
+                                                  vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
+
+  def check(self, model: model_lib.ModelFamily, dataset: data_lib.Dataset) -> None:
+    """ValueError unless every point of the grid gives a valid model of ``model``'s family."""
+    if not self.by_depth:
+      try:
+        self.family(model).check(self.parametrizations, self.widths, vocab_size=dataset.vocab_size,
+                                 max_len=dataset.seq_len)
+      except ValueError as e:
+        raise ValueError(f"--widths: {e}") from None
+      return
+    for point in self.points(model):
+      try:
+        self.family(model).base_head_dim  # pylint: disable=expression-not-assigned
+        self.model_config(model, point, dataset)
+      except ValueError as e:
+        flag = "--depth_alphas" if point["depth_alpha"] else "--width"
+        raise ValueError(f"{flag}: {self.label(point)}: {e}") from None
 
 
 def lr_grid(log2_lrs: Sequence[float], seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -108,11 +251,12 @@ class TransferConfig(Options):
   def validate(self):
     if self.average_last is not None and self.average_last > self.optim.steps:
       raise ValueError(f"--average_last={self.average_last} exceeds --steps={self.optim.steps}")
+    self.grid.check_unused(self)
 
   @property
   def family(self) -> model_lib.ModelFamily:
-    """The models, with the base width defaulting to the smallest width."""
-    return self.model.with_base_width(self.grid.widths)
+    """The models (of every point on the width axis), base width and depth derived (``WidthGrid.family``)."""
+    return self.grid.family(self.model)
 
   @property
   def members(self) -> tuple[int, tuple[str, ...]]:
@@ -125,14 +269,20 @@ class TransferConfig(Options):
     return self.average_last if self.average_last is not None else max(1, self.optim.steps // 10)
 
 
+def default_option(config: Any, name: str) -> Any:
+  """The default of option (or group) ``name`` of a study's config class."""
+  return next(spec.default for spec in config_lib.option_specs(type(config)) if spec.name == name)
+
+
 def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> data_lib.Dataset:
   """For a width study (``data``, ``seeds``, ``grid``, ``family``): the dataset, every model checked, then
   the output folder opened (``results.open_run``: resumed, or refused if made with other options, unless
   --overwrite; ``outputs`` are the study's files) and config.json written; bad input fails before anything is
   written."""
   dataset = config.data.make(config.seeds.seed)
-  config.grid.check(config.family, dataset)
-  resources.check(memory_estimate(config, dataset), resources.option_values(config))
+  config.grid.check(config.model, dataset)
+  shown = config.grid.shown_values(resources.option_values(config))
+  resources.check(memory_estimate(config, dataset), shown)
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=outputs,
                    extra={"dataset": data_lib.describe(dataset)})
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
@@ -141,11 +291,11 @@ def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> 
 
 
 def memory_estimate(config: Any, dataset: data_lib.Dataset) -> resources.Estimate:
-  """For a width study: the largest (parametrization, width) program, its ``config.members`` models vmapped."""
+  """For a width or depth study: the largest program of a grid point, its ``config.members`` models vmapped."""
   members, member_flags = config.members
-  family = config.family
-  models = [(f"at width {w} ({p})", family.model_config(p, w, vocab_size=dataset.vocab_size, max_len=dataset.seq_len))
-            for p in config.grid.parametrizations for w in config.grid.widths]
+  grid = config.grid
+  models = [(f"at {grid.label(point)}", grid.model_config(config.model, point, dataset))
+            for point in grid.points(config.model)]
   return resources.training_estimate(models, optimizer=config.optim.optimizer, momentum=config.optim.momentum,
                                      batch_size=dataset.batch_size, seq_len=dataset.seq_len, members=members,
                                      member_flags=member_flags, data_bytes=resources.dataset_bytes(dataset))
@@ -209,14 +359,15 @@ def parabola_vertex(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def find_optimum(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """The best learning rate of each (parametrization, width).
+  """The best learning rate of each grid point: (parametrization, width), or (parametrization, α, width, depth).
 
   Args:
     rows: rows with parametrization, width, log2_lr and final_loss (None or
-      non-finite = diverged = +inf).
+      non-finite = diverged = +inf), and depth_alpha and depth where the
+      points differ in them (rows are grouped by those of ``DEPTH_KEY`` present).
 
   Returns:
-    One row per (parametrization, width), in order of first appearance:
+    One row per point, in order of first appearance: the point's fields,
     ``log2_lr`` (the grid argmin; None if every run diverged), ``final_loss``
     there, ``at_edge`` (the argmin is the smallest or largest learning rate
     tried, so the optimum may lie outside the grid), ``log2_lr_interp`` (vertex
@@ -224,18 +375,19 @@ def find_optimum(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     both are finite and the parabola opens upwards; else None) and
     ``num_diverged`` (learning rates with a diverged seed).
   """
-  groups: dict[tuple[str, int], list[tuple[float, float]]] = {}
+  groups: dict[tuple[tuple[str, Any], ...], list[tuple[float, float]]] = {}
   for r in rows:
     loss = r["final_loss"]
     loss = float("inf") if loss is None or not math.isfinite(loss) else float(loss)
-    groups.setdefault((r["parametrization"], r["width"]), []).append((float(r["log2_lr"]), loss))
+    key = tuple((name, r[name]) for name in DEPTH_KEY if name in r)
+    groups.setdefault(key, []).append((float(r["log2_lr"]), loss))
   out = []
-  for (name, width), points in groups.items():
+  for key, points in groups.items():
     points.sort()
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
     best = int(np.argmin(ys))
-    row = {"parametrization": name, "width": width, "log2_lr": None, "final_loss": None, "at_edge": None,
+    row = {**dict(key), "log2_lr": None, "final_loss": None, "at_edge": None,
            "log2_lr_interp": None, "num_diverged": sum(not math.isfinite(y) for y in ys)}
     if math.isfinite(ys[best]):
       row.update(log2_lr=xs[best], final_loss=ys[best], at_edge=best in (0, len(xs) - 1))
@@ -245,42 +397,46 @@ def find_optimum(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   return out
 
 
-def run_width(config: TransferConfig, parametrization: str, width: int, dataset: Any) -> list[dict[str, Any]]:
-  """Trains the whole learning-rate × seed grid of one (parametrization, width) and summarizes it.
+def run_point(config: TransferConfig, point: dict[str, Any], dataset: Any) -> list[dict[str, Any]]:
+  """Trains the whole learning-rate × seed grid of one point of ``config.grid`` and summarizes it.
+
+  Args:
+    config: the sweep.
+    point: one of ``config.grid.points(config.model)``.
+    dataset: a ``scaling.data.Dataset``.
 
   Returns:
-    ``summarize_grid`` rows with parametrization, width and steps added.
+    ``summarize_grid`` rows with the point's fields and steps added.
   """
-  model_config = config.family.model_config(parametrization, width, vocab_size=dataset.vocab_size,
-                                            max_len=dataset.seq_len)
+  model_config = config.grid.model_config(config.model, point, dataset)
   lrs, seeds = lr_grid(config.log2_lrs, config.seeds.seeds)
   result = train_lib.run_training(model_config, config.optim, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
                            stop_on_divergence=False)
   rows = summarize_grid(result.records["loss"], config.log2_lrs, config.seeds.num_seeds, config.last)
-  return [{"parametrization": parametrization, "width": width, **r, "steps": config.optim.steps,
+  return [{**point, **r, "steps": config.optim.steps,
            "average_last": config.last} for r in rows]
 
 
 def run_transfer(config: TransferConfig, dataset: Any, *,
-                 on_width: Callable[[str, int, list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-  """The learning-rate sweep at every parametrization and width.
+                 on_point: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None
+                 ) -> list[dict[str, Any]]:
+  """The learning-rate sweep at every point of the grid (parametrization and width, or α and depth).
 
   Args:
     config: the sweep.
     dataset: a ``scaling.data.Dataset``.
-    on_width: called as ``on_width(parametrization, width, rows)`` when a width
-      is done (to append results as they come).
+    on_point: called as ``on_point(point, rows)`` when a point is done (to
+      append results as they come).
 
   Returns:
-    All ``run_width`` rows.
+    All ``run_point`` rows.
   """
   rows = []
-  for name in config.grid.parametrizations:
-    for width in config.grid.widths:
-      new = run_width(config, name, width, dataset)
-      rows += new
-      if on_width is not None:
-        on_width(name, width, new)
+  for point in config.grid.points(config.model):
+    new = run_point(config, point, dataset)
+    rows += new
+    if on_point is not None:
+      on_point(point, new)
   return rows
 
 
@@ -298,23 +454,26 @@ def _y_range(rows) -> tuple[float, float] | None:
 
 
 def write_figure(path, rows, optimum_rows) -> None:
-  """Final loss against log2 learning rate, one curve per width; parametrizations side by side, shared y range."""
-  params = list(dict.fromkeys(r["parametrization"] for r in rows))
-  fig, axes = plotting.grid_figure(1, len(params), width=4.6, height=3.6)
+  """Final loss against log2 learning rate, one curve per width (or per depth when the rows have a depth); one
+  panel per parametrization (and α), side by side, shared y range; a star marks each curve's optimum."""
+  x_name = "depth" if rows and "depth" in rows[0] else "width"
+  panel = lambda r: (r["parametrization"], r["depth_alpha"]) if x_name == "depth" else (r["parametrization"],)
+  panels = list(dict.fromkeys(panel(r) for r in rows))
+  fig, axes = plotting.grid_figure(1, len(panels), width=4.6, height=3.6)
   ylim = _y_range(rows)
-  for j, name in enumerate(params):
+  for j, key in enumerate(panels):
     ax = axes[0][j]
-    series = {}
-    for width in dict.fromkeys(r["width"] for r in rows if r["parametrization"] == name):
+    series, stars = {}, []
+    for x in dict.fromkeys(r[x_name] for r in rows if panel(r) == key):
       points = sorted((r["log2_lr"], r["final_loss"]) for r in rows
-                      if r["parametrization"] == name and r["width"] == width and r["final_loss"] is not None)
+                      if panel(r) == key and r[x_name] == x and r["final_loss"] is not None)
       if points:
-        series[f"width {width}"] = ([x for x, _ in points], [y for _, y in points])
+        series[f"{x_name} {x}"] = ([lr for lr, _ in points], [y for _, y in points])
+        stars.append([o for o in optimum_rows if panel(o) == key and o[x_name] == x])
+    title = key[0] if len(key) == 1 else f"{key[0]}, α={key[1]:g}"
     plotting.line_plot(None, series, xlabel="log2 learning rate", ylabel="final training loss" if j == 0 else "",
-                       title=name, ax=ax)
-    for line, (label, _) in zip(ax.get_lines(), series.items()):
-      width = int(label.split()[1])
-      best = [o for o in optimum_rows if o["parametrization"] == name and o["width"] == width]
+                       title=title, ax=ax)
+    for line, best in zip(ax.get_lines(), stars):
       if best and best[0]["log2_lr"] is not None:
         ax.plot([best[0]["log2_lr"]], [best[0]["final_loss"]], marker="*", markersize=11, color=line.get_color(),
                 markeredgecolor="black", linestyle="none")
@@ -323,63 +482,74 @@ def write_figure(path, rows, optimum_rows) -> None:
   plotting.save_figure(fig, path)
 
 
+def key_columns(rows) -> tuple[str, ...]:
+  """The point fields the rows carry: ``WIDTH_KEY`` or ``DEPTH_KEY``."""
+  return DEPTH_KEY if rows and "depth" in rows[0] else WIDTH_KEY
+
+
 def loss_grid_table(rows, log2_lrs) -> str:
-  """Final loss per (parametrization, width) and learning rate ('div' = a seed diverged)."""
+  """Final loss per point and learning rate ('div' = a seed diverged)."""
+  keys = key_columns(rows)
   grid = {}
   for r in rows:
-    row = grid.setdefault((r["parametrization"], r["width"]),
-                          {"parametrization": r["parametrization"], "width": r["width"]})
+    row = grid.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
     row[f"{r['log2_lr']:g}"] = "div" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
-  return report.table(list(grid.values()), ("parametrization", "width", *(f"{x:g}" for x in log2_lrs)))
+  return report.table(list(grid.values()), (*keys, *(f"{x:g}" for x in log2_lrs)))
 
 
 OUTPUTS = ("results.jsonl", "optimum.jsonl", "transfer.png", "config.json", "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
-def group_key(row: dict[str, Any]) -> tuple[str, int]:
-  """The group of a result row: (parametrization, width), one vmapped learning-rate x seed grid."""
-  return row["parametrization"], row["width"]
+def group_key(row: dict[str, Any]) -> tuple[Any, ...]:
+  """The group of a result row: its point, (parametrization, width) or (parametrization, α, width, depth); one
+  vmapped learning-rate x seed grid."""
+  return tuple(row[name] for name in DEPTH_KEY if name in row)
 
 
 def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.transfer`` runs it: trains, streams results, plots and prints; returns the optima.
 
-  Each width's rows are appended whole to results.partial.jsonl when its grid is
-  trained; rerun with the same options into the same folder, a killed run trains
-  only the widths it has not finished. optimum.jsonl and the figure are made from
-  the complete rows at the end; wall times go to timings.jsonl.
+  Each point's rows (a width, or an (α, depth) with --axis=depth) are appended whole to
+  results.partial.jsonl when its grid is trained; rerun with the same options into the same folder, a killed
+  run trains only the points it has not finished. optimum.jsonl and the figure are made from the complete rows
+  at the end; wall times go to timings.jsonl.
   """
   dataset = prepare(config, out_dir, OUTPUTS)
+  grid = config.grid
+  points = grid.points(config.model)
   members = len(config.log2_lrs) * config.seeds.num_seeds
-  print(f"{len(config.grid.parametrizations)} parametrizations x {len(config.grid.widths)} widths; each width trains "
-        f"{len(config.log2_lrs)} learning rates x {config.seeds.num_seeds} seeds = {members} runs vmapped, "
-        f"{config.optim.steps} steps", flush=True)
+  if grid.by_depth:
+    where = (f"{len(grid.alphas(config.model))} depth alphas x {len(grid.depth_values)} depths at width "
+             f"{grid.depth_width}; each depth")
+  else:
+    where = f"{len(grid.widths)} widths; each width"
+  print(f"{len(grid.parametrizations)} parametrizations x {where} trains {len(config.log2_lrs)} learning rates x "
+        f"{config.seeds.num_seeds} seeds = {members} runs vmapped, {config.optim.steps} steps", flush=True)
   start = time.perf_counter()
-  plan = [((name, width), len(config.log2_lrs)) for name in config.grid.parametrizations
-          for width in config.grid.widths]
+  plan = [(grid.key(point), len(config.log2_lrs)) for point in points]
   stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
-  missing = stream.missing()
-  if len(missing) < len(plan):
-    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} widths already in {out_dir}", flush=True)
-  with report.Progress(len(missing), "transfer") as progress:
-    for name, width in missing:
+  missing = set(stream.missing())
+  todo = [point for point in points if grid.key(point) in missing]
+  if len(todo) < len(plan):
+    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
+  with report.Progress(len(todo), "transfer") as progress:
+    for point in todo:
       began = time.perf_counter()
-      rows = stream.add((name, width), run_width(config, name, width, dataset))
-      results.append_timing(out_dir, {"parametrization": name, "width": width,
-                                      "seconds": time.perf_counter() - began})
+      rows = stream.add(grid.key(point), run_point(config, point, dataset))
+      results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
       best = find_optimum(rows)[0]
-      where = ("all diverged" if best["log2_lr"] is None
+      found = ("all diverged" if best["log2_lr"] is None
                else f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}")
-      progress.update(f"{name} width={width}: {where}")
+      progress.update(f"{grid.label(point)}: {found}")
   rows = stream.finish()
   optimum_rows = find_optimum(rows)
   results.write_jsonl(out_dir / "optimum.jsonl", optimum_rows)
   write_figure(out_dir / "transfer.png", rows, optimum_rows)
   print(f"final training loss (mean of the last {config.last} steps, mean over {config.seeds.num_seeds} seeds):")
   print(loss_grid_table(rows, config.log2_lrs))
-  print("\noptimal learning rate per width:")
-  print(report.table(optimum_rows, OPTIMUM_COLUMNS, floatfmt=".3f"))
+  print(f"\noptimal learning rate per {grid.axis}:")
+  print(report.table(optimum_rows, (*key_columns(rows), *OPTIMUM_COLUMNS[2:]), floatfmt=".3f"))
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, optimum.jsonl, "
         f"transfer.png and config.json to {out_dir}")
   return optimum_rows
