@@ -85,7 +85,6 @@ class GridTest(parameterized.TestCase):
   def test_group_keys_hold_the_point(self):
     depth_row = {"parametrization": "mup", "depth_alpha": 0.5, "width": 64, "depth": 8, "step": 0, "layer": "embed"}
     self.assertEqual(transfer.group_key(depth_row), ("mup", 0.5, 64, 8))
-    self.assertEqual(coord_check.group_key(depth_row), ("mup", 0.5, 64, 8))
     self.assertEqual(transfer.group_key({"parametrization": "sp", "width": 32, "log2_lr": -3.0}), ("sp", 32))
 
   def test_find_optimum_groups_by_alpha_and_depth(self):

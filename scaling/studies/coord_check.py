@@ -327,12 +327,6 @@ OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "coord_check.png", "co
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
-def group_key(row: dict[str, Any]) -> tuple[Any, ...]:
-  """The group of a result row: its point, (parametrization, width) or (parametrization, α, width, depth); one
-  vmapped grid of seeds."""
-  return transfer.group_key(row)
-
-
 def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them.
 
@@ -345,19 +339,8 @@ def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]
   start = time.perf_counter()
   points = grid.points(config.model)
   size = len(config.layers) * (config.steps + 1)
-  plan = [(grid.key(point), size) for point in points]
-  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
-  missing = set(stream.missing())
-  todo = [point for point in points if grid.key(point) in missing]
-  if len(todo) < len(plan):
-    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
-  with report.Progress(len(todo), "coord_check") as progress:
-    for point in todo:
-      began = time.perf_counter()
-      stream.add(grid.key(point), coord_rows(point, coord_data(config, point, dataset)))
-      results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
-      progress.update(grid.label(point))
-  rows = stream.finish()
+  rows = transfer.run_points(grid, points, out_dir, size,
+                             lambda point: coord_rows(point, coord_data(config, point, dataset)), "coord_check")
   slope_rows = slopes(rows)
   xs = f"{grid.axis}s"
   results.write_jsonl(out_dir / "slopes.jsonl", slope_rows)

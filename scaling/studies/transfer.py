@@ -507,6 +507,41 @@ def group_key(row: dict[str, Any]) -> tuple[Any, ...]:
   return tuple(row[name] for name in DEPTH_KEY if name in row)
 
 
+def run_points(grid: WidthGrid, points: Sequence[dict[str, Any]], out_dir: pathlib.Path, rows_per_point: int,
+               compute: Callable[[dict[str, Any]], list[dict[str, Any]]], title: str, *,
+               describe: Callable[[list[dict[str, Any]]], str] | None = None) -> list[dict[str, Any]]:
+  """Computes the rows of every point of a grid into ``out_dir/results.jsonl``, resuming what a killed run left.
+
+  Each point's rows are one group of ``results.GroupedRows`` (appended whole when computed); a rerun computes only
+  the points not yet written. Wall times go to timings.jsonl; progress shows each point (and ``describe(rows)``).
+
+  Args:
+    grid: the grid (its ``key`` and ``label`` of a point).
+    points: the points, in the order of the final file.
+    out_dir: the output folder.
+    rows_per_point: how many rows ``compute`` returns per point.
+    compute: the rows of one point.
+    title: the progress bar's title.
+    describe: optional words on a finished point's rows.
+
+  Returns:
+    Every point's rows, in point order.
+  """
+  plan = [(grid.key(point), rows_per_point) for point in points]
+  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
+  missing = set(stream.missing())
+  todo = [point for point in points if grid.key(point) in missing]
+  if len(todo) < len(plan):
+    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
+  with report.Progress(len(todo), title) as progress:
+    for point in todo:
+      began = time.perf_counter()
+      rows = stream.add(grid.key(point), compute(point))
+      results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
+      progress.update(grid.label(point) + (f": {describe(rows)}" if describe else ""))
+  return stream.finish()
+
+
 def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.transfer`` runs it: trains, streams results, plots and prints; returns the optima.
 
@@ -527,22 +562,13 @@ def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   print(f"{len(grid.parametrizations)} parametrizations x {where} trains {len(config.log2_lrs)} learning rates x "
         f"{config.seeds.num_seeds} seeds = {members} runs vmapped, {config.optim.steps} steps", flush=True)
   start = time.perf_counter()
-  plan = [(grid.key(point), len(config.log2_lrs)) for point in points]
-  stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
-  missing = set(stream.missing())
-  todo = [point for point in points if grid.key(point) in missing]
-  if len(todo) < len(plan):
-    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
-  with report.Progress(len(todo), "transfer") as progress:
-    for point in todo:
-      began = time.perf_counter()
-      rows = stream.add(grid.key(point), run_point(config, point, dataset))
-      results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
-      best = find_optimum(rows)[0]
-      found = ("all diverged" if best["log2_lr"] is None
-               else f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}")
-      progress.update(f"{grid.label(point)}: {found}")
-  rows = stream.finish()
+  def found(rows):
+    best = find_optimum(rows)[0]
+    return ("all diverged" if best["log2_lr"] is None
+            else f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}")
+
+  rows = run_points(grid, points, out_dir, len(config.log2_lrs), lambda point: run_point(config, point, dataset),
+                    "transfer", describe=found)
   optimum_rows = find_optimum(rows)
   results.write_jsonl(out_dir / "optimum.jsonl", optimum_rows)
   write_figure(out_dir / "transfer.png", rows, optimum_rows)
