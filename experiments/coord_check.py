@@ -3,6 +3,8 @@
   python -m experiments.coord_check                                   # sp and mup, widths 64..1024, 4 steps
   python -m experiments.coord_check --parametrizations=sp,mup,umup --widths=32,64,128 --steps=8
   python -m experiments.coord_check --text_file=data.txt --optimizer=sgd --learning_rate=0.1
+  python -m experiments.coord_check --axis=depth --depths=2,4,8,16,32 --parametrizations=mup \
+      --depth_alphas=0,0.5,1                                          # depth at width 128 (CompleteP)
 
 For each parametrization and width, trains --num_seeds models (vmapped) for
 --steps steps on one fixed batch and records the RMS of the embedding output,
@@ -13,6 +15,10 @@ step and layer), slopes.jsonl and slopes.csv (least-squares slope of log2 RMS
 against log2 width), coord_check.png (rows: parametrizations, columns: steps)
 and config.json into --out_dir, and prints the slopes. Under muP the slopes
 stay near 0 (or negative) at every step; under SP they grow once training starts.
+With --axis=depth the points are depths at one --width, per --depth_alphas value
+(residual branches scaled by (depth/base_depth)^-alpha), the layers are comparable
+across depths (embed, mean branch outputs, final residual stream, readout) and
+the slopes are against log2 depth.
 """
 
 import sys

@@ -3,6 +3,8 @@
   python -m experiments.transfer                                       # recall task, widths 32..256
   python -m experiments.transfer --text_file=tinyshakespeare.txt \\
       --widths=32,64,128,256 --log2_lrs=-14,-13,-12,-11,-10,-9,-8,-7,-6 --steps=300
+  python -m experiments.transfer --axis=depth --depths=2,4,8,16 --parametrizations=mup \
+      --depth_alphas=0,1 --text_file=tinyshakespeare.txt                # the optimum per depth
 
 For each parametrization and width, trains every (learning rate, seed) pair of
 the grid in one vmapped program (the learning rate lives in the optimizer
@@ -10,10 +12,12 @@ state, so each width compiles once) and records the mean training loss of the
 last steps (Tensor Programs V, Fig. 1). Diverged runs (a non-finite loss) get
 a null loss and never win. Writes, into --out_dir, results.jsonl (one row per
 parametrization, width and learning rate) and optimum.jsonl (the best learning
-rate per parametrization and width), both streamed as each width finishes, then
-transfer.png and config.json; prints the loss grid and the optimum per width.
+rate per parametrization and width); results.jsonl grows width by width, so a
+rerun into the same --out_dir resumes; then transfer.png and config.json; prints
+the loss grid and the optimum per width.
 Under muP the optimum stays put as the width grows; under SP it moves to
-smaller learning rates.
+smaller learning rates. With --axis=depth the grid is trained per depth (and
+--depth_alphas value) at one --width, and the optimum is reported per depth.
 """
 
 import sys
