@@ -17,6 +17,7 @@ setuptools.setup(
         "numpy>=1.26",
         "matplotlib>=3.7",
         "orbax-checkpoint>=0.11",
+        "rich>=13",
     ],
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80"]},
 )
