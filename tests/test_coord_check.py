@@ -293,3 +293,18 @@ class ExperimentTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class SlopeMarkdownTest(absltest.TestCase):
+
+  def test_table_of_known_slopes(self):
+    rows = [{"parametrization": "mup", "depth_alpha": a, "layer": "resid_final", "step": t, "slope": v}
+            for a, values in ((0.0, (0.5, None)), (1.0, (-0.125, 0.0))) for t, v in enumerate(values)]
+    text = coord_check.slope_markdown(rows, 1, "Heading:")
+    self.assertEqual(text.splitlines(), [
+        "Heading:", "",
+        "| parametrization | α | layer | step 0 | step 1 |",
+        "|---|---|---|---|---|",
+        "| mup | 0 | resid_final | +0.50 | – |",
+        "| mup | 1 | resid_final | -0.12 | +0.00 |",
+    ])

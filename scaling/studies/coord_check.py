@@ -323,7 +323,26 @@ def slope_table(slope_rows, steps: int) -> str:
   return report.table(list(grid.values()), (*keys, *(f"step{t}" for t in range(steps + 1))))
 
 
-OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "coord_check.png", "config.json", "timings.jsonl")
+def slope_markdown(slope_rows, steps: int, heading: str) -> str:
+  """``heading``, then the slopes as a Markdown table: one row per (parametrization, [α,] layer), one column per
+  step (for README.md's generated sections)."""
+  by_alpha = bool(slope_rows) and "depth_alpha" in slope_rows[0]
+  keys = ("parametrization", "depth_alpha", "layer") if by_alpha else ("parametrization", "layer")
+  grid: dict[tuple, dict[str, Any]] = {}
+  for s in slope_rows:
+    row = grid.setdefault(tuple(s[k] for k in keys), {})
+    row[s["step"]] = "–" if s["slope"] is None else f"{s['slope']:+.2f}"
+  names = {"parametrization": "parametrization", "depth_alpha": "α", "layer": "layer"}
+  lines = [heading, "", "| " + " | ".join([names[k] for k in keys] + [f"step {t}" for t in range(steps + 1)]) + " |",
+           "|" + "---|" * (len(keys) + steps + 1)]
+  for key, row in grid.items():
+    cells = [f"{v:g}" if isinstance(v, float) else str(v) for v in key] + [row.get(t, "–") for t in range(steps + 1)]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "slopes.md", "coord_check.png", "config.json",
+           "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
@@ -347,9 +366,13 @@ def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]
   results.write_csv(out_dir / "slopes.csv", [{k: v for k, v in s.items() if k != xs} for s in slope_rows])
   write_figure(out_dir / "coord_check.png", rows, slope_rows)
   at = f" at width {grid.depth_width}" if grid.by_depth else ""
-  print(f"slope of log2 RMS against log2 {grid.axis} ({xs} {', '.join(map(str, grid.x_values()))}{at}; "
-        f"{config.optim.optimizer} lr={config.optim.learning_rate:g}, {config.seeds.num_seeds} seeds):")
+  heading = (f"slope of log2 RMS against log2 {grid.axis} ({xs} {', '.join(map(str, grid.x_values()))}{at}; "
+             f"{config.optim.optimizer} lr={config.optim.learning_rate:g}, {config.seeds.num_seeds} seeds, "
+             f"{config.steps} steps on {dataset.name})")
+  results.write_text(out_dir / "slopes.md", slope_markdown(slope_rows, config.steps, heading[0].upper() + heading[1:]
+                                                           + ":"))
+  print(heading + ":")
   print(slope_table(slope_rows, config.steps))
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, slopes.jsonl, "
-        f"slopes.csv, coord_check.png and config.json to {out_dir}")
+        f"slopes.csv, slopes.md, coord_check.png and config.json to {out_dir}")
   return slope_rows
