@@ -9,6 +9,7 @@ import pytest
 
 from scaling import model as model_lib
 from scaling.studies import training_claims as tc
+from scaling.studies import transfer
 from scaling.studies import verdicts
 
 NAN = float("nan")
@@ -84,11 +85,11 @@ def test_qk_alignment_and_max_logit_growth():
 
 
 def test_optimum_and_spread():
-  assert tc.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": -7.5}) == -7.5
-  assert tc.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": None}) == -8.0
-  assert tc.optimum_log2_lr({"log2_lr": None, "log2_lr_interp": None}) is None
-  assert tc.spread([-8.0, -6.5, -7.0]) == 1.5
-  assert tc.spread([-8.0, None]) is None
+  assert transfer.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": -7.5}) == -7.5
+  assert transfer.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": None}) == -8.0
+  assert transfer.optimum_log2_lr({"log2_lr": None, "log2_lr_interp": None}) is None
+  assert transfer.spread([-8.0, -6.5, -7.0]) == 1.5
+  assert transfer.spread([-8.0, None]) is None
 
 
 def test_qk_alignment_fn_is_one_when_key_equals_query():

@@ -323,3 +323,25 @@ class ExperimentTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class OptimumMarkdownTest(absltest.TestCase):
+
+  def test_table_and_spread_of_known_optima(self):
+    rows = [
+        {"parametrization": "mup", "depth_alpha": 1.0, "width": 64, "depth": 2, "log2_lr": -7.0,
+         "log2_lr_interp": -6.75, "final_loss": 2.3, "at_edge": False},
+        {"parametrization": "mup", "depth_alpha": 1.0, "width": 64, "depth": 8, "log2_lr": -8.0,
+         "log2_lr_interp": None, "final_loss": 2.1, "at_edge": True},
+        {"parametrization": "mup", "depth_alpha": 0.0, "width": 64, "depth": 2, "log2_lr": None,
+         "log2_lr_interp": None, "final_loss": None, "at_edge": None},
+    ]
+    lines = transfer.optimum_markdown(rows, "Heading:").splitlines()
+    self.assertEqual(lines[:3], ["Heading:", "", "| parametrization | α | width | depth | best log2 lr (grid) | "
+                                                "optimum (parabola) | final loss | at grid edge |"])
+    self.assertEqual(lines[4], "| mup | 1 | 64 | 2 | -7 | -6.75 | 2.300 | no |")
+    self.assertEqual(lines[5], "| mup | 1 | 64 | 8 | -8 | – | 2.100 | yes |")
+    self.assertEqual(lines[6], "| mup | 0 | 64 | 2 | – | – | – | – |")
+    # α = 1 moves from -6.75 (parabola) to -8 (grid): 1.25 octaves; α = 0 has a point where everything diverged.
+    self.assertIn("- mup α=1: the optimum moves 1.25 octaves", lines[8])
+    self.assertIn("- mup α=0: the optimum moves n/a", lines[9])

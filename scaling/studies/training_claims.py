@@ -619,21 +619,6 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
 # Note 1 §4 ②: μP lets hyperparameters transfer across width.
 
 
-def optimum_log2_lr(row: dict[str, Any]) -> float | None:
-  """The optimal log2 learning rate of a ``find_optimum`` row: the parabola vertex when there is one, else the grid
-  argmin (None when every learning rate diverged)."""
-  if row.get("log2_lr_interp") is not None:
-    return float(row["log2_lr_interp"])
-  return None if row.get("log2_lr") is None else float(row["log2_lr"])
-
-
-def spread(values: Sequence[float | None]) -> float | None:
-  """max − min of the values (None when any is None)."""
-  if not values or any(v is None for v in values):
-    return None
-  return float(max(values) - min(values))
-
-
 def measure_mup_transfer(ctx: Any) -> Measurement:
   """Spread (max − min) over widths of the optimal log2 learning rate under μP, with SP's for comparison."""
   s = sizes(ctx)
@@ -653,16 +638,17 @@ def measure_mup_transfer(ctx: Any) -> Measurement:
       loss = run.records["loss"]
       rows = transfer_lib.summarize_grid(loss, log2_lrs, len(seeds), last)
       best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
-      optima.append(optimum_log2_lr(best))
+      optima.append(transfer_lib.optimum_log2_lr(best))
       at_edge.append(best["at_edge"])
       table[str(width)] = {_lr_label(r["log2_lr"]): _r(r["final_loss"]) for r in rows}
       for j in range(len(seeds)):
         cols = loss[:, j::len(seeds)]
         seed_rows = transfer_lib.summarize_grid(cols, log2_lrs, 1, last)
         seed_best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in seed_rows])[0]
-        per_seed[j].append(optimum_log2_lr(seed_best))
+        per_seed[j].append(transfer_lib.optimum_log2_lr(seed_best))
     out[name] = {"optimal_log2_lr": [_r(v) for v in optima], "at_edge": at_edge,
-                 "spread": _r(spread(optima)), "spread_per_seed": mean_std([spread(p) or np.nan for p in per_seed]),
+                 "spread": _r(transfer_lib.spread(optima)),
+                 "spread_per_seed": mean_std([transfer_lib.spread(p) or np.nan for p in per_seed]),
                  "final_loss_by_width_lr": table}
   numbers = {**_about(ctx), "widths": list(widths),
              "depth": s["transfer_depth"], "steps": steps, "log2_lrs": list(log2_lrs),

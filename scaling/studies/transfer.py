@@ -482,6 +482,46 @@ def write_figure(path, rows, optimum_rows) -> None:
   plotting.save_figure(fig, path)
 
 
+def optimum_log2_lr(row: dict[str, Any]) -> float | None:
+  """The optimal log2 learning rate of a ``find_optimum`` row: the parabola vertex when there is one, else the grid
+  argmin (None when every learning rate diverged)."""
+  if row.get("log2_lr_interp") is not None:
+    return float(row["log2_lr_interp"])
+  return None if row.get("log2_lr") is None else float(row["log2_lr"])
+
+
+def spread(values: Sequence[float | None]) -> float | None:
+  """max − min of the values (None when any is None)."""
+  if not values or any(v is None for v in values):
+    return None
+  return float(max(values) - min(values))
+
+
+def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str) -> str:
+  """``heading``, the optimum of every point as a Markdown table, and per curve (parametrization[, α]) the spread
+  (max − min) of its optimal log2 learning rate over the axis, in octaves (for README.md's generated sections)."""
+  keys = key_columns(optimum_rows)
+  names = {"parametrization": "parametrization", "depth_alpha": "α", "width": "width", "depth": "depth"}
+  columns = [names[k] for k in keys] + ["best log2 lr (grid)", "optimum (parabola)", "final loss", "at grid edge"]
+  lines = [heading, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+  fmt = lambda v, spec: "–" if v is None else format(v, spec)
+  curves: dict[tuple, list] = {}
+  for r in optimum_rows:
+    cells = [f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in keys]
+    cells += [fmt(r["log2_lr"], "g"), fmt(r["log2_lr_interp"], ".2f"), fmt(r["final_loss"], ".3f"),
+              "–" if r["at_edge"] is None else ("yes" if r["at_edge"] else "no")]
+    lines.append("| " + " | ".join(cells) + " |")
+    curve = tuple(r[k] for k in keys if k in ("parametrization", "depth_alpha"))
+    curves.setdefault(curve, []).append(optimum_log2_lr(r))
+  lines.append("")
+  for curve, optima in curves.items():
+    moved = spread(optima)
+    label = " ".join([str(curve[0])] + [f"α={a:g}" for a in curve[1:]])
+    amount = "n/a (every learning rate diverged at a point)" if moved is None else f"{moved:.2f} octaves"
+    lines.append(f"- {label}: the optimum moves {amount} (max − min of the optimal log2 learning rate).")
+  return "\n".join(lines) + "\n"
+
+
 def key_columns(rows) -> tuple[str, ...]:
   """The point fields the rows carry: ``WIDTH_KEY`` or ``DEPTH_KEY``."""
   return DEPTH_KEY if rows and "depth" in rows[0] else WIDTH_KEY
@@ -497,7 +537,7 @@ def loss_grid_table(rows, log2_lrs) -> str:
   return report.table(list(grid.values()), (*keys, *(f"{x:g}" for x in log2_lrs)))
 
 
-OUTPUTS = ("results.jsonl", "optimum.jsonl", "transfer.png", "config.json", "timings.jsonl")
+OUTPUTS = ("results.jsonl", "optimum.jsonl", "optimum.md", "transfer.png", "config.json", "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
@@ -571,11 +611,17 @@ def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
                     "transfer", describe=found)
   optimum_rows = find_optimum(rows)
   results.write_jsonl(out_dir / "optimum.jsonl", optimum_rows)
+  at = f" at width {grid.depth_width}" if grid.by_depth else ""
+  heading = (f"Optimal learning rate per {grid.axis} ({grid.axis}s {', '.join(map(str, grid.x_values()))}{at}; "
+             f"{len(config.log2_lrs)} learning rates 2^{config.log2_lrs[0]:g} .. 2^{config.log2_lrs[-1]:g}, "
+             f"{config.seeds.num_seeds} seeds, {config.optim.steps} {config.optim.schedule} {config.optim.optimizer} "
+             f"steps on {dataset.name}; final loss = mean training loss of the last {config.last} steps):")
+  results.write_text(out_dir / "optimum.md", optimum_markdown(optimum_rows, heading))
   write_figure(out_dir / "transfer.png", rows, optimum_rows)
   print(f"final training loss (mean of the last {config.last} steps, mean over {config.seeds.num_seeds} seeds):")
   print(loss_grid_table(rows, config.log2_lrs))
   print(f"\noptimal learning rate per {grid.axis}:")
   print(report.table(optimum_rows, (*key_columns(rows), *OPTIMUM_COLUMNS[2:]), floatfmt=".3f"))
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, optimum.jsonl, "
-        f"transfer.png and config.json to {out_dir}")
+        f"optimum.md, transfer.png and config.json to {out_dir}")
   return optimum_rows
