@@ -75,6 +75,14 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], floatfmt: str 
   return buf.getvalue().rstrip("\n")
 
 
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+  """A Markdown table: a header of ``columns``, then one line per row of cells ("|" escaped, newlines folded)."""
+  cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
+  lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+  return "\n".join(lines) + "\n"
+
+
 def replace_generated(text: str, name: str, content: str) -> str:
   """``text`` with the lines between ``<!-- BEGIN generated: name -->`` and ``<!-- END generated: name -->``
   replaced by ``content`` (ValueError unless both markers occur once, in order)."""

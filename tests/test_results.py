@@ -64,6 +64,13 @@ class ReportTest(absltest.TestCase):
     self.assertIn("left", lines[1])
 
 
+class MarkdownTableTest(absltest.TestCase):
+
+  def test_header_rule_and_escaped_cells(self):
+    text = report.markdown_table(("a", "b"), [(1, "x|y"), ("two\nlines", 2.5)])
+    self.assertEqual(text, "| a | b |\n|---|---|\n| 1 | x\\|y |\n| two lines | 2.5 |\n")
+
+
 class GeneratedSectionTest(absltest.TestCase):
 
   def test_only_the_marked_section_changes(self):

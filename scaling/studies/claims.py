@@ -913,18 +913,12 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
   return resources.largest(estimates)
 
 
-def _cell(text: Any) -> str:
-  """A Markdown table cell."""
-  return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(rows: list[dict[str, Any]]) -> str:
   """The claims as a Markdown table: claim, source, criterion, verdict, what we measured, reproduce."""
-  lines = ["| claim | source | criterion | verdict | what we measured | reproduce |", "|---|---|---|---|---|---|"]
-  for r in rows:
-    lines.append(f"| {_cell(r['claim'])} | {_cell(r['source'])} | {_cell(r['criterion'])} | **{r['verdict']}** | "
-                 f"{_cell(r['finding'])} | `{_cell(r['command'])}` |")
-  return "\n".join(lines) + "\n"
+  return report.markdown_table(
+      ("claim", "source", "criterion", "verdict", "what we measured", "reproduce"),
+      [(r["claim"], r["source"], r["criterion"], f"**{r['verdict']}**", r["finding"], f"`{r['command']}`")
+       for r in rows])
 
 
 def _training_sizes(ctx: Context) -> str:

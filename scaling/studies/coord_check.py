@@ -333,12 +333,10 @@ def slope_markdown(slope_rows, steps: int, heading: str) -> str:
     row = grid.setdefault(tuple(s[k] for k in keys), {})
     row[s["step"]] = "–" if s["slope"] is None else f"{s['slope']:+.2f}"
   names = {"parametrization": "parametrization", "depth_alpha": "α", "layer": "layer"}
-  lines = [heading, "", "| " + " | ".join([names[k] for k in keys] + [f"step {t}" for t in range(steps + 1)]) + " |",
-           "|" + "---|" * (len(keys) + steps + 1)]
-  for key, row in grid.items():
-    cells = [f"{v:g}" if isinstance(v, float) else str(v) for v in key] + [row.get(t, "–") for t in range(steps + 1)]
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  cells = [[f"{v:g}" if isinstance(v, float) else v for v in key] + [row.get(t, "–") for t in range(steps + 1)]
+           for key, row in grid.items()]
+  columns = [names[k] for k in keys] + [f"step {t}" for t in range(steps + 1)]
+  return f"{heading}\n\n{report.markdown_table(columns, cells)}"
 
 
 OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "slopes.md", "coord_check.png", "config.json",

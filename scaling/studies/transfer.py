@@ -503,17 +503,15 @@ def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str) -> st
   keys = key_columns(optimum_rows)
   names = {"parametrization": "parametrization", "depth_alpha": "α", "width": "width", "depth": "depth"}
   columns = [names[k] for k in keys] + ["best log2 lr (grid)", "optimum (parabola)", "final loss", "at grid edge"]
-  lines = [heading, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
   fmt = lambda v, spec: "–" if v is None else format(v, spec)
-  curves: dict[tuple, list] = {}
+  cells, curves = [], {}
   for r in optimum_rows:
-    cells = [f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in keys]
-    cells += [fmt(r["log2_lr"], "g"), fmt(r["log2_lr_interp"], ".2f"), fmt(r["final_loss"], ".3f"),
-              "–" if r["at_edge"] is None else ("yes" if r["at_edge"] else "no")]
-    lines.append("| " + " | ".join(cells) + " |")
+    cells.append([f"{r[k]:g}" if isinstance(r[k], float) else r[k] for k in keys]
+                 + [fmt(r["log2_lr"], "g"), fmt(r["log2_lr_interp"], ".2f"), fmt(r["final_loss"], ".3f"),
+                    "–" if r["at_edge"] is None else ("yes" if r["at_edge"] else "no")])
     curve = tuple(r[k] for k in keys if k in ("parametrization", "depth_alpha"))
     curves.setdefault(curve, []).append(optimum_log2_lr(r))
-  lines.append("")
+  lines = [heading, "", report.markdown_table(columns, cells)]
   for curve, optima in curves.items():
     moved = spread(optima)
     label = " ".join([str(curve[0])] + [f"α={a:g}" for a in curve[1:]])
