@@ -40,6 +40,17 @@ class SweepMainTest(absltest.TestCase):
     for metric, _, _ in sweep_lib.PLOTS:
       self.assertTrue((out / f"{metric}.png").stat().st_size > 1000)
     self.assertFalse((out / "results.partial.jsonl").exists())
+    # summary.md: one Markdown row per (rule, metric), one column per d_k, the numbers of results.jsonl.
+    summary = (out / "summary.md").read_text().splitlines()
+    self.assertIn("T = 8, 2 heads, batch 1, 2 seeds", summary[0])
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in summary if line.startswith("|")]
+    self.assertEqual(table[0], ["rule", "metric", "d_k = 4", "d_k = 8"])
+    self.assertLen(table[2:], 3 * len(sweep_lib.SUMMARY_METRICS))
+    cell = {(r[0], r[1]): r[2:] for r in table[2:]}
+    by = {(r["rule"], r["d_k"]): r for r in rows}
+    for rule in ("sqrt", "qk_norm", "temperature"):
+      for d, text in zip((4, 8), cell[(rule, "logit std")]):
+        self.assertAlmostEqual(float(text), by[(rule, d)]["logit_std"]["mean"], delta=1e-3 * abs(float(text)))
 
 
   def test_width_mode(self):

@@ -417,8 +417,38 @@ def write_plots(out_dir, rows) -> list[str]:
 
 
 OUTPUTS = ("results.jsonl", "results.csv", "config.json", "timings.jsonl", *(f"{m}.png" for m, _, _ in PLOTS),
-           "summary.png")
+           "summary.png", "summary.md")
 """The files ``run`` writes into the output folder (besides run.json)."""
+
+
+SUMMARY_METRICS = (("logit_std", "logit std"), ("max_prob", "max probability"),
+                   ("saturated_frac", "rows with max p > 0.99"), ("entropy_normalized", "entropy / ln T"))
+"""The metrics of ``summary.md``, with their labels."""
+
+
+def summary_markdown(config: SweepConfig, rows: Sequence[dict[str, Any]], seconds: float) -> str:
+  """The sweep's headline numbers as Markdown (for README.md's generated section): a heading with the sizes and
+  the measured wall time, then one row per (varying axes, rule, metric) with the mean over seeds per d_k."""
+  axes = varying_axes(rows)
+  d_ks = sorted({r["d_k"] for r in rows})
+  lines, seen = [], set()
+  for row in rows:
+    key = (*(row.get(a) for a in axes), row["rule"])
+    if key in seen:
+      continue
+    seen.add(key)
+    same = [r for r in rows if (*(r.get(a) for a in axes), r["rule"]) == key]
+    by_dk = {r["d_k"]: r for r in same}
+    for metric, label in SUMMARY_METRICS:
+      cells = [format(by_dk[d][metric]["mean"], ".4g") if d in by_dk else "" for d in d_ks]
+      lines.append([*key, label, *cells])
+  sizes = (f"T = {', '.join(map(str, config.seq_len))}, {config.num_heads} heads, batch {config.batch}, "
+           f"{config.num_seeds} seeds, q and k entries of std {', '.join(format(s, 'g') for s in config.qk_std)}"
+           + (", causal" if config.causal else ""))
+  heading = (f"Mean over seeds per head dim d_k ({sizes}; {len(rows)} configurations; the run that wrote this "
+             f"took {seconds:.1f} s wall, compilation included, on {jax.device_count()} {jax.default_backend()} "
+             f"device(s) of this machine):")
+  return heading + "\n\n" + report.markdown_table([*axes, "rule", "metric", *(f"d_k = {d}" for d in d_ks)], lines)
 
 
 def _shape_keys(mode: SweepConfig) -> dict[str, Any]:
@@ -498,6 +528,8 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   axes = (("parametrization", "width") if config.parametrization else ()) + config.varying()
   columns = (*dict.fromkeys(axes), *TABLE_COLUMNS)
   print(report.table(rows, columns))
-  print(f"\n{len(rows)} configurations in {time.perf_counter() - start:.1f}s; wrote results.jsonl, results.csv, "
+  seconds = time.perf_counter() - start
+  results.write_text(out_dir / "summary.md", summary_markdown(config, rows, seconds))
+  print(f"\n{len(rows)} configurations in {seconds:.1f}s; wrote results.jsonl, results.csv, summary.md, "
         f"config.json and {len(plots)} plots to {out_dir}")
   return rows
