@@ -307,4 +307,17 @@ class SlopeMarkdownTest(absltest.TestCase):
         "|---|---|---|---|---|",
         "| mup | 0 | resid_final | +0.50 | – |",
         "| mup | 1 | resid_final | -0.12 | +0.00 |",
+        "",
+        "- mup α=0: largest slope at step 0 +0.50 (resid_final, step 0).",
+        "- mup α=1: largest slope at step 0 -0.12 (resid_final, step 0); largest slope after step 0 +0.00 "
+        "(resid_final, step 1).",
     ])
+
+  def test_largest_slope_per_parametrization(self):
+    slopes = {("sp", "a", 0): 0.0, ("sp", "b", 0): 0.25, ("sp", "a", 1): 1.5, ("sp", "b", 1): -2.0,
+              ("mup", "a", 0): -1.0, ("mup", "b", 0): -0.5, ("mup", "a", 1): 0.125, ("mup", "b", 1): None}
+    rows = [{"parametrization": p, "layer": l, "step": t, "slope": v} for (p, l, t), v in slopes.items()]
+    lines = coord_check.slope_markdown(rows, 1, "H").splitlines()
+    self.assertEqual(lines[-2:], [
+        "- sp: largest slope at step 0 +0.25 (b, step 0); largest slope after step 0 +1.50 (a, step 1).",
+        "- mup: largest slope at step 0 -0.50 (b, step 0); largest slope after step 0 +0.12 (a, step 1)."])

@@ -336,7 +336,24 @@ def slope_markdown(slope_rows, steps: int, heading: str) -> str:
   cells = [[f"{v:g}" if isinstance(v, float) else v for v in key] + [row.get(t, "–") for t in range(steps + 1)]
            for key, row in grid.items()]
   columns = [names[k] for k in keys] + [f"step {t}" for t in range(steps + 1)]
-  return f"{heading}\n\n{report.markdown_table(columns, cells)}"
+  return (f"{heading}\n\n{report.markdown_table(columns, cells).rstrip()}\n\n"
+          + "\n".join(_largest_slopes(slope_rows, keys)) + "\n")
+
+
+def _largest_slopes(slope_rows, keys: tuple[str, ...]) -> list[str]:
+  """One line per series (parametrization[, α]): its largest slope at initialization and after it."""
+  lines = []
+  for series in dict.fromkeys(tuple(s[k] for k in keys[:-1]) for s in slope_rows):
+    mine = [s for s in slope_rows if tuple(s[k] for k in keys[:-1]) == series and s["slope"] is not None]
+    name = " ".join(f"α={v:g}" if k == "depth_alpha" else str(v) for k, v in zip(keys, series))
+    parts = []
+    for label, chosen in (("at step 0", [s for s in mine if s["step"] == 0]),
+                          ("after step 0", [s for s in mine if s["step"] > 0])):
+      if chosen:
+        top = max(chosen, key=lambda s: s["slope"])
+        parts.append(f"largest slope {label} {top['slope']:+.2f} ({top['layer']}, step {top['step']})")
+    lines.append(f"- {name}: " + "; ".join(parts) + ".")
+  return lines
 
 
 OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "slopes.md", "coord_check.png", "config.json",
