@@ -21,6 +21,7 @@ import chex
 import jax
 
 import experiment_main
+from experiments import claims
 from experiments import coord_check
 from experiments import sweep
 from experiments import train
@@ -31,6 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = dict(d_k=[2, 4], rules=["sqrt", "none"], seq_len=4, batch=1, num_heads=1, num_seeds=1)
 COORD = dict(parametrizations=["sp"], widths=[16, 32], steps=1, depth=1, num_heads=2, num_seeds=1, seq_len=8,
              batch_size=2)
+CLAIMS = dict(ids=["variance_is_dk", "scale_is_temperature"], d_k=[64, 128], num_seeds=1, seq_len=8)
 TRAIN = dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=16, log_every=5,
              checkpoint_every=4)
 
@@ -235,6 +237,25 @@ class KillAndResumeTest(chex.TestCase):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
     self.assertEqual(sorted(json.loads(line)["width"] for line in _lines(cut / "timings.jsonl")), [16, 32])
     self._check_rows_without_timings(cut / "results.jsonl")
+
+  def test_claims(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    whole, cut = tmp / "whole", tmp / "cut"
+    proc = _start(claims, cut, **CLAIMS)
+    _kill_when(proc, lambda: _complete_groups(cut / "claims.partial.jsonl", 1) >= 1, self)
+    code, _, err = experiment_main.run_main(claims, out_dir=str(whole), **CLAIMS)
+    self.assertEqual(code, 0, err)
+    self.assertLen(_lines(whole / "claims.jsonl"), 2)
+    done = [row["id"] for row in results.read_complete_jsonl(cut / "claims.partial.jsonl")[0]]
+    code, stdout, err = experiment_main.run_main(claims, out_dir=str(cut), **CLAIMS)
+    self.assertEqual(code, 0, err)
+    if len(done) < 2:  # killed between the two claims (not after both)
+      self.assertIn("resuming: 1 of 2", stdout)
+    for name in ("claims.jsonl", "claims.md", "claims_readme.md"):
+      self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    # Each claim was measured once: what was done before the kill is not measured again.
+    self.assertCountEqual([json.loads(line)["id"] for line in _lines(cut / "timings.jsonl")], CLAIMS["ids"])
+    self._check_rows_without_timings(cut / "claims.jsonl")
 
   def test_training_resumes_from_its_checkpoint(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
