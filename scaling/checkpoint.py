@@ -23,9 +23,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
-def _key_data(seed: int) -> jax.Array:
-  """The raw uint32 data of the run's data key ``jax.random.key(seed)``."""
-  return jax.random.key_data(jax.random.key(seed))
+def _key_data(seed: int) -> np.ndarray:
+  """The raw uint32 data of the run's data key ``jax.random.key(seed)``, as a host array (the same on every
+  process, so that a multi-process job saves it once)."""
+  return np.asarray(jax.random.key_data(jax.random.key(seed)))
 
 
 class Checkpoints:
@@ -74,8 +75,9 @@ class Checkpoints:
     step = self.latest_step() if step is None else step
     if step is None:
       raise ValueError(f"no checkpoint in {self.manager.directory}")
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                            {"train_state": target, "data_key": _key_data(seed)})
+    abstract = {"train_state": jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                                            target),
+                "data_key": _key_data(seed)}
     out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                              meta=ocp.args.JsonRestore()))
     key = np.asarray(out["state"]["data_key"])

@@ -265,6 +265,16 @@ def make_sharded_run(model_config: model_lib.ModelConfig, opt_config: optim_lib.
   return init, batch_of, step
 
 
+def make_run_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
+                  batch_shape: tuple[int, int], shard_params: bool = False) -> Callable[[Any, Any], TrainState]:
+  """(seed, learning_rate) -> TrainState of a single run, laid out on the devices as ``run_training`` lays it out
+  (so a checkpoint restored into its shape continues on the same layout, on one process or several)."""
+  mesh = sharding_lib.make_mesh()
+  if mesh.size > 1 or shard_params:
+    return make_sharded_run(model_config, opt_config, batch_shape, mesh, shard_params)[0]
+  return make_init(model_config, opt_config)
+
+
 def check_divergence(loss: float, initial_loss: float, factor: float) -> str | None:
   """The stop reason if ``loss`` diverged (non-finite, or above factor × initial), else None."""
   if not math.isfinite(loss):

@@ -170,5 +170,37 @@ class SeveralDevicesTest(absltest.TestCase):
     np.testing.assert_allclose(values, values1, **METRIC_TOL)
 
 
+class TwoProcessCheckpointTest(absltest.TestCase):
+  """A training run of 2 processes saves orbax checkpoints into its shared --out_dir and resumes from them."""
+
+  FLAGS = ["--width=16", "--depth=1", "--num_heads=2", "--seq_len=8", "--batch_size=2", "--steps=8", "--log_every=2",
+           "--checkpoint_every=4"]
+
+  def _run(self, out):
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "experiments.train", *self.FLAGS, "--distributed",
+                               f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}",
+                               f"--out_dir={out}"], env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in (0, 1)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, log in zip(procs, logs):
+      self.assertEqual(p.returncode, 0, log[-3000:])
+    return logs
+
+  def test_checkpoint_and_resume(self):
+    out = pathlib.Path(self.create_tempdir().full_path) / "run"
+    self._run(out)
+    self.assertTrue((out / "checkpoints" / "4").is_dir())
+    whole = (out / "metrics.jsonl").read_bytes()
+    # As if the job had been killed after step 5: the rows up to it are on disk, the newest checkpoint is step 4.
+    rows = [line for line in whole.decode().splitlines() if json.loads(line)["step"] <= 5]
+    (out / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    (out / "summary.json").unlink()
+    logs = self._run(out)
+    for log in logs:
+      self.assertIn("resuming from the checkpoint after 4 steps", log)
+    self.assertEqual((out / "metrics.jsonl").read_bytes(), whole)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -127,7 +127,7 @@ NOT_IN_RESULTS = ("print_every", "checkpoint_every")
 """Options that change no result file (left out of run.json, so a rerun may change them)."""
 
 
-def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.ModelConfig):
+def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.ModelConfig, dataset: Any):
   """(checkpoints or None, restored state or None, step-0 loss or None) for a run in ``out_dir``."""
   directory = out_dir / CHECKPOINTS
   if not config.checkpoint_every and not directory.exists():
@@ -138,7 +138,9 @@ def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.
   if checkpoints.latest_step() is None:
     return checkpoints, None, None
   seed = config.seeds.seed
-  target = train_lib.make_init(model_config, config.optim)(seed, config.optim.learning_rate)
+  init = train_lib.make_run_init(model_config, config.optim, (dataset.batch_size, dataset.seq_len),
+                                 config.shard_params)
+  target = init(seed, config.optim.learning_rate)
   state, record = checkpoints.restore(target, seed=seed)
   return checkpoints, state, record["initial_loss"]
 
@@ -180,7 +182,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     print(f"already finished in {out_dir} ({finished['status']} after {finished['steps_run']} steps); "
           "nothing to train")
     return finished
-  checkpoints, state, initial_loss = _resume(config, out_dir, model_config)
+  checkpoints, state, initial_loss = _resume(config, out_dir, model_config, dataset)
   first = 0 if state is None else int(state.step)
   print(f"training {num_params:,} parameters on {dataset.name} (vocab {dataset.vocab_size}, T={dataset.seq_len}, "
         f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}"
