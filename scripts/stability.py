@@ -24,18 +24,16 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from experiments import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scaling import data as data_lib  # pylint: disable=wrong-import-position
-from scaling import model as model_lib  # pylint: disable=wrong-import-position
-from scaling import optim  # pylint: disable=wrong-import-position
-from scaling import parametrization as param_lib  # pylint: disable=wrong-import-position
-from scaling import report  # pylint: disable=wrong-import-position
-from scaling import results  # pylint: disable=wrong-import-position
-from scaling import train as train_lib  # pylint: disable=wrong-import-position
-from scaling.config import option  # pylint: disable=wrong-import-position
-from scaling.config import Options  # pylint: disable=wrong-import-position
+from experiments import cli
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim
+from scaling import parametrization as param_lib
+from scaling import report
+from scaling import results
+from scaling import train as train_lib
+from scaling.config import option
+from scaling.config import Options
 
 OPTIMIZERS = (("adam", "adam", "none"), ("adam, eps_scaling=mup", "adam", "mup"), ("adam_atan2", "adam_atan2", "none"))
 """(label, --optimizer, --eps_scaling) of the compared optimizers."""
