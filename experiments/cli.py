@@ -108,7 +108,7 @@ def parse(cls: type, argv: Sequence[str]) -> Any:
   """The config of ``cls`` from command-line arguments (``argv[0]`` is the program); raises ``UsageError``."""
   fv, specs = define_flags(cls)
   try:
-    rest = fv(list(argv))
+    rest = fv(_bool_choice_args(fv.read_flags_from_files(list(argv)), specs))
   except flags.Error as e:
     raise UsageError(str(e).splitlines()[0]) from None
   if len(rest) > 1:
@@ -121,6 +121,23 @@ def parse(cls: type, argv: Sequence[str]) -> Any:
     return config_lib.build(cls, values)
   except ValueError as e:
     raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
+
+
+def _bool_choice_args(argv: list[str], specs: Sequence[config_lib.OptionSpec]) -> list[str]:
+  """``argv`` with ``--name``, ``--noname``, ``--name=true|false`` of a former boolean option as ``--name=choice``."""
+  aliases = {}
+  for spec in specs:
+    if spec.bool_choices is not None:
+      false, true = (f"--{spec.name}={choice}" for choice in spec.bool_choices)
+      aliases.update({spec.name: true, f"no{spec.name}": false, f"{spec.name}=true": true,
+                      f"{spec.name}=false": false})
+  out = list(argv[:1])
+  for i, arg in enumerate(argv[1:], 1):
+    if arg == "--":
+      return out + argv[i:]
+    bare = arg[2:] if arg.startswith("--") else arg[1:] if arg.startswith("-") else None
+    out.append(aliases.get(bare if bare is None or "=" not in bare else bare.lower(), arg))
+  return out
 
 
 class UsageError(Exception):

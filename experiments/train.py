@@ -3,6 +3,7 @@
   python -m experiments.train                                   # associative recall, about half a minute on CPU
   python -m experiments.train --parametrization=mup --width=256 --rule=qk_norm
   python -m experiments.train --text_file=input.txt --steps=2000 --seq_len=64
+  python -m experiments.train --text_file=input.txt --learning_rate=3e-2 --z_loss=1e-3 --optimizer=adam_atan2
 
 Writes into --out_dir: run.json and config.json (first), metrics.jsonl (one object
 per logged step, streamed so an interrupted run keeps its log), summary.json (final

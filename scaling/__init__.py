@@ -5,6 +5,7 @@ claims of the notes, the coordinate check, learning-rate transfer, training
 runs) live in ``scaling.studies``.
 """
 
+from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.attention import attention_logits
 from scaling.attention import attention_logits_and_weights
 from scaling.attention import attention_weights
@@ -46,6 +47,7 @@ from scaling.train import run_training
 from scaling.train import train_step
 from scaling.train import TrainResult
 from scaling.train import TrainState
+from scaling.train import z_loss
 from scaling.flax_attention import make_attention_fn
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -24,7 +24,8 @@ Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 
 def option(default: Any, help: str, *, choices: Choices | None = None, lower: float | None = None,
-           upper: float | None = None, upper_exclusive: bool = False, positive: bool = False) -> Any:
+           upper: float | None = None, upper_exclusive: bool = False, positive: bool = False,
+           bool_choices: tuple[str, str] | None = None) -> Any:
   """A dataclass field with the metadata of one option.
 
   Args:
@@ -35,12 +36,14 @@ def option(default: Any, help: str, *, choices: Choices | None = None, lower: fl
     upper: largest allowed value.
     upper_exclusive: ``upper`` itself is not allowed.
     positive: the value must be > 0.
+    bool_choices: (false, true): the choices that False and True stand for, for an option that
+      was a boolean (the bare flag and its ``--no`` form keep working).
 
   Returns:
     A ``dataclasses.field`` with the metadata.
   """
   meta = {"help": help, "choices": choices, "lower": lower, "upper": upper, "upper_exclusive": upper_exclusive,
-          "positive": positive}
+          "positive": positive, "bool_choices": bool_choices}
   if isinstance(default, (list, dict, set)):
     raise TypeError("option defaults must be immutable (use a tuple)")
   if dataclasses.is_dataclass(default):
@@ -63,6 +66,7 @@ class OptionSpec:
   upper: float | None
   upper_exclusive: bool
   positive: bool
+  bool_choices: tuple[str, str] | None = None
 
   def allowed(self) -> tuple[str, ...] | None:
     """The choices as a tuple (evaluated now, for registries)."""
@@ -146,7 +150,7 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     m = f.metadata
     specs.append(OptionSpec(f.name, default, m["help"], base, is_list, optional, m["choices"], m["lower"], m["upper"],
-                            m["upper_exclusive"], m["positive"]))
+                            m["upper_exclusive"], m["positive"], m.get("bool_choices")))
   return tuple(specs)
 
 
@@ -180,6 +184,9 @@ class Options:
         if not isinstance(value, spec.base_type):
           raise ValueError(f"{spec.name} must be a {spec.base_type.__name__}, got {type(value).__name__}")
         continue
+      if spec.bool_choices is not None and isinstance(value, bool):  # an option that was a boolean
+        value = spec.bool_choices[int(value)]
+        object.__setattr__(self, spec.name, value)
       if spec.base_type is float and value is not None:  # ints are accepted where floats are declared
         value = tuple(map(_as_float, value)) if spec.is_list else _as_float(value)
         object.__setattr__(self, spec.name, value)

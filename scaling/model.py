@@ -12,7 +12,7 @@ kind (``param_kinds``); the tree is::
     embed/embedding [V, D]            pos_embed/embedding [T_max, D] (learned positions)
     block_{i}/ln_attn/scale [D]       block_{i}/attn/{query,key,value}/kernel [D, N*H | K*H]
     block_{i}/attn/out/kernel [N*H, D]
-    block_{i}/attn/{query,key}_gain [H] (QK-norm only)
+    block_{i}/attn/{query,key}_gain [H] (QK-norm with gains only)
     block_{i}/ln_mlp/scale [D]        block_{i}/mlp/fc_in/kernel [D, F], fc_out/kernel [F, D]
     ln_final/scale [D] (pre-LN only)  readout/kernel [D, V]
     .../bias (with use_bias=True; never on the readout)
@@ -52,6 +52,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 POSITIONS = ("rope", "learned", "none")
 ATTENTION_IMPLEMENTATIONS = ("dense", "blockwise")
 NORMS = ("layer", "rms")
+QK_NORMS = ("rms", "layer")
 ATTENTION_METRICS = ("attn_entropy", "attn_max_prob", "attn_max_logit", "attn_logits_rms", "attn_max_lse")
 LAYER_AUX_KEYS = (*ATTENTION_METRICS, "attn_out_rms", "mlp_out_rms", "resid_rms")
 DEFAULT_NUM_HEADS = 4
@@ -74,7 +75,8 @@ class ModelConfig:
     parametrization: the scheme (init, multipliers, per-layer learning rates,
       depth scaling); the config stores it with its ``depth`` set to ``depth``.
     rule: the logit-scale rule; None = the parametrization's ``attention_rule()``.
-      With a ``QKNorm`` rule the query and key gains are learnable parameters.
+      With a ``QKNorm`` rule the query and key gains are learnable parameters
+      (kind "norm") unless ``qk_norm_gains`` is False.
     positions: "rope", "learned" or "none".
     pre_ln: True = pre-LN blocks with a final norm; False = post-LN blocks.
     norm: "layer" (LayerNorm without centring bias) or "rms" (RMSNorm).
@@ -87,6 +89,8 @@ class ModelConfig:
     logit_soft_cap: c > 0 caps attention logits with c·tanh(z/c); None = off.
     causal: causal self-attention (a decoder); False only for ablations and tests.
     rope_base: RoPE frequency base.
+    qk_norm_gains: with a ``QKNorm`` rule, learn per-coordinate gains [H] of the
+      normalized q and k (``query_gain``, ``key_gain``); False: no gains, no such parameters.
   """
 
   vocab_size: int
@@ -110,6 +114,7 @@ class ModelConfig:
   logit_soft_cap: float | None = None
   causal: bool = True
   rope_base: float = 10000.0
+  qk_norm_gains: bool = True
 
   def __post_init__(self):
     for name in ("vocab_size", "width", "depth", "num_heads", "head_dim", "max_len", "block_q", "block_k"):
@@ -192,6 +197,10 @@ class ModelFamily(Options):
   rule: str = option(DEFAULT_RULE, "Attention logit-scale rule; 'default' = the parametrization's own.",
                      choices=lambda: (DEFAULT_RULE, *rules_lib.available_rules()))
   tau: float | None = option(None, "Temperature of --rule=temperature (default 1).", positive=True)
+  qk_norm: str = option("rms", "Normalization of q and k under --rule=qk_norm: rms (RMSNorm) or layer (LayerNorm "
+                        "without bias) over the head dim.", choices=QK_NORMS)
+  qk_norm_gains: bool = option(True, "Learnable per-coordinate gains of the normalized q and k under --rule=qk_norm "
+                               "(layer kind norm); false: no gain parameters.")
   logit_soft_cap: float | None = option(None, "Attention logit soft cap c (c*tanh(z/c)); default: none.",
                                         positive=True)
   dtype: str = option("float32", "Compute dtype (parameters stay float32).", choices=tuple(DTYPES))
@@ -210,6 +219,10 @@ class ModelFamily(Options):
     param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
       raise ValueError("--tau only applies to --rule=temperature")
+    changed = [flag for flag, on in (("--qk_norm", self.qk_norm != "rms"),
+                                     ("--noqk_norm_gains", not self.qk_norm_gains)) if on]
+    if changed and self.rule != "qk_norm":
+      raise ValueError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to --rule=qk_norm")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if self.num_kv_heads is not None and self.head_dim is None and heads % self.num_kv_heads:
       raise ValueError(f"--num_heads={heads} must be a multiple of --num_kv_heads={self.num_kv_heads}")
@@ -265,6 +278,8 @@ class ModelFamily(Options):
       return None
     if self.rule == "temperature":
       return rules_lib.get_rule("temperature", tau=1.0 if self.tau is None else self.tau)
+    if self.rule == "qk_norm":
+      return rules_lib.get_rule("qk_norm", norm=self.qk_norm)
     return rules_lib.get_rule(self.rule)
 
   def model_config(self, parametrization: str, width: int, *, vocab_size: int, max_len: int,
@@ -281,7 +296,8 @@ class ModelFamily(Options):
                   num_kv_heads=self.num_kv_heads, mlp_ratio=self.mlp_ratio, max_len=max_len,
                   parametrization=self.parametrization(parametrization, depth), rule=self.make_rule(),
                   positions=self.positions, pre_ln=self.pre_ln, dtype=self.dtype, attention=self.attention,
-                  block_q=self.block_size, block_k=self.block_size, logit_soft_cap=self.logit_soft_cap)
+                  block_q=self.block_size, block_k=self.block_size, logit_soft_cap=self.logit_soft_cap,
+                  qk_norm_gains=self.qk_norm_gains)
     fields.update(overrides)
     try:
       return ModelConfig(**fields)
@@ -304,7 +320,8 @@ class Attention(nn.Module):
 
   RoPE rotates q and k before the rule's ``prepare`` step; for QK-norm with
   RMS normalization the order does not matter (a rotation keeps the RMS), only
-  the learnable per-coordinate gains act on rotated coordinates. Sows the
+  the learnable per-coordinate gains act on rotated coordinates; LayerNorm's
+  centring acts on the rotated vector. Sows the
   ``ATTENTION_METRICS`` of the logits and weights it used (NaN for those the
   blockwise path never forms).
   """
@@ -328,7 +345,7 @@ class Attention(nn.Module):
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
     q, kk, v = (layers.probe(self, name, y) for name, y in (("act_q", q), ("act_k", kk), ("act_v", v)))
     rule = cfg.attention_rule
-    if isinstance(rule, rules_lib.QKNorm):
+    if isinstance(rule, rules_lib.QKNorm) and cfg.qk_norm_gains:
       qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), p, cfg.width)
       kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), p, cfg.width)
       rule = rule.replace(query_gain=layers.scaled(qg, mult), key_gain=layers.scaled(kg, mult))

@@ -9,7 +9,7 @@ modules play no part. It composes with any optax optimizer placed before it::
     kinds = scaling.model.param_kinds(model_config)
     opt = optax.chain(optax.adam(1e-3), scale_by_parametrization(mup, width=256, kinds=kinds))
 
-``make_optimizer`` builds Adam, AdamW or SGD that way, with the learning rate
+``make_optimizer`` builds Adam, AdamW, SGD or Adam-atan2 that way, with the learning rate
 injected into the optimizer state (``optax.inject_hyperparams``) so that it may
 be a float, an optax schedule, or a traced value: a grid of learning rates can
 be trained in one program by vmapping over it::
@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import optax
 
 from scaling import parametrization as param_lib
+from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -49,7 +50,8 @@ from scaling.validation import check_positive_int
 Schedule = Callable[[Any], Any]
 
 DEFAULT_DECAY_KINDS = param_lib.MATRIX_KINDS
-OPTIMIZERS = ("adam", "adamw", "sgd")
+OPTIMIZERS = ("adam", "adamw", "sgd", "adam_atan2")
+EPS_SCALINGS = ("none", "mup")
 SCHEDULES = ("constant", "cosine")
 
 
@@ -207,13 +209,14 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
                    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    momentum: float = 0.0, nesterov: bool = False,
                    decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS,
-                   eps_scaling: bool = False) -> optax.GradientTransformation:
-  """Adam, AdamW or SGD with the per-layer learning rates of ``parametrization``.
+                   eps_scaling: str = "none") -> optax.GradientTransformation:
+  """Adam, AdamW, SGD or Adam-atan2 with the per-layer learning rates of ``parametrization``.
 
   The update of a parameter with LR multiplier C (``LayerSpec.lr_adam`` for
   adam/adamw, ``lr_sgd`` for sgd) is
 
   * adam:  ``-lr_t · C · m̂/(√v̂ + eps)``;
+  * adam_atan2: ``-lr_t · C · 1.27 · atan2(m̂, √v̂)`` (no ε; ``scaling.adam_atan2``);
   * adamw: ``-lr_t · (C · m̂/(√v̂ + eps) + wd · p)`` (decay only for ``decay_kinds``);
   * sgd:   ``-lr_t · trace(C · g + wd · p)`` (heavy-ball momentum when
     ``momentum > 0``; L2 decay only for ``decay_kinds``),
@@ -224,32 +227,34 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   ``decoupled_wd=False`` (they divide ``weight_decay`` by each LR factor) and
   what SP AdamW does at any width. The chain is ``scale_by_adam |
   scale_by_parametrization | add_decayed_weights | scale_by_schedule |
-  scale_by_learning_rate`` (sgd: ``scale_by_parametrization |
+  scale_by_learning_rate`` (adam_atan2: ``scale_by_adam_atan2`` in place of
+  ``scale_by_adam``; sgd: ``scale_by_parametrization |
   add_decayed_weights | trace | ...``) wrapped in ``optax.inject_hyperparams``:
   ``state.hyperparams["learning_rate"]`` (and ``["weight_decay"]`` for adamw
   and sgd) live in the state, so they can be traced, vmapped over or changed
   between steps (``set_learning_rate``).
 
   Args:
-    name: "adam", "adamw" or "sgd".
+    name: "adam", "adamw", "sgd" or "adam_atan2".
     learning_rate: a non-negative float, a scalar array (may be traced), or an
       optax schedule (step -> learning rate).
     parametrization: a ``scaling.parametrization.Parametrization``.
     width: the model width.
     kinds: the layer kind of every parameter (``scaling.model.param_kinds``).
     weight_decay: decoupled decay coefficient (adamw) or L2 coefficient (sgd);
-      must be 0 for adam.
+      must be 0 for adam and adam_atan2.
     schedule: optional step -> factor multiplying the learning rate (e.g.
       ``warmup_cosine_schedule(1.0, warmup, total)``), applied inside the
       transformation so that a traced peak learning rate can share it.
-    b1, b2, eps: Adam's moment decays and epsilon.
+    b1, b2, eps: Adam's moment decays and epsilon (adam_atan2 has no epsilon).
     momentum: SGD momentum in [0, 1) (0 = plain SGD).
     nesterov: Nesterov momentum for SGD.
     decay_kinds: layer kinds that are decayed (default: the matrices, not biases
       or norm gains).
-    eps_scaling: scale Adam's ``eps`` per parameter by
+    eps_scaling: "mup" scales Adam's ``eps`` per parameter by
       ``parametrization.eps_multiplier`` (CompleteP: 1/m under μP, times m_L^−α
-      inside the residual blocks); False keeps one ``eps`` for every parameter.
+      inside the residual blocks); "none" keeps one ``eps`` for every parameter.
+      True and False stand for "mup" and "none".
 
   Returns:
     An optax GradientTransformation whose state is an
@@ -257,7 +262,7 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
 
   Raises:
     ValueError: unknown name, parametrization or kind, invalid hyperparameters,
-      or weight decay with plain adam.
+      weight decay with adam or adam_atan2, or ε scaling with an optimizer without ε.
   """
   if name not in OPTIMIZERS:
     raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
@@ -267,10 +272,16 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   if isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
     if not math.isfinite(weight_decay) or weight_decay < 0:
       raise ValueError(f"weight_decay must be finite and non-negative, got {weight_decay!r}")
-    if name == "adam" and weight_decay != 0:
-      raise ValueError("adam takes no weight_decay; use 'adamw' for decoupled weight decay")
-  elif name == "adam":
-    raise ValueError("adam takes no weight_decay; use 'adamw' for decoupled weight decay")
+    if name in ("adam", "adam_atan2") and weight_decay != 0:
+      raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
+  elif name in ("adam", "adam_atan2"):
+    raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
+  if isinstance(eps_scaling, bool):
+    eps_scaling = EPS_SCALINGS[int(eps_scaling)]
+  if eps_scaling not in EPS_SCALINGS:
+    raise ValueError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
+  if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
+    raise ValueError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
   _check_unit_interval("b1", b1)
   _check_unit_interval("b2", b2)
   if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
@@ -293,12 +304,14 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     parts.append(optax.scale_by_learning_rate(learning_rate))
     return parts
 
-  if eps_scaling and name != "sgd":
+  if name == "adam_atan2":
+    direction = scale_by_adam_atan2(b1=b1, b2=b2)
+  elif eps_scaling == "mup":
     direction = scale_by_adam_scaled_eps(parametrization, width, kinds, b1=b1, b2=b2, eps=eps)
   else:
     direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
 
-  if name == "adam":
+  if name in ("adam", "adam_atan2"):
     def adam(learning_rate):
       return optax.chain(direction, scale, *tail(learning_rate))
     return optax.inject_hyperparams(adam)(learning_rate=learning_rate)
@@ -336,15 +349,17 @@ FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32; learning rate
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(Options):
-  """The optimizer and schedule options every training study shares; ``build`` makes the optimizer.
+  """The optimizer, schedule and loss options every training study shares; ``build`` makes the optimizer.
 
   The learning rate of step t is ``learning_rate · schedule(t) · C`` with C the
   parameter's LR multiplier: "constant" is a linear warmup over
   ``warmup_steps`` then 1; "cosine" is a linear warmup then a cosine decay to
-  ``end_factor`` at ``steps`` (``warmup_cosine_schedule``).
+  ``end_factor`` at ``steps`` (``warmup_cosine_schedule``). ``z_loss`` adds
+  c · mean((log Z)²) of the readout to the loss (``scaling.train.z_loss``).
   """
 
-  optimizer: str = option("adam", "Optimizer.", choices=OPTIMIZERS)
+  optimizer: str = option("adam", "Optimizer (adam_atan2: Adam with a*atan2(m, b*sqrt(v)) in place of "
+                          "m/(sqrt(v)+eps), Everett et al. 2024).", choices=OPTIMIZERS)
   learning_rate: float = option(3e-3, "Global (peak) learning rate.", positive=True)
   weight_decay: float = option(0.0, "Weight decay (adamw: decoupled; sgd: L2), per step lr * wd whatever the "
                                "layer and width.", lower=0.0)
@@ -356,16 +371,21 @@ class OptimizerConfig(Options):
                                     lower=0)
   end_factor: float = option(0.0, "Final learning rate of the cosine schedule, as a fraction of the peak.", lower=0.0,
                              upper=1.0)
-  eps_scaling: bool = option(False, "Scale Adam's epsilon with width and depth as CompleteP prescribes (1/m under "
-                             "muP, x (depth/base_depth)^-alpha inside the blocks); false: one epsilon.")
+  eps_scaling: str = option("none", "Adam's epsilon: none = one epsilon for every parameter; mup = scaled with "
+                            "width and depth as muP/CompleteP prescribe (1/m under muP, x (depth/base_depth)^-alpha "
+                            "inside the blocks). The bare flag means mup, --noeps_scaling none.",
+                            choices=EPS_SCALINGS, bool_choices=EPS_SCALINGS)
+  z_loss: float = option(0.0, "Coefficient c of the z-loss c * mean((log Z)^2) added to the loss, log Z the "
+                         "logsumexp of the output logits (PaLM; Wortsman et al. 2023); 0 = off.", lower=0.0)
 
   def validate(self):
-    if self.optimizer == "adam" and self.weight_decay:
+    if self.optimizer in ("adam", "adam_atan2") and self.weight_decay:
       raise ValueError("--weight_decay needs --optimizer=adamw or sgd")
     if self.momentum and self.optimizer != "sgd":
       raise ValueError("--momentum only applies to --optimizer=sgd")
-    if self.eps_scaling and self.optimizer == "sgd":
-      raise ValueError("--eps_scaling only applies to --optimizer=adam or adamw")
+    if self.eps_scaling != "none" and self.optimizer in ("sgd", "adam_atan2"):
+      raise ValueError(f"--eps_scaling only applies to --optimizer=adam or adamw (--optimizer={self.optimizer} has "
+                       "no epsilon)")
     if self.learning_rate > FLOAT32_MAX:
       raise ValueError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
@@ -389,11 +409,11 @@ class OptimizerConfig(Options):
   def build(self, parametrization: param_lib.Parametrization, width: int, kinds: Any,
             learning_rate: float | None = None) -> optax.GradientTransformation:
     """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state)."""
-    kwargs = {} if self.optimizer == "adam" else {"weight_decay": self.weight_decay}
+    kwargs = {} if self.optimizer in ("adam", "adam_atan2") else {"weight_decay": self.weight_decay}
     if self.optimizer == "sgd":
       kwargs["momentum"] = self.momentum
-    if self.eps_scaling:
-      kwargs["eps_scaling"] = True
+    if self.eps_scaling != "none":
+      kwargs["eps_scaling"] = self.eps_scaling
     lr = self.learning_rate if learning_rate is None else learning_rate
     return make_optimizer(self.optimizer, lr, parametrization, width, kinds, schedule=self.schedule_fn(), **kwargs)
 

@@ -198,17 +198,17 @@ class LayerSpec:
   init_mean: float = 0.0
 
   def lr(self, optimizer: str) -> float:
-    """The LR multiplier for ``optimizer`` ("adam", "adamw" or "sgd")."""
+    """The LR multiplier for ``optimizer`` ("adam", "adamw", "adam_atan2" or "sgd")."""
     return self.lr_adam if optimizer_family(optimizer) == "adam" else self.lr_sgd
 
 
 def optimizer_family(optimizer: str) -> str:
   """Maps an optimizer name to "adam" or "sgd"."""
-  if optimizer in ("adam", "adamw"):
+  if optimizer in ("adam", "adamw", "adam_atan2"):
     return "adam"
   if optimizer == "sgd":
     return "sgd"
-  raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw' or 'sgd'")
+  raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw', 'adam_atan2' or 'sgd'")
 
 
 def check_kind(kind: Any) -> str:

@@ -227,14 +227,14 @@ def param_count(model_config: Any) -> int:
   norm = d * (1 + bias)
   dense = lambda fan_in, fan_out: fan_in * fan_out + bias * fan_out
   block = (2 * norm + dense(d, n * h) + 2 * dense(d, k * h) + dense(n * h, d) + dense(d, f) + dense(f, d)
-           + (2 * h if isinstance(c.attention_rule, rules_lib.QKNorm) else 0))
+           + (2 * h if isinstance(c.attention_rule, rules_lib.QKNorm) and c.qk_norm_gains else 0))
   positions = c.max_len * d if c.positions == "learned" else 0
   return v * d + positions + c.depth * block + (norm if c.pre_ln else 0) + d * v
 
 
 def optimizer_state_count(num_params: int, optimizer: str, momentum: float = 0.0) -> int:
-  """Float32 numbers of optimizer state: Adam(W) two moments, SGD with momentum one, plain SGD none."""
-  if optimizer in ("adam", "adamw"):
+  """Float32 numbers of optimizer state: Adam(W) and Adam-atan2 two moments, SGD with momentum one, plain SGD none."""
+  if optimizer in ("adam", "adamw", "adam_atan2"):
     return 2 * num_params
   return num_params if momentum else 0
 

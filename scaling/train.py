@@ -64,16 +64,66 @@ def weighted_cross_entropy(logits: Array, targets: Array, weights: Array) -> tup
   return jnp.sum(ce * weights) / total, jnp.sum(correct * weights) / total
 
 
-def loss_fn(params: Any, batch: Batch, *, model: model_lib.Transformer) -> tuple[Array, tuple[Array, dict]]:
-  """Loss of ``model`` on a batch, differentiable in params.
+def log_partition(logits: Array) -> Array:
+  """log Z = logsumexp of the logits over the vocabulary, [B, T] in float32 (the softmax's normalizer)."""
+  return jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+
+
+def z_loss(logits: Array, weights: Array, coefficient: float) -> Array:
+  """The auxiliary z-loss c · mean((log Z)²) over the scored tokens.
+
+  PaLM (Chowdhery et al. 2022, §5) and Wortsman et al. 2023 ("Small-scale
+  proxies for large-scale Transformer training instabilities", §3.2): it pulls
+  log Z of the readout towards 0, so the output logits cannot drift upwards
+  together. Its gradient with respect to the logits of token i is
+  2c · w_i · log Z_i · softmax(logits_i) / Σw.
+
+  Args:
+    logits: [B, T, V].
+    weights: [B, T], 1 where a prediction is scored (the cross-entropy's weights).
+    coefficient: c ≥ 0.
 
   Returns:
-    (loss, (accuracy, aux)) with ``aux`` the model's forward-pass metrics.
+    The scalar c · Σ w · (log Z)² / Σ w (0 when all weights are 0).
+  """
+  weights = weights.astype(jnp.float32)
+  total = jnp.maximum(jnp.sum(weights), 1e-8)
+  return coefficient * jnp.sum(weights * jnp.square(log_partition(logits))) / total
+
+
+def log_z_stats(logits: Array, weights: Array) -> dict[str, Array]:
+  """{"log_z_mean", "log_z_max"}: mean and max of log Z over the scored tokens (weights > 0)."""
+  lz = log_partition(logits)
+  weights = weights.astype(jnp.float32)
+  scored = weights > 0
+  return {"log_z_mean": jnp.sum(weights * lz) / jnp.maximum(jnp.sum(weights), 1e-8),
+          "log_z_max": jnp.max(jnp.where(scored, lz, -jnp.inf))}
+
+
+def loss_fn(params: Any, batch: Batch, *, model: model_lib.Transformer,
+            z_loss_coefficient: float = 0.0) -> tuple[Array, tuple[Array, dict]]:
+  """Loss of ``model`` on a batch, differentiable in params.
+
+  Args:
+    params: the model's parameters.
+    batch: {"inputs", "targets", "weights"} each [B, T].
+    model: the Transformer.
+    z_loss_coefficient: c of the z-loss added to the cross-entropy (``z_loss``); 0 adds nothing.
+
+  Returns:
+    (objective, (accuracy, aux)): the objective is the cross-entropy plus the
+    z-loss; ``aux`` holds the model's forward-pass metrics, ``cross_entropy``,
+    ``z_loss`` (0 when off) and ``log_z_mean``, ``log_z_max`` (``log_z_stats``).
   """
   logits, aux = model_lib.apply_with_aux(model, params, batch["inputs"])
   loss, accuracy = weighted_cross_entropy(logits, batch["targets"], batch["weights"])
   if model.config.parametrization.unit_scaled:  # the same value, with u-μP's unit-scaled backward pass
     loss = unit_scaling.cross_entropy(logits, batch["targets"], batch["weights"])
+  aux = {**aux, "cross_entropy": loss, "z_loss": jnp.zeros((), jnp.float32),
+         **log_z_stats(jax.lax.stop_gradient(logits), batch["weights"])}
+  if z_loss_coefficient:
+    aux["z_loss"] = z_loss(logits, batch["weights"], z_loss_coefficient)
+    loss = loss + aux["z_loss"]
   return loss, (accuracy, aux)
 
 
@@ -133,16 +183,19 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
     ``layer_grad_norm`` [depth], ``embed_grad_norm``, ``readout_grad_norm``,
     ``update_norm``, ``learning_rate`` (the rate applied in this update: the
     peak in the optimizer state times the schedule factor), the model's
-    per-layer metrics [depth] (``attn_entropy``, ``attn_max_logit``, ...) and
-    ``embed_rms``, ``readout_rms``.
+    per-layer metrics [depth] (``attn_entropy``, ``attn_max_logit``, ...),
+    ``embed_rms``, ``readout_rms``, ``log_z_mean``, ``log_z_max`` (log Z of
+    the readout over the scored tokens) and ``z_loss``. ``loss`` is the
+    cross-entropy; the gradient is that of loss + z_loss (``opt_config.z_loss``).
   """
-  grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model), has_aux=True)
-  (loss, (accuracy, aux)), grads = grad_fn(state.params, batch)
+  grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model, z_loss_coefficient=opt_config.z_loss),
+                               has_aux=True)
+  (_, (accuracy, aux)), grads = grad_fn(state.params, batch)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   peak = jnp.asarray(optax.tree_utils.tree_get(state.opt_state, "learning_rate"), jnp.float32)
   metrics = {
-      "loss": loss,
+      "loss": aux["cross_entropy"],
       "accuracy": accuracy,
       "grad_norm": optax.tree.norm(grads),
       "layer_grad_norm": layer_grad_norms(grads, model.config.depth),
@@ -152,6 +205,9 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       "learning_rate": jnp.asarray(opt_config.applied_learning_rate(peak, state.step), jnp.float32),
       "embed_rms": aux["embed_rms"],
       "readout_rms": aux["readout_rms"],
+      "log_z_mean": aux["log_z_mean"],
+      "log_z_max": aux["log_z_max"],
+      "z_loss": aux["z_loss"],
       **aux["layers"],
   }
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics

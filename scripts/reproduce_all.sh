@@ -8,4 +8,5 @@ out=${1:-runs}
 "$here/reproduce_claims.sh" "$out"
 "$here/reproduce_width.sh" "$out"
 "$here/reproduce_training_claims.sh" "$out"
+"$here/reproduce_stability.sh" "$out"
 "$here/reproduce_benchmarks.sh" "$out"

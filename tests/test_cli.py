@@ -66,6 +66,28 @@ class SharedOptionsTest(parameterized.TestCase):
     self.assertEqual(cli.parse(training.TrainConfig, ["prog"]).data.seq_len, 24)
 
 
+class FormerBooleanOptionTest(parameterized.TestCase):
+  """--eps_scaling was a boolean flag: the bare flag, its --no form and true/false still select a choice."""
+
+  @parameterized.parameters((["--eps_scaling"], "mup"), (["--noeps_scaling"], "none"), (["-eps_scaling"], "mup"),
+                            (["--eps_scaling=true"], "mup"), (["--eps_scaling=False"], "none"),
+                            (["--eps_scaling=mup"], "mup"), (["--eps_scaling=none"], "none"), ([], "none"),
+                            (["--eps_scaling", "--noeps_scaling"], "none"))
+  def test_values(self, args, want):
+    self.assertEqual(cli.parse(training.TrainConfig, ["prog", *args]).optim.eps_scaling, want)
+
+  def test_flagfile(self):
+    path = self.create_tempfile(content="--eps_scaling\n--steps=3\n").full_path
+    config = cli.parse(training.TrainConfig, ["prog", f"--flagfile={path}"])
+    self.assertEqual((config.optim.eps_scaling, config.optim.steps), ("mup", 3))
+
+  def test_other_values_and_positionals_are_refused(self):
+    with self.assertRaisesRegex(cli.UsageError, "eps_scaling"):
+      cli.parse(training.TrainConfig, ["prog", "--eps_scaling=yes"])
+    with self.assertRaisesRegex(cli.UsageError, "unexpected positional arguments: --eps_scaling"):
+      cli.parse(training.TrainConfig, ["prog", "--", "--eps_scaling"])
+
+
 class DerivedValuesTest(absltest.TestCase):
 
   def test_mup_equals_sp_logit_scale_at_the_base_width(self):

@@ -197,26 +197,26 @@ class EpsScalingTest(parameterized.TestCase):
     params = {k: jnp.zeros(s) for k, s in shapes.items()}
     grads = {k: 0.3 * jax.random.normal(keys[k], s) for k, s in shapes.items()}
     eps, lr = 0.5, 0.1
-    for scaled in (False, True):
+    for scaled in ("none", "mup"):
       opt = optim.make_optimizer("adam", lr, p, 32, kinds, eps=eps, eps_scaling=scaled)
       updates, _ = opt.update(grads, opt.init(params), params)
       for k, g in grads.items():
         g = np.asarray(g, np.float64)
-        f = factors[k] if scaled else 1.0
+        f = factors[k] if scaled == "mup" else 1.0
         want = -lr * lr_mult[k] * g / (np.abs(g) + eps * f)
         np.testing.assert_allclose(np.asarray(updates[k]), want, rtol=1e-5, err_msg=f"{k} scaled={scaled}")
 
   def test_config_builds_it(self):
     p = P.get_parametrization("mup", base_width=8)
     kinds = {"w": "hidden"}
-    cfg = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling=True, learning_rate=1.0)
+    cfg = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling="mup", learning_rate=1.0)
     opt = cfg.build(p, 32, kinds)
     g = {"w": jnp.full((32, 4), 1e-8)}
     updates, _ = opt.update(g, opt.init(g), g)
     # ε = 1e-8 / 4: the update is -(1/4) · 1e-8 / (1e-8 + 0.25e-8) = -0.2
     np.testing.assert_allclose(np.asarray(updates["w"]), -0.2, rtol=1e-4)
     with self.assertRaisesRegex(ValueError, "eps_scaling only applies"):
-      optim.OptimizerConfig(optimizer="sgd", eps_scaling=True)
+      optim.OptimizerConfig(optimizer="sgd", eps_scaling="mup")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ class MainTest(absltest.TestCase):
 
   def test_tiny_run_writes_everything(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "run"
-    printed = _run_main(**TINY, steps=6, log_every=2, print_every=3, out_dir=str(out))
+    # The stability options ride along: z-loss, QK-norm with LayerNorm and no gains, Adam-atan2.
+    printed = _run_main(**TINY, steps=6, log_every=2, print_every=3, out_dir=str(out), z_loss=0.01, rule="qk_norm",
+                        qk_norm="layer", qk_norm_gains=False, optimizer="adam_atan2")
     self.assertIn("step", printed)
     self.assertIn("steps/s", printed)
     config = json.loads((out / "config.json").read_text())
@@ -41,8 +43,13 @@ class MainTest(absltest.TestCase):
     rows = _rows(out / "metrics.jsonl")
     self.assertEqual([r["step"] for r in rows], [0, 2, 4, 5])
     for key in ("step", "loss", "accuracy", "grad_norm", "layer_grad_norm", "attn_entropy", "attn_max_logit",
-                "learning_rate"):
+                "learning_rate", "log_z_mean", "log_z_max", "z_loss"):
       self.assertIn(key, rows[0])
+    for row in rows:  # log Z of the readout: its mean below its max; the z-loss is 0.01 · mean((log Z)²) > 0
+      self.assertLessEqual(row["log_z_mean"], row["log_z_max"])
+      self.assertGreater(row["z_loss"], 0.01 * row["log_z_mean"] ** 2 * 0.999)
+    self.assertEqual((config["config"]["optim"]["optimizer"], config["model"]["qk_norm_gains"],
+                      config["model"]["rule"]["norm"]), ("adam_atan2", False, "layer"))
     self.assertLen(rows[0]["layer_grad_norm"], 1)
     self.assertLen(rows[0]["attn_entropy"], 1)
     summary = json.loads((out / "summary.json").read_text())

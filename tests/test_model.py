@@ -131,6 +131,33 @@ class ShapeAndNamesTest(parameterized.TestCase):
     # Every parameter has a kind in the parametrization's table.
     param_lib.param_specs(params, model_lib.param_kinds(cfg), param_lib.get_parametrization("mup"), cfg.width)
 
+  def test_qk_norm_without_gains_has_no_gain_parameters(self):
+    with_gains = _config(rule="qk_norm", depth=2)
+    without = _config(rule="qk_norm", depth=2, qk_norm_gains=False)
+    paths = _paths(model_lib.init_params(jax.random.PRNGKey(0), without))
+    self.assertEqual(_paths(model_lib.init_params(jax.random.PRNGKey(0), with_gains)) - paths,
+                     {f"block_{i}/attn/{name}" for i in range(2) for name in ("query_gain", "key_gain")})
+    self.assertFalse(any("gain" in path for path in paths))
+    kinds = jax.tree_util.tree_flatten_with_path(model_lib.param_kinds(without))[0]
+    self.assertFalse(any("gain" in "/".join(param_lib.path_names(k)) for k, _ in kinds))
+
+  def test_family_qk_norm_options(self):
+    kw = dict(vocab_size=V, max_len=16)
+    family = model_lib.ModelFamily(rule="qk_norm", base_width=16)
+    default = family.model_config("sp", 16, **kw)
+    self.assertEqual(default.attention_rule, rules.QKNorm(norm="rms"))  # today's rule: RMSNorm with gains
+    self.assertTrue(default.qk_norm_gains)
+    layer = dataclasses.replace(family, qk_norm="layer", qk_norm_gains=False).model_config("sp", 16, **kw)
+    self.assertEqual(layer.attention_rule, rules.QKNorm(norm="layer"))
+    self.assertFalse(layer.qk_norm_gains)
+    for options, message in (({"qk_norm": "layer"}, "--qk_norm only applies to --rule=qk_norm"),
+                             ({"qk_norm_gains": False}, "--noqk_norm_gains only applies to --rule=qk_norm"),
+                             ({"qk_norm": "layer", "qk_norm_gains": False, "rule": "sqrt"},
+                              "--qk_norm and --noqk_norm_gains only apply"),
+                             ({"qk_norm": "batch", "rule": "qk_norm"}, "qk_norm must be one of rms, layer")):
+      with self.assertRaisesRegex(ValueError, message):
+        model_lib.ModelFamily(**options)
+
   def test_post_ln_has_no_final_norm(self):
     params = model_lib.init_params(jax.random.PRNGKey(0), _config(pre_ln=False))
     self.assertNotIn("ln_final", params)
@@ -456,9 +483,14 @@ def _reference_logits(cfg, params, tokens, *, mult, logit_scale, unit=None):
     v = dense(a["value"], x, "attn_v").reshape(b, t, kv, h)
     if cfg.positions == "rope":
       q, k = _rope(q, cfg.rope_base), _rope(k, cfg.rope_base)
-    if "query_gain" in a:  # QK-norm: RMS-normalize every head vector, then the learnable gains
-      q = q / np.sqrt(np.mean(q * q, -1, keepdims=True) + eps) * a["query_gain"]
-      k = k / np.sqrt(np.mean(k * k, -1, keepdims=True) + eps) * a["key_gain"]
+    if isinstance(cfg.attention_rule, rules.QKNorm):
+      # QK-norm: RMS-normalize every head vector (LayerNorm: centre it first), then the learnable gains if any.
+      def qk_norm(x, gain):
+        if cfg.attention_rule.norm == "layer":
+          x = x - x.mean(-1, keepdims=True)
+        x = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
+        return x if gain is None else x * gain
+      q, k = qk_norm(q, a.get("query_gain")), qk_norm(k, a.get("key_gain"))
     # GQA: query head j reads key/value head j // (N / K).
     k, v = np.repeat(k, n // kv, axis=2), np.repeat(v, n // kv, axis=2)
     z = logit_scale * np.einsum("bqnh,bsnh->bnqs", q, k)
@@ -537,6 +569,12 @@ class ReferenceLogitsTest(parameterized.TestCase):
                                     "positions": "learned"}, _umup, 1 / 8),
       # QK-norm keeps 1/√d; two blocks, no positions.
       ("sp_qk_norm_depth2_none", {"rule": "qk_norm", "depth": 2, "positions": "none"}, _ones, 1 / math.sqrt(8)),
+      # QK-norm with LayerNorm over the head dim (after RoPE), with and without gains.
+      ("sp_qk_layer_norm", {"rule": "qk_norm", "rule_options": (("norm", "layer"),)}, _ones, 1 / math.sqrt(8)),
+      ("sp_qk_layer_norm_no_gains_gqa", {"rule": "qk_norm", "rule_options": (("norm", "layer"),),
+                                         "qk_norm_gains": False, "num_kv_heads": 1}, _ones, 1 / math.sqrt(8)),
+      ("mup_qk_rms_no_gains", {"rule": "qk_norm", "qk_norm_gains": False, "parametrization": "mup",
+                               "base_width": 8}, _mup_m2, 1 / math.sqrt(8)),
       # An explicit rule overrides the parametrization's: temperature τ = 2 gives s = 1/2 (μP at m = 1: all A = 1).
       ("mup_m1_temperature", {"parametrization": "mup", "base_width": 16, "rule": "temperature",
                               "rule_options": (("tau", 2.0),)}, _ones, 0.5),

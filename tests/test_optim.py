@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scaling import adam_atan2
 from scaling import layers
 from scaling import optim
 from scaling import parametrization as P
@@ -458,6 +459,115 @@ class KindsNotNamesTest(chex.TestCase):
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(updates[1]["readout"]["kernel"], -0.1 * (1.0 + 0.5 * values["readout"]["kernel"]),
                                rtol=1e-5, atol=1e-6)
+
+
+def _adam_atan2_numpy(grads, b1, b2, a, b):
+  """Adam-atan2's updates for a sequence of gradients, in float64 numpy (Everett et al. 2024, §4.3)."""
+  m = v = 0.0
+  out = []
+  for t, g in enumerate(grads, 1):
+    g = np.asarray(g, np.float64)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    out.append(a * np.arctan2(m / (1 - b1**t), b * np.sqrt(v / (1 - b2**t))))
+  return out
+
+
+class AdamAtan2Test(chex.TestCase):
+
+  @parameterized.parameters((0.9, 0.999, 1.27, 1.0), (0.5, 0.9, 2.0, 0.5))
+  def test_three_steps_against_numpy(self, b1, b2, a, b):
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) * s for s in (1.0, 0.1, 5.0)]
+    tx = adam_atan2.scale_by_adam_atan2(b1=b1, b2=b2, a=a, b=b)
+    state = tx.init(jnp.zeros((4, 3)))
+    for g, want in zip(grads, _adam_atan2_numpy(grads, b1, b2, a, b)):
+      u, state = jax.jit(tx.update)(jnp.asarray(g), state)
+      np.testing.assert_allclose(np.asarray(u, np.float64), want, rtol=1e-5, atol=1e-7)
+
+  def test_first_step_closed_form(self):
+    # m̂ = g and √v̂ = |g| at step 1: the update is 1.27 · atan2(g, |g|) = ±1.27 · π/4 (0 for g = 0).
+    g = jnp.asarray([3.0, -2e-7, 0.0, 1e5])
+    tx = adam_atan2.scale_by_adam_atan2()
+    u, _ = tx.update(g, tx.init(g))
+    np.testing.assert_allclose(u, 1.27 * np.pi / 4 * np.sign(np.asarray(g)), rtol=2e-5)  # float32 bias correction
+
+  def test_invariant_to_the_gradient_scale_where_adam_is_not(self):
+    rng = np.random.default_rng(1)
+    base = [jnp.asarray(rng.standard_normal((64,)).astype(np.float32)) for _ in range(4)]
+
+    def run(tx, scale):
+      state = tx.init(base[0])
+      for g in base:
+        u, state = tx.update(scale * g, state)
+      return np.asarray(u, np.float64)
+
+    scales = (1e-12, 1e-9, 1e-8, 1e-6, 1e-3, 1.0, 1e3, 1e6)
+    atan2 = {s: run(adam_atan2.scale_by_adam_atan2(), s) for s in scales}
+    adam = {s: run(optax.scale_by_adam(eps=1e-8), s) for s in scales}
+    for s in scales:
+      np.testing.assert_allclose(atan2[s], atan2[1.0], rtol=1e-5, atol=1e-6, err_msg=f"scale {s}")
+    # Adam's ε = 1e-8 against √v̂ ~ scale: its update is about halved at 1e-8 and ~1e-4 of itself at 1e-12.
+    shrink = {s: np.median(np.abs(adam[s]) / np.abs(adam[1.0])) for s in scales}
+    self.assertBetween(shrink[1e-8], 0.35, 0.6)
+    self.assertLess(shrink[1e-12], 2e-4)
+    self.assertGreater(np.max(np.abs(adam[1e-6] - adam[1.0])), 1e-3)
+    np.testing.assert_allclose(adam[1e6], adam[1.0], rtol=1e-5, atol=1e-6)
+
+  @parameterized.parameters(({"b1": 1.0}, "b1 must be in"), ({"b2": -0.1}, "b2 must be in"),
+                            ({"a": 0.0}, "a must be positive"), ({"b": -1.0}, "b must be positive"))
+  def test_errors(self, kwargs, message):
+    with self.assertRaisesRegex(ValueError, message):
+      adam_atan2.scale_by_adam_atan2(**kwargs)
+
+  def test_make_optimizer_chains_the_per_layer_rates(self):
+    params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
+    lr = 0.01
+    opt = optim.make_optimizer("adam_atan2", lr, _MUP, _D, _KINDS)
+    state = opt.init(params)
+    for t, g in enumerate((g1, g2)):
+      updates, state = opt.update(g, state, params)
+      want = _hand(lambda path, a, s, t=t: -lr * a * _adam_atan2_numpy([_get(g1, path), _get(g2, path)], 0.9, 0.999,
+                                                                       1.27, 1.0)[t])
+      chex.assert_trees_all_close(updates, want, rtol=1e-5, atol=1e-8, custom_message=f"step {t}")
+    cfg = optim.OptimizerConfig(optimizer="adam_atan2", learning_rate=lr)
+    built = cfg.build(_MUP, _D, _KINDS)
+    u_cfg, _ = built.update(g1, built.init(params), params)
+    u_ref, _ = opt.update(g1, opt.init(params), params)
+    chex.assert_trees_all_equal(u_cfg, u_ref)
+
+  @parameterized.parameters(({"weight_decay": 0.1}, "adam_atan2 takes no weight_decay"),
+                            ({"eps_scaling": "mup"}, "adam_atan2 has no epsilon"))
+  def test_make_optimizer_refuses(self, kwargs, message):
+    with self.assertRaisesRegex(ValueError, message):
+      optim.make_optimizer("adam_atan2", 0.1, _MUP, _D, _KINDS, **kwargs)
+
+
+class EpsScalingTest(chex.TestCase):
+
+  def test_mup_scales_eps_by_one_over_m_and_none_does_not(self):
+    # μP at m = 4: ε/4 for every parameter. A gradient of 1e-8 gives |u| = C · 1e-8 / (1e-8 + ε·f).
+    params = _random_tree(0)
+    grads = jax.tree.map(lambda x: jnp.full_like(x, 1e-8), params)
+    for scaling, factor in (("none", 1.0), ("mup", 0.25), (True, 0.25), (False, 1.0)):
+      opt = optim.make_optimizer("adam", 1.0, _MUP, _D, _KINDS, eps=1e-8, eps_scaling=scaling)
+      u, _ = opt.update(grads, opt.init(params), params)
+      chex.assert_trees_all_close(u, _hand(lambda path, a, s: np.full(_PATHS[path][0], -a / (1 + factor))),
+                                  rtol=1e-4, custom_message=str(scaling))
+
+  def test_config_values(self):
+    self.assertEqual(optim.OptimizerConfig().eps_scaling, "none")
+    self.assertEqual(optim.OptimizerConfig(eps_scaling="mup").eps_scaling, "mup")
+    # The former boolean values stand for the choices.
+    self.assertEqual(optim.OptimizerConfig(eps_scaling=True).eps_scaling, "mup")
+    self.assertEqual(optim.OptimizerConfig(eps_scaling=False).eps_scaling, "none")
+    for kw, message in (({"eps_scaling": "yes"}, "eps_scaling must be one of none, mup"),
+                        ({"eps_scaling": "mup", "optimizer": "sgd"}, "eps_scaling only applies"),
+                        ({"eps_scaling": "mup", "optimizer": "adam_atan2"}, "adam_atan2 has no epsilon")):
+      with self.assertRaisesRegex(ValueError, message):
+        optim.OptimizerConfig(**kw)
+    with self.assertRaisesRegex(ValueError, "eps_scaling must be one of none, mup"):
+      optim.make_optimizer("adam", 0.1, _MUP, _D, _KINDS, eps_scaling="cp")
 
 
 class OptimizerConfigTest(chex.TestCase):

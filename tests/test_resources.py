@@ -36,6 +36,7 @@ class SizesTest(parameterized.TestCase):
       ("default", {}),
       ("learned_positions_post_ln", dict(positions="learned", pre_ln=False)),
       ("qk_norm_gqa", dict(rule="qk_norm", num_kv_heads=1)),
+      ("qk_layer_norm_no_gains", dict(rule="qk_norm", qk_norm="layer", qk_norm_gains=False, depth=2)),
       ("wide_mlp", dict(mlp_ratio=2.5, depth=3)),
   )
   def test_param_count_matches_the_initialized_tree(self, family):
@@ -45,7 +46,7 @@ class SizesTest(parameterized.TestCase):
     self.assertEqual(resources.param_count(config), real)
     self.assertEqual(resources.param_count(config) * resources.F32, _leaf_bytes(params))  # float32 parameters
 
-  @parameterized.parameters(("adam", 0.0), ("adamw", 0.0), ("sgd", 0.9), ("sgd", 0.0))
+  @parameterized.parameters(("adam", 0.0), ("adamw", 0.0), ("sgd", 0.9), ("sgd", 0.0), ("adam_atan2", 0.0))
   def test_optimizer_state_matches_the_real_state(self, optimizer, momentum):
     config = _model()
     opt = optim.OptimizerConfig(optimizer=optimizer, momentum=momentum, steps=4,

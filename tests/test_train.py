@@ -9,6 +9,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from scaling import data as data_lib
 from scaling import model as model_lib
@@ -81,6 +82,38 @@ class LossTest(parameterized.TestCase):
     self.assertIsNone(train_lib.check_divergence(5.9, 2.0, 3.0))
 
 
+def _numpy_lse(logits):
+  """log Z = log Σ exp(logits) over the last axis, in float64."""
+  x = np.asarray(logits, np.float64)
+  top = x.max(-1, keepdims=True)
+  return (top + np.log(np.exp(x - top).sum(-1, keepdims=True)))[..., 0]
+
+
+class ZLossTest(parameterized.TestCase):
+
+  @parameterized.parameters(("all", 0.3), ("some", 0.3), ("all", 1e-4))
+  def test_gradient_is_the_closed_form(self, which, c):
+    k1, k2 = jax.random.split(jax.random.key(3))
+    logits = 4.0 * jax.random.normal(k1, (2, 5, 7)) + 2.0
+    weights = (jnp.ones((2, 5)) if which == "all"
+               else jax.random.bernoulli(k2, 0.5, (2, 5)).astype(jnp.float32).at[0, 0].set(1.0))
+    value, grad = jax.value_and_grad(lambda l: train_lib.z_loss(l, weights, c))(logits)
+    x, w = np.asarray(logits, np.float64), np.asarray(weights, np.float64)
+    lse = _numpy_lse(x)
+    softmax = np.exp(x - lse[..., None])
+    # c · Σ w (log Z)² / Σ w, and its gradient 2c · w · log Z · softmax / Σ w per token.
+    np.testing.assert_allclose(value, c * np.sum(w * lse**2) / w.sum(), rtol=1e-5)
+    np.testing.assert_allclose(grad, 2 * c * (w * lse)[..., None] * softmax / w.sum(), rtol=1e-4, atol=1e-9)
+
+  def test_log_z_stats_against_numpy(self):
+    logits = 3.0 * jax.random.normal(jax.random.key(4), (2, 4, 6))
+    weights = jnp.asarray([[1.0, 0.0, 1.0, 1.0], [0.0, 2.0, 1.0, 0.0]])
+    stats = train_lib.log_z_stats(logits, weights)
+    lse, w = _numpy_lse(logits), np.asarray(weights)
+    np.testing.assert_allclose(stats["log_z_mean"], np.sum(w * lse) / w.sum(), rtol=1e-5)
+    np.testing.assert_allclose(stats["log_z_max"], lse[w > 0].max(), rtol=1e-6)
+
+
 class TrainStepTest(chex.TestCase):
 
   def setUp(self):
@@ -114,6 +147,54 @@ class TrainStepTest(chex.TestCase):
     # One Adam step from zero moments moves every parameter with a non-zero gradient by about lr.
     moved = jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new_state.params, state.params)
     np.testing.assert_allclose(moved["block_0"]["mlp"]["fc_in"]["kernel"], 1e-2, rtol=1e-3)
+
+  def test_zero_z_loss_is_bit_identical_to_the_plain_cross_entropy(self):
+    cfg = _config()
+    opt = _adam(z_loss=0.0)
+    model = model_lib.Transformer(cfg)
+    optimizer = train_lib.make_optimizer(cfg, opt)
+
+    @jax.jit
+    def plain_step(params, opt_state, batch):  # the cross-entropy alone, without the model's metrics
+      loss = lambda p: train_lib.weighted_cross_entropy(model.apply({"params": p}, batch["inputs"]),
+                                                        batch["targets"], batch["weights"])[0]
+      grads = jax.grad(loss)(params)
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state
+
+    state = train_lib.init_train_state(0, cfg, opt)
+    params, opt_state = state.params, state.opt_state
+    step = train_lib.make_train_step(cfg, opt)
+    for t in range(2):
+      state, metrics = step(state, _dataset().batch(t))
+      params, opt_state = plain_step(params, opt_state, _dataset().batch(t))
+      self.assertEqual(float(metrics["z_loss"]), 0.0)
+    chex.assert_trees_all_equal(state.params, params)
+
+  def test_z_loss_step_against_an_independent_gradient(self):
+    cfg, c = _config(), 0.05
+    opt = _adam(z_loss=c)
+    state = train_lib.init_train_state(0, cfg, opt)
+    batch = _dataset().batch(0)
+    _, metrics = train_lib.make_train_step(cfg, opt)(state, batch)
+    model = model_lib.Transformer(cfg)
+    w = batch["weights"]
+
+    def reference(params):
+      logits = model.apply({"params": params}, batch["inputs"])
+      lse = jax.nn.logsumexp(logits, -1)
+      nll = lse - jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+      ce, zl = jnp.sum(nll * w) / jnp.sum(w), c * jnp.sum(w * lse**2) / jnp.sum(w)
+      return ce + zl, (ce, zl, logits)
+
+    (_, (ce, zl, logits)), grads = jax.jit(jax.value_and_grad(reference, has_aux=True))(state.params)
+    np.testing.assert_allclose(metrics["loss"], ce, rtol=1e-5)  # the logged loss is the cross-entropy
+    np.testing.assert_allclose(metrics["z_loss"], zl, rtol=1e-5)
+    sq = lambda tree: sum(float(np.sum(np.asarray(x, np.float64) ** 2)) for x in jax.tree.leaves(tree))
+    np.testing.assert_allclose(metrics["grad_norm"], math.sqrt(sq(grads)), rtol=1e-4)
+    lse, wn = _numpy_lse(logits), np.asarray(w)
+    np.testing.assert_allclose(metrics["log_z_mean"], np.sum(wn * lse) / wn.sum(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["log_z_max"], lse[wn > 0].max(), rtol=1e-5)
 
   def test_traces_once(self):
     cfg, opt = _config(), _adam()

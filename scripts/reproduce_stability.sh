@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Output log Z with and without z-loss, and Adam, Adam with muP-scaled epsilon and Adam-atan2 over learning rates,
+# on character-level tiny Shakespeare; writes the tables into README.md (about 6 CPU-minutes).
+# Usage: scripts/reproduce_stability.sh [OUT_DIR] [TEXT_FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-runs}
+text=${2:-../shared/data/tinyshakespeare.txt}
+python scripts/stability.py --text_file="$text" --out_dir="$out/stability"
+python scripts/update_readme.py stability "$out/stability/stability.md"

@@ -1,0 +1,127 @@
+"""Output-logit growth with and without z-loss, and Adam against Adam-atan2 over learning rates.
+
+  python scripts/stability.py --text_file=../shared/data/tinyshakespeare.txt --out_dir=runs/stability
+
+Trains one model (default: μP, width 128 at base width 32, depth 2) on the
+data of ``--text_file`` and measures
+
+* log Z (the logsumexp of the output logits, mean and max over tokens) at the
+  start and end of training at ``--log_z_learning_rate``, with z-loss 0 and
+  ``--z_loss``;
+* the final loss (mean over the last ``--final_window`` steps) of Adam,
+  Adam with ε scaled as μP prescribes (``--eps_scaling=mup``) and Adam-atan2
+  at each of ``--learning_rates`` (one vmapped program per optimizer).
+
+Writes results.json and stability.md (two Markdown tables, for the generated
+README section: ``python scripts/update_readme.py stability runs/stability/stability.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+
+import numpy as np
+
+from experiments import cli
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim
+from scaling import parametrization as param_lib
+from scaling import report
+from scaling import results
+from scaling import train as train_lib
+from scaling.config import option
+from scaling.config import Options
+
+OPTIMIZERS = (("adam", "adam", "none"), ("adam, eps_scaling=mup", "adam", "mup"), ("adam_atan2", "adam_atan2", "none"))
+"""(label, --optimizer, --eps_scaling) of the compared optimizers."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilityConfig(Options):
+  """The options of scripts/stability.py."""
+
+  HIDDEN = ("optimizer", "learning_rate", "eps_scaling", "z_loss", "weight_decay", "momentum")
+
+  parametrization: str = option("mup", "Parametrization.", choices=param_lib.available_parametrizations)
+  width: int = option(128, "Model width.", lower=1)
+  seed: int = option(0, "Seed of the initialization and the data.", lower=0)
+  log_z_learning_rate: float = option(3e-2, "Adam learning rate of the log Z runs.", positive=True)
+  z_loss: float = option(1e-3, "z-loss coefficient compared with none.", positive=True)
+  learning_rates: tuple[float, ...] = option((3e-3, 1e-2, 3e-2, 1e-1), "Learning rates of the optimizer comparison.",
+                                             positive=True)
+  final_window: int = option(20, "Steps averaged for the final loss.", lower=1)
+  data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=64, batch_size=16), "Training data.")
+  model: model_lib.ModelFamily = option(model_lib.ModelFamily(base_width=32), "The model.")
+  optim: optim.OptimizerConfig = option(optim.OptimizerConfig(steps=200), "Steps and schedule.")
+  output: results.OutputConfig = option(results.OutputConfig("runs/stability"), "Output.")
+
+  def validate(self):
+    if self.final_window > self.optim.steps:
+      raise ValueError(f"--final_window={self.final_window} exceeds --steps={self.optim.steps}")
+
+
+def _final(values: np.ndarray, window: int) -> np.ndarray:
+  """Mean over the last ``window`` steps of a [steps, ...] record (NaN where a step was not finite)."""
+  return np.mean(values[-window:], axis=0)
+
+
+def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
+  """Trains the runs, prints and writes the tables; returns the results."""
+  dataset = config.data.make(config.seed)
+  family = config.model.with_base_width([config.width])
+  model_config = family.model_config(config.parametrization, config.width, vocab_size=dataset.vocab_size,
+                                     max_len=dataset.seq_len)
+  results.make_dir(out_dir)
+  what = (f"{config.parametrization}, width {config.width} (base {family.base_width}), depth {family.depth}, "
+          f"{config.optim.steps} steps, batch {dataset.batch_size} x {dataset.seq_len} of {dataset.name}")
+  print(f"training {what}", flush=True)
+  window = config.final_window
+
+  log_z_rows = []
+  for c in (0.0, config.z_loss):
+    opt = dataclasses.replace(config.optim, optimizer="adam", learning_rate=config.log_z_learning_rate, z_loss=c)
+    r = train_lib.run_training(model_config, opt, dataset, seed=config.seed, stop_on_divergence=False,
+                               record=("loss", "log_z_mean", "log_z_max"))
+    rec = r.records
+    log_z_rows.append({"z_loss": c, "log_z_mean_start": float(rec["log_z_mean"][0]),
+                       "log_z_mean_end": float(_final(rec["log_z_mean"], window)),
+                       "log_z_max_end": float(_final(rec["log_z_max"], window)),
+                       "loss_end": float(_final(rec["loss"], window)), "diverged": bool(r.diverged)})
+    print(report.table([log_z_rows[-1]], list(log_z_rows[-1])), flush=True)
+
+  lrs = tuple(config.learning_rates)
+  opt_rows = []
+  for label, name, eps_scaling in OPTIMIZERS:
+    opt = dataclasses.replace(config.optim, optimizer=name, eps_scaling=eps_scaling, z_loss=0.0)
+    r = train_lib.run_training(model_config, opt, dataset, seed=[config.seed] * len(lrs), learning_rates=lrs,
+                               stop_on_divergence=False, record=("loss",))
+    final = _final(r.records["loss"], window)
+    opt_rows.append({"optimizer": label, **{f"{lr:g}": float(v) for lr, v in zip(lrs, final)},
+                     "diverged_at": [int(s) for s in r.divergence_step]})
+    print(report.table([opt_rows[-1]], list(opt_rows[-1])), flush=True)
+
+  fmt = lambda x: f"{x:.3f}"
+  md = [f"Trained: {what}; loss = cross-entropy (nats), mean over the last {window} steps.\n",
+        f"log Z of the readout, Adam at learning rate {config.log_z_learning_rate:g}:\n",
+        report.markdown_table(
+            ("z-loss c", "mean log Z, step 0", f"mean log Z, last {window} steps", f"max log Z, last {window} steps",
+             "final loss"),
+            [(f"{row['z_loss']:g}", fmt(row["log_z_mean_start"]), fmt(row["log_z_mean_end"]),
+              fmt(row["log_z_max_end"]), fmt(row["loss_end"])) for row in log_z_rows]),
+        "Final loss by optimizer and learning rate (— : diverged):\n",
+        report.markdown_table(
+            ("optimizer", *(f"lr {lr:g}" for lr in lrs)),
+            [(row["optimizer"], *(fmt(row[f"{lr:g}"]) if s < 0 and np.isfinite(row[f"{lr:g}"]) else "—"
+                                  for lr, s in zip(lrs, row["diverged_at"]))) for row in opt_rows])]
+  results.write_text(out_dir / "stability.md", "\n".join(md))
+  out = {"config": dataclasses.asdict(config), "trained": what, "log_z": log_z_rows, "optimizers": opt_rows}
+  results.write_json(out_dir / "results.json", out)
+  print(f"wrote results.json and stability.md to {out_dir}")
+  return out
+
+
+if __name__ == "__main__":
+  sys.exit(cli.main(StabilityConfig, run, sys.argv, __doc__))
