@@ -60,27 +60,33 @@ def resolve_logit_options(
 
 IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 
-# How ``dot_product_attention(..., implementation=None)`` chooses; measured with
+# How ``dot_product_attention(..., implementation=None)`` chooses. Measured on a 2-core CPU (float32, fwd+bwd =
+# value and gradients w.r.t. q, k, v; median of interleaved calls) by timing these paths side by side, as
 #   nice -n 5 python -m experiments.benchmark --suite=attention
-# on a 2-core CPU (float32, median of interleaved calls, time relative to jax.nn.dot_product_attention):
+# does; its table (README, "Benchmarks") is the check of the rule. Time relative to jax.nn.dot_product_attention:
 #
-#   shape (B, T = S, N, H)    pass      dense   blockwise 128x128   blockwise 512x256
-#   1, 128, 4, 64 causal      fwd+bwd   0.89    0.49                 -
-#   1, 256, 4, 64 causal      fwd+bwd   1.05    0.79                 -
-#   4, 512, 8, 64 causal      fwd+bwd   1.11    0.71 (512x256)       0.71
-#   1, 2048, 8, 64 causal     fwd+bwd   0.61    -                    0.15
-#   1, 2048, 8, 64            fwd+bwd   0.80    -                    0.39
-#   1, 2048, 4, 64 causal     fwd+bwd   -       334 ms               362 ms
-#   1, 2048, 4, 128 causal    fwd+bwd   -       520 ms               606 ms
+#   (B, T = S, N, H)     mask    pass      dense   blockwise 64x64   128x128   256x256   512x256
+#   1, 128, 4, 64        causal  fwd+bwd   0.89    0.92              0.49      0.92      -
+#   1, 256, 4, 64        causal  fwd+bwd   1.05    0.54              0.79      0.80      -
+#   1, 256, 4, 64        none    fwd+bwd   0.81    0.76              0.54      0.74      -
+#   4, 512, 8, 64        causal  fwd+bwd   1.11    -                 -         -         0.71
+#   1, 2048, 8, 64       causal  fwd+bwd   0.61    -                 -         -         0.15
+#   1, 2048, 8, 64       none    fwd+bwd   0.80    -                 -         -         0.39
 #
-# Blockwise is at least as fast as dense (and jax.nn) from S = BLOCKWISE_MIN_KV_LEN on, forward and
-# forward+backward, causal or not; below it one tile is the whole matrix and dense does the same work with
-# less overhead. Block sizes: SMALL_BLOCKS up to LARGE_BLOCKS_MIN_LEN, LARGE_BLOCKS from there (larger
-# tiles amortize the loop overhead once there are many of them).
+# and blockwise block sizes against each other (fwd+bwd, B = 1, N = 4, ms):
+#
+#   T = S, H, mask       128x128   256x256   512x256   512x512   256x512   1024x256
+#   2048, 64, causal     334       342       362       459       382       524
+#   2048, 128, causal    520       713       606       873       595       925
+#   2048, 64, none       383       635       1305      -         -         -
+#   8192, 64, causal     6062      7093      14380     -         -         -
+#
+# Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
+# (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
+# there; from it on blockwise with BLOCKS is faster than dense and jax.nn, forward and forward+backward, causal or
+# not. Options blockwise lacks (``blockwise_unsupported``) fall back to dense.
 BLOCKWISE_MIN_KV_LEN = 256
-SMALL_BLOCKS = (128, 128)
-LARGE_BLOCKS_MIN_LEN = 8192
-LARGE_BLOCKS = (512, 256)
+BLOCKS = (128, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
 CUDNN_MAX_HEAD_DIM = 128
@@ -149,8 +155,7 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
 
 def blockwise_blocks(q_len: int, kv_len: int) -> tuple[int, int]:
   """(block_q, block_k) of the measured rule above for T = ``q_len``, S = ``kv_len`` (capped at T and S)."""
-  bq, bk = LARGE_BLOCKS if min(q_len, kv_len) >= LARGE_BLOCKS_MIN_LEN else SMALL_BLOCKS
-  return min(bq, q_len), min(bk, kv_len)
+  return min(BLOCKS[0], q_len), min(BLOCKS[1], kv_len)
 
 
 def _as_scalar(x: Any) -> float | Array:

@@ -20,22 +20,22 @@ path to float32 rounding. Logits, softmax statistics and accumulators are
 float32 whatever the input dtype. Key blocks that the causal mask, the local
 window or the sequence lengths hide completely are not visited (the inner loop
 runs from the first to the last key block that can be visible), which halves
-the work of causal attention. Any T and S work: both are padded up to block
+the work of causal attention; tiles that the causal mask or the window leave
+wholly visible (all but the diagonal's) skip building and applying a mask. Any T and S work: both are padded up to block
 multiples and the padding is masked.
 
 The bias, when given, receives a gradient (accumulated tile by tile, so it
 costs memory of the bias's own size; a bias broadcast over some axes gets the
 correspondingly summed gradient). Masks and sequence lengths get none.
 
-Where it runs: this module is pure JAX (``lax.scan`` over query blocks, a
-``lax.fori_loop`` with data-dependent bounds over key blocks), so it runs on
-CPU, GPU and TPU alike, with every logit-scale rule. On GPU the fused
-cuDNN kernel is reached through ``scaling.dot_product_attention(...,
-implementation="cudnn")``, which hands over to
-``jax.nn.dot_product_attention(implementation="cudnn")`` when the rule allows it
-(a plain scale: no ``prepare``, weight scale, soft cap or clamp); use this
-module for everything else, or for long sequences on hosts without such a
-kernel.
+Where it runs: this module is pure JAX (``lax.scan`` over query blocks,
+``lax.fori_loop``s with data-dependent bounds over key blocks), so it runs on
+CPU, GPU and TPU alike, with every logit-scale rule.
+``scaling.dot_product_attention`` runs it by default from S = 256 on (the
+rule measured in ``scaling.attention``). On GPU the fused cuDNN kernel is
+reached through ``implementation="cudnn"`` (chosen by default in half
+precision when the rule is a plain scale), and a Pallas flash-attention kernel
+through ``implementation="pallas"`` (``scaling.pallas_attention``).
 """
 
 from __future__ import annotations
@@ -392,9 +392,8 @@ def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | No
       receives a gradient, and ``rule.prepare`` is applied once to q and k.
     block_q: query rows per block (capped at T); T need not be a multiple.
     block_k: key columns per block (capped at S); S need not be a multiple.
-      The defaults suit accelerators; on a 2-core CPU larger blocks amortize
-      the loop overhead (512 x 256 was fastest at T = 8192, see
-      ``experiments/bench_attention.py``).
+      ``scaling.dot_product_attention`` picks the blocks by the rule measured
+      in ``scaling.attention`` (``BLOCKS``).
     is_causal: query i attends keys j <= i; key blocks past the diagonal are
       skipped.
     local_window_size: (left, right) window, or one int for both; key blocks
