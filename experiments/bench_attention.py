@@ -374,8 +374,9 @@ def _table_order(item) -> tuple:
   return b, n, h, not causal, mode, t
 
 
-def markdown(timings: list[dict], peak_gflops: float) -> str:
-  """The timing table in Markdown: one line per case, ms and time / jax.nn's per implementation."""
+def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = None,
+             memory: list[dict] = ()) -> str:
+  """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals."""
   cases: dict[tuple, dict[str, dict]] = {}
   for r in timings:
     cases.setdefault((r["batch"], r["seq_len"], r["num_heads"], r["head_dim"], r["causal"], r["mode"]), {})[
@@ -393,9 +394,43 @@ def markdown(timings: list[dict], peak_gflops: float) -> str:
                  "" if bw.get("fraction_of_peak") is None else f"{bw['fraction_of_peak']:.2f}"])
   columns = ("B", "T", "N", "d_k", "mask", "pass", "ours ms (ratio)", "ours runs", "dense ms (ratio)",
              "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
-  return report.markdown_table(columns, rows) + (
+  text = report.markdown_table(columns, rows) + (
       f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); blockwise / peak = its "
       f"GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run.\n")
+  if targets is not None:
+    text += "\n" + _goals_markdown(targets)
+  for r in memory:
+    text += f"- memory, forward+backward, {_memory_markdown(r)}\n"
+  return text
+
+
+def _memory_markdown(r: dict) -> str:
+  """One memory measurement in a sentence."""
+  what = f"{r['impl']} at T = {r['seq_len']}, {r['num_heads']} head(s), d_k {r['head_dim']}"
+  planned = "" if r.get("xla_planned_mib") is None else f"XLA plans {r['xla_planned_mib']:.0f} MiB"
+  if r.get("status") == "ok":
+    return f"{what}: peak RSS grows by {r['delta_rss_mib']:.0f} MiB ({planned}; {r['seconds']:.1f} s)"
+  return f"{what}: {r.get('status')}, {r.get('reason', '')}" + (f" ({planned})" if planned else "")
+
+
+def _goals_markdown(targets: dict) -> str:
+  """One line per timing goal: met or not, and the extreme case."""
+  lines = []
+  speed = targets["default_at_least_as_fast_as_jax_nn"]["per_size"]
+  if speed:
+    worst = max(speed, key=lambda r: r["ratio"])
+    missed = [r for r in speed if not r["met"]]
+    lines.append(f"- default path at least as fast as jax.nn: met in {len(speed) - len(missed)} of {len(speed)} "
+                 f"cases where both ran; slowest relative to jax.nn: {_case_name(worst)}, ratio "
+                 f"{worst['ratio']:.2f}" + (f"; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
+                                                                       for r in missed) if missed else ""))
+  name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
+  peak = targets[name]["per_size"]
+  if peak:
+    parts = ", ".join(f"{_case_name(r)}: {r['fraction']:.2f}" for r in peak)
+    lines.append(f"- blockwise forward+backward at T >= {PEAK_TARGET_MIN_LEN}, fraction of the matmul peak "
+                 f"(goal {PEAK_TARGET:g}): {parts}")
+  return "\n".join(lines) + "\n"
 
 
 def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig) -> None:
@@ -508,7 +543,7 @@ def run(out_dir: pathlib.Path, *, quick: bool = False, seq_lens=(512, 2048, 8192
       "wall_s": time.perf_counter() - wall_start,
   }
   results_lib.write_json(out_dir / "attention.json", results)
-  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"]))
+  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run]))
   _plot(out_dir / "attention.png", timings, config)
   print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json, attention.md and attention.png to "
         f"{out_dir}")
