@@ -211,7 +211,7 @@ def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads
   flops = attention_flops(batch, seq_len, num_heads, head_dim, causal=causal, mode=mode)
   choice = attention_lib.select_implementation(args[0].shape, args[1].shape, attention_lib.resolve_logit_options(
       head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
-      subtract_max=True))
+      subtract_max=True), is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
                       else attention_lib.blockwise_blocks(seq_len, seq_len))
   rows, active = {}, {}

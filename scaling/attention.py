@@ -81,11 +81,23 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   2048, 64, none       383       635       1305      -         -         -
 #   8192, 64, causal     6062      7093      14380     -         -         -
 #
+# and in one benchmark run, with blockwise 128x128 (time relative to jax.nn; dense forced):
+#
+#   (B, T = S, N, H)     mask    pass      dense   blockwise
+#   1, 512, 4, 64        none    fwd       0.80    0.95
+#   1, 512, 4, 128       none    fwd       0.79    1.28
+#   1, 512, 4, 128       none    fwd+bwd   0.83    1.14
+#   4, 512, 8, 64        none    fwd+bwd   1.12    0.69
+#   1, 512, 4, 128       causal  fwd+bwd   0.73    0.69
+#
 # Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
 # (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
-# there; from it on blockwise with BLOCKS is faster than dense and jax.nn, forward and forward+backward, causal or
-# not. Options blockwise lacks (``blockwise_unsupported``) fall back to dense.
+# there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in
+# DENSE_MAX_LOGITS elements (4 MiB of float32) dense's few large matmuls beat the tile loop; otherwise blockwise
+# with BLOCKS is faster than dense and jax.nn, forward and forward+backward. Options blockwise lacks
+# (``blockwise_unsupported``) fall back to dense.
 BLOCKWISE_MIN_KV_LEN = 256
+DENSE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -124,7 +136,8 @@ def _cudnn_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | Non
 
 def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ...], opts: LogitOptions, *,
                           dtype: Any = jnp.float32, return_weights: bool = False, has_bias: bool = False,
-                          has_local_window: bool = False, backend: str | None = None) -> Choice:
+                          is_causal: bool = False, has_local_window: bool = False,
+                          backend: str | None = None) -> Choice:
   """The exact implementation ``dot_product_attention(implementation=None)`` runs, by the measured rule above.
 
   Args:
@@ -134,14 +147,16 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     dtype: the input dtype.
     return_weights: whether the weights are requested (dense only).
     has_bias: whether a bias is given (cuDNN is not chosen automatically then).
-    has_local_window: whether a local window is given (likewise).
+    is_causal: whether the attention is causal (blockwise then skips tiles).
+    has_local_window: whether a local window is given (likewise; and cuDNN is not chosen automatically).
     backend: "cpu", "gpu" or "tpu"; None = ``jax.default_backend()``.
 
   Returns:
     A ``Choice``: "dense", "blockwise" (with its blocks) or "cudnn", and the reason.
   """
   backend = jax.default_backend() if backend is None else backend
-  t, s, h = query_shape[-3], key_shape[-3], query_shape[-1]
+  t, s, n, h = query_shape[-3], key_shape[-3], query_shape[-2], query_shape[-1]
+  b = query_shape[0] if len(query_shape) == 4 else 1
   if (backend == "gpu" and jnp.dtype(dtype).name in CUDNN_DTYPES and h <= CUDNN_MAX_HEAD_DIM and h % 8 == 0
       and not has_bias and not has_local_window and _cudnn_unsupported(opts, return_weights=return_weights) is None):
     return Choice("cudnn", reason="GPU, half precision, plain scale: cuDNN's fused kernel")
@@ -150,6 +165,8 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     return Choice("dense", reason=reason)
   if s < BLOCKWISE_MIN_KV_LEN or t < 1:
     return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
+  if not is_causal and not has_local_window and b * n * t * s <= DENSE_MAX_LOGITS:
+    return Choice("dense", reason=f"no tiles to skip and B·N·T·S = {b * n * t * s} <= {DENSE_MAX_LOGITS}")
   return Choice("blockwise", *blockwise_blocks(t, s), reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}")
 
 
@@ -341,8 +358,9 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     implementation: None picks the fastest exact path from the shapes,
       options and backend (``select_implementation``; the measured rule is
       written next to it): blockwise for S >= ``BLOCKWISE_MIN_KV_LEN`` when
-      it supports the options, dense otherwise, cuDNN on GPU in half
-      precision with a plain scale. ``"dense"`` (alias ``"xla"``) forces the
+      it supports the options (unless nothing is masked causally or by a
+      window and B·N·T·S <= ``DENSE_MAX_LOGITS``), dense otherwise, cuDNN on
+      GPU in half precision with a plain scale. ``"dense"`` (alias ``"xla"``) forces the
       dense code; ``"blockwise"`` forces ``scaling.blockwise`` (default
       blocks); ``"pallas"`` the Pallas flash-attention kernel
       (``scaling.pallas_attention``; rules "prepare, then a plain scale",
@@ -368,7 +386,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   blocks = {}
   if implementation is None:
     choice = select_implementation(query.shape, key.shape, opts, dtype=query.dtype, return_weights=return_weights,
-                                   has_bias=bias is not None, has_local_window=local_window_size is not None)
+                                   has_bias=bias is not None, is_causal=is_causal,
+                                   has_local_window=local_window_size is not None)
     implementation = choice.implementation
     blocks = dict(block_q=choice.block_q, block_k=choice.block_k)
   if implementation in ("blockwise", "pallas"):

@@ -240,7 +240,14 @@ class DispatchTest(parameterized.TestCase):
     choice = select((2, 4 * min_len, 4, 16), (2, 4 * min_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
     self.assertEqual((choice.implementation, choice.block_q, choice.block_k),
                      ("blockwise", *scaling.attention.BLOCKS))
-    self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").block_q, 3)  # capped at T
+    self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
+                     3)  # capped at T
+    small = scaling.attention.DENSE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: nothing to skip, dense
+    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation, "dense")
+    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu",
+                            is_causal=True).implementation, "blockwise")
+    self.assertEqual(select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation,
+                     "blockwise")
     long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
     for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
                          (_opts(), {"return_weights": True})):
@@ -261,8 +268,8 @@ class DispatchTest(parameterized.TestCase):
         return jnp.vdot(out, ct), (out, lse)
       return jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
 
-    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu").implementation,
-                     "blockwise")
+    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu",
+                                                             is_causal=True).implementation, "blockwise")
     got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention),
                                  value_and_grads(jax.nn.dot_product_attention)))()
     chex.assert_trees_all_close(got[0], want[0], rtol=1e-5, atol=2e-5)  # loss, output, log-sum-exp
@@ -278,18 +285,21 @@ class DispatchTest(parameterized.TestCase):
     q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
     if "return_weights" not in kwargs:  # forcing blockwise shows what the fallback avoids
       with self.assertRaisesRegex(ValueError, "dense path"):
-        scaling.dot_product_attention(q, k, v, implementation="blockwise", **kwargs)
-    out = scaling.dot_product_attention(q, k, v, **kwargs)
+        scaling.dot_product_attention(q, k, v, is_causal=True, implementation="blockwise", **kwargs)
+    out = scaling.dot_product_attention(q, k, v, is_causal=True, **kwargs)
     out = out[0] if isinstance(out, tuple) else out
-    np.testing.assert_allclose(out, _reference(q, k, v, logit_scale=8**-0.5), rtol=2e-5, atol=2e-5)
+    causal = np.tril(np.ones((t, t), bool))
+    np.testing.assert_allclose(out, _reference(q, k, v, logit_scale=8**-0.5, mask=causal), rtol=2e-5, atol=2e-5)
 
   def test_traced_scale_falls_back_to_dense(self):
     t = scaling.attention.BLOCKWISE_MIN_KV_LEN
     q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
     scales = jnp.array([0.1, 0.4])
-    out = jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0)))(scales)
+    out = jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0),
+                                                           is_causal=True))(scales)
+    causal = np.tril(np.ones((t, t), bool))
     for i, c in enumerate([0.1, 0.4]):
-      np.testing.assert_allclose(out[i], _reference(q, k, v, logit_scale=c), rtol=2e-5, atol=2e-5)
+      np.testing.assert_allclose(out[i], _reference(q, k, v, logit_scale=c, mask=causal), rtol=2e-5, atol=2e-5)
 
   def test_forced_implementations(self):
     q, k, v = _qkv()

@@ -34,8 +34,10 @@ class AttentionBenchTest(absltest.TestCase):
     cells = {(r["seq_len"], r["causal"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
     self.assertEqual(cells, {(t, c, m, i) for t in (128, 256) for c in (True, False) for m in bench_attention.MODES
                              for i in bench_attention.IMPLEMENTATIONS})
-    chosen = {r["seq_len"]: r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
-    self.assertEqual(chosen, {128: "dense", 256: "blockwise 128x128"})  # S = 256 reaches the rule's threshold
+    chosen = {(r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
+    # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
+    self.assertEqual(chosen, {(128, True): "dense", (128, False): "dense", (256, True): "blockwise 128x128",
+                              (256, False): "dense"})
     table = (out / "attention.md").read_text().splitlines()
     self.assertTrue(table[0].startswith("| B | T | N | d_k | mask | pass | ours ms (ratio) |"), table[0])
     self.assertLen([line for line in table if line.startswith("| 1 |")], 8)  # 2 T x 2 maskings x 2 passes
