@@ -58,6 +58,123 @@ def resolve_logit_options(
   return LogitOptions(rule_obj, s, w, logit_soft_cap, logit_clamp, bool(float32_softmax), bool(subtract_max))
 
 
+IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
+
+# How ``dot_product_attention(..., implementation=None)`` chooses. Measured on a 2-core CPU (float32, fwd+bwd =
+# value and gradients w.r.t. q, k, v; median of interleaved calls) by timing these paths side by side, as
+#   nice -n 5 python -m experiments.benchmark --suite=attention
+# does; its table (README, "Benchmarks") is the check of the rule. Time relative to jax.nn.dot_product_attention:
+#
+#   (B, T = S, N, H)     mask    pass      dense   blockwise 64x64   128x128   256x256   512x256
+#   1, 128, 4, 64        causal  fwd+bwd   0.89    0.92              0.49      0.92      -
+#   1, 256, 4, 64        causal  fwd+bwd   1.05    0.54              0.79      0.80      -
+#   1, 256, 4, 64        none    fwd+bwd   0.81    0.76              0.54      0.74      -
+#   4, 512, 8, 64        causal  fwd+bwd   1.11    -                 -         -         0.71
+#   1, 2048, 8, 64       causal  fwd+bwd   0.61    -                 -         -         0.15
+#   1, 2048, 8, 64       none    fwd+bwd   0.80    -                 -         -         0.39
+#
+# and blockwise block sizes against each other (fwd+bwd, B = 1, N = 4, ms):
+#
+#   T = S, H, mask       128x128   256x256   512x256   512x512   256x512   1024x256
+#   2048, 64, causal     334       342       362       459       382       524
+#   2048, 128, causal    520       713       606       873       595       925
+#   2048, 64, none       383       635       1305      -         -         -
+#   8192, 64, causal     6062      7093      14380     -         -         -
+#
+# and in one benchmark run, with blockwise 128x128 (time relative to jax.nn; dense forced):
+#
+#   (B, T = S, N, H)     mask    pass      dense   blockwise
+#   1, 512, 4, 64        none    fwd       0.80    0.95
+#   1, 512, 4, 128       none    fwd       0.79    1.28
+#   1, 512, 4, 128       none    fwd+bwd   0.83    1.14
+#   4, 512, 8, 64        none    fwd+bwd   1.12    0.69
+#   1, 512, 4, 128       causal  fwd+bwd   0.73    0.69
+#
+# Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
+# (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
+# there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in
+# DENSE_MAX_LOGITS elements (4 MiB of float32) dense's few large matmuls beat the tile loop; otherwise blockwise
+# with BLOCKS is faster than dense and jax.nn, forward and forward+backward. Options blockwise lacks
+# (``blockwise_unsupported``) fall back to dense.
+BLOCKWISE_MIN_KV_LEN = 256
+DENSE_MAX_LOGITS = 2**20
+BLOCKS = (128, 128)
+# On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
+CUDNN_DTYPES = ("float16", "bfloat16")
+CUDNN_MAX_HEAD_DIM = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """What ``dot_product_attention`` runs: an implementation, its blocks, and why."""
+
+  implementation: str
+  block_q: int | None = None
+  block_k: int | None = None
+  reason: str = ""
+
+
+def blockwise_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | None:
+  """Why the blockwise path cannot compute these options (None when it can)."""
+  if not opts.float32_softmax or not opts.subtract_max:
+    return "float32_softmax=False or subtract_max=False (dense only)"
+  if return_weights:
+    return "return_weights needs the full [T, S] weights"
+  if not isinstance(opts.scale, float) or not isinstance(opts.weight_scale, float):
+    return "a traced (vmapped) scale"
+  return None
+
+
+def _cudnn_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | None:
+  """Why jax.nn's cuDNN kernel cannot compute these options (None when it can)."""
+  if (opts.rule.has_prepare or not _is_one(opts.weight_scale) or opts.logit_soft_cap is not None
+      or opts.logit_clamp is not None or not opts.float32_softmax or not opts.subtract_max or return_weights):
+    return ("implementation='cudnn' supports only plain scale rules without prepare, weight scale, soft cap, "
+            "clamp, return_weights or the failure-demonstration switches")
+  return None
+
+
+def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ...], opts: LogitOptions, *,
+                          dtype: Any = jnp.float32, return_weights: bool = False, has_bias: bool = False,
+                          is_causal: bool = False, has_local_window: bool = False,
+                          backend: str | None = None) -> Choice:
+  """The exact implementation ``dot_product_attention(implementation=None)`` runs, by the measured rule above.
+
+  Args:
+    query_shape: [B, T, N, H] (or [T, N, H]).
+    key_shape: [B, S, K, H] (or [S, K, H]).
+    opts: the resolved logit options (``resolve_logit_options``).
+    dtype: the input dtype.
+    return_weights: whether the weights are requested (dense only).
+    has_bias: whether a bias is given (cuDNN is not chosen automatically then).
+    is_causal: whether the attention is causal (blockwise then skips tiles).
+    has_local_window: whether a local window is given (likewise; and cuDNN is not chosen automatically).
+    backend: "cpu", "gpu" or "tpu"; None = ``jax.default_backend()``.
+
+  Returns:
+    A ``Choice``: "dense", "blockwise" (with its blocks) or "cudnn", and the reason.
+  """
+  backend = jax.default_backend() if backend is None else backend
+  t, s, n, h = query_shape[-3], key_shape[-3], query_shape[-2], query_shape[-1]
+  b = query_shape[0] if len(query_shape) == 4 else 1
+  if (backend == "gpu" and jnp.dtype(dtype).name in CUDNN_DTYPES and h <= CUDNN_MAX_HEAD_DIM and h % 8 == 0
+      and not has_bias and not has_local_window and _cudnn_unsupported(opts, return_weights=return_weights) is None):
+    return Choice("cudnn", reason="GPU, half precision, plain scale: cuDNN's fused kernel")
+  reason = blockwise_unsupported(opts, return_weights=return_weights)
+  if reason is not None:
+    return Choice("dense", reason=reason)
+  if s < BLOCKWISE_MIN_KV_LEN or t < 1:
+    return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
+  if not is_causal and not has_local_window and b * n * t * s <= DENSE_MAX_LOGITS:
+    return Choice("dense", reason=f"no tiles to skip and B·N·T·S = {b * n * t * s} <= {DENSE_MAX_LOGITS}")
+  return Choice("blockwise", *blockwise_blocks(t, s), reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}")
+
+
+def blockwise_blocks(q_len: int, kv_len: int) -> tuple[int, int]:
+  """(block_q, block_k) of the measured rule above for T = ``q_len``, S = ``kv_len`` (capped at T and S)."""
+  return min(BLOCKS[0], q_len), min(BLOCKS[1], kv_len)
+
+
 def _as_scalar(x: Any) -> float | Array:
   """A Python float, or a scalar array left as is so that scales can be traced (vmapped over rules)."""
   if isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, jax.core.Tracer) and x.ndim == 0:
@@ -238,10 +355,20 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       demonstrate low-precision failures.
     subtract_max: subtract the row maximum before exp (default). False exists
       only to demonstrate overflow.
-    implementation: None or ``"xla"`` for this code; ``"cudnn"`` dispatches to
+    implementation: None picks the fastest exact path from the shapes,
+      options and backend (``select_implementation``; the measured rule is
+      written next to it): blockwise for S >= ``BLOCKWISE_MIN_KV_LEN`` when
+      it supports the options (unless nothing is masked causally or by a
+      window and B·N·T·S <= ``DENSE_MAX_LOGITS``), dense otherwise, cuDNN on
+      GPU in half precision with a plain scale. ``"dense"`` (alias ``"xla"``) forces the
+      dense code; ``"blockwise"`` forces ``scaling.blockwise`` (default
+      blocks); ``"pallas"`` the Pallas flash-attention kernel
+      (``scaling.pallas_attention``; rules "prepare, then a plain scale",
+      optionally causal, no bias, mask, lengths, window, cap or clamp);
+      ``"cudnn"`` dispatches to
       ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU when the
       options allow it (a plain scale, no cap, clamp or weight scale) and
-      raises otherwise.
+      raises otherwise. Forced implementations raise on options they lack.
     return_residual: also return the log-sum-exp of the masked logits [B, T, N]
       (as jax.nn; -inf for fully masked rows).
     return_weights: also return the attention weights [B, N, T, S].
@@ -254,8 +381,26 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   b, t, n, h = query.shape
   opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
                                float32_softmax=float32_softmax, subtract_max=subtract_max)
-  if implementation not in (None, "xla", "cudnn"):
-    raise ValueError(f"implementation must be None, 'xla' or 'cudnn', got {implementation!r}")
+  if implementation is not None and implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
+  blocks = {}
+  if implementation is None:
+    choice = select_implementation(query.shape, key.shape, opts, dtype=query.dtype, return_weights=return_weights,
+                                   has_bias=bias is not None, is_causal=is_causal,
+                                   has_local_window=local_window_size is not None)
+    implementation = choice.implementation
+    blocks = dict(block_q=choice.block_q, block_k=choice.block_k)
+  if implementation in ("blockwise", "pallas"):
+    if return_weights:
+      raise ValueError(f"implementation={implementation!r} does not return weights")
+    out = _flash_like(implementation, query, key, value, bias, mask, scale=scale, rule=rule, is_causal=is_causal,
+                      query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+                      float32_softmax=float32_softmax, subtract_max=subtract_max, return_residual=return_residual,
+                      **blocks)
+    if not batched:
+      out = jax.tree.map(lambda x: x[0], out)
+    return out
   if implementation == "cudnn":
     return _cudnn(query, key, value, bias, mask, opts, batched, is_causal=is_causal,
                   query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
@@ -278,12 +423,31 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   return (out, *extras) if extras else out
 
 
+def _flash_like(implementation, query, key, value, bias, mask, *, block_q=None, block_k=None, **kwargs):
+  """Runs the blockwise or the Pallas path on batched inputs (blocks None: that path's defaults)."""
+  blocks = {k: v for k, v in (("block_q", block_q), ("block_k", block_k)) if v is not None}
+  if implementation == "blockwise":
+    from scaling import blockwise as blockwise_lib  # pylint: disable=g-import-not-at-top (imports this module)
+    return blockwise_lib.blockwise_attention(query, key, value, bias, mask, **blocks, **kwargs)
+  from scaling import pallas_attention as pallas_lib  # pylint: disable=g-import-not-at-top (imports this module)
+  opts = resolve_logit_options(query.shape[-1], scale=kwargs["scale"], rule=kwargs["rule"],
+                               logit_soft_cap=kwargs["logit_soft_cap"], logit_clamp=kwargs["logit_clamp"],
+                               float32_softmax=kwargs["float32_softmax"], subtract_max=kwargs["subtract_max"])
+  reason = pallas_lib.supports(opts, bias=bias, mask=mask, query_seq_lengths=kwargs["query_seq_lengths"],
+                               key_value_seq_lengths=kwargs["key_value_seq_lengths"],
+                               local_window_size=kwargs["local_window_size"])
+  if reason is not None:
+    raise ValueError(f"implementation='pallas' does not support {reason}")
+  return pallas_lib.pallas_attention(query, key, value, scale=kwargs["scale"], rule=kwargs["rule"],
+                                     is_causal=kwargs["is_causal"], return_residual=kwargs["return_residual"],
+                                     **blocks)
+
+
 def _cudnn(query, key, value, bias, mask, opts: LogitOptions, batched, *, return_weights, **kwargs):
   """Dispatch to jax.nn's cuDNN flash attention where our options allow it."""
-  if (opts.rule.has_prepare or not _is_one(opts.weight_scale) or opts.logit_soft_cap is not None
-      or opts.logit_clamp is not None or not opts.float32_softmax or not opts.subtract_max or return_weights):
-    raise ValueError("implementation='cudnn' supports only plain scale rules without prepare, weight scale, "
-                     "soft cap, clamp, return_weights or the failure-demonstration switches")
+  reason = _cudnn_unsupported(opts, return_weights=return_weights)
+  if reason is not None:
+    raise ValueError(reason)
   out = jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
                                      **kwargs)
   if not batched:

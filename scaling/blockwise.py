@@ -20,22 +20,22 @@ path to float32 rounding. Logits, softmax statistics and accumulators are
 float32 whatever the input dtype. Key blocks that the causal mask, the local
 window or the sequence lengths hide completely are not visited (the inner loop
 runs from the first to the last key block that can be visible), which halves
-the work of causal attention. Any T and S work: both are padded up to block
+the work of causal attention; tiles that the causal mask or the window leave
+wholly visible (all but the diagonal's) skip building and applying a mask. Any T and S work: both are padded up to block
 multiples and the padding is masked.
 
 The bias, when given, receives a gradient (accumulated tile by tile, so it
 costs memory of the bias's own size; a bias broadcast over some axes gets the
 correspondingly summed gradient). Masks and sequence lengths get none.
 
-Where it runs: this module is pure JAX (``lax.scan`` over query blocks, a
-``lax.fori_loop`` with data-dependent bounds over key blocks), so it runs on
-CPU, GPU and TPU alike, with every logit-scale rule. On GPU the fused
-cuDNN kernel is reached through ``scaling.dot_product_attention(...,
-implementation="cudnn")``, which hands over to
-``jax.nn.dot_product_attention(implementation="cudnn")`` when the rule allows it
-(a plain scale: no ``prepare``, weight scale, soft cap or clamp); use this
-module for everything else, or for long sequences on hosts without such a
-kernel.
+Where it runs: this module is pure JAX (``lax.scan`` over query blocks,
+``lax.fori_loop``s with data-dependent bounds over key blocks), so it runs on
+CPU, GPU and TPU alike, with every logit-scale rule.
+``scaling.dot_product_attention`` runs it by default from S = 256 on (the
+rule measured in ``scaling.attention``). On GPU the fused cuDNN kernel is
+reached through ``implementation="cudnn"`` (chosen by default in half
+precision when the rule is a plain scale), and a Pallas flash-attention kernel
+through ``implementation="pallas"`` (``scaling.pallas_attention``).
 """
 
 from __future__ import annotations
@@ -187,6 +187,39 @@ def _key_block_range(plan: _Plan, i, q_lens: Array | None, kv_lens: Array | None
   return lo, hi
 
 
+def _unmasked_block_range(plan: _Plan, i, lo, hi, has_mask: bool):
+  """[full_lo, full_hi) within [lo, hi): key blocks whose tile with query block i is visible everywhere.
+
+  Those tiles skip building and applying a visibility mask. Only the causal mask and the local window are
+  structural; a user mask or sequence lengths make every tile masked, and a padded last key block is masked.
+  """
+  if has_mask:
+    return lo, lo
+  bq, bk = plan.block_q, plan.block_k
+  q_min, q_max = i * bq, i * bq + bq - 1
+  full_lo, full_hi = lo, hi
+  if plan.is_causal:  # last key of the tile <= first query
+    full_hi = jnp.minimum(full_hi, (q_min + 1) // bk)
+  if plan.window is not None:  # q_max - left <= first key and last key <= q_min + right
+    left, right = plan.window
+    full_lo = jnp.maximum(full_lo, -((left - q_max) // bk))
+    full_hi = jnp.minimum(full_hi, (q_min + right + 1) // bk)
+  if plan.kv_padded:
+    full_hi = jnp.minimum(full_hi, plan.num_k_blocks - 1)
+  full_lo = jnp.clip(full_lo, lo, hi)
+  full_hi = jnp.clip(full_hi, full_lo, hi)
+  return full_lo, full_hi
+
+
+def _visit_key_blocks(plan: _Plan, i, lo, hi, has_mask: bool, body, init):
+  """Runs ``body(j, carry, masked)`` over key blocks [lo, hi): masked edges, the unmasked interior without a mask."""
+  full_lo, full_hi = _unmasked_block_range(plan, i, lo, hi, has_mask)
+  masked = lambda j, c: body(j, c, True)
+  carry = lax.fori_loop(lo, full_lo, masked, init)
+  carry = lax.fori_loop(full_lo, full_hi, lambda j, c: body(j, c, False), carry)
+  return lax.fori_loop(full_hi, hi, masked, carry)
+
+
 def _raw_logits(q_i: Array, k_j: Array) -> Array:
   """q_i [B, K, G, bq, H] · k_j [B, K, bk, H] -> [B, K, G, bq, bk] in float32."""
   return jnp.einsum("bkgqh,bksh->bkgqs", q_i, k_j, preferred_element_type=_F32)
@@ -196,15 +229,16 @@ def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
   """Online-softmax forward. Returns (out [nq, B, K, G, bq, H], lse [nq, B, K, G, bq], tile count)."""
   b, kh, g, bq, h = qb.shape[1:]
   stat_shape = (b, kh, g, bq)
+  has_mask = mask is not None or q_lens is not None or kv_lens is not None
 
   def query_block(args):
     i, q_i = args
     lo, hi = _key_block_range(plan, i, q_lens, kv_lens)
 
-    def key_block(j, carry):
+    def key_block(j, carry, masked):
       m, l, acc, count = carry
       s = attention_lib.shape_logits(_raw_logits(q_i, kb[j]), _grouped_bias_tile(plan, bias, i, j), plan.opts)
-      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j)
+      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j) if masked else None
       if vis is not None:
         s = jnp.where(vis, s, -jnp.inf)
       m_new = jnp.maximum(m, jnp.max(s, axis=-1))
@@ -217,7 +251,7 @@ def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
 
     init = (jnp.full(stat_shape, -jnp.inf, _F32), jnp.zeros(stat_shape, _F32),
             jnp.zeros((*stat_shape, h), _F32), jnp.zeros((), jnp.int32))
-    m, l, acc, count = lax.fori_loop(lo, hi, key_block, init)
+    m, l, acc, count = _visit_key_blocks(plan, i, lo, hi, has_mask, key_block, init)
     seen = l > 0
     out = acc / jnp.where(seen, l, 1.0)[..., None]
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), -jnp.inf)
@@ -246,13 +280,14 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
   d_out = d_out.astype(vb.dtype)
   delta = jnp.sum(d_out.astype(_F32) * out.astype(_F32), axis=-1)  # D, [nq, B, K, G, bq]
   dtype = qb.dtype
+  has_mask = mask is not None or q_lens is not None or kv_lens is not None
 
   def query_block(carry, xs):
     i, q_i, do_i, lse_i, delta_i = xs
     lse_i = jnp.where(jnp.isfinite(lse_i), lse_i, 0.0)[..., None]
     lo, hi = _key_block_range(plan, i, q_lens, kv_lens)
 
-    def key_block(j, c):
+    def key_block(j, c, masked):
       dq_i, dk, dv, dbias = c
       k_j, v_j = kb[j], vb[j]
       shape = lambda raw, bias_tile: attention_lib.shape_logits(raw, bias_tile, plan.opts)
@@ -262,7 +297,7 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
       else:
         s, shape_vjp = jax.vjp(shape, _raw_logits(q_i, k_j), bias_tile)
       p = jnp.exp(s - lse_i)
-      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j)
+      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j) if masked else None
       if vis is not None:
         p = jnp.where(vis, p, 0.0)
       dv = dv.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", p.astype(dtype), do_i, preferred_element_type=_F32))
@@ -277,7 +312,8 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
       return dq_i, dk, dv, dbias
 
     dk, dv, dbias = carry
-    dq_i, dk, dv, dbias = lax.fori_loop(lo, hi, key_block, (jnp.zeros(q_i.shape, _F32), dk, dv, dbias))
+    dq_i, dk, dv, dbias = _visit_key_blocks(plan, i, lo, hi, has_mask, key_block,
+                                            (jnp.zeros(q_i.shape, _F32), dk, dv, dbias))
     return (dk, dv, dbias), dq_i
 
   init = (jnp.zeros(kb.shape, _F32), jnp.zeros(vb.shape, _F32),
@@ -356,9 +392,8 @@ def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | No
       receives a gradient, and ``rule.prepare`` is applied once to q and k.
     block_q: query rows per block (capped at T); T need not be a multiple.
     block_k: key columns per block (capped at S); S need not be a multiple.
-      The defaults suit accelerators; on a 2-core CPU larger blocks amortize
-      the loop overhead (512 x 256 was fastest at T = 8192, see
-      ``experiments/bench_attention.py``).
+      ``scaling.dot_product_attention`` picks the blocks by the rule measured
+      in ``scaling.attention`` (``BLOCKS``).
     is_causal: query i attends keys j <= i; key blocks past the diagonal are
       skipped.
     local_window_size: (left, right) window, or one int for both; key blocks

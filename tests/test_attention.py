@@ -224,6 +224,100 @@ class MaskingAndOptionsTest(chex.TestCase):
       scaling.dot_product_attention(q, k, v, mask=jnp.ones((1, 1, 7, 9)))
 
 
+def _opts(**kwargs):
+  base = dict(scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True)
+  return scaling.attention.resolve_logit_options(16, **{**base, **kwargs})
+
+
+class DispatchTest(parameterized.TestCase):
+  """implementation=None: the measured rule picks dense or blockwise; options blockwise lacks go dense."""
+
+  def test_rule(self):
+    select = scaling.attention.select_implementation
+    min_len = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    self.assertEqual(select((1, min_len - 1, 4, 16), (1, min_len - 1, 4, 16), _opts(), backend="cpu").implementation,
+                     "dense")
+    choice = select((2, 4 * min_len, 4, 16), (2, 4 * min_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
+    self.assertEqual((choice.implementation, choice.block_q, choice.block_k),
+                     ("blockwise", *scaling.attention.BLOCKS))
+    self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
+                     3)  # capped at T
+    small = scaling.attention.DENSE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: nothing to skip, dense
+    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation, "dense")
+    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu",
+                            is_causal=True).implementation, "blockwise")
+    self.assertEqual(select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation,
+                     "blockwise")
+    long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
+    for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
+                         (_opts(), {"return_weights": True})):
+      self.assertEqual(select(*long, opts, backend="cpu", **kwargs).implementation, "dense")
+    self.assertEqual(select(*long, _opts(), dtype=jnp.bfloat16, backend="gpu").implementation, "cudnn")
+    self.assertEqual(select(*long, _opts(), dtype=jnp.float32, backend="gpu").implementation, "blockwise")
+    self.assertEqual(select(*long, _opts(rule="qk_norm"), dtype=jnp.bfloat16, backend="gpu").implementation,
+                     "blockwise")
+
+  def test_default_long_sequence_matches_jax_nn(self):
+    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    q, k, v = _qkv(b=1, t=t, s=t, n=2, k=1, h=8, std=0.5)
+    ct = jax.random.normal(jax.random.key(9), q.shape)
+
+    def value_and_grads(fn):
+      def loss(q, k, v):
+        out, lse = fn(q, k, v, is_causal=True, return_residual=True)
+        return jnp.vdot(out, ct), (out, lse)
+      return jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+
+    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu",
+                                                             is_causal=True).implementation, "blockwise")
+    got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention),
+                                 value_and_grads(jax.nn.dot_product_attention)))()
+    chex.assert_trees_all_close(got[0], want[0], rtol=1e-5, atol=2e-5)  # loss, output, log-sum-exp
+    chex.assert_trees_all_close(got[1], want[1], rtol=1e-4, atol=2e-5)
+
+  @parameterized.named_parameters(
+      ("weights", {"return_weights": True}),
+      ("no_max_subtraction", {"subtract_max": False}),
+      ("low_precision_softmax", {"float32_softmax": False}),
+  )
+  def test_unsupported_options_fall_back_to_dense(self, kwargs):
+    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
+    if "return_weights" not in kwargs:  # forcing blockwise shows what the fallback avoids
+      with self.assertRaisesRegex(ValueError, "dense path"):
+        scaling.dot_product_attention(q, k, v, is_causal=True, implementation="blockwise", **kwargs)
+    out = scaling.dot_product_attention(q, k, v, is_causal=True, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    causal = np.tril(np.ones((t, t), bool))
+    np.testing.assert_allclose(out, _reference(q, k, v, logit_scale=8**-0.5, mask=causal), rtol=2e-5, atol=2e-5)
+
+  def test_traced_scale_falls_back_to_dense(self):
+    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
+    scales = jnp.array([0.1, 0.4])
+    out = jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0),
+                                                           is_causal=True))(scales)
+    causal = np.tril(np.ones((t, t), bool))
+    for i, c in enumerate([0.1, 0.4]):
+      np.testing.assert_allclose(out[i], _reference(q, k, v, logit_scale=c, mask=causal), rtol=2e-5, atol=2e-5)
+
+  def test_forced_implementations(self):
+    q, k, v = _qkv()
+    dense = scaling.dot_product_attention(q, k, v, implementation="dense")
+    np.testing.assert_allclose(dense, _reference(q, k, v, logit_scale=16**-0.5), rtol=2e-5, atol=2e-6)
+    chex.assert_trees_all_equal(scaling.dot_product_attention(q, k, v, implementation="xla"), dense)
+    blockwise = jax.jit(lambda q, k, v: scaling.dot_product_attention(q, k, v, implementation="blockwise"))
+    chex.assert_trees_all_close(blockwise(q, k, v), dense, rtol=2e-5, atol=2e-6)
+    with self.assertRaisesRegex(ValueError, "implementation must be"):
+      scaling.dot_product_attention(q, k, v, implementation="flash")
+    with self.assertRaisesRegex(ValueError, "does not return weights"):
+      scaling.dot_product_attention(q, k, v, implementation="blockwise", return_weights=True)
+    with self.assertRaisesRegex(ValueError, "pallas.*bias"):
+      scaling.dot_product_attention(q, k, v, jnp.zeros((7, 9)), implementation="pallas")
+    with self.assertRaisesRegex(ValueError, "cudnn"):
+      scaling.dot_product_attention(q, k, v, rule="qk_norm", implementation="cudnn")
+
+
 class LowPrecisionTest(parameterized.TestCase):
   """float16 with and without the safeguards: the failure the switches exist to show."""
 

@@ -31,9 +31,19 @@ class AttentionBenchTest(absltest.TestCase):
       self.assertIn(key, data)
     self.assertEqual(set(result), set(data))
     self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
-    cells = {(r["seq_len"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
-    self.assertEqual(cells, {(t, m, i) for t in (128, 256) for m in bench_attention.MODES
+    cells = {(r["seq_len"], r["causal"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
+    self.assertEqual(cells, {(t, c, m, i) for t in (128, 256) for c in (True, False) for m in bench_attention.MODES
                              for i in bench_attention.IMPLEMENTATIONS})
+    chosen = {(r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
+    # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
+    self.assertEqual(chosen, {(128, True): "dense", (128, False): "dense", (256, True): "blockwise 128x128",
+                              (256, False): "dense"})
+    table = (out / "attention.md").read_text().splitlines()
+    self.assertTrue(table[0].startswith("| B | T | N | d_k | mask | pass | ours ms (ratio) |"), table[0])
+    self.assertLen([line for line in table if line.startswith("| 1 |")], 8)  # 2 T x 2 maskings x 2 passes
+    self.assertIn("GFLOP/s float32 matmul peak measured in the same run", "\n".join(table))
+    self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
+    self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-1])
     for row in data["timings"]:
       self.assertLen(row["times_s"], 2)
       self.assertGreater(row["ms"], 0)
@@ -47,6 +57,7 @@ class AttentionBenchTest(absltest.TestCase):
       self.assertGreater(row["xla_planned_mib"], 0)
     self.assertEqual(data["long_run"]["seq_len"], 2048)
     self.assertTrue(data["targets"]["blockwise_long_sequence_runs"]["met"])
+    self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 8)
     self.assertGreater((out / "attention.png").stat().st_size, 1000)
 
 
