@@ -508,10 +508,8 @@ def _mup_m2(kind, fan_in):
 
 
 def _umup(kind, fan_in):
-  # u-μP (Blake et al. 2024, §4): A = 1/√n_in for hidden and attention matrices, 1/n_in for the readout.
-  if kind == "readout":
-    return 1.0 / fan_in
-  if kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o"):
+  # u-μP (Blake et al. 2024, §4): A = 1/√n_in for hidden and attention matrices; the readout is unit-scaled too.
+  if kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout"):
     return 1.0 / math.sqrt(fan_in)
   return 1.0
 
