@@ -312,12 +312,14 @@ class Attention(nn.Module):
   config: ModelConfig
   index: int = 0
 
-  def unit_scales(self, seq_len: int) -> tuple[float, float, float]:
-    """u-μP's (forward, q/k-gradient, v-gradient) scales of this block's attention over ``seq_len`` keys.
+  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float]:
+    """u-μP's (forward, q/k-gradient, v-gradient, W_v-gradient factor) of this block's attention over T keys.
 
     The forward scale corrects u-μP's √(T / log T) for values correlated across positions
     (``unit_scaling.attention_correlation_factors``); the gradient scales are u-μP's for a gradient
-    independent across positions, × √d_head/α_attn for q and k (``unit_scaling.attention_qk_grad_scale``).
+    independent across positions, × √d_head/α_attn for q and k (``unit_scaling.attention_qk_grad_scale``);
+    the last is the correction of the value projection's weight gradient for its correlated rows (the
+    forward's correlation factor, ``unit_scaling.attention_correlation_factors``).
     """
     cfg = self.config
     p = cfg.parametrization
@@ -328,7 +330,7 @@ class Attention(nn.Module):
     rule = dict(mult=p.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, **rule), unit.attention_scale(seq_len, h, **rule))
+            unit.attention_qk_grad_scale(seq_len, h, **rule), unit.attention_scale(seq_len, h, **rule), correlation)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -337,14 +339,15 @@ class Attention(nn.Module):
     p = cfg.parametrization
     b, t, _ = x.shape
     n, k, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
-    dense = lambda features, kind, name, factor=1.0: layers.ScaledDense(
-        features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, grad_input_factor=factor, name=name)
+    dense = lambda features, kind, name, factor=1.0, weight_factor=1.0: layers.ScaledDense(
+        features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, grad_input_factor=factor,
+        grad_weight_factor=weight_factor, name=name)
     scales = self.unit_scales(t) if p.unit_scaled else None
     # Under u-μP the q, k, v projections undo the attention's backward scales that differ from its forward one.
     qk_factor, v_factor = (scales[0] / scales[1], scales[0] / scales[2]) if scales else (1.0, 1.0)
     q = dense(n * h, "attn_q", "query", qk_factor)(x).reshape(b, t, n, h)
     kk = dense(k * h, "attn_k", "key", qk_factor)(x).reshape(b, t, k, h)
-    v = dense(k * h, "attn_v", "value", v_factor)(x).reshape(b, t, k, h)
+    v = dense(k * h, "attn_v", "value", v_factor, scales[3] if scales else 1.0)(x).reshape(b, t, k, h)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
@@ -370,7 +373,7 @@ class Attention(nn.Module):
       return out
 
     if scales:
-      out = unit.attention(attend, q, kk, v, *scales)
+      out = unit.attention(attend, q, kk, v, *scales[:3])
     else:
       out = attend(q, kk, v)
     for key, value in stats.items():

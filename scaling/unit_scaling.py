@@ -309,9 +309,12 @@ def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float],
   initialization, under the assumptions of u-μP's rule (uniform attention, unit-scaled weights independent of
   their inputs): token embeddings with covariance I + (J − I)/V (random tokens; + I for learned positions),
   LayerNorm to unit variance per position, attention A·C·Aᵀ, the MLP through the exact kernel of the
-  unit-scaled GELU, and the τ rule (τ²·C_branch + C)/(1 + τ²). The factor of block i is
+  unit-scaled GELU, and the τ rule (τ²·C_branch + C)/(1 + τ²). The forward factor of block i is
   √(mean_t (A·C₀·Aᵀ)_tt / mean_t (A·C_i·Aᵀ)_tt) with C₀ = I, so it is 1 for uncorrelated values and the
-  block's attention output has unit scale in this model.
+  block's attention output has unit scale in this model. The same factor corrects the 1/√rows of the value
+  projection's weight gradient Σ_t x_tᵀ·dv_t, whose rows are correlated too: with inputs of correlation
+  corr(C_i) and value gradients s²·AᵀA (an output gradient independent across positions), its mean square is
+  s²·Σ_tu corr(C_i)_tu·(AᵀA)_tu = s²·tr(A·corr(C_i)·Aᵀ), the forward's.
 
   Args:
     seq_len: T.
