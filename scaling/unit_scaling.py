@@ -18,6 +18,10 @@ re-derives its rules as pure JAX functions:
   gradient are scaled by the inverse of the attention output's expected RMS for
   near-uniform attention, √(T / log T) (causal) or √T, and whose query and key
   gradients get that scale × √d_head/α (their own expected RMS);
+  ``attention_correlation_factors`` corrects the forward scale of each block
+  for values correlated across positions (running means of earlier blocks,
+  components shared by all positions), from the position covariance of the
+  residual stream at initialization;
 * ``residual_taus``, ``residual_split`` and ``residual_add``: u-μP's residual
   rule, ``(τ·f(x) + x)/√(1 + τ²)`` with the τ of each branch such that every
   attention and MLP branch contributes equally and the sum of all branches as
