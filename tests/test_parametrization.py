@@ -552,7 +552,7 @@ class ParamSpecsTest(chex.TestCase):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
     specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
     self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(1.0, 0.125, 0.125, 0.125))
-    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 1 / 16, 1.0, 1.0))
+    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 0.25, 0.25, 0.25))
 
   def test_unknown_kind_named(self):
     params = _contract_params()
