@@ -208,8 +208,8 @@ class ModelUnitScaleTest(parameterized.TestCase):
   character-level text). At width 1024, depth 2, T = 64 every activation, activation gradient and weight gradient
   is in the band. In long (T = 1024) or deep (16 blocks) models every activation and the gradients of the
   residual stream, the branch outputs, the MLP hidden layer, the final norm, the logits and the embedding are; the
-  gradients of q, k and v (0.48–2.4) and some weight gradients (up to 4.4, the final norm's gain at T = 1024) are
-  not: the gradient has components shared across positions that the scales do not model (README, u-μP section).
+  gradients of q, k and v and many weight gradients are not (README, u-μP section): the gradient reaching the
+  lower blocks is correlated across positions, which the backward scales do not model.
   The gradients arriving at the LayerNorm outputs (``act_attn_in``, ``act_mlp_in``) are never checked: they are
   each branch's true gradient (its projections undo the attention's backward scales), small when the branch
   averages over many positions.
