@@ -132,7 +132,9 @@ class ScaledDense(nn.Module):
 
   Under a unit-scaled parametrization (u-μP) the product is ``scaling.unit_scaling.linear``: forward A, the
   gradient of W × 1/√rows, the gradient of x × A (``constrained``) or × 1/√fan_out (not constrained: the MLP's
-  mirrored pair and the readout).
+  mirrored pair and the readout), times ``grad_input_factor`` (which undoes a backward scale of the op after
+  the layer that differs from its forward scale, so that the gradient of x stays the true one up to a constant);
+  the gradient of W × ``grad_weight_factor`` too (rows correlated with each other).
   """
 
   features: int
@@ -142,6 +144,8 @@ class ScaledDense(nn.Module):
   use_bias: bool = False
   dtype: Any = jnp.float32
   constrained: bool = True
+  grad_input_factor: float = 1.0
+  grad_weight_factor: float = 1.0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -150,8 +154,9 @@ class ScaledDense(nn.Module):
                               self.width)
     if self.parametrization.unit_scaled:
       rows = _rows(x)
-      grad_in = mult if self.constrained else self.features**-0.5
-      y = unit.linear(x.astype(self.dtype), kernel.astype(self.dtype), mult, grad_in, rows**-0.5)
+      grad_in = (mult if self.constrained else self.features**-0.5) * self.grad_input_factor
+      y = unit.linear(x.astype(self.dtype), kernel.astype(self.dtype), mult, grad_in,
+                      rows**-0.5 * self.grad_weight_factor)
       if self.use_bias:
         bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
         y = y + unit.scale(bias.astype(self.dtype), bmult, rows**-0.5)

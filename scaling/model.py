@@ -327,6 +327,27 @@ class Attention(nn.Module):
   """
 
   config: ModelConfig
+  index: int = 0
+
+  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float]:
+    """u-μP's (forward, q/k-gradient, v-gradient, W_v-gradient factor) of this block's attention over T keys.
+
+    The forward scale corrects u-μP's √(T / log T) for values correlated across positions
+    (``unit_scaling.attention_correlation_factors``); the gradient scales are u-μP's for a gradient
+    independent across positions, × √d_head/α_attn for q and k (``unit_scaling.attention_qk_grad_scale``);
+    the last is the correction of the value projection's weight gradient for its correlated rows (the
+    forward's correlation factor, ``unit_scaling.attention_correlation_factors``).
+    """
+    cfg = self.config
+    p = cfg.parametrization
+    taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
+    correlation = unit.attention_correlation_factors(
+        seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln, learned_positions=cfg.positions == "learned",
+        causal=cfg.causal)[self.index]
+    rule = dict(mult=p.attn_mult, causal=cfg.causal)
+    h = cfg.head_dim
+    return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
+            unit.attention_qk_grad_scale(seq_len, h, **rule), unit.attention_scale(seq_len, h, **rule), correlation)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -335,11 +356,15 @@ class Attention(nn.Module):
     p = cfg.parametrization
     b, t, _ = x.shape
     n, k, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
-    dense = lambda features, kind, name: layers.ScaledDense(
-        features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, name=name)
-    q = dense(n * h, "attn_q", "query")(x).reshape(b, t, n, h)
-    kk = dense(k * h, "attn_k", "key")(x).reshape(b, t, k, h)
-    v = dense(k * h, "attn_v", "value")(x).reshape(b, t, k, h)
+    dense = lambda features, kind, name, factor=1.0, weight_factor=1.0: layers.ScaledDense(
+        features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, grad_input_factor=factor,
+        grad_weight_factor=weight_factor, name=name)
+    scales = self.unit_scales(t) if p.unit_scaled else None
+    # Under u-μP the q, k, v projections undo the attention's backward scales that differ from its forward one.
+    qk_factor, v_factor = (scales[0] / scales[1], scales[0] / scales[2]) if scales else (1.0, 1.0)
+    q = dense(n * h, "attn_q", "query", qk_factor)(x).reshape(b, t, n, h)
+    kk = dense(k * h, "attn_k", "key", qk_factor)(x).reshape(b, t, k, h)
+    v = dense(k * h, "attn_v", "value", v_factor, scales[3] if scales else 1.0)(x).reshape(b, t, k, h)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
@@ -364,8 +389,8 @@ class Attention(nn.Module):
       stats["attn_max_lse"] = metrics_lib.max_lse(lse)
       return out
 
-    if p.unit_scaled:
-      out = unit.attention(attend, q, kk, v, unit.attention_scale(t, h, mult=p.attn_mult, causal=cfg.causal))
+    if scales:
+      out = unit.attention(attend, q, kk, v, *scales[:3])
     else:
       out = attend(q, kk, v)
     for key, value in stats.items():
@@ -413,7 +438,7 @@ class Block(nn.Module):
     cfg = self.config
     norm = lambda name: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
                                     name=name)
-    attn = Attention(cfg, name="attn")
+    attn = Attention(cfg, index=self.index, name="attn")
     mlp = Mlp(cfg, name="mlp")
     p = cfg.parametrization
     if p.unit_scaled:

@@ -98,10 +98,18 @@ kind       B           A         Adam      SGD
 embedding  1           1         1/√n_out  1/√n_out
 hidden     1           1/√n_in   1/√n_in   1/√n_in
 attn_*     1 (q: 0)    1/√n_in   1/√n_in   1/√n_in
-readout    1 (or 0)    1/n_in    1         1
+readout    1 (or 0)    1/√n_in   1/√n_in   1/√n_in
 bias       0           1         1         1
 norm       0 (mean 1)  1         1         1
 =========  ==========  ========  ========  =====
+
+The readout is unit-scaled like every other matrix: A = 1/√n_in makes the
+logits unit-scale at init, where unit_scaling's ``linear_readout`` (A = 1/n_in,
+Adam LR 1) leaves them at 1/√n_in. Its Adam LR 1/√n_in keeps A·C = 1/n_in,
+so an update moves the logits exactly as much as under that readout (μP's
+output rule, Tensor Programs V Table 3); the two differ only in the function at
+init, a Gaussian process of unit scale here instead of a vanishing one (Tensor
+Programs IV: a_{L+1} + b_{L+1} = 1/2 instead of 1).
 
 All u-μP factors are absolute (the paper drops base shapes), so ``width`` only
 enters through the fans. The embedding Adam LR 1/√n_out (n_out = d_model) is the
@@ -439,10 +447,11 @@ class MuParametrization(Parametrization):
 class UnitMuParametrization(Parametrization):
   """u-μP (Blake et al. 2024): unit init, fan-based multipliers, no base shapes.
 
-  Forward multipliers 1/√n_in (hidden, attention) and 1/n_in (readout); Adam
-  LR 1/√n_in (hidden, attention), 1/√n_out (embedding, the paper's §4.4 rule)
-  and 1 (readout, biases, gains): the u-μP column of the paper's §4
-  ABC-multiplier table and ``unit_scaling.optim.lr_scale_func_adam``; every
+  Forward multipliers 1/√n_in (hidden, attention, readout); Adam LR 1/√n_in
+  (hidden, attention, readout), 1/√n_out (embedding, the paper's §4.4 rule)
+  and 1 (biases, gains): the u-μP column of the paper's §4 ABC-multiplier
+  table and ``unit_scaling.optim.lr_scale_func_adam``, except for the readout,
+  which is unit-scaled at init with the same A·C = 1/n_in (module docstring); every
   in-block parameter's LR is further × 1/√L (``lr_scale_for_depth``, L = the
   model's depth). The model computes with unit-scaled operations
   (``scaling.unit_scaling``), whose backward pass rescales gradients to unit
@@ -494,8 +503,8 @@ class UnitMuParametrization(Parametrization):
       return _vector(1.0, 1.0, init_mean=0.0)
     if kind == "norm":
       return _vector(1.0, 1.0, init_mean=1.0)
-    if kind == "readout":
-      return LayerSpec(init_std=1.0, multiplier=1.0 / fan_in, lr_adam=1.0, lr_sgd=1.0)
+    if kind == "readout":  # unit-scaled logits at init; A·C = 1/n_in as in μP's readout
+      return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=fan_in**-0.5)
     return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=fan_in**-0.5)
 
 

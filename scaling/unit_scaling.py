@@ -11,12 +11,17 @@ re-derives its rules as pure JAX functions:
   building block; ``scale_fwd``/``scale_bwd`` of unit_scaling are
   ``scale(x, s, 1)`` and ``scale(x, 1, s)``);
 * ``linear``: ``(x @ w) · s_out`` with input and weight gradients scaled by
-  ``s_in`` and ``s_w`` (u-μP: 1/√fan_in, 1/√fan_out, 1/√batch; the readout's
-  forward scale is μP's 1/fan_in);
-* ``attention_scale`` and ``attention``: dot-product attention with logits
-  ``α/d_head`` whose output and q/k/v gradients are scaled by the inverse of the
-  attention output's expected RMS for near-uniform attention, √(T / log T)
-  (causal) or √T;
+  ``s_in`` and ``s_w`` (u-μP: 1/√fan_in, 1/√fan_out, 1/√batch, the readout
+  included);
+* ``attention_scale``, ``attention_qk_grad_scale`` and ``attention``:
+  dot-product attention with logits ``α/d_head`` whose output and value
+  gradient are scaled by the inverse of the attention output's expected RMS for
+  near-uniform attention, √(T / log T) (causal) or √T, and whose query and key
+  gradients get that scale × √d_head/α (their own expected RMS);
+  ``attention_correlation_factors`` corrects the forward scale of each block
+  for values correlated across positions (running means of earlier blocks,
+  components shared by all positions), from the position covariance of the
+  residual stream at initialization;
 * ``residual_taus``, ``residual_split`` and ``residual_add``: u-μP's residual
   rule, ``(τ·f(x) + x)/√(1 + τ²)`` with the τ of each branch such that every
   attention and MLP branch contributes equally and the sum of all branches as
@@ -101,15 +106,13 @@ def _linear_bwd(output_scale, grad_input_scale, grad_weight_scale, res, g):
 linear.defvjp(_linear_fwd, _linear_bwd)
 
 
-def unit_linear_scales(fan_in: int, fan_out: int, batch: int, *, readout: bool = False,
-                       constrained: bool = True) -> tuple[float, float, float]:
+def unit_linear_scales(fan_in: int, fan_out: int, batch: int, *, constrained: bool = True) -> tuple[float, float, float]:
   """(output, grad-input, grad-weight) scales of a u-μP linear layer.
 
   Args:
     fan_in: the weight's fan-in.
     fan_out: the weight's fan-out.
     batch: the number of rows the layer is applied to (all axes of x but the last).
-    readout: the output layer: forward scale 1/fan_in (μP's readout) instead of 1/√fan_in.
     constrained: grad-input scale = output scale, so the gradient of x is the true gradient up to the
       constant of the layers before (unit_scaling's ``to_output_scale``); False: 1/√fan_out (unit-scale
       gradients, for layers used in mirrored pairs such as the MLP's, or for the readout).
@@ -117,7 +120,7 @@ def unit_linear_scales(fan_in: int, fan_out: int, batch: int, *, readout: bool =
   Returns:
     (output_scale, grad_input_scale, grad_weight_scale).
   """
-  output_scale = 1.0 / fan_in if readout else fan_in**-0.5
+  output_scale = fan_in**-0.5
   grad_input_scale = output_scale if constrained else fan_out**-0.5
   return output_scale, grad_input_scale, batch**-0.5
 
@@ -127,8 +130,14 @@ def gelu(x: Array) -> Array:
   return jax.nn.gelu(x) * jnp.asarray(GELU_SCALE, x.dtype)
 
 
-def attention_scale(seq_len: int, head_dim: int, *, mult: float = 1.0, causal: bool = True) -> float:
-  """The forward and q/k/v-gradient scale of u-μP attention (unit_scaling's ``scaled_dot_product_attention``).
+def _attention_weight(head_dim: int, mult: float) -> float:
+  """Log-interpolation weight of unit_scaling's attention rule: σ(log(mult²/(4·d_head))), 0 for flat attention."""
+  return 1.0 / (1.0 + 4.0 * head_dim / mult**2)
+
+
+def attention_scale(seq_len: int, head_dim: int, *, mult: float = 1.0, causal: bool = True,
+                    correlation: float = 1.0) -> float:
+  """The forward and value-gradient scale of u-μP attention (unit_scaling's ``scaled_dot_product_attention``).
 
   Logits ``mult/d_head`` are small at init, so attention is near-uniform: a causal average over t + 1 values
   has RMS √(1/(t + 1)), about √(log T / T) over the sequence (√(1/T) without a mask). The scale is the
@@ -139,27 +148,60 @@ def attention_scale(seq_len: int, head_dim: int, *, mult: float = 1.0, causal: b
     head_dim: d_head.
     mult: α_attn of the α/d_head logit scale.
     causal: whether the attention is causal.
+    correlation: the factor of ``attention_correlation_factors`` for values correlated across positions
+      (1: independent values, u-μP's rule); it multiplies the flat-attention scale before the interpolation.
 
   Returns:
     The scale (a Python float).
   """
-  weight = 1.0 / (1.0 + 4.0 * head_dim / mult**2)
-  lower = math.sqrt((math.log(seq_len) if causal and seq_len > 1 else 1.0) / seq_len)
+  weight = _attention_weight(head_dim, mult)
+  lower = math.sqrt((math.log(seq_len) if causal and seq_len > 1 else 1.0) / seq_len) / correlation
   return 1.0 / math.exp(weight * math.log(1.0) + (1.0 - weight) * math.log(lower))
 
 
-def attention(attend: Callable[[Array, Array, Array], Array], q: Array, k: Array, v: Array, attn_scale: float) -> Array:
-  """``attend(q, k, v) · attn_scale`` forward; gradients of q, k, v × attn_scale backward.
+def attention_qk_grad_scale(seq_len: int, head_dim: int, *, mult: float = 1.0, causal: bool = True,
+                            correlation: float = 1.0) -> float:
+  """The gradient scale of q and k in u-μP attention: ``attention_scale`` × (√d_head / mult)^(1 − w).
+
+  With near-uniform attention p_ij ≈ 1/n_i (n_i keys) and a unit-scale output gradient g_i, the logit gradient
+  is p_ij·g_i·(v_j − out_i), of RMS √d_head / n_i, and the query gradient (mult/d_head)·Σ_j (...)·k_j has
+  RMS (mult/√d_head)·√(1/n_i); averaged over the queries √(log T / T) (causal) or √(1/T), the value
+  gradient's scale times mult/√d_head. The extra factor √d_head/mult is interpolated towards 1 with the
+  weight w of ``attention_scale`` (sharp attention). The key gradient Σ_i (...)·q_i has the same mean square.
+
+  Args:
+    seq_len: T, the number of keys.
+    head_dim: d_head.
+    mult: α_attn of the α/d_head logit scale.
+    causal: whether the attention is causal.
+    correlation: as in ``attention_scale``.
+
+  Returns:
+    The scale (a Python float).
+  """
+  weight = _attention_weight(head_dim, mult)
+  base = attention_scale(seq_len, head_dim, mult=mult, causal=causal, correlation=correlation)
+  return base * (math.sqrt(head_dim) / mult)**(1.0 - weight)
+
+
+def attention(attend: Callable[[Array, Array, Array], Array], q: Array, k: Array, v: Array, attn_scale: float,
+              qk_grad_scale: float | None = None, v_grad_scale: float | None = None) -> Array:
+  """``attend(q, k, v) · attn_scale`` forward; gradients of q and k × qk_grad_scale, of v × v_grad_scale.
 
   Args:
     attend: the attention function (q, k, v) -> out, e.g. dense or blockwise attention with logits α/d_head.
     q, k, v: [B, T, N or K, H].
-    attn_scale: ``attention_scale(...)``.
+    attn_scale: the forward scale, ``attention_scale(...)``.
+    qk_grad_scale: ``attention_qk_grad_scale(...)``; None = attn_scale (unit_scaling's single scale).
+    v_grad_scale: the value-gradient scale; None = attn_scale.
 
   Returns:
     The scaled attention output.
   """
-  q, k, v = (scale(t, 1.0, attn_scale) for t in (q, k, v))
+  qk_grad_scale = attn_scale if qk_grad_scale is None else qk_grad_scale
+  v_grad_scale = attn_scale if v_grad_scale is None else v_grad_scale
+  q, k = (scale(t, 1.0, qk_grad_scale) for t in (q, k))
+  v = scale(v, 1.0, v_grad_scale)
   return scale(attend(q, k, v), attn_scale, 1.0)
 
 
@@ -226,3 +268,93 @@ def cross_entropy(logits: Array, targets: Array, weights: Array) -> Array:
   weights = weights.astype(jnp.float32)
   total = jnp.maximum(jnp.sum(weights), 1e-8)
   return scale(jnp.sum(ce * weights), 1.0 / total, 1.0)
+
+
+def _gelu_kernel_table(points: int = 401, order: int = 48) -> tuple[Any, Any]:
+  """(c, E[g(x)·g(y)]) on a grid of correlations c for the unit-scaled GELU g and unit normals x, y of corr c."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  nodes, weights = np.polynomial.hermite_e.hermegauss(order)
+  weights = weights / weights.sum()
+  g = lambda z: 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3))) * GELU_SCALE
+  c = np.linspace(-1.0, 1.0, points)
+  x, z = nodes[:, None, None], nodes[None, :, None]
+  y = c * x + np.sqrt(np.maximum(1 - c * c, 0.0)) * z
+  k = np.einsum("i,j,ijc->c", weights, weights, g(x) * g(y))
+  return c, k
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_kernel() -> tuple[Any, Any]:
+  return _gelu_kernel_table()
+
+
+def _uniform_attention_cov(cov: Any, causal: bool) -> Any:
+  """A·cov·Aᵀ for the uniform (causal) averaging matrix A: cumulative means along both axes."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = cov.shape[0]
+  if not causal:
+    return np.full_like(cov, cov.mean())
+  n = np.arange(1, t + 1, dtype=cov.dtype)
+  left = np.cumsum(cov, axis=0) / n[:, None]
+  return np.cumsum(left, axis=1) / n[None, :]
+
+
+@functools.lru_cache(maxsize=256)
+def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], ...], *, vocab_size: int,
+                                  pre_ln: bool = True, learned_positions: bool = False,
+                                  causal: bool = True) -> tuple[float, ...]:
+  """Per-block correction of ``attention_scale`` for values correlated across positions at init.
+
+  u-μP's attention scale assumes values independent across positions. In a deep model they are not: a
+  near-uniform causal attention outputs running means, which are strongly correlated between positions, and
+  the GELU's non-zero mean and the vocabulary's mean embedding add a component shared by all positions, so a
+  later block's average does not shrink like √(log T / T) and √(T / log T) over-amplifies it (up to ×12 at
+  T = 1024). This propagates the T × T position covariance of the residual stream through the blocks at
+  initialization, under the assumptions of u-μP's rule (uniform attention, unit-scaled weights independent of
+  their inputs): token embeddings with covariance I + (J − I)/V (random tokens; + I for learned positions),
+  LayerNorm to unit variance per position, attention A·C·Aᵀ, the MLP through the exact kernel of the
+  unit-scaled GELU, and the τ rule (τ²·C_branch + C)/(1 + τ²). The forward factor of block i is
+  √(mean_t (A·C₀·Aᵀ)_tt / mean_t (A·C_i·Aᵀ)_tt) with C₀ = I, so it is 1 for uncorrelated values and the
+  block's attention output has unit scale in this model. The same factor corrects the 1/√rows of the value
+  projection's weight gradient Σ_t x_tᵀ·dv_t, whose rows are correlated too: with inputs of correlation
+  corr(C_i) and value gradients s²·AᵀA (an output gradient independent across positions), its mean square is
+  s²·Σ_tu corr(C_i)_tu·(AᵀA)_tu = s²·tr(A·corr(C_i)·Aᵀ), the forward's.
+
+  Args:
+    seq_len: T.
+    taus: ((τ_attn, τ_mlp) per block), ``residual_taus``.
+    vocab_size: V.
+    pre_ln: pre-LN blocks (False: post-LN).
+    learned_positions: learned position embeddings added to the token embeddings.
+    causal: causal attention.
+
+  Returns:
+    One factor per block (Python floats, at most 1).
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = seq_len
+  grid, kernel = _gelu_kernel()
+  cov = np.eye(t) + (np.ones((t, t)) - np.eye(t)) / vocab_size
+  if learned_positions:
+    cov = cov + np.eye(t)
+
+  def corr(c):
+    d = np.sqrt(np.diag(c))
+    return np.clip(c / d[:, None] / d[None, :], -1.0, 1.0)
+
+  def add(branch, c, tau):
+    return (tau * tau * branch + c) / (1.0 + tau * tau)
+
+  white = np.mean(np.diag(_uniform_attention_cov(np.eye(t), causal)))
+  factors = []
+  for tau_attn, tau_mlp in taus:
+    mixed = _uniform_attention_cov(corr(cov), causal)
+    rms2 = np.mean(np.diag(mixed))
+    factors.append(min(1.0, math.sqrt(white / rms2)))
+    cov = add(mixed / rms2, cov, tau_attn)
+    if not pre_ln:
+      cov = corr(cov)
+    cov = add(np.interp(corr(cov), grid, kernel), cov, tau_mlp)
+    if not pre_ln:
+      cov = corr(cov)
+  return tuple(float(f) for f in factors)

@@ -540,10 +540,8 @@ def _mup_m2(kind, fan_in):
 
 
 def _umup(kind, fan_in):
-  # u-μP (Blake et al. 2024, §4): A = 1/√n_in for hidden and attention matrices, 1/n_in for the readout.
-  if kind == "readout":
-    return 1.0 / fan_in
-  if kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o"):
+  # u-μP (Blake et al. 2024, §4): A = 1/√n_in for hidden and attention matrices; the readout is unit-scaled too.
+  if kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout"):
     return 1.0 / math.sqrt(fan_in)
   return 1.0
 
@@ -589,8 +587,13 @@ class ReferenceLogitsTest(parameterized.TestCase):
       # u-μP's forward (unit_scaling): causal attention output × √(T / log T)^(1 − w), w = 1/(1 + 4·d/α²) with
       # T = 8, d = 8, α = 1; GELU × 1.7657 (its 0.8/0.2 log-interpolation between √(2/(1 − 1/π)) and 2); one
       # block: τ_attn = α_attn/√L = 1, τ_mlp = α_mlp/√(L + α_attn²) = 1/√2.
+      # The one block's values are random-token plus learned-position embeddings (unit init), whose overlap
+      # between two positions is 1/V of 2, ρ = 1/(2V): their causal mean has mean square (1 − ρ)·H_8/8 + ρ, so
+      # the scale takes the factor √((H_8/8) / that) of values correlated across positions.
       w = 1 / (1 + 4 * 8)
-      unit = {"attn": math.sqrt(8 / math.log(8)) ** (1 - w),
+      harmonic, rho = sum(1 / n for n in range(1, 9)) / 8, 1 / (2 * V)
+      factor = math.sqrt(harmonic / ((1 - rho) * harmonic + rho))
+      unit = {"attn": (math.sqrt(8 / math.log(8)) * factor) ** (1 - w),
               "gelu": math.sqrt(2 / (1 - 1 / math.pi)) ** 0.8 * 2**0.2, "taus": [(1.0, 1 / math.sqrt(2))]}
     want = _reference_logits(cfg, params, tokens, mult=mult, logit_scale=logit_scale, unit=unit)
     chex.assert_shape(logits, (2, 8, V))

@@ -86,14 +86,15 @@ class ScaleByParametrizationTest(chex.TestCase):
 
   def test_lr_multipliers_umup(self):
     # u-μP's backward pass is unit-scaled, so SGD takes the Adam multipliers (unit_scaling.optim.lr_scale_func_sgd
-    # with an unconstrained readout): 1/√n_out for the embedding, 1/√n_in for matrices, 1 for the rest.
+    # with an unconstrained readout): 1/√n_out for the embedding, 1/√n_in for matrices (the readout too, which
+    # starts at unit scale), 1 for the rest.
     sgd = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "sgd")
     adam = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "adam")
     for mults in (sgd, adam):
       self.assertAlmostEqual(_get(mults, ("embed", "embedding")), 8**-0.5)
       self.assertEqual(_get(mults, ("block_0", "mlp", "fc_out", "kernel")), 0.25)
       self.assertEqual(_get(mults, ("block_0", "mlp", "fc_in", "bias")), 1.0)
-      self.assertEqual(_get(mults, ("readout", "kernel")), 1.0)
+      self.assertAlmostEqual(_get(mults, ("readout", "kernel")), _D**-0.5)
     # In a model of depth L every in-block multiplier is further divided by √L (unit_scaling's lr_scale_for_depth).
     deep = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP.with_depth(4), _D, "adam")
     self.assertEqual(_get(deep, ("block_0", "mlp", "fc_out", "kernel")), 0.125)
@@ -239,11 +240,11 @@ class MakeOptimizerTest(chex.TestCase):
     params, grads = _random_tree(0), _random_tree(1)
     opt = optim.make_optimizer("sgd", 1e-3, _UMUP, _D, _KINDS)
     updates, _ = opt.update(grads, opt.init(params), params)
-    # u-μP SGD multipliers (= Adam's): 1/√n_out for the embedding, 1/√n_in for matrices, 1 for gains and biases
-    # and the readout.
+    # u-μP SGD multipliers (= Adam's): 1/√n_out for the embedding, 1/√n_in for matrices and the readout, 1 for
+    # gains and biases.
     mult = {("embed", "embedding"): 8**-0.5, ("block_0", "attn", "query_gain"): 1.0,
             ("block_0", "ln_attn", "scale"): 1.0, ("ln_final", "scale"): 1.0, ("block_0", "mlp", "fc_in", "bias"): 1.0,
-            ("block_0", "mlp", "fc_out", "kernel"): 0.25, ("readout", "kernel"): 1.0}
+            ("block_0", "mlp", "fc_out", "kernel"): 0.25, ("readout", "kernel"): _D**-0.5}
     want = _hand(lambda p, a, s: -1e-3 * mult.get(p, 8**-0.5) * _get(grads, p))
     chex.assert_trees_all_close(updates, want, rtol=1e-6)
 

@@ -10,6 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scaling import layers
+from scaling import model as model_lib
+from scaling import parametrization as P
 from scaling import unit_scaling as U
 
 
@@ -50,12 +53,27 @@ class VjpTest(parameterized.TestCase):
   def test_attention(self):
     q, k, v = (_normal(i, (2, 16, 2, 8)) for i in range(3))
     g = _normal(3, (2, 16, 2, 8))
-    s = U.attention_scale(16, 8)
-    y, vjp = jax.vjp(lambda q, k, v: U.attention(_plain_attention, q, k, v, s), q, k, v)
+    s, s_qk, s_v = 0.7, 5.0, 3.0
+    y, vjp = jax.vjp(lambda q, k, v: U.attention(_plain_attention, q, k, v, s, s_qk, s_v), q, k, v)
     y_ref, vjp_ref = jax.vjp(_plain_attention, q, k, v)
     chex.assert_trees_all_close(y, y_ref * s, rtol=1e-5)
-    for got, want in zip(vjp(g), vjp_ref(g)):
-      chex.assert_trees_all_close(got, want * s, rtol=1e-4, atol=1e-6)
+    for got, want, scale in zip(vjp(g), vjp_ref(g), (s_qk, s_qk, s_v)):
+      chex.assert_trees_all_close(got, want * scale, rtol=1e-4, atol=1e-6)
+
+  def test_projections_undo_attention_backward_scales(self):
+    # The model's q/k/v projections scale their input gradient by forward/backward of the attention, so the
+    # gradient of x is jax's gradient of the plain composite (x @ W_q, x @ W_k, x @ W_v -> attention) × s.
+    x, g = _normal(0, (1, 16, 8)), _normal(1, (1, 16, 2, 4))
+    w = [_normal(2 + i, (8, 8)) for i in range(3)]
+    s, s_qk, s_v, a = 0.7, 5.0, 3.0, 8**-0.5
+
+    def unit(x):
+      q, k, v = (U.linear(x, wi, a, a * s / sb, 1.0).reshape(1, 16, 2, 4) for wi, sb in zip(w, (s_qk, s_qk, s_v)))
+      return U.attention(_plain_attention, q, k, v, s, s_qk, s_v)
+
+    plain = lambda x: _plain_attention(*((x @ wi * a).reshape(1, 16, 2, 4) for wi in w))
+    (dx,), (dx_ref,) = jax.vjp(unit, x)[1](g), jax.vjp(plain, x)[1](g)
+    chex.assert_trees_all_close(dx, dx_ref * s, rtol=1e-4, atol=1e-6)
 
   def test_attention_scale_formula(self):
     # unit_scaling's rule: 1 / logint(σ(log(mult²/(4 d))), lower=√(log T / T) (causal) or √(1/T), upper=1).
@@ -128,12 +146,93 @@ class UnitScaleOpsTest(parameterized.TestCase):
     self.assertBetween(_rms(y), 0.5, 2.0)
     self.assertBetween(_rms(vjp(g)[0]), 0.5, 2.0)
 
+  @parameterized.parameters((64, 16), (1024, 16), (1024, 256), (128, 64))
+  def test_attention_qk_gradients(self, t, d):
+    # q and k gradients of near-uniform α/d_head attention, from jax.grad of the unscaled op, × the q/k scale.
+    q, k, v, g = (_normal(i, (1, t, 2, d)) for i in range(4))
+    _, vjp = jax.vjp(_plain_attention, q, k, v)
+    dq, dk, _ = vjp(g)
+    s = U.attention_qk_grad_scale(t, d)
+    self.assertBetween(_rms(dq) * s, 0.5, 2.0)
+    self.assertBetween(_rms(dk) * s, 0.5, 2.0)
+
+  @parameterized.parameters((64, 65), (1024, 65), (1024, 4096), (256, 8))
+  def test_correlation_factor_of_first_block(self, t, vocab):
+    # Random tokens: embeddings of two positions have expected overlap 1/V, so a causal mean of t + 1 values
+    # has variance (1 − 1/V)/(t + 1) + 1/V; the factor is √((H_T/T) / mean over t of that).
+    harmonic = sum(1.0 / n for n in range(1, t + 1)) / t
+    want = math.sqrt(harmonic / ((1 - 1 / vocab) * harmonic + 1 / vocab))
+    got = U.attention_correlation_factors(t, U.residual_taus(2), vocab_size=vocab)[0]
+    self.assertAlmostEqual(got, want, places=6)
+
   @parameterized.parameters(64, 256, 4096)
   def test_cross_entropy_gradient(self, vocab):
     logits = 0.1 * _normal(0, (64, vocab))
     targets = jax.random.randint(jax.random.PRNGKey(1), (64,), 0, vocab)
     grad = jax.grad(U.cross_entropy)(logits, targets, jnp.ones((64,)))
     self.assertBetween(_rms(grad), 0.5, 2.0)
+
+
+def _model_scales(width, depth, seq_len, vocab=65, seed=0):
+  """RMS of every probed activation, of the gradient arriving at it and of every weight gradient at init.
+
+  A u-μP model of 4 heads on one sequence of random tokens; the loss is u-μP's cross-entropy, whose backward
+  pass gives the logits a unit-scale gradient. Returns {"act/..." | "grad/..." | "weight/...": RMS}.
+  """
+  cfg = model_lib.ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4,
+                              max_len=seq_len, parametrization=P.get_parametrization("umup"))
+  model = model_lib.Transformer(cfg)
+  init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
+  tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, vocab)
+  variables = model.init(init_key, tokens[:, :-1])
+  params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
+
+  def loss(params, perturbations):
+    logits, state = model.apply({"params": params, layers.PERTURBATIONS: perturbations}, tokens[:, :-1],
+                                mutable=[layers.ACTIVATIONS])
+    return U.cross_entropy(logits, tokens[:, 1:], jnp.ones((1, seq_len))), state[layers.ACTIVATIONS]
+
+  (_, acts), (grads, act_grads) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, zeros)
+  out = {}
+  for prefix, tree in (("act", acts), ("grad", act_grads), ("weight", grads)):
+    for path, x in jax.tree_util.tree_leaves_with_path(tree):
+      name = "/".join(n for n in P.path_names(path) if not n.isdigit())
+      out[f"{prefix}/{name}"] = _rms(x)
+  return out
+
+
+class ModelUnitScaleTest(parameterized.TestCase):
+  """The u-μP model is unit-scaled at init: RMS in the [0.5, 2] band of unit scaling, an independent criterion.
+
+  Corners of widths 64–1024, depths 2–16 and sequence lengths 64–1024 (batch 1, vocabulary 65 as in
+  character-level text). At width 1024, depth 2, T = 64 every activation, activation gradient and weight gradient
+  is in the band. In long (T = 1024) or deep (16 blocks) models every activation and the gradients of the
+  residual stream, the branch outputs, the MLP hidden layer, the final norm, the logits and the embedding are; the
+  gradients of q, k and v and many weight gradients are not (README, u-μP section): the gradient reaching the
+  lower blocks is correlated across positions, which the backward scales do not model.
+  The gradients arriving at the LayerNorm outputs (``act_attn_in``, ``act_mlp_in``) are never checked: they are
+  each branch's true gradient (its projections undo the attention's backward scales), small when the branch
+  averages over many positions.
+  """
+
+  def _outside(self, scales, names):
+    self.assertNotEmpty(names)
+    return {k: round(scales[k], 3) for k in names if not 0.5 <= scales[k] <= 2.0}
+
+  def test_every_tensor_in_band(self):
+    scales = _model_scales(1024, 2, 64)
+    names = [k for k in scales if not (k.startswith("grad/") and k.endswith("_in"))]
+    self.assertLen([k for k in names if k.startswith("weight/")], 3 + 2 * 8)
+    self.assertEmpty(self._outside(scales, names))
+
+  @parameterized.parameters((64, 2, 1024), (64, 16, 64))
+  def test_activations_and_residual_gradients_in_band(self, width, depth, seq_len):
+    scales = _model_scales(width, depth, seq_len)
+    checked = ("act_embed", "act_attn_out", "act_attn_resid", "act_mlp_out", "act_out", "act_ctx", "act_hidden",
+               "act_final", "act_logits")
+    names = [k for k in scales if k.startswith("act/") or (k.startswith("grad/") and k.endswith(checked))]
+    self.assertLen([k for k in names if k.startswith("act/")], 3 + 11 * depth)
+    self.assertEmpty(self._outside(scales, names))
 
 
 if __name__ == "__main__":
