@@ -22,6 +22,18 @@ each α of ``--depth_alphas`` (CompleteP, Dey et al. 2025: with α = 1/2 or 1 th
 optimal learning rate is meant to stay put as the depth grows); ``WidthGrid``
 holds the points of either axis and the model family of each point.
 
+Batch size and training length (``--axis=batch`` / ``--axis=steps``): the same grid at one width for every
+batch size or number of steps. Rules (``--rules``): every point once per logit-scale rule, a curve each.
+
+Learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer training
+instabilities", §3.1): per point, the mean over the grid's log learning rates of min(loss(η), initial loss) − the
+best loss, diverged runs at the initial loss (``lr_sensitivity``), per seed and for the seed-mean curve
+(``sensitivity_rows``).
+
+Attention multiplier (``--grid=attn_mult``): the vmapped grid sweeps the α of the logit scale α/d_head at one
+learning rate instead of the learning rate; α is a traced member of the train state
+(``scaling.train.TrainState.attn_mult``), so one program per point serves the whole grid.
+
 Divergence: a member whose loss is ever non-finite has diverged; its final
 loss is None (reported as null, treated as +inf by ``find_optimum``), and a
 learning rate at which any seed diverged has no mean loss.
@@ -52,8 +64,6 @@ from scaling import config as config_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.config import Seeds
-
-OPTIMUM_COLUMNS = ("parametrization", "width", "log2_lr", "final_loss", "log2_lr_interp", "at_edge", "num_diverged")
 
 
 AXES = ("width", "depth", "batch", "steps")
