@@ -121,10 +121,12 @@ class WidthGrid(Options):
 
   def validate(self):
     own = {"depth": ("depths", "depth_alphas"), "batch": ("batch_sizes",), "steps": ("step_counts",)}
+    varies = {"width": "--widths at --depth", "depth": "--depths at --width", "batch": "--batch_sizes at --width",
+              "steps": "--step_counts at --width"}
     for axis, names in own.items():
       for name in names:
         if self.axis != axis and getattr(self, name) is not None:
-          raise ValueError(f"--{name} only applies to --axis={axis}")
+          raise ValueError(f"--{name} only applies to --axis={axis} (--axis={self.axis} varies {varies[self.axis]})")
     if self.axis == "width" and self.width is not None:
       raise ValueError("--width only applies to --axis=depth, batch or steps (--axis=width varies --widths at --depth)")
     for axis, name in (("batch", "batch_sizes"), ("steps", "step_counts")):
@@ -542,8 +544,8 @@ def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float
     initial_loss: the loss at initialization.
 
   Returns:
-    The sensitivity (≥ 0; 0 when every learning rate reaches the same loss), or None when every run diverged or
-    the initial loss is unknown.
+    The sensitivity (≥ 0; 0 when every learning rate reaches the same loss, or none gets below the initial loss:
+    the best loss is the smallest capped one), or None when every run diverged or the initial loss is unknown.
   """
   if initial_loss is None or not math.isfinite(initial_loss):
     return None
@@ -552,7 +554,7 @@ def lr_sensitivity(losses: Sequence[float | None], initial_loss: float) -> float
   if not finite.any():
     return None
   capped = np.where(finite, np.minimum(ys, initial_loss), initial_loss)
-  return float(np.mean(capped) - np.min(ys[finite]))
+  return float(np.mean(capped) - np.min(capped))
 
 
 def sensitivity_rows(rows: Sequence[dict[str, Any]], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -966,7 +968,8 @@ def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     written += ["sensitivity.md", "sensitivity.png"]
   print(f"final training loss (mean of the last steps, mean over {config.seeds.num_seeds} seeds):")
   print(loss_grid_table(rows, config.x_values, x=x, keys=keys))
-  print(f"\noptimal {what} per {FIELD_NAMES[grid.x_name]}:")
+  print(f"\noptimal {'attention multiplier' if config.swept.by_attn_mult else 'learning rate'} per "
+        f"{FIELD_NAMES[grid.x_name]}:")
   columns = (*keys, x, "final_loss", f"{x}_interp", "at_edge", "num_diverged")
   if not config.swept.by_attn_mult:
     columns += ("sensitivity_mean", "sensitivity_std")
