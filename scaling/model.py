@@ -323,11 +323,13 @@ class Attention(nn.Module):
   the learnable per-coordinate gains act on rotated coordinates; LayerNorm's
   centring acts on the rotated vector. Sows the
   ``ATTENTION_METRICS`` of the logits and weights it used (NaN for those the
-  blockwise path never forms).
+  blockwise path never forms). ``attn_mult``, when given (a value that may be traced, e.g. vmapped over a grid),
+  replaces the rule by the ``linear`` rule's α/d_head with α = attn_mult.
   """
 
   config: ModelConfig
   index: int = 0
+  attn_mult: Any = None
 
   def unit_scales(self, seq_len: int) -> tuple[float, float, float, float]:
     """u-μP's (forward, q/k-gradient, v-gradient, W_v-gradient factor) of this block's attention over T keys.
@@ -374,6 +376,8 @@ class Attention(nn.Module):
       qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), p, cfg.width)
       kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), p, cfg.width)
       rule = rule.replace(query_gain=layers.scaled(qg, mult), key_gain=layers.scaled(kg, mult))
+    if self.attn_mult is not None:
+      rule = rules_lib.FixedScale(logit=jnp.asarray(self.attn_mult, jnp.float32) / h)
     stats = {}
 
     def attend(q, kk, v):
@@ -432,13 +436,14 @@ class Block(nn.Module):
 
   config: ModelConfig
   index: int = 0
+  attn_mult: Any = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     norm = lambda name: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
                                     name=name)
-    attn = Attention(cfg, index=self.index, name="attn")
+    attn = Attention(cfg, index=self.index, attn_mult=self.attn_mult, name="attn")
     mlp = Mlp(cfg, name="mlp")
     p = cfg.parametrization
     if p.unit_scaled:
@@ -477,10 +482,12 @@ class Transformer(nn.Module):
   with pre-LN blocks by default (Xiong et al. 2020, "On Layer Normalization in
   the Transformer Architecture"), GELU MLPs, untied input and output
   embeddings, and no dropout. Sows ``embed_rms`` (the first block's input) and
-  ``readout_rms`` (the logits); ``apply_with_aux`` collects every sown value.
+  ``readout_rms`` (the logits); ``apply_with_aux`` collects every sown value. ``attn_mult`` (optional, may be
+  traced): every layer's logit scale is α/d_head with α = attn_mult (``Attention``).
   """
 
   config: ModelConfig
+  attn_mult: Any = None
 
   @nn.compact
   def __call__(self, tokens: Array, *, embedded: Array | None = None) -> Array:
@@ -512,7 +519,7 @@ class Transformer(nn.Module):
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, index=i, name=f"block_{i}")(x)
+      x = Block(cfg, index=i, attn_mult=self.attn_mult, name=f"block_{i}")(x)
     if cfg.pre_ln:
       x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
       x = layers.probe(self, "act_final", x)

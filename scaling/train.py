@@ -136,11 +136,14 @@ class TrainState:
     params: the model's ``params`` collection.
     opt_state: the optimizer state (holds the learning rate when the optimizer
       uses ``optax.inject_hyperparams``).
+    attn_mult: None, or the α of the attention logit scale α/d_head (a value, so a grid can vmap over it;
+      the model's ``attn_mult``); never trained.
   """
 
   step: Array
   params: Any
   opt_state: Any
+  attn_mult: Any = None
 
 
 @functools.lru_cache(maxsize=64)
@@ -188,6 +191,8 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
     the readout over the scored tokens) and ``z_loss``. ``loss`` is the
     cross-entropy; the gradient is that of loss + z_loss (``opt_config.z_loss``).
   """
+  if state.attn_mult is not None:
+    model = model.clone(attn_mult=state.attn_mult)
   grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model, z_loss_coefficient=opt_config.z_loss),
                                has_aux=True)
   (_, (accuracy, aux)), grads = grad_fn(state.params, batch)
@@ -210,7 +215,7 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       "z_loss": aux["z_loss"],
       **aux["layers"],
   }
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
 @functools.lru_cache(maxsize=64)
@@ -383,7 +388,8 @@ class TrainResult:
 
 
 def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, dataset: Any, *,
-          seed: int | Sequence[int] = 0, learning_rates: Sequence[float] | None = None, log_every: int = 1,
+          seed: int | Sequence[int] = 0, learning_rates: Sequence[float] | None = None,
+          attn_mults: Sequence[float] | None = None, log_every: int = 1,
           callback: Callable[[int, dict[str, Any]], None] | None = None,
           divergence_factor: float = DEFAULT_DIVERGENCE_FACTOR, record: Sequence[str] = (),
           fixed_batch: bool = False, keep_last_finite: bool = False, stop_on_divergence: bool = True,
@@ -402,6 +408,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     seed: an int for a single run, or a sequence [M] for a grid.
     learning_rates: a grid's learning rates [M] (with a sequence of seeds);
       None: ``opt_config.learning_rate`` for every member.
+    attn_mults: optional α [M] of each member's attention logit scale α/d_head (``TrainState.attn_mult``; a
+      grid only): one compiled step serves every α.
     log_every: call ``callback`` and keep history every this many steps (the
       first, the last and a diverging step are always logged).
     callback: ``callback(step, row)`` with host metrics (floats and lists) and ``row["diverged"]``, true at
@@ -444,15 +452,19 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
            else np.asarray(learning_rates, np.float32))
     if seeds.ndim != 1 or seeds.shape != lrs.shape or not seeds.size:
       raise ValueError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
-    (seeds, lrs), members = sharding_lib.shard((seeds, lrs), mesh)  # padded members repeat the last one
+    mults = None if attn_mults is None else np.asarray(attn_mults, np.float32)
+    if mults is not None and mults.shape != seeds.shape:
+      raise ValueError(f"attn_mults must be 1-D like the seeds, got {mults.shape} and {seeds.shape}")
+    (seeds, lrs, mults), members = sharding_lib.shard((seeds, lrs, mults), mesh)  # padding repeats the last one
     batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
     shape = (members,)
     if state is None:
       state = make_init(model_config, opt_config, grid=True)(seeds, lrs)
+      state = state if mults is None else state.replace(attn_mult=mults)
     step_fn = make_train_step(model_config, opt_config, grid=True)
   else:
-    if learning_rates is not None:
-      raise ValueError("learning_rates need a sequence of seeds (a grid)")
+    if learning_rates is not None or attn_mults is not None:
+      raise ValueError("learning_rates and attn_mults need a sequence of seeds (a grid)")
     seeds = int(seed)
     shape = ()
     if mesh.size > 1 or shard_params:

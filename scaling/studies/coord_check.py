@@ -158,6 +158,11 @@ class CoordCheckConfig(Options):
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
+    if self.grid.axis in ("batch", "steps"):
+      raise ValueError(f"--axis={self.grid.axis} only applies to experiments.transfer; the coordinate check varies "
+                       "the width or the depth")
+    if self.grid.rules is not None:
+      raise ValueError("--rules only applies to experiments.transfer; the coordinate check takes one --rule")
     self.grid.check_unused(self)
     if self.grid.by_depth and len(self.grid.depth_values) < 2:
       raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
