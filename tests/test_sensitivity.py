@@ -166,5 +166,26 @@ class ExperimentTest(parameterized.TestCase):
     experiment_main.assert_one_line_error(self, code, stdout, stderr, text, out)
 
 
+
+class WidthComparisonTest(absltest.TestCase):
+
+  def _rows(self, wide_seeds):
+    narrow = [{"width": 64, "log2_lr": -6.0, "final_loss": 2.0, "final_loss_seeds": [1.9, 2.1]},
+              {"width": 64, "log2_lr": -5.0, "final_loss": 2.5, "final_loss_seeds": [2.5, 2.5]}]
+    return narrow + [{"width": 128, "log2_lr": -7.0, "final_loss": float(np.mean(wide_seeds)),
+                      "final_loss_seeds": wide_seeds}]
+
+  def test_known_differences_and_verdicts(self):
+    # Standard error of the difference: sqrt(0.02/2 + var(wide)/2); narrow seeds 1.9, 2.1 have sample variance 0.02.
+    text = transfer.width_comparison_markdown([("a", self._rows([2.1, 2.3])), ("b", self._rows([2.5, 2.7]))], "H")
+    lines = text.splitlines()
+    self.assertIn("| a | 64 | -6 | 2.000 ± 0.100 | 1.900, 2.100 |", lines)
+    self.assertIn("| a | 128 | -7 | 2.200 ± 0.100 | 2.100, 2.300 |", lines)
+    self.assertEqual(lines[-2], "- a: width 128 − width 64 = +0.2000 (standard error 0.1414): the wider model is not "
+                                "worse.")
+    self.assertEqual(lines[-1], "- b: width 128 − width 64 = +0.6000 (standard error 0.1414): the wider model is "
+                                "worse.")
+
+
 if __name__ == "__main__":
   absltest.main()

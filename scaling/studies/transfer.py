@@ -977,3 +977,41 @@ def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote {', '.join(written)} and config.json to "
         f"{out_dir}")
   return optimum_rows
+
+
+def width_comparison_markdown(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], heading: str) -> str:
+  """Whether the wider model is at least as good (Tensor Programs V's "wider is better"), as Markdown.
+
+  Args:
+    runs: (label, transfer result rows) per run; each run's rows hold one parametrization and two or more widths.
+    heading: the text above the table.
+
+  Returns:
+    ``heading``, a table with one row per (run, width) at that width's best learning rate (final loss mean ± std
+    and per seed), then one line per run and pair of consecutive widths: the difference of the seed means, the
+    standard error of that difference, and the verdict (criterion: the wider model is not worse if its loss is at
+    most the narrower one's plus twice that standard error).
+  """
+  table, lines = [], []
+  for label, rows in runs:
+    best = {}
+    for r in rows:
+      if r.get("final_loss") is not None and (r["width"] not in best or r["final_loss"] < best[r["width"]]["final_loss"]):
+        best[r["width"]] = r
+    for w in sorted(best):
+      r = best[w]
+      seeds = [s for s in r["final_loss_seeds"] if s is not None]
+      table.append([label, w, _cell(r["log2_lr"]), f"{np.mean(seeds):.3f} ± {np.std(seeds):.3f}",
+                    ", ".join(f"{s:.3f}" for s in seeds)])
+    widths = sorted(best)
+    for narrow, wide in zip(widths, widths[1:]):
+      a = np.asarray([s for s in best[narrow]["final_loss_seeds"] if s is not None])
+      b = np.asarray([s for s in best[wide]["final_loss_seeds"] if s is not None])
+      diff = float(b.mean() - a.mean())
+      se = float(np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)) if min(a.size, b.size) > 1 else float("nan")
+      verdict = ("not worse" if diff <= 2 * se else "worse") if math.isfinite(se) else (
+          "not worse" if diff <= 0 else "worse (one seed: no error bar)")
+      lines.append(f"- {label}: width {wide} − width {narrow} = {diff:+.4f} (standard error {se:.4f}): "
+                   f"the wider model is {verdict}.")
+  columns = ["run", "width", "best log2 lr", "final loss (mean ± std over seeds)", "per seed"]
+  return f"{heading}\n\n{report.markdown_table(columns, table).rstrip()}\n\n" + "\n".join(lines) + "\n"
