@@ -320,9 +320,14 @@ class Attention(nn.Module):
     n, k, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
     dense = lambda features, kind, name: layers.ScaledDense(
         features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, name=name)
-    q = dense(n * h, "attn_q", "query")(x).reshape(b, t, n, h)
-    kk = dense(k * h, "attn_k", "key")(x).reshape(b, t, k, h)
-    v = dense(k * h, "attn_v", "value")(x).reshape(b, t, k, h)
+    projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
+    if p.unit_scaled:  # u-μP's products carry their own backward scales
+      q, kk, v = (dense(f, kind, name)(x) for f, kind, name in projections)
+    else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
+      kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
+                 for f, kind, name in projections]
+      q, kk, v = layers.fused_dense(x, kernels, cfg.compute_dtype)
+    q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)
