@@ -24,6 +24,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from experiments import bench_train
 from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
@@ -110,7 +111,8 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   config = sweep_lib.SweepConfig()
   if quick:
     config = sweep_lib.SweepConfig(d_k=(8,), rules=("sqrt", "qk_norm"), num_seeds=2, seq_len=16, batch=1)
-  results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()]}
+  results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
+             "load_average": [os.getloadavg()[0]]}
   timings = {}
   for name, fn in (("vmapped", lambda: sweep_lib.run_sweep(config)),
                    ("one_at_a_time", lambda: run_one_at_a_time(config))):
@@ -132,6 +134,7 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
         f"({len(slow)} configurations x {config.num_seeds} seeds; max relative difference {max_rel:.1e})")
   rerun = rerun_with_cache(QUICK_FLAGS if quick else ())
   results["rerun"] = rerun
+  results["load_average"].append(os.getloadavg()[0])
   first, second = rerun["runs"]
   print(report.table([{"run": name, "process_s": r["wall_s"], "in_run_s": r["in_run_s"],
                        "cache_files": r["cache_files"]} for name, r in zip(("first", "second"), rerun["runs"])],
@@ -161,7 +164,7 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines = [f"**sweep**: the sweep ({len(c['d_k'])} head dims × {len(c['rules'] or sweep_lib.DEFAULT_RULES)} rules, "
            f"{c['num_seeds']} seeds, T = {c['seq_len'][0]}) vmapped over rules and seeds against the same "
            f"{configurations} configurations × {c['num_seeds']} seeds computed one at a time (same numbers to "
-           f"{results['max_rel_diff']:.0e} relative):", ""]
+           f"{results['max_rel_diff']:.0e} relative)" + bench_train.load_note(results) + ":", ""]
   lines.append(report.markdown_table(("method", "cold s (with compilation)", "warm s"),
                                      [(name.replace("_", " "), f"{v['cold_s']:.1f}", f"{v['warm_s']:.2f}")
                                       for name, v in t.items()]))

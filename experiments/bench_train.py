@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import pathlib
 import time
 from typing import Any
@@ -259,11 +260,13 @@ def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str
 def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   """Runs both measurements, prints tables, writes train.json and train.png into ``out_dir``."""
   config = QUICK if quick else TrainBenchConfig()
+  load_before = os.getloadavg()[0]
   peak = bench_attention.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
   thr = throughput(config, peak)
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
-             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid}
+             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid,
+             "load_average": [load_before, os.getloadavg()[0]]}
   m = thr["model"]
   print(f"throughput: width {m['width']}, depth {m['depth']}, {m['num_heads']} heads x {m['head_dim']}, "
         f"batch {m['batch_size']} x {m['seq_len']} tokens, {m['params']} params")
@@ -312,7 +315,8 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines = [f"**train**: a width-{m['width']}, depth-{m['depth']} model ({m['num_heads']} heads × {m['head_dim']}, "
            f"batch {m['batch_size']} × {m['seq_len']} tokens, {m['params'] / 1e6:.1f} M parameters); model FLOPs = "
            f"6·params·tokens + attention, {thr['flops_per_step']['total'] / 1e9:.1f} GFLOP per step; peak = the "
-           f"best {results['matmul_size']}² float32 matmul in the same run, {peak / 1e9:.0f} GFLOP/s:", ""]
+           f"best {results['matmul_size']}² float32 matmul in the same run, {peak / 1e9:.0f} GFLOP/s"
+           + load_note(results) + ":", ""]
   lines.append(report.markdown_table(
       ("train step", "steps/s", "GFLOP/s", "fraction of peak"),
       [(_VARIANT_LABELS.get(name, name), f"{v['steps_per_s']:.2f}", f"{v['flops_per_s'] / 1e9:.0f}",
@@ -333,3 +337,18 @@ def readme_markdown(results: dict[str, Any]) -> str:
                + (f" ({results['per_step']['loop_shared_compile_over_vmapped']:.2f}× when the runs share one "
                   f"compiled step)." if "loop_shared_compile_over_vmapped" in results["per_step"] else "."))
   return "\n".join(lines) + "\n"
+
+
+def load_note(results: dict[str, Any]) -> str:
+  """The machine's 1-minute load average at a suite's start and end, as a parenthesis for its Markdown.
+
+  Args:
+    results: a suite's results, with ``load_average`` [start, end] where it recorded them.
+
+  Returns:
+    " (1-minute load average ...)", or "" without ``load_average``.
+  """
+  if "load_average" not in results:
+    return ""
+  start, end = results["load_average"]
+  return f" (1-minute load average {start:.1f} at the start of the suite, {end:.1f} at its end)"
