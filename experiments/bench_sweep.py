@@ -1,16 +1,30 @@
-"""Benchmark suite `sweep`: the vmapped sweep against the same numbers computed one configuration at a time."""
+"""Benchmark suite `sweep`: the vmapped sweep against the same numbers computed one configuration at a time, and
+a rerun of ``python -m experiments.sweep`` against its first run (JAX's persistent compilation cache).
+
+The rerun comparison runs the same command twice as separate processes with a
+fresh, empty cache folder (``--compilation_cache_dir``): the first run compiles
+and writes every program, the second reads them back. It reports the wall time
+of each whole process and the in-run time (the sum of the per-head-dimension
+times in timings.jsonl), and their ratios.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 import pathlib
+import subprocess
+import sys
+import tempfile
 import time
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from experiments import bench_train
 from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
@@ -56,6 +70,36 @@ def clear_caches() -> None:
   jax.clear_caches()
 
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+QUICK_FLAGS = ("--d_k=8", "--rules=sqrt,qk_norm", "--num_seeds=2", "--seq_len=16", "--batch=1")
+
+
+def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
+  """Runs ``python -m experiments.sweep`` twice with one fresh cache folder; times both runs.
+
+  Args:
+    flags: the sweep's flags (both runs; each writes its own output folder).
+
+  Returns:
+    {"runs": [{"wall_s", "in_run_s", "cache_files"} for the first and second run], "wall_ratio",
+    "in_run_ratio"} (ratios: first / second).
+  """
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+  runs = []
+  with tempfile.TemporaryDirectory(prefix="sweep-rerun-") as tmp:
+    cache = pathlib.Path(tmp) / "cache"
+    for i in range(2):
+      out = pathlib.Path(tmp) / f"run{i}"
+      start = time.perf_counter()
+      subprocess.run([sys.executable, "-m", "experiments.sweep", *flags, f"--compilation_cache_dir={cache}",
+                      f"--out_dir={out}"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+      wall = time.perf_counter() - start
+      in_run = sum(json.loads(line)["seconds"] for line in (out / "timings.jsonl").read_text().splitlines())
+      runs.append({"wall_s": wall, "in_run_s": in_run, "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())})
+  return {"flags": list(flags), "runs": runs, "wall_ratio": runs[0]["wall_s"] / runs[1]["wall_s"],
+          "in_run_ratio": runs[0]["in_run_s"] / runs[1]["in_run_s"]}
+
+
 def _timed(fn):
   start = time.perf_counter()
   out = fn()
@@ -67,7 +111,8 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   config = sweep_lib.SweepConfig()
   if quick:
     config = sweep_lib.SweepConfig(d_k=(8,), rules=("sqrt", "qk_norm"), num_seeds=2, seq_len=16, batch=1)
-  results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()]}
+  results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
+             "load_average": [os.getloadavg()[0]]}
   timings = {}
   for name, fn in (("vmapped", lambda: sweep_lib.run_sweep(config)),
                    ("one_at_a_time", lambda: run_one_at_a_time(config))):
@@ -87,7 +132,17 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   print(f"sweep: vmapped is {ratio:.1f}x faster cold (compilation included) and {warm_ratio:.1f}x faster warm "
         f"than one configuration at a time "
         f"({len(slow)} configurations x {config.num_seeds} seeds; max relative difference {max_rel:.1e})")
+  rerun = rerun_with_cache(QUICK_FLAGS if quick else ())
+  results["rerun"] = rerun
+  results["load_average"].append(os.getloadavg()[0])
+  first, second = rerun["runs"]
+  print(report.table([{"run": name, "process_s": r["wall_s"], "in_run_s": r["in_run_s"],
+                       "cache_files": r["cache_files"]} for name, r in zip(("first", "second"), rerun["runs"])],
+                     ("run", "process_s", "in_run_s", "cache_files"), floatfmt=".2f"))
+  print(f"sweep: with the persistent compilation cache, the second identical `python -m experiments.sweep` is "
+        f"{rerun['wall_ratio']:.1f}x faster than the first (whole process; {rerun['in_run_ratio']:.1f}x in-run)")
   results_lib.write_json(out_dir / "sweep.json", results)
+  (out_dir / "sweep.md").write_text(readme_markdown(results))
   fig, axes = plotting.grid_figure(1, 1)
   ax = axes[0][0]
   x = np.arange(len(rows))
@@ -98,4 +153,30 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   ax.legend()
   ax.set_title(f"default sweep: vmapped {ratio:.1f}x (cold), {warm_ratio:.1f}x (warm) faster")
   plotting.save_figure(fig, out_dir / "sweep.png")
-  return {"speedup_cold": ratio, "speedup_warm": warm_ratio, "vmapped_cold_s": timings["vmapped"]["cold_s"]}
+  return {"speedup_cold": ratio, "speedup_warm": warm_ratio, "vmapped_cold_s": timings["vmapped"]["cold_s"],
+          "rerun_wall_ratio": rerun["wall_ratio"]}
+
+
+def readme_markdown(results: dict[str, Any]) -> str:
+  """The measurements of ``results`` (sweep.json) as Markdown for README.md's generated section."""
+  c, t, rerun = results["config"], results["timings"], results["rerun"]
+  configurations = len(c["d_k"]) * len(c["rules"] or sweep_lib.DEFAULT_RULES)
+  lines = [f"**sweep**: the sweep ({len(c['d_k'])} head dims × {len(c['rules'] or sweep_lib.DEFAULT_RULES)} rules, "
+           f"{c['num_seeds']} seeds, T = {c['seq_len'][0]}) vmapped over rules and seeds against the same "
+           f"{configurations} configurations × {c['num_seeds']} seeds computed one at a time (same numbers to "
+           f"{results['max_rel_diff']:.0e} relative)" + bench_train.load_note(results) + ":", ""]
+  lines.append(report.markdown_table(("method", "cold s (with compilation)", "warm s"),
+                                     [(name.replace("_", " "), f"{v['cold_s']:.1f}", f"{v['warm_s']:.2f}")
+                                      for name, v in t.items()]))
+  lines.append(f"Vmapped is **{results['speedup_cold']:.1f}× faster cold** and {results['speedup_warm']:.1f}× warm.")
+  lines.append("")
+  command = " ".join(["python -m experiments.sweep", *rerun["flags"]])
+  lines.append(f"Rerunning `{command}` with JAX's persistent compilation cache (two processes, one fresh cache "
+               f"folder; in-run = the sum of the per-head-dimension times in timings.jsonl):")
+  lines.append("")
+  lines.append(report.markdown_table(("run", "process s", "in-run s", "files in the cache"),
+                                     [(name, f"{r['wall_s']:.1f}", f"{r['in_run_s']:.1f}", r["cache_files"])
+                                      for name, r in zip(("first", "second"), rerun["runs"])]))
+  lines.append(f"The second run is **{rerun['wall_ratio']:.1f}× faster** as a whole process and "
+               f"{rerun['in_run_ratio']:.1f}× in-run.")
+  return "\n".join(lines) + "\n"

@@ -5,7 +5,12 @@ Two measurements, each side by side in one run:
 * Throughput. Train steps per second of one model on a fixed batch
   (compilation excluded), and the model FLOP/s they achieve as a fraction of
   the machine's float32 matmul peak, measured in the same run as the best of
-  several large ``jnp.dot`` calls. Model FLOPs per step (forward + backward):
+  several large ``jnp.dot`` calls. Two variants of the step, timed in
+  interleaved rounds (best round each): the step that returns every metric
+  (what a logged step runs) and the step that returns only the loss and takes
+  over the old state's buffers (``donate_argnums``; what
+  ``scaling.train.run_training`` runs between logged steps). Model FLOPs per
+  step (forward + backward):
 
       6 · P_matmul · B · T  +  12 · depth · B · T² · N · H
 
@@ -26,13 +31,17 @@ Two measurements, each side by side in one run:
   reused). A third row, one at a time with a single shared compiled step (the
   learning rate is data in the optimizer state), separates what vmapping saves
   in compilation from what it saves in execution. Both methods must give the
-  same losses (``max_rel_diff``).
+  same losses (``max_rel_diff``). Every method runs the loss-only, donating
+  step, and the grid logs only its first and last steps. The per-step table
+  puts the warm times side by side: one step of the whole grid against one
+  step of every run in a loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import pathlib
 import time
 from typing import Any
@@ -64,7 +73,8 @@ class TrainBenchConfig:
   num_heads: int = 4
   seq_len: int = 128
   batch_size: int = 16
-  timed_steps: int = 10
+  timed_steps: int = 5
+  timed_rounds: int = 3
   matmul_size: int = 2048
   matmul_repeats: int = 5
   # Learning-rate grid: learning rates × seeds, and the model they train.
@@ -78,7 +88,8 @@ class TrainBenchConfig:
   shared_compile_row: bool = True
 
 
-QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=3, matmul_size=512,
+QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=2, timed_rounds=2,
+                         matmul_size=512,
                          matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8, grid_batch_size=2,
                          grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5, shared_compile_row=False)
 
@@ -96,34 +107,47 @@ def flops_per_step(config: model_lib.ModelConfig, params: Any, batch_size: int, 
   return {"dense": dense, "attention": attention, "total": dense + attention}
 
 
+STEP_VARIANTS = {"every_metric": dict(metrics=None, donate=False), "loss_only_donated": dict(metrics=("loss",),
+                                                                                           donate=True)}
+"""The train steps timed by ``throughput``: ``scaling.train.make_train_step`` options."""
+
+
 def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
-  """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded."""
+  """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded, for each of ``STEP_VARIANTS``.
+
+  The top-level values are those of the loss-only, donating step; ``variants`` holds both.
+  """
   family = model_lib.ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
   dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
   model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
   opt = optim_lib.OptimizerConfig(learning_rate=1e-3)
-  state = train_lib.make_init(model_config, opt)(0, 1e-3)
   batch = dataset.batch(0)
-  step = train_lib.make_train_step(model_config, opt)
-  start = time.perf_counter()
-  state, metrics = step(state, batch)
-  jax.block_until_ready(metrics)
-  compile_s = time.perf_counter() - start
-  start = time.perf_counter()
-  for _ in range(config.timed_steps):
-    state, metrics = step(state, batch)
-  jax.block_until_ready((state, metrics))
-  elapsed = time.perf_counter() - start
-  flops = flops_per_step(model_config, state.params, config.batch_size, config.seq_len)
-  steps_per_s = config.timed_steps / elapsed
+  steps, states, first_step_s = {}, {}, {}
+  for name, options in STEP_VARIANTS.items():
+    steps[name] = train_lib.make_train_step(model_config, opt, **options)
+    start = time.perf_counter()
+    states[name], metrics = steps[name](train_lib.make_init(model_config, opt)(0, 1e-3), batch)
+    jax.block_until_ready(metrics)
+    first_step_s[name] = time.perf_counter() - start
+  best = {name: float("inf") for name in STEP_VARIANTS}
+  for _ in range(config.timed_rounds):  # interleaved, so that both variants see the same machine
+    for name, step in steps.items():
+      start = time.perf_counter()
+      for _ in range(config.timed_steps):
+        states[name], metrics = step(states[name], batch)
+      jax.block_until_ready((states[name], metrics))
+      best[name] = min(best[name], (time.perf_counter() - start) / config.timed_steps)
+  params = states["every_metric"].params
+  flops = flops_per_step(model_config, params, config.batch_size, config.seq_len)
+  variants = {name: {"first_step_s": first_step_s[name], "step_s": best[name], "steps_per_s": 1.0 / best[name],
+                     "tokens_per_s": config.batch_size * config.seq_len / best[name],
+                     "flops_per_s": flops["total"] / best[name], "fraction_of_peak": flops["total"] / best[name] / peak}
+              for name in STEP_VARIANTS}
   return {"model": {"width": config.width, "depth": config.depth, "num_heads": model_config.num_heads,
                     "head_dim": model_config.head_dim, "vocab_size": model_config.vocab_size,
                     "batch_size": config.batch_size, "seq_len": config.seq_len,
-                    "params": model_lib.count_params(state.params), "matmul_params": matmul_params(state.params)},
-          "first_step_s": compile_s, "steps_per_s": steps_per_s,
-          "tokens_per_s": steps_per_s * config.batch_size * config.seq_len,
-          "flops_per_step": flops, "flops_per_s": flops["total"] * steps_per_s,
-          "fraction_of_peak": flops["total"] * steps_per_s / peak}
+                    "params": model_lib.count_params(params), "matmul_params": matmul_params(params)},
+          "flops_per_step": flops, "variants": variants, **variants["loss_only_donated"]}
 
 
 def _timed(fn):
@@ -134,10 +158,11 @@ def _timed(fn):
 
 
 def _fresh_fns(model_config, opt):
-  """A newly jitted (init, step) pair of one run, as a separate script would compile it."""
+  """A newly jitted (init, step) pair of one run, as a separate script would compile it (loss-only, donating step)."""
   init = jax.jit(lambda seed, lr: train_lib.init_train_state(seed, model_config, opt, lr))
   step = jax.jit(functools.partial(train_lib.train_step, model=model_lib.Transformer(model_config),
-                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt))
+                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt,
+                                   metrics=("loss",)), donate_argnums=0)
   return init, step
 
 
@@ -172,7 +197,7 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
 
   def vmapped():
     return train_lib.run_training(model_config, opt, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
-                           stop_on_divergence=False).records["loss"]
+                                  log_every=steps, stop_on_divergence=False).records["loss"]
 
   timings = {}
   for cached in (train_lib.make_train_step, train_lib.make_init, train_lib.make_optimizer):
@@ -195,7 +220,14 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   finite = np.isfinite(slow) & np.isfinite(fast)
   max_rel = float(np.max(np.abs(fast - slow)[finite] / (np.abs(slow[finite]) + 1e-12))) if finite.any() else 0.0
   shared = timings.get("one_at_a_time_shared_compile")
-  return {"grid": {"width": config.grid_width, "depth": config.grid_depth, "seq_len": config.grid_seq_len,
+  per_step = {"vmapped_grid_step_s": timings["vmapped"]["warm_s"] / steps,
+              "loop_of_runs_step_s": timings["one_at_a_time"]["warm_s"] / steps}
+  per_step["loop_over_vmapped"] = per_step["loop_of_runs_step_s"] / per_step["vmapped_grid_step_s"]
+  if shared:
+    per_step["loop_shared_compile_step_s"] = shared["warm_s"] / steps
+    per_step["loop_shared_compile_over_vmapped"] = per_step["loop_shared_compile_step_s"] / per_step[
+        "vmapped_grid_step_s"]
+  return {"per_step": per_step, "grid": {"width": config.grid_width, "depth": config.grid_depth, "seq_len": config.grid_seq_len,
                    "batch_size": config.grid_batch_size, "log2_lrs": list(config.grid_log2_lrs),
                    "seeds": list(config.grid_seeds), "runs": len(lrs), "steps": steps},
           "timings": timings, "max_rel_diff": max_rel,
@@ -228,19 +260,21 @@ def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str
 def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   """Runs both measurements, prints tables, writes train.json and train.png into ``out_dir``."""
   config = QUICK if quick else TrainBenchConfig()
+  load_before = os.getloadavg()[0]
   peak = bench_attention.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
   thr = throughput(config, peak)
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
-             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid}
+             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid,
+             "load_average": [load_before, os.getloadavg()[0]]}
   m = thr["model"]
   print(f"throughput: width {m['width']}, depth {m['depth']}, {m['num_heads']} heads x {m['head_dim']}, "
         f"batch {m['batch_size']} x {m['seq_len']} tokens, {m['params']} params")
-  print(report.table([{"steps_per_s": thr["steps_per_s"], "tokens_per_s": thr["tokens_per_s"],
-                              "model_GFLOP_per_s": thr["flops_per_s"] / 1e9, "peak_GFLOP_per_s": peak / 1e9,
-                              "fraction_of_peak": thr["fraction_of_peak"]}],
-                            ("steps_per_s", "tokens_per_s", "model_GFLOP_per_s", "peak_GFLOP_per_s",
-                             "fraction_of_peak"), floatfmt=".3g"))
+  print(report.table([{"step": name, "steps_per_s": v["steps_per_s"], "tokens_per_s": v["tokens_per_s"],
+                       "model_GFLOP_per_s": v["flops_per_s"] / 1e9, "peak_GFLOP_per_s": peak / 1e9,
+                       "fraction_of_peak": v["fraction_of_peak"]} for name, v in thr["variants"].items()],
+                     ("step", "steps_per_s", "tokens_per_s", "model_GFLOP_per_s", "peak_GFLOP_per_s",
+                      "fraction_of_peak"), floatfmt=".3g"))
   rows = [{"method": k, **v} for k, v in grid["timings"].items()]
   g = grid["grid"]
   print(f"\nlearning-rate grid: {len(g['log2_lrs'])} learning rates x {len(g['seeds'])} seeds = {g['runs']} runs, "
@@ -249,10 +283,72 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   print(f"train: the vmapped grid is {grid['speedup_cold']:.1f}x faster cold (compilation included) and "
         f"{grid['speedup_warm']:.1f}x faster warm than one run at a time (max relative loss difference "
         f"{grid['max_rel_diff']:.1e})")
+  ps = grid["per_step"]
+  rows = [("vmapped grid", "vmapped_grid_step_s"), ("loop of runs", "loop_of_runs_step_s"),
+          ("loop, one shared compiled step", "loop_shared_compile_step_s")]
+  print(report.table([{"method": label, "ms_per_step_of_all_runs": 1e3 * ps[key]} for label, key in rows if key in ps],
+                     ("method", "ms_per_step_of_all_runs"), floatfmt=".1f"))
+  print(f"train: per step (warm), the loop of separate runs takes {ps['loop_over_vmapped']:.2f}x the time of the "
+        f"vmapped grid" + (f" ({ps['loop_shared_compile_over_vmapped']:.2f}x with one shared compiled step)"
+                           if "loop_shared_compile_over_vmapped" in ps else ""))
   if grid["speedup_cold_vs_shared_compile"] is not None:
     print(f"train: against one run at a time sharing one compiled step, the vmapped grid is "
           f"{grid['speedup_cold_vs_shared_compile']:.1f}x faster cold")
   results_lib.write_json(out_dir / "train.json", results)
   _figure(out_dir / "train.png", peak, thr, grid)
+  markdown = readme_markdown(results)
+  (out_dir / "train.md").write_text(markdown)
   return {"steps_per_s": thr["steps_per_s"], "fraction_of_peak": thr["fraction_of_peak"],
-          "speedup_cold": grid["speedup_cold"], "speedup_warm": grid["speedup_warm"]}
+          "speedup_cold": grid["speedup_cold"], "speedup_warm": grid["speedup_warm"],
+          "grid_loop_over_vmapped_per_step": grid["per_step"]["loop_over_vmapped"]}
+
+
+_VARIANT_LABELS = {"every_metric": "every metric", "loss_only_donated": "loss only, state donated"}
+_GRID_LABELS = {"vmapped": "vmapped grid", "one_at_a_time": "one run at a time",
+                "one_at_a_time_shared_compile": "one at a time, one shared compiled step"}
+
+
+def readme_markdown(results: dict[str, Any]) -> str:
+  """The measurements of ``results`` (train.json) as Markdown for README.md's generated section."""
+  thr, peak = results["throughput"], results["matmul_peak_flops_per_s"]
+  m, g = thr["model"], results["grid"]
+  lines = [f"**train**: a width-{m['width']}, depth-{m['depth']} model ({m['num_heads']} heads × {m['head_dim']}, "
+           f"batch {m['batch_size']} × {m['seq_len']} tokens, {m['params'] / 1e6:.1f} M parameters); model FLOPs = "
+           f"6·params·tokens + attention, {thr['flops_per_step']['total'] / 1e9:.1f} GFLOP per step; peak = the "
+           f"best {results['matmul_size']}² float32 matmul in the same run, {peak / 1e9:.0f} GFLOP/s"
+           + load_note(results) + ":", ""]
+  lines.append(report.markdown_table(
+      ("train step", "steps/s", "GFLOP/s", "fraction of peak"),
+      [(_VARIANT_LABELS.get(name, name), f"{v['steps_per_s']:.2f}", f"{v['flops_per_s'] / 1e9:.0f}",
+        f"{v['fraction_of_peak']:.2f}") for name, v in thr["variants"].items()]))
+  lines.append(f"Learning-rate grid: {len(g['log2_lrs'])} learning rates × {len(g['seeds'])} seeds = {g['runs']} "
+               f"runs of {g['steps']} steps, width {g['width']}, depth {g['depth']} (same losses to "
+               f"{results['max_rel_diff']:.0e} relative):")
+  lines.append("")
+  rows = []
+  for name, t in results["timings"].items():
+    per_step = f"{1e3 * t['warm_s'] / g['steps']:.1f}"
+    rows.append((_GRID_LABELS.get(name, name), f"{t['cold_s']:.1f}", f"{t['warm_s']:.2f}", per_step))
+  lines.append(report.markdown_table(("method", "cold s (with compilation)", "warm s", "warm ms per step of all runs"),
+                                     rows))
+  lines.append(f"Vmapped, the grid is **{results['speedup_cold']:.1f}× faster cold** and "
+               f"{results['speedup_warm']:.2f}× faster warm than one run at a time; per step (warm) the loop of "
+               f"separate runs takes **{results['per_step']['loop_over_vmapped']:.2f}×** the time of the vmapped grid"
+               + (f" ({results['per_step']['loop_shared_compile_over_vmapped']:.2f}× when the runs share one "
+                  f"compiled step)." if "loop_shared_compile_over_vmapped" in results["per_step"] else "."))
+  return "\n".join(lines) + "\n"
+
+
+def load_note(results: dict[str, Any]) -> str:
+  """The machine's 1-minute load average at a suite's start and end, as a parenthesis for its Markdown.
+
+  Args:
+    results: a suite's results, with ``load_average`` [start, end] where it recorded them.
+
+  Returns:
+    " (1-minute load average ...)", or "" without ``load_average``.
+  """
+  if "load_average" not in results:
+    return ""
+  start, end = results["load_average"]
+  return f" (1-minute load average {start:.1f} at the start of the suite, {end:.1f} at its end)"

@@ -4,7 +4,10 @@
   python -m experiments.benchmark --suite=sweep --quick
 
 Suites live in experiments/bench_<suite>.py and expose run(out_dir, quick=...).
-Each prints a table and writes <suite>.json and <suite>.png into --out_dir.
+Each prints a table and writes <suite>.json and <suite>.png into --out_dir. The
+suites time compilation, so they run with JAX's persistent compilation cache
+off whatever --compilation_cache_dir says (the sweep suite measures the cache in
+processes of its own).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def run(config: BenchmarkConfig, out_dir: pathlib.Path) -> dict:
   for suite, module in modules.items():
     print(f"== suite {suite}", flush=True)
     start = time.perf_counter()
-    summary[suite] = module.run(out_dir, quick=config.quick)
+    with cli.persistent_compilation_cache(None):
+      summary[suite] = module.run(out_dir, quick=config.quick)
     summary[suite]["wall_s"] = time.perf_counter() - start
   results.write_json(out_dir / "summary.json", summary)
   print(f"wrote {', '.join(f'{s}.json' for s in summary)} and summary.json to {out_dir}")

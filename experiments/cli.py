@@ -14,22 +14,97 @@ An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
 ends with one line ``error: out of memory ...`` and exit status 1, after the
 files and folders this run created under ``--out_dir`` are removed (files that
 were there before are left alone). ``--help`` prints the options.
+
+Every entry point also has the options of the process (``ProcessOptions``),
+applied by ``main`` around the run: ``--compilation_cache_dir`` is JAX's
+persistent compilation cache (on by default, under the user's cache folder), so
+a rerun reads the programs an earlier run compiled instead of compiling them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import pathlib
 import shutil
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from absl import flags
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 from scaling import config as config_lib
 from scaling import data as data_lib
+from scaling.config import option
+
+CACHE_OFF = ("", "none")
+"""Values of ``--compilation_cache_dir`` that turn the persistent compilation cache off."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessOptions(config_lib.Options):
+  """Options of the process rather than of a study; every entry point has them and ``main`` applies them."""
+
+  compilation_cache_dir: str | None = option(
+      None, "Folder of JAX's persistent compilation cache (a rerun reads the programs an earlier run compiled); "
+      "default: $XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax; '' or 'none' turns the cache off.")
+
+
+def default_compilation_cache_dir() -> pathlib.Path:
+  """$XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax when XDG_CACHE_HOME is not set."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return pathlib.Path(base) / "scaling" / "jax"
+
+
+def compilation_cache_dir(value: str | None) -> pathlib.Path | None:
+  """The cache folder a ``--compilation_cache_dir`` value stands for: None = the default, '' or 'none' = off (None).
+
+  Args:
+    value: the option's value.
+
+  Returns:
+    The folder, or None when the cache is off.
+  """
+  if value is None:
+    return default_compilation_cache_dir()
+  if value.strip().lower() in CACHE_OFF:
+    return None
+  return pathlib.Path(value).expanduser()
+
+
+@contextlib.contextmanager
+def persistent_compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
+  """JAX's persistent compilation cache in ``path`` (None: off) for every compilation inside the block.
+
+  Every compiled program is written (no minimum compile time or size): a
+  rerun's many small programs add up. The previous setting is restored after
+  the block (which matters only when several runs share one process, as in tests).
+
+  Args:
+    path: the cache folder (created by JAX on the first write), or None to turn the cache off.
+
+  Yields:
+    Nothing.
+  """
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+           "jax_persistent_cache_min_entry_size_bytes")
+  before = {name: getattr(jax.config, name) for name in names}
+  values = {names[0]: None} if path is None else {names[0]: str(path), names[1]: 0.0, names[2]: -1}
+  _set_cache_options(values)
+  try:
+    yield
+  finally:
+    _set_cache_options(before)
+
+
+def _set_cache_options(values: dict[str, Any]) -> None:
+  """Sets JAX's cache options and makes the next compilation open the cache afresh."""
+  for name, value in values.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
 
 
 class ListParser(flags.ArgumentParser):
@@ -82,10 +157,15 @@ def _convert(kind: type, item: Any) -> Any:
 
 
 def define_flags(cls: type) -> tuple[flags.FlagValues, list[config_lib.OptionSpec]]:
-  """A fresh flag namespace with one flag per exposed leaf option of ``cls``."""
+  """A fresh flag namespace with one flag per exposed leaf option of ``cls`` and of ``ProcessOptions``.
+
+  Returns:
+    (the flags, the option specs of ``cls``).
+  """
   fv = flags.FlagValues()
   leaves = config_lib.flat_options(cls)
-  for path, spec in leaves:
+  process = [(("process",), spec) for _, spec in config_lib.flat_options(ProcessOptions)]
+  for path, spec in leaves + process:
     name, help_text, default = spec.name, spec.help, spec.default
     common = dict(flag_values=fv, module_name=" / ".join(path) or cls.__name__)  # --help groups flags by this
     if spec.is_list:
@@ -106,6 +186,11 @@ def define_flags(cls: type) -> tuple[flags.FlagValues, list[config_lib.OptionSpe
 
 def parse(cls: type, argv: Sequence[str]) -> Any:
   """The config of ``cls`` from command-line arguments (``argv[0]`` is the program); raises ``UsageError``."""
+  return parse_with_process(cls, argv)[0]
+
+
+def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions]:
+  """(the config of ``cls``, the ``ProcessOptions``) from command-line arguments; raises ``UsageError``."""
   fv, specs = define_flags(cls)
   try:
     rest = fv(_bool_choice_args(fv.read_flags_from_files(list(argv)), specs))
@@ -113,14 +198,17 @@ def parse(cls: type, argv: Sequence[str]) -> Any:
     raise UsageError(str(e).splitlines()[0]) from None
   if len(rest) > 1:
     raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
-  values = {}
-  for spec in specs:
-    value = fv[spec.name].value
-    values[spec.name] = tuple(value) if isinstance(value, list) else value
-  try:
-    return config_lib.build(cls, values)
-  except ValueError as e:
-    raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
+  built = []
+  for kind, kind_specs in ((cls, specs), (ProcessOptions, config_lib.option_specs(ProcessOptions))):
+    values = {}
+    for spec in kind_specs:
+      value = fv[spec.name].value
+      values[spec.name] = tuple(value) if isinstance(value, list) else value
+    try:
+      built.append(config_lib.build(kind, values))
+    except ValueError as e:
+      raise UsageError(_flag_message(str(e), [s.name for s in kind_specs])) from None
+  return built[0], built[1]
 
 
 def _bool_choice_args(argv: list[str], specs: Sequence[config_lib.OptionSpec]) -> list[str]:
@@ -221,10 +309,11 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     return 0
   out_dir = before = None
   try:
-    config = parse(cls, argv)
+    config, process = parse_with_process(cls, argv)
     out_dir = pathlib.Path(config.output.out_dir) if needs_out_dir else None
     before = snapshot(out_dir)
-    run(config, out_dir)
+    with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)):
+      run(config, out_dir)
   except UsageError as e:
     return fail(str(e))
   except data_lib.DataError as e:

@@ -168,6 +168,48 @@ class ScaledDense(nn.Module):
     return y
 
 
+class DenseKernel(nn.Module):
+  """The parameters of a ``ScaledDense`` (same names, kinds and init) without its product, for ``fused_dense``."""
+
+  features: int
+  kind: str
+  parametrization: param_lib.Parametrization
+  width: int
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, fan_in: int) -> tuple[Array, float, Array | None, float]:
+    """(kernel [fan_in, features], its multiplier, bias [features] or None, its multiplier)."""
+    kernel, mult = kind_param(self, "kernel", self.kind, (fan_in, self.features), self.parametrization, self.width)
+    bias, bmult = None, 1.0
+    if self.use_bias:
+      bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
+    return kernel, mult, bias, bmult
+
+
+def fused_dense(x: Array, parts: list[tuple[Array, float, Array | None, float]], dtype: Any) -> list[Array]:
+  """``ScaledDense`` of several layers of one input as one matmul: x @ [W_1 … W_n], split, each scaled by its A_i.
+
+  Args:
+    x: [..., fan_in].
+    parts: ``DenseKernel`` outputs (kernel, multiplier, bias or None, bias multiplier) of each layer.
+    dtype: the compute dtype.
+
+  Returns:
+    [A_i·(x @ W_i) (+ A_bi·b_i)] for each part, each [..., features_i] in ``dtype``.
+  """
+  kernel = jnp.concatenate([k.astype(dtype) for k, _, _, _ in parts], axis=1)
+  y = jnp.dot(x.astype(dtype), kernel)
+  ends = [0]
+  for k, _, _, _ in parts:
+    ends.append(ends[-1] + k.shape[1])
+  out = []
+  for (_, mult, bias, bmult), start, end in zip(parts, ends[:-1], ends[1:]):
+    part = scaled(y[..., start:end], mult)
+    out.append(part if bias is None else part + scaled(bias.astype(dtype), bmult))
+  return out
+
+
 class ScaledEmbed(nn.Module):
   """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the parametrization."""
 

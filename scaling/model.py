@@ -362,11 +362,18 @@ class Attention(nn.Module):
         features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, grad_input_factor=factor,
         grad_weight_factor=weight_factor, name=name)
     scales = self.unit_scales(t) if p.unit_scaled else None
-    # Under u-μP the q, k, v projections undo the attention's backward scales that differ from its forward one.
-    qk_factor, v_factor = (scales[0] / scales[1], scales[0] / scales[2]) if scales else (1.0, 1.0)
-    q = dense(n * h, "attn_q", "query", qk_factor)(x).reshape(b, t, n, h)
-    kk = dense(k * h, "attn_k", "key", qk_factor)(x).reshape(b, t, k, h)
-    v = dense(k * h, "attn_v", "value", v_factor, scales[3] if scales else 1.0)(x).reshape(b, t, k, h)
+    if scales:  # u-μP's products carry their own backward scales
+      # The q, k, v projections undo the attention's backward scales that differ from its forward one.
+      qk_factor, v_factor = scales[0] / scales[1], scales[0] / scales[2]
+      q = dense(n * h, "attn_q", "query", qk_factor)(x)
+      kk = dense(k * h, "attn_k", "key", qk_factor)(x)
+      v = dense(k * h, "attn_v", "value", v_factor, scales[3])(x)
+    else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
+      projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
+      kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
+                 for f, kind, name in projections]
+      q, kk, v = layers.fused_dense(x, kernels, cfg.compute_dtype)
+    q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)

@@ -13,7 +13,10 @@ parameters replicated, or sharded FSDP-style with ``shard_params``. The loop sto
 above ``divergence_factor`` × the initial loss) once every member has
 diverged, and keeps the last state whose loss was finite so that a diverged
 run is evaluated there rather than on NaN parameters. Every step reports the
-learning rate actually applied (peak × schedule factor).
+learning rate actually applied (peak × schedule factor). Steps that are not
+logged compute only the loss and the recorded metrics, and unless the last
+finite state is kept, each step writes the new state over the old one's buffers
+(``donate_argnums``).
 """
 
 from __future__ import annotations
@@ -169,8 +172,8 @@ def layer_grad_norms(grads: Any, depth: int) -> Array:
 
 
 def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
-               optimizer: optax.GradientTransformation,
-               opt_config: optim_lib.OptimizerConfig) -> tuple[TrainState, dict[str, Array]]:
+               optimizer: optax.GradientTransformation, opt_config: optim_lib.OptimizerConfig,
+               metrics: Sequence[str] | None = None) -> tuple[TrainState, dict[str, Array]]:
   """One optimizer update; pure, so it can be jitted and vmapped over (state, batch).
 
   Args:
@@ -179,6 +182,8 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
     model: the Transformer (static).
     optimizer: its optax GradientTransformation (static; ``make_optimizer``).
     opt_config: the optimizer's config (static), for the applied learning rate.
+    metrics: names of the metrics to return (static); None: all. A jitted step
+      computes only what it returns, so a step that does not log skips the rest.
 
   Returns:
     (new state, metrics) where metrics are measured at the parameters *before*
@@ -199,7 +204,7 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   peak = jnp.asarray(optax.tree_utils.tree_get(state.opt_state, "learning_rate"), jnp.float32)
-  metrics = {
+  values = {
       "loss": aux["cross_entropy"],
       "accuracy": accuracy,
       "grad_norm": optax.tree.norm(grads),
@@ -215,21 +220,36 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       "z_loss": aux["z_loss"],
       **aux["layers"],
   }
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  if metrics is not None:
+    values = {name: values[name] for name in metrics}
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), values
 
 
 @functools.lru_cache(maxsize=64)
 def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
-                    grid: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
+                    grid: bool = False, metrics: tuple[str, ...] | None = None,
+                    donate: bool = False) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
   """``train_step`` for this model and optimizer, jitted, vmapped over a leading grid axis when ``grid``.
 
   A grid's outputs keep the grid axis split over all devices (``scaling.sharding``).
 
-  Cached: the same configs return the same compiled function.
+  Args:
+    model_config: the model.
+    opt_config: the optimizer.
+    grid: vmap over a leading axis of (state, batch).
+    metrics: the metrics the step returns (None: all; see ``train_step``).
+    donate: the step takes over the buffers of the state it is given (``donate_argnums``): the new
+      parameters and optimizer state are written in place, and the old state must not be used again.
+
+  Returns:
+    The jitted ``(state, batch) -> (new state, metrics)``; the same configs return the same function (cached).
   """
   fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
-                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
-  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
+                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config, metrics=metrics)
+  donated = (0,) if donate else ()
+  if grid:
+    return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading(), donate_argnums=donated)
+  return jax.jit(fn, donate_argnums=donated)
 
 
 @functools.lru_cache(maxsize=64)
@@ -411,7 +431,10 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     attn_mults: optional α [M] of each member's attention logit scale α/d_head (``TrainState.attn_mult``; a
       grid only): one compiled step serves every α.
     log_every: call ``callback`` and keep history every this many steps (the
-      first, the last and a diverging step are always logged).
+      first, the last and a diverging step are always logged); the steps between
+      compute only the loss and the ``record`` metrics. A diverging step between
+      logged ones is logged with every metric when ``keep_last_finite`` (it is
+      recomputed from the kept state), else with only those.
     callback: ``callback(step, row)`` with host metrics (floats and lists) and ``row["diverged"]``, true at
       the step where a member diverges.
     divergence_factor: a member diverges at a non-finite loss or one above
@@ -441,6 +464,10 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     raise ValueError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
   grid = not isinstance(seed, (int, np.integer))
   first = 0 if state is None or grid else int(jax.device_get(state.step))
+  donate = not keep_last_finite  # the state before a step is needed only to keep the last finite one
+  if donate and state is not None:  # the caller's state stays usable
+    state = jax.tree.map(jnp.copy, state)
+  lean = tuple(dict.fromkeys(("loss", *record)))
   if first and initial_loss is None:
     raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
   start = time.perf_counter()
@@ -461,7 +488,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     if state is None:
       state = make_init(model_config, opt_config, grid=True)(seeds, lrs)
       state = state if mults is None else state.replace(attn_mult=mults)
-    step_fn = make_train_step(model_config, opt_config, grid=True)
+    step_fn = make_train_step(model_config, opt_config, grid=True, donate=donate)
+    lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate)
   else:
     if learning_rates is not None or attn_mults is not None:
       raise ValueError("learning_rates and attn_mults need a sequence of seeds (a grid)")
@@ -472,11 +500,13 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
                                                       (dataset.batch_size, dataset.seq_len), mesh, shard_params)
       batch_of = lambda t: sharded_batch(dataset, 0 if fixed_batch else t, seeds)
       state = init(seeds, opt_config.learning_rate) if state is None else state
+      lean_fn, donate = step_fn, False
     else:
       batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
       if state is None:
         state = make_init(model_config, opt_config)(seeds, opt_config.learning_rate)
-      step_fn = make_train_step(model_config, opt_config)
+      step_fn = make_train_step(model_config, opt_config, donate=donate)
+      lean_fn = make_train_step(model_config, opt_config, metrics=lean, donate=donate)
   padded_ok = lambda ok: (ok if members is None
                           else sharding_lib.place(sharding_lib.pad(ok, mesh.size)[0], sharding_lib.leading(mesh)))
   kept = state if keep_last_finite else None
@@ -489,7 +519,9 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   steps_run = first
   for t in range(first, steps):
     state_in = state
-    state, metrics = step_fn(state_in, batch_of(t))
+    logged = t % log_every == 0 or t == steps - 1
+    batch = batch_of(t)
+    state, metrics = (step_fn if logged else lean_fn)(state_in, batch)
     loss = np.asarray(sharding_lib.to_host(metrics["loss"]), np.float64)
     loss = loss if members is None else loss[:members]
     steps_run = t + 1
@@ -507,7 +539,9 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
     for name in record:
       records[name].append(metrics[name])
-    if t % log_every == 0 or t == steps - 1 or new.any():
+    if logged or new.any():
+      if not logged and not donate:  # every metric of the diverging step, from the state before it
+        metrics = step_fn(state_in, batch)[1]
       row = {"step": t, **to_host(metrics, members), "diverged": bool(new.any())}
       history.append(row)
       if callback is not None:

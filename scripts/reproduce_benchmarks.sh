@@ -4,3 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m experiments.benchmark --out_dir="${1:-runs}/benchmark"
+for suite in sweep train; do
+  if [ -f "${1:-runs}/benchmark/$suite.md" ]; then
+    python scripts/update_readme.py "bench_$suite" "${1:-runs}/benchmark/$suite.md"
+  fi
+done

@@ -1,9 +1,16 @@
 """Test configuration: CPU only, headless plotting, bounded hypothesis runs."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Entry points keep JAX's persistent compilation cache under $XDG_CACHE_HOME: a fresh folder per test process,
+# removed at exit, so tests neither read nor fill the user's cache (subprocesses inherit it).
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="scaling-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 from hypothesis import settings  # noqa: E402
 

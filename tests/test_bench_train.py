@@ -56,6 +56,17 @@ class QuickSuiteTest(absltest.TestCase):
     self.assertEqual(data["grid"]["runs"], len(bench_train.QUICK.grid_log2_lrs) * len(bench_train.QUICK.grid_seeds))
     self.assertEqual(data["grid"]["steps"], bench_train.QUICK.grid_steps)
     self.assertEqual(summary["speedup_cold"], data["speedup_cold"])
+    # Both step variants timed; the per-step ratio of the grid is that of the warm wall times.
+    self.assertEqual(set(thr["variants"]), {"every_metric", "loss_only_donated"})
+    for v in thr["variants"].values():
+      self.assertAlmostEqual(v["steps_per_s"] * v["step_s"], 1.0, places=6)
+    timings = data["timings"]
+    self.assertAlmostEqual(data["per_step"]["loop_over_vmapped"],
+                           timings["one_at_a_time"]["warm_s"] / timings["vmapped"]["warm_s"], places=6)
+    markdown = (out / "train.md").read_text()
+    self.assertIn("| train step | steps/s | GFLOP/s | fraction of peak |", markdown)
+    self.assertIn(f"{thr['variants']['every_metric']['fraction_of_peak']:.2f}", markdown)
+    self.assertIn(f"**{data['per_step']['loop_over_vmapped']:.2f}×**", markdown)
     self.assertTrue((out / "train.png").stat().st_size > 1000)
 
 

@@ -20,6 +20,12 @@ class BenchmarkMainTest(absltest.TestCase):
     self.assertGreater(data["speedup_cold"], 0)
     self.assertLess(data["max_rel_diff"], 1e-3)  # both methods compute the same numbers
     self.assertTrue((out / "sweep.png").exists())
+    # The rerun: two processes sharing a fresh cache folder; the second adds nothing to it.
+    first, second = data["rerun"]["runs"]
+    self.assertGreater(first["cache_files"], 0)
+    self.assertEqual(second["cache_files"], first["cache_files"])
+    self.assertAlmostEqual(data["rerun"]["wall_ratio"], first["wall_s"] / second["wall_s"], places=6)
+    self.assertIn(f"**{data['rerun']['wall_ratio']:.1f}× faster**", (out / "sweep.md").read_text())
     self.assertIn("sweep", json.loads((out / "summary.json").read_text()))
 
 

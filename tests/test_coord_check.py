@@ -166,7 +166,7 @@ class CoordCheckTest(chex.TestCase):
     for width in WIDTHS:
       cfg = self.config.family.model_config("sp", width, vocab_size=self.dataset.vocab_size,
                                             max_len=TASK["seq_len"])
-      step = train_lib.make_train_step(cfg, opt, grid=True)
+      step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
       self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
 
   def test_coord_data_is_the_grid_of_seeds(self):

@@ -631,10 +631,14 @@ class AuxMetricsTest(parameterized.TestCase):
     logits, aux, inter = _apply_capturing(model, params, tokens)
     attn = inter["block_0"]["attn"]
     b, t = tokens.shape
-    q = attn["query"]["__call__"][0].reshape(b, t, cfg.num_heads, cfg.head_dim)
-    k = attn["key"]["__call__"][0].reshape(b, t, cfg.kv_heads, cfg.head_dim)
+    # q and k as the attention received them: A·(x W) from the layer's input, kernels and multipliers, then RoPE.
+    x = np.asarray(inter["block_0"]["ln_attn"]["__call__"][0], np.float64)
+    q, k = [layers_lib.layer_spec(cfg.parametrization, kind, w.shape, cfg.width).multiplier * (x @ w)
+            for kind, w in (("attn_q", np.asarray(params["block_0"]["attn"]["query"]["kernel"], np.float64)),
+                            ("attn_k", np.asarray(params["block_0"]["attn"]["key"]["kernel"], np.float64)))]
+    q, k = q.reshape(b, t, cfg.num_heads, cfg.head_dim), k.reshape(b, t, cfg.kv_heads, cfg.head_dim)
     if cfg.positions == "rope":
-      q, k = scaling.apply_rope(q), scaling.apply_rope(k)
+      q, k = scaling.apply_rope(jnp.asarray(q, jnp.float32)), scaling.apply_rope(jnp.asarray(k, jnp.float32))
     rule = cfg.attention_rule
     z = np.asarray(scaling.attention_logits(q, k, rule=rule, is_causal=True), np.float64)  # [B, N, T, T]
     causal = np.tril(np.ones((t, t), bool))

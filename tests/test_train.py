@@ -243,7 +243,7 @@ class GridTest(chex.TestCase):
     self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
     np.testing.assert_array_equal(grid.diverged, [False, False, False])
     chex.assert_shape(grid.initial_loss, (3,))
-    step = train_lib.make_train_step(cfg, opt, grid=True)
+    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
     separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
@@ -312,6 +312,30 @@ class RunTrainingTest(chex.TestCase):
       self.assertIn(key, result.history[0])
     self.assertLen(result.history[0]["attn_entropy"], 2)
 
+  def test_steps_between_logs_compute_only_what_is_recorded(self):
+    # Logged every 15 steps: the steps between return the loss (and the recorded metrics) alone, and train the
+    # same parameters as a run that logs every step, whose records are the reference.
+    every = train_lib.run_training(_config(), _adam(), _dataset(), log_every=1, record=("loss", "grad_norm"))
+    sparse = train_lib.run_training(_config(), _adam(), _dataset(), log_every=15, record=("loss", "grad_norm"))
+    for name in ("loss", "grad_norm"):
+      np.testing.assert_allclose(sparse.records[name], every.records[name], rtol=1e-5)
+    chex.assert_trees_all_close(sparse.state.params, every.state.params, rtol=1e-4, atol=1e-6)
+    lean = train_lib.make_train_step(_config(), _adam(), metrics=("loss", "grad_norm"), donate=True)
+    self.assertEqual(lean._cache_size(), 1)  # pylint: disable=protected-access
+    state = train_lib.make_init(_config(), _adam())(0, 1e-2)
+    _, metrics = train_lib.make_train_step(_config(), _adam())(state, _dataset().batch(0, 0))
+    _, lean_metrics = lean(state, _dataset().batch(0, 0))
+    self.assertEqual(set(lean_metrics), {"loss", "grad_norm"})
+    np.testing.assert_allclose(lean_metrics["loss"], metrics["loss"], rtol=1e-6)
+    self.assertTrue(state.params["embed"]["embedding"].is_deleted())  # donated to the lean step
+
+  def test_the_callers_state_survives_donation(self):
+    init = train_lib.make_init(_config(), _adam(steps=3))(0, 1e-2)
+    before = jax.tree.map(np.asarray, init)
+    result = train_lib.run_training(_config(), _adam(steps=3), _dataset(), state=init)
+    chex.assert_trees_all_equal(jax.tree.map(np.asarray, init), before)
+    self.assertEqual(int(result.state.step), 3)
+
   def _check_last_finite(self, result, cfg, opt, init):
     """The kept state is the last one whose loss was finite and not diverged: the parameters before the update
     that made the loss diverge (step d - 1 for divergence step d); replays the run one step at a time."""
@@ -349,6 +373,12 @@ class RunTrainingTest(chex.TestCase):
     else:
       self.assertFalse(math.isfinite(result.final_loss))
     self._check_last_finite(result, cfg, opt, init)
+    # Logged only at step 0, the diverging step still gets a full row: the same as when every step is logged.
+    sparse = train_lib.run_training(cfg, opt, _dataset(), state=init, keep_last_finite=True, log_every=STEPS)
+    self.assertEqual([r["step"] for r in sparse.history], [0, d])
+    self.assertEqual(set(sparse.history[-1]), set(result.history[-1]))
+    for key in ("loss", "accuracy", "grad_norm"):
+      np.testing.assert_allclose(sparse.history[-1][key], result.history[-1][key], rtol=1e-4)
 
   def test_diverging_after_warmup_is_evaluated_on_its_last_finite_state(self):
     # The warmup delays the divergence by a few steps, so the kept state has taken real updates.
