@@ -315,6 +315,23 @@ class ModelFamily(Options):
           raise ValueError(e if f"width {width}" in str(e) else f"width {width}: {e}") from None
 
 
+def _forward_factors(cfg: ModelConfig, seq_len: int) -> tuple[float, ...]:
+  """``unit_scaling.attention_correlation_factors`` of a u-μP model over T = seq_len."""
+  p = cfg.parametrization
+  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
+  return unit.attention_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln,
+                                            learned_positions=cfg.positions == "learned", causal=cfg.causal)
+
+
+def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float, ...], ...], float]:
+  """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
+  p = cfg.parametrization
+  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
+  return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, head_dim=cfg.head_dim,
+                                           attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
+                                           learned_positions=cfg.positions == "learned", causal=cfg.causal)
+
+
 class Attention(nn.Module):
   """Multi-head (GQA) self-attention through ``scaling.attention_with_aux`` or the blockwise path.
 
@@ -329,25 +346,23 @@ class Attention(nn.Module):
   config: ModelConfig
   index: int = 0
 
-  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float]:
-    """u-μP's (forward, q/k-gradient, v-gradient, W_v-gradient factor) of this block's attention over T keys.
+  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float, float, float]:
+    """u-μP's (forward, q/k-gradient, v-gradient, W_v-, W_o- and W_q/W_k-gradient factors) of this attention.
 
     The forward scale corrects u-μP's √(T / log T) for values correlated across positions
-    (``unit_scaling.attention_correlation_factors``); the gradient scales are u-μP's for a gradient
-    independent across positions, × √d_head/α_attn for q and k (``unit_scaling.attention_qk_grad_scale``);
-    the last is the correction of the value projection's weight gradient for its correlated rows (the
-    forward's correlation factor, ``unit_scaling.attention_correlation_factors``).
+    (``unit_scaling.attention_correlation_factors``); the q/k-gradient scale is u-μP's for a gradient independent
+    across positions, × √d_head/α_attn (``unit_scaling.attention_qk_grad_scale``); the v-gradient scale and the
+    factors of the projections' weight gradients correct for gradients and inputs correlated
+    across positions (``unit_scaling.gradient_correlation_factors``).
     """
     cfg = self.config
-    p = cfg.parametrization
-    taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
-    correlation = unit.attention_correlation_factors(
-        seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln, learned_positions=cfg.positions == "learned",
-        causal=cfg.causal)[self.index]
-    rule = dict(mult=p.attn_mult, causal=cfg.causal)
+    rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
+    correlation = _forward_factors(cfg, seq_len)[self.index]
+    value, w_v, w_o, _, _, w_qk = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, **rule), unit.attention_scale(seq_len, h, **rule), correlation)
+            unit.attention_qk_grad_scale(seq_len, h, **rule),
+            unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_qk)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -362,8 +377,9 @@ class Attention(nn.Module):
     scales = self.unit_scales(t) if p.unit_scaled else None
     # Under u-μP the q, k, v projections undo the attention's backward scales that differ from its forward one.
     qk_factor, v_factor = (scales[0] / scales[1], scales[0] / scales[2]) if scales else (1.0, 1.0)
-    q = dense(n * h, "attn_q", "query", qk_factor)(x).reshape(b, t, n, h)
-    kk = dense(k * h, "attn_k", "key", qk_factor)(x).reshape(b, t, k, h)
+    w_qk = scales[5] if scales else 1.0
+    q = dense(n * h, "attn_q", "query", qk_factor, w_qk)(x).reshape(b, t, n, h)
+    kk = dense(k * h, "attn_k", "key", qk_factor, w_qk)(x).reshape(b, t, k, h)
     v = dense(k * h, "attn_v", "value", v_factor, scales[3] if scales else 1.0)(x).reshape(b, t, k, h)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
@@ -396,26 +412,32 @@ class Attention(nn.Module):
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return dense(cfg.width, "attn_o", "out")(out)
+    return dense(cfg.width, "attn_o", "out", 1.0, scales[4] if scales else 1.0)(out)
 
 
 class Mlp(nn.Module):
-  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP)."""
+  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP).
+
+  Under u-μP the weight gradients of fc_in and fc_out are corrected for inputs and gradients correlated across
+  positions (``unit_scaling.gradient_correlation_factors``).
+  """
 
   config: ModelConfig
+  index: int = 0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     unit_scaled = cfg.parametrization.unit_scaled
+    fc_in, fc_out = _backward_factors(cfg, x.shape[-2])[0][self.index][3:5] if unit_scaled else (1.0, 1.0)
     # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
     # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
-    dense = lambda features, name: layers.ScaledDense(features, "hidden", cfg.parametrization, cfg.width,
-                                                      cfg.use_bias, cfg.compute_dtype, constrained=not unit_scaled,
-                                                      name=name)
-    hidden = dense(cfg.mlp_hidden, "fc_in")(x)
+    dense = lambda features, name, factor: layers.ScaledDense(
+        features, "hidden", cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
+        constrained=not unit_scaled, grad_weight_factor=factor, name=name)
+    hidden = dense(cfg.mlp_hidden, "fc_in", fc_in)(x)
     hidden = layers.probe(self, "act_hidden", unit.gelu(hidden) if unit_scaled else nn.gelu(hidden))
-    return dense(cfg.width, "fc_out")(hidden)
+    return dense(cfg.width, "fc_out", fc_out)(hidden)
 
 
 class Block(nn.Module):
@@ -439,7 +461,7 @@ class Block(nn.Module):
     norm = lambda name: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
                                     name=name)
     attn = Attention(cfg, index=self.index, name="attn")
-    mlp = Mlp(cfg, name="mlp")
+    mlp = Mlp(cfg, index=self.index, name="mlp")
     p = cfg.parametrization
     if p.unit_scaled:
       taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)[self.index]
@@ -517,8 +539,10 @@ class Transformer(nn.Module):
       x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
+    # Under u-μP the readout's weight gradient is corrected for inputs and gradients correlated across positions.
+    readout_factor = _backward_factors(cfg, t)[1] if p.unit_scaled else 1.0
     logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
-                                name="readout")(x)
+                                grad_weight_factor=readout_factor, name="readout")(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
