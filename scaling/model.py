@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -327,9 +327,16 @@ def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float
   """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
   p = cfg.parametrization
   taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
-  return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, head_dim=cfg.head_dim,
-                                           attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
+  return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, width=cfg.width,
+                                           head_dim=cfg.head_dim, attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
                                            learned_positions=cfg.positions == "learned", causal=cfg.causal)
+
+
+def _scale_gain_grad(norm: Callable[[Array], Array], x: Array, factor: float) -> Array:
+  """norm(x) with the gradient of its parameters × factor and the gradients of x and of the output unchanged."""
+  if factor == 1.0:
+    return norm(x)
+  return unit.scale(norm(unit.scale(x, 1.0, 1.0 / factor)), 1.0, factor)
 
 
 class Attention(nn.Module):
@@ -359,7 +366,7 @@ class Attention(nn.Module):
     rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
     correlation = _forward_factors(cfg, seq_len)[self.index]
-    value, w_v, w_o, _, _, w_qk = _backward_factors(cfg, seq_len)[0][self.index]
+    value, w_v, w_o, _, _, w_qk, _, _ = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
             unit.attention_qk_grad_scale(seq_len, h, **rule),
             unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_qk)
@@ -473,11 +480,13 @@ class Block(nn.Module):
       add = lambda f, skip, i: skip + layers.scaled(f, branch)
     probe = lambda name, y: layers.probe(self, name, y)
     if cfg.pre_ln:
+      # Under u-μP the gains' gradients are corrected for rows correlated across positions.
+      gains = _backward_factors(cfg, x.shape[-2])[0][self.index][6:] if p.unit_scaled else (1.0, 1.0)
       r, skip = split(x, 0)
-      a = probe("act_attn_out", attn(probe("act_attn_in", norm("ln_attn")(r))))
+      a = probe("act_attn_out", attn(probe("act_attn_in", _scale_gain_grad(norm("ln_attn"), r, gains[0]))))
       x = probe("act_attn_resid", add(a, skip, 0))
       r, skip = split(x, 1)
-      m = probe("act_mlp_out", mlp(probe("act_mlp_in", norm("ln_mlp")(r))))
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", _scale_gain_grad(norm("ln_mlp"), r, gains[1]))))
       x = add(m, skip, 1)
     else:
       r, skip = split(x, 0)
@@ -525,6 +534,11 @@ class Transformer(nn.Module):
       raise ValueError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
     x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, name="embed")(tokens)
+    # Under u-μP the backward factors correct the weight gradients of the embedding, the final norm's gain and
+    # the readout for rows correlated across positions (``unit_scaling.gradient_correlation_factors``).
+    readout_factor, final_factor, embed_factor = _backward_factors(cfg, t)[1] if p.unit_scaled else (1.0,) * 3
+    if embed_factor != 1.0:
+      x = unit.scale(x, 1.0, embed_factor)
     if embedded is not None:
       if embedded.shape != x.shape:
         raise ValueError(f"embedded must have shape {x.shape}, got {embedded.shape}")
@@ -536,11 +550,10 @@ class Transformer(nn.Module):
     for i in range(cfg.depth):
       x = Block(cfg, index=i, name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
+      x = _scale_gain_grad(layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final"), x,
+                           final_factor)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    # Under u-μP the readout's weight gradient is corrected for inputs and gradients correlated across positions.
-    readout_factor = _backward_factors(cfg, t)[1] if p.unit_scaled else 1.0
     logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
                                 grad_weight_factor=readout_factor, name="readout")(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))

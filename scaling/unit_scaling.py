@@ -334,31 +334,10 @@ def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float],
     One factor per block (Python floats, at most 1).
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
-  t = seq_len
-  grid, kernel = _gelu_kernel()
-  cov = np.eye(t) + (np.ones((t, t)) - np.eye(t)) / vocab_size
-  if learned_positions:
-    cov = cov + np.eye(t)
-
-  def corr(c):
-    d = np.sqrt(np.diag(c))
-    return np.clip(c / d[:, None] / d[None, :], -1.0, 1.0)
-
-  def add(branch, c, tau):
-    return (tau * tau * branch + c) / (1.0 + tau * tau)
-
-  white = np.mean(np.diag(_uniform_attention_cov(np.eye(t), causal)))
-  factors = []
-  for tau_attn, tau_mlp in taus:
-    mixed = _uniform_attention_cov(corr(cov), causal)
-    rms2 = np.mean(np.diag(mixed))
-    factors.append(min(1.0, math.sqrt(white / rms2)))
-    cov = add(mixed / rms2, cov, tau_attn)
-    if not pre_ln:
-      cov = corr(cov)
-    cov = add(np.interp(corr(cov), grid, kernel), cov, tau_mlp)
-    if not pre_ln:
-      cov = corr(cov)
+  inputs, _ = _forward_covariances(seq_len, taus, vocab_size, pre_ln, learned_positions, causal)
+  white = np.mean(np.diag(_uniform_attention_cov(np.eye(seq_len), causal)))
+  factors = [min(1.0, math.sqrt(white / np.mean(np.diag(_uniform_attention_cov(attn_in, causal)))))
+             for attn_in, _ in inputs]
   return tuple(float(f) for f in factors)
 
 
@@ -403,6 +382,7 @@ def _corr(c: Any) -> Any:
   return np.clip(c / d[:, None] / d[None, :], -1.0, 1.0)
 
 
+@functools.lru_cache(maxsize=16)
 def _forward_covariances(seq_len: int, taus: tuple[tuple[float, float], ...], vocab_size: int, pre_ln: bool,
                          learned_positions: bool, causal: bool) -> tuple[list[tuple[Any, Any]], Any]:
   """([(attention-input corr, MLP-input corr) per block], final corr) of the residual stream at init."""
@@ -428,19 +408,23 @@ def _forward_covariances(seq_len: int, taus: tuple[tuple[float, float], ...], vo
   return inputs, _corr(cov)
 
 
-def _weight_grad_factor(x_cov: Any, g_cov: Any) -> float:
-  """1/RMS of Σ_t x_tᵀ·g_t/√T for unit-scale inputs and gradients of position covariances x_cov, g_cov."""
+def _weight_grad_factor(x_cov: Any, g_cov: Any, normalize: bool = True, mean_square: float = 0.0) -> float:
+  """1/RMS of Σ_t x_tᵀ·g_t/√T for inputs and gradients of position covariances x_cov, g_cov.
+
+  normalize: rescale both to unit mean diagonal (unit-scale tensors); mean_square: a further mean square (the
+  part of Σ_t x_tᵀ·g_t/√T that does not average out).
+  """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = x_cov.shape[0]
-  norm = np.mean(np.diag(x_cov)) * np.mean(np.diag(g_cov))
-  return float(math.sqrt(t * norm / np.sum(x_cov * g_cov)))
+  norm = np.mean(np.diag(x_cov)) * np.mean(np.diag(g_cov)) if normalize else 1.0
+  return float(math.sqrt(1.0 / (np.sum(x_cov * g_cov) / (t * norm) + mean_square)))
 
 
 @functools.lru_cache(maxsize=256)
 def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], ...], *, vocab_size: int,
-                                 head_dim: int, attn_mult: float = 1.0, pre_ln: bool = True,
+                                 width: int, head_dim: int, attn_mult: float = 1.0, pre_ln: bool = True,
                                  learned_positions: bool = False,
-                                 causal: bool = True) -> tuple[tuple[tuple[float, ...], ...], float]:
+                                 causal: bool = True) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
   """Per-block corrections of the backward scales for gradients correlated across positions at init.
 
   The backward counterpart of ``attention_correlation_factors``: the gradient reaching the lower blocks is
@@ -460,20 +444,29 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     (X, Y: the position covariances of its input and of its output gradient, unit mean diagonals; the mean
     square of Σ_t x_tᵀ·dy_t for inputs independent of the gradients): W_v (R, AᵀGA), W_o (A·R·Aᵀ, G), fc_in
     (R_mlp, G ∘ K'(R_mlp)), fc_out (K(R_mlp), G), the readout (R, G) and W_q, W_k (R, G: their gradients are
-    linear in the output gradient g_i of their query).
+    linear in the output gradient g_i of their query);
+  * the same for the LayerNorm gains, with the gradient at the norm's output at its own scale (s²·AᵀGA before an
+    attention branch, G ∘ K' before an MLP); the final norm's gain and the readout also get the mean square of
+    the part of their gradient that does not average out (the softmax part of the logit gradient follows the
+    logits z_t = W·x_t, so Σ_t x_t·dy_t sums T terms of mean 1/√D for the gain, W/√(D·V) for the readout:
+    T/D and T/(D·V) after the 1/√T);
+  * the embedding's factor √(T / (tr G + (ΣG − tr G)/V)) of its √(V/T) (a row sums the gradients of the ≈ T/V
+    positions of its token, pairs of them correlated as G).
 
   Args:
     seq_len: T.
     taus: ((τ_attn, τ_mlp) per block), ``residual_taus``.
     vocab_size: V.
+    width: D, the residual stream's width.
     head_dim: d_head (the attention's forward scale).
     attn_mult: α_attn.
-    pre_ln: pre-LN blocks (False: post-LN).
+    pre_ln: pre-LN blocks (False: post-LN; the gains' factors are then 1).
     learned_positions: learned position embeddings added to the token embeddings.
     causal: causal attention.
 
   Returns:
-    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k factors) per block), readout factor), Python floats.
+    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k, ln_attn gain, ln_mlp gain factors) per block),
+    (readout, final gain, embedding factors)), Python floats.
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
@@ -485,7 +478,8 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
   unit_diag = lambda c: c / np.mean(np.diag(c))
   eye = np.eye(t)
   g = eye + (final - eye) / vocab_size
-  readout = _weight_grad_factor(final, g)
+  readout = _weight_grad_factor(final, g, mean_square=t / (width * vocab_size))
+  final_gain = _weight_grad_factor(final, g, mean_square=t / width) if pre_ln else 1.0
   white = np.mean(np.diag(_uniform_attention_cov_t(eye, causal)))
   factors = []
   for i in reversed(range(len(taus))):
@@ -495,6 +489,7 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     hidden_grad = g * np.interp(mlp_in, dgrid, dkernel)
     fc_out = _weight_grad_factor(np.interp(mlp_in, grid, kernel), g)
     fc_in = _weight_grad_factor(mlp_in, hidden_grad)
+    ln_mlp = _weight_grad_factor(mlp_in, hidden_grad, normalize=False) if pre_ln else 1.0
     g = (tau_mlp**2 * hidden_grad + g) / (1.0 + tau_mlp**2)
     # Attention: W_o sees A·R·Aᵀ and G; W_v sees R and AᵀGA.
     v_grad = _uniform_attention_cov_t(unit_diag(g), causal)
@@ -504,6 +499,9 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     # W_q and W_k see R and gradients linear in the output gradient g_i of their query (covariance ∝ G).
     w_qk = _weight_grad_factor(attn_in, g)
     s = attention_scale(t, head_dim, mult=attn_mult, causal=causal, correlation=forward[i])
-    g = (tau_attn**2 * s * s * _uniform_attention_cov_t(g, causal) + g) / (1.0 + tau_attn**2)
-    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk))
-  return tuple(reversed(factors)), readout
+    branch = s * s * _uniform_attention_cov_t(g, causal)
+    ln_attn = _weight_grad_factor(attn_in, branch, normalize=False) if pre_ln else 1.0
+    g = (tau_attn**2 * branch + g) / (1.0 + tau_attn**2)
+    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk, ln_attn, ln_mlp))
+  embedding = math.sqrt(t / (np.trace(g) + (np.sum(g) - np.trace(g)) / vocab_size))
+  return tuple(reversed(factors)), (readout, final_gain, float(embedding))

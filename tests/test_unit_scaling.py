@@ -165,6 +165,22 @@ class UnitScaleOpsTest(parameterized.TestCase):
     got = U.attention_correlation_factors(t, U.residual_taus(2), vocab_size=vocab)[0]
     self.assertAlmostEqual(got, want, places=6)
 
+  @parameterized.parameters(True, False)
+  def test_transposed_uniform_attention_covariance(self, causal):
+    # Aᵀ·G·A with A the explicit (causal) averaging matrix, against the cumulative-sum form.
+    t = 12
+    a = np.tril(np.ones((t, t))) if causal else np.ones((t, t))
+    a = a / a.sum(axis=1, keepdims=True)
+    g = np.asarray(_normal(0, (t, t)))
+    g = g @ g.T
+    np.testing.assert_allclose(U._uniform_attention_cov_t(g, causal), a.T @ g @ a, rtol=1e-10, atol=1e-12)
+
+  def test_gradient_factors_of_independent_positions(self):
+    # One position: nothing is correlated, so every backward factor is 1 (u-μP's own scales).
+    blocks, readout = U.gradient_correlation_factors(1, U.residual_taus(3), vocab_size=65, head_dim=16)
+    np.testing.assert_allclose(np.asarray(blocks), 1.0, rtol=1e-9)
+    self.assertAlmostEqual(readout, 1.0, places=9)
+
   @parameterized.parameters(64, 256, 4096)
   def test_cross_entropy_gradient(self, vocab):
     logits = 0.1 * _normal(0, (64, vocab))
@@ -232,6 +248,19 @@ class ModelUnitScaleTest(parameterized.TestCase):
                "act_final", "act_logits")
     names = [k for k in scales if k.startswith("act/") or (k.startswith("grad/") and k.endswith(checked))]
     self.assertLen([k for k in names if k.startswith("act/")], 3 + 11 * depth)
+    self.assertEmpty(self._outside(scales, names))
+
+  def test_gradients_in_band_deep_and_long(self):
+    # Width 64, depth 16, T = 1024: the gradient is correlated across positions; the corrected backward
+    # scales keep every activation gradient (but the LayerNorm outputs') and the weight gradients of the
+    # projections but W_q, the MLP and the readout in the band.
+    scales = _model_scales(64, 16, 1024)
+    weights = ("attn/key/kernel", "attn/value/kernel", "attn/out/kernel", "fc_in/kernel", "fc_out/kernel",
+               "readout/kernel")
+    names = [k for k in scales if (k.startswith("grad/") and not k.endswith("_in")) or
+             (k.startswith("weight/") and k.endswith(weights))]
+    self.assertLen([k for k in names if k.startswith("weight/")], 1 + 5 * 16)
+    self.assertLen([k for k in names if k.startswith("grad/")], 3 + 9 * 16)
     self.assertEmpty(self._outside(scales, names))
 
 
