@@ -332,11 +332,16 @@ def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float
                                            learned_positions=cfg.positions == "learned", causal=cfg.causal)
 
 
-def _scale_gain_grad(norm: Callable[[Array], Array], x: Array, factor: float) -> Array:
-  """norm(x) with the gradient of its parameters × factor and the gradients of x and of the output unchanged."""
-  if factor == 1.0:
-    return norm(x)
-  return unit.scale(norm(unit.scale(x, 1.0, 1.0 / factor)), 1.0, factor)
+def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
+               probe: Callable[[Array], Array]) -> Array:
+  """probe(norm(x)) whose probed output gradient is × grad_factor and the gradient of its gain × gain_factor.
+
+  The gradient of x stays the true one: the scales of the norm's output gradient are undone at its input.
+  """
+  if gain_factor == 1.0 and grad_factor == 1.0:
+    return probe(norm(x))
+  y = unit.scale(norm(unit.scale(x, 1.0, 1.0 / (gain_factor * grad_factor))), 1.0, gain_factor)
+  return unit.scale(probe(y), 1.0, grad_factor)
 
 
 class Attention(nn.Module):
@@ -366,7 +371,7 @@ class Attention(nn.Module):
     rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
     correlation = _forward_factors(cfg, seq_len)[self.index]
-    value, w_v, w_o, _, _, w_qk, _, _ = _backward_factors(cfg, seq_len)[0][self.index]
+    value, w_v, w_o, _, _, w_qk, _, _, _ = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
             unit.attention_qk_grad_scale(seq_len, h, **rule),
             unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_qk)
@@ -480,13 +485,16 @@ class Block(nn.Module):
       add = lambda f, skip, i: skip + layers.scaled(f, branch)
     probe = lambda name, y: layers.probe(self, name, y)
     if cfg.pre_ln:
-      # Under u-μP the gains' gradients are corrected for rows correlated across positions.
-      gains = _backward_factors(cfg, x.shape[-2])[0][self.index][6:] if p.unit_scaled else (1.0, 1.0)
+      # Under u-μP the gains' gradients are corrected for rows correlated across positions, and the attention
+      # branch's input gradient is brought to unit scale (and back at the norm's input).
+      gain_a, gain_m, grad_a = (_backward_factors(cfg, x.shape[-2])[0][self.index][6:] if p.unit_scaled
+                                else (1.0, 1.0, 1.0))
       r, skip = split(x, 0)
-      a = probe("act_attn_out", attn(probe("act_attn_in", _scale_gain_grad(norm("ln_attn"), r, gains[0]))))
+      a = probe("act_attn_out", attn(_unit_norm(norm("ln_attn"), r, gain_a, grad_a,
+                                                functools.partial(probe, "act_attn_in"))))
       x = probe("act_attn_resid", add(a, skip, 0))
       r, skip = split(x, 1)
-      m = probe("act_mlp_out", mlp(probe("act_mlp_in", _scale_gain_grad(norm("ln_mlp"), r, gains[1]))))
+      m = probe("act_mlp_out", mlp(_unit_norm(norm("ln_mlp"), r, gain_m, 1.0, functools.partial(probe, "act_mlp_in"))))
       x = add(m, skip, 1)
     else:
       r, skip = split(x, 0)
@@ -550,8 +558,8 @@ class Transformer(nn.Module):
     for i in range(cfg.depth):
       x = Block(cfg, index=i, name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = _scale_gain_grad(layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final"), x,
-                           final_factor)
+      x = _unit_norm(layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final"), x,
+                     final_factor, 1.0, lambda y: y)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
     logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,

@@ -445,8 +445,12 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     square of Σ_t x_tᵀ·dy_t for inputs independent of the gradients): W_v (R, AᵀGA), W_o (A·R·Aᵀ, G), fc_in
     (R_mlp, G ∘ K'(R_mlp)), fc_out (K(R_mlp), G), the readout (R, G) and W_q, W_k (R, G: their gradients are
     linear in the output gradient g_i of their query);
-  * the same for the LayerNorm gains, with the gradient at the norm's output at its own scale (s²·AᵀGA before an
-    attention branch, G ∘ K' before an MLP); the final norm's gain and the readout also get the mean square of
+  * the factor 1/√(mean_t (s²·AᵀGA)_tt) that brings the gradient at the output of the norm before an attention
+    branch (the branch's true input gradient, large where the attention sums correlated gradients, small where
+    its forward scale is small) to unit scale; the model applies it between the norm and the branch and undoes it
+    at the norm's input, so the gradient reaching the residual stream stays the true one;
+  * the same weight-gradient factors for the LayerNorm gains, with the gradient at the norm's output (AᵀGA at unit
+    scale before an attention branch, G ∘ K' at its own scale before an MLP); the final norm's gain and the readout also get the mean square of
     the part of their gradient that does not average out (the softmax part of the logit gradient follows the
     logits z_t = W·x_t, so Σ_t x_t·dy_t sums T terms of mean 1/√D for the gain, W/√(D·V) for the readout:
     T/D and T/(D·V) after the 1/√T);
@@ -465,8 +469,8 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     causal: causal attention.
 
   Returns:
-    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k, ln_attn gain, ln_mlp gain factors) per block),
-    (readout, final gain, embedding factors)), Python floats.
+    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k, ln_attn gain, ln_mlp gain, attention-input
+    gradient factors) per block), (readout, final gain, embedding factors)), Python floats.
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
@@ -500,8 +504,11 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     w_qk = _weight_grad_factor(attn_in, g)
     s = attention_scale(t, head_dim, mult=attn_mult, causal=causal, correlation=forward[i])
     branch = s * s * _uniform_attention_cov_t(g, causal)
-    ln_attn = _weight_grad_factor(attn_in, branch, normalize=False) if pre_ln else 1.0
+    # The attention branch's input gradient (the true one) has mean square mean_t (s²·AᵀGA)_tt: scaled to unit
+    # scale at the norm's output and back at its input, the gain sees it at unit scale.
+    attn_in_grad = math.sqrt(1.0 / np.mean(np.diag(branch))) if pre_ln else 1.0
+    ln_attn = _weight_grad_factor(attn_in, branch) if pre_ln else 1.0
     g = (tau_attn**2 * branch + g) / (1.0 + tau_attn**2)
-    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk, ln_attn, ln_mlp))
+    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk, ln_attn, ln_mlp, attn_in_grad))
   embedding = math.sqrt(t / (np.trace(g) + (np.sum(g) - np.trace(g)) / vocab_size))
   return tuple(reversed(factors)), (readout, final_gain, float(embedding))
