@@ -334,7 +334,7 @@ def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float
 
 def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
                probe: Callable[[Array], Array]) -> Array:
-  """probe(norm(x)) whose probed output gradient is × grad_factor and the gradient of its gain × gain_factor.
+  """probe(norm(x)) whose probed output gradient is × grad_factor, and its gain's gradient × gain_factor more.
 
   The gradient of x stays the true one: the scales of the norm's output gradient are undone at its input.
   """

@@ -75,6 +75,24 @@ class VjpTest(parameterized.TestCase):
     (dx,), (dx_ref,) = jax.vjp(unit, x)[1](g), jax.vjp(plain, x)[1](g)
     chex.assert_trees_all_close(dx, dx_ref * s, rtol=1e-4, atol=1e-6)
 
+  def test_norm_gradient_factors_keep_the_input_gradient(self):
+    # The model's norms scale the gradient at their output (as probed) and of their gain, undone at their
+    # input: the gradient of x is jax's gradient of the plain norm, the gain's × grad_factor × gain_factor.
+    x, g, gain = _normal(0, (6, 8)), _normal(1, (6, 8)), 1.0 + 0.1 * _normal(2, (8,))
+    plain = lambda x, gain: jax.nn.standardize(x, axis=-1, epsilon=1e-6) * gain
+    gain_factor, grad_factor = 0.3, 2.5
+    unit = lambda x, gain: model_lib._unit_norm(lambda v: plain(v, gain), x, gain_factor, grad_factor, lambda y: y)
+    y, vjp = jax.vjp(unit, x, gain)
+    y_ref, vjp_ref = jax.vjp(plain, x, gain)
+    chex.assert_trees_all_close(y, y_ref, rtol=1e-6)
+    (dx, dgain), (dx_ref, dgain_ref) = vjp(g), vjp_ref(g)
+    chex.assert_trees_all_close(dx, dx_ref, rtol=1e-4, atol=1e-6)
+    chex.assert_trees_all_close(dgain, dgain_ref * gain_factor * grad_factor, rtol=1e-4, atol=1e-6)
+    # The probed output gradient is the incoming one × grad_factor.
+    dy = jax.grad(lambda p: jnp.sum(model_lib._unit_norm(lambda v: plain(v, gain), x, gain_factor, grad_factor,
+                                                         lambda y: y + p) * g))(jnp.zeros_like(x))
+    chex.assert_trees_all_close(dy, g * grad_factor, rtol=1e-6)
+
   def test_attention_scale_formula(self):
     # unit_scaling's rule: 1 / logint(σ(log(mult²/(4 d))), lower=√(log T / T) (causal) or √(1/T), upper=1).
     for t, d, mult, causal in ((64, 16, 1.0, True), (1024, 256, 1.0, True), (128, 32, 8.0, False)):
@@ -171,15 +189,19 @@ class UnitScaleOpsTest(parameterized.TestCase):
     t = 12
     a = np.tril(np.ones((t, t))) if causal else np.ones((t, t))
     a = a / a.sum(axis=1, keepdims=True)
-    g = np.asarray(_normal(0, (t, t)))
+    g = np.asarray(_normal(0, (t, t)), np.float64)
     g = g @ g.T
     np.testing.assert_allclose(U._uniform_attention_cov_t(g, causal), a.T @ g @ a, rtol=1e-10, atol=1e-12)
 
   def test_gradient_factors_of_independent_positions(self):
-    # One position: nothing is correlated, so every backward factor is 1 (u-μP's own scales).
-    blocks, readout = U.gradient_correlation_factors(1, U.residual_taus(3), vocab_size=65, head_dim=16)
-    np.testing.assert_allclose(np.asarray(blocks), 1.0, rtol=1e-9)
-    self.assertAlmostEqual(readout, 1.0, places=9)
+    # One position: nothing is correlated, so the factors of the value gradient and of the weights in the
+    # blocks are 1 (u-μP's own scales); the final gain's and the readout's are 1/√(1 + T/D) and 1/√(1 + T/(D·V))
+    # (the mean of their gradient). The last two columns and the embedding's factor also normalize the scale of
+    # a branch's gradient, which is not 1 even at T = 1.
+    blocks, (readout, final_gain, _) = U.gradient_correlation_factors(1, U.residual_taus(3), vocab_size=65, width=64, head_dim=16)
+    np.testing.assert_allclose(np.asarray(blocks)[:, :7], 1.0, rtol=1e-9)
+    self.assertAlmostEqual(final_gain, (1 + 1 / 64) ** -0.5, places=9)
+    self.assertAlmostEqual(readout, (1 + 1 / (64 * 65)) ** -0.5, places=9)
 
   @parameterized.parameters(64, 256, 4096)
   def test_cross_entropy_gradient(self, vocab):
