@@ -271,6 +271,24 @@ class ModelUnitScaleTest(parameterized.TestCase):
     self.assertLen([k for k in names if k.startswith("act/")], 3 + 11 * depth)
     self.assertEmpty(self._outside(scales, names))
 
+  def test_input_gradient_is_the_true_one(self):
+    # The backward factors are op-internal: the gradient reaching the residual stream (here the embedded input)
+    # is the true gradient × the readout's grad-input/forward ratio √(D/V), against central finite differences.
+    cfg = model_lib.ModelConfig(vocab_size=65, width=64, depth=2, num_heads=4, head_dim=16, max_len=32,
+                                parametrization=P.get_parametrization("umup"))
+    model = model_lib.Transformer(cfg)
+    tokens = jax.random.randint(jax.random.PRNGKey(0), (1, 32), 0, 65)
+    params = layers.unbox(model.init(jax.random.PRNGKey(1), tokens)["params"])
+    g = _normal(2, (1, 32, 65))
+    embedded = _normal(3, (1, 32, 64))
+    loss = jax.jit(lambda e: jnp.sum(model.apply({"params": params}, tokens, embedded=e) * g))
+    grad = jax.grad(loss)(embedded)
+    eps = 1e-2
+    for seed in range(4):
+      u = _normal(10 + seed, embedded.shape)
+      fd = (loss(embedded + eps * u) - loss(embedded - eps * u)) / (2 * eps)
+      self.assertAlmostEqual(float(jnp.sum(grad * u) / fd), math.sqrt(64 / 65), delta=0.005)
+
   def test_gradients_in_band_deep_and_long(self):
     # Width 64, depth 16, T = 1024: the gradient is correlated across positions; with the backward factors every
     # activation gradient and every weight gradient but W_q's is in the band (W_q's reaches 2.1 in block 0).
