@@ -323,7 +323,7 @@ def _forward_factors(cfg: ModelConfig, seq_len: int) -> tuple[float, ...]:
                                             learned_positions=cfg.positions == "learned", causal=cfg.causal)
 
 
-def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float, ...], ...], float]:
+def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
   """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
   p = cfg.parametrization
   taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
@@ -334,7 +334,7 @@ def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float
 
 def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
                probe: Callable[[Array], Array]) -> Array:
-  """probe(norm(x)) whose probed output gradient is × grad_factor, and its gain's gradient × gain_factor more.
+  """probe(norm(x)): probed output gradient × grad_factor, the gain's (and bias') gradient × gain_factor more.
 
   The gradient of x stays the true one: the scales of the norm's output gradient are undone at its input.
   """
