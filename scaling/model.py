@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -315,6 +315,35 @@ class ModelFamily(Options):
           raise ValueError(e if f"width {width}" in str(e) else f"width {width}: {e}") from None
 
 
+def _forward_factors(cfg: ModelConfig, seq_len: int) -> tuple[float, ...]:
+  """``unit_scaling.attention_correlation_factors`` of a u-μP model over T = seq_len."""
+  p = cfg.parametrization
+  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
+  return unit.attention_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln,
+                                            learned_positions=cfg.positions == "learned", causal=cfg.causal)
+
+
+def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+  """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
+  p = cfg.parametrization
+  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
+  return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, width=cfg.width,
+                                           head_dim=cfg.head_dim, attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
+                                           learned_positions=cfg.positions == "learned", causal=cfg.causal)
+
+
+def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
+               probe: Callable[[Array], Array]) -> Array:
+  """probe(norm(x)): probed output gradient × grad_factor, the gain's (and bias') gradient × gain_factor more.
+
+  The gradient of x stays the true one: the scales of the norm's output gradient are undone at its input.
+  """
+  if gain_factor == 1.0 and grad_factor == 1.0:
+    return probe(norm(x))
+  y = unit.scale(norm(unit.scale(x, 1.0, 1.0 / (gain_factor * grad_factor))), 1.0, gain_factor)
+  return unit.scale(probe(y), 1.0, grad_factor)
+
+
 class Attention(nn.Module):
   """Multi-head (GQA) self-attention through ``scaling.attention_with_aux`` or the blockwise path.
 
@@ -331,25 +360,23 @@ class Attention(nn.Module):
   index: int = 0
   attn_mult: Any = None
 
-  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float]:
-    """u-μP's (forward, q/k-gradient, v-gradient, W_v-gradient factor) of this block's attention over T keys.
+  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float, float, float]:
+    """u-μP's (forward, q/k-gradient, v-gradient, W_v-, W_o- and W_q/W_k-gradient factors) of this attention.
 
     The forward scale corrects u-μP's √(T / log T) for values correlated across positions
-    (``unit_scaling.attention_correlation_factors``); the gradient scales are u-μP's for a gradient
-    independent across positions, × √d_head/α_attn for q and k (``unit_scaling.attention_qk_grad_scale``);
-    the last is the correction of the value projection's weight gradient for its correlated rows (the
-    forward's correlation factor, ``unit_scaling.attention_correlation_factors``).
+    (``unit_scaling.attention_correlation_factors``); the q/k-gradient scale is u-μP's for a gradient independent
+    across positions, × √d_head/α_attn (``unit_scaling.attention_qk_grad_scale``); the v-gradient scale and the
+    factors of the projections' weight gradients correct for gradients and inputs correlated
+    across positions (``unit_scaling.gradient_correlation_factors``).
     """
     cfg = self.config
-    p = cfg.parametrization
-    taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
-    correlation = unit.attention_correlation_factors(
-        seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln, learned_positions=cfg.positions == "learned",
-        causal=cfg.causal)[self.index]
-    rule = dict(mult=p.attn_mult, causal=cfg.causal)
+    rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
+    correlation = _forward_factors(cfg, seq_len)[self.index]
+    value, w_v, w_o, _, _, w_qk, _, _, _ = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, **rule), unit.attention_scale(seq_len, h, **rule), correlation)
+            unit.attention_qk_grad_scale(seq_len, h, **rule),
+            unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_qk)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -365,8 +392,8 @@ class Attention(nn.Module):
     if scales:  # u-μP's products carry their own backward scales
       # The q, k, v projections undo the attention's backward scales that differ from its forward one.
       qk_factor, v_factor = scales[0] / scales[1], scales[0] / scales[2]
-      q = dense(n * h, "attn_q", "query", qk_factor)(x)
-      kk = dense(k * h, "attn_k", "key", qk_factor)(x)
+      q = dense(n * h, "attn_q", "query", qk_factor, scales[5])(x)
+      kk = dense(k * h, "attn_k", "key", qk_factor, scales[5])(x)
       v = dense(k * h, "attn_v", "value", v_factor, scales[3])(x)
     else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
       projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
@@ -407,26 +434,32 @@ class Attention(nn.Module):
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return dense(cfg.width, "attn_o", "out")(out)
+    return dense(cfg.width, "attn_o", "out", 1.0, scales[4] if scales else 1.0)(out)
 
 
 class Mlp(nn.Module):
-  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP)."""
+  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP).
+
+  Under u-μP the weight gradients of fc_in and fc_out are corrected for inputs and gradients correlated across
+  positions (``unit_scaling.gradient_correlation_factors``).
+  """
 
   config: ModelConfig
+  index: int = 0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     unit_scaled = cfg.parametrization.unit_scaled
+    fc_in, fc_out = _backward_factors(cfg, x.shape[-2])[0][self.index][3:5] if unit_scaled else (1.0, 1.0)
     # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
     # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
-    dense = lambda features, name: layers.ScaledDense(features, "hidden", cfg.parametrization, cfg.width,
-                                                      cfg.use_bias, cfg.compute_dtype, constrained=not unit_scaled,
-                                                      name=name)
-    hidden = dense(cfg.mlp_hidden, "fc_in")(x)
+    dense = lambda features, name, factor: layers.ScaledDense(
+        features, "hidden", cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
+        constrained=not unit_scaled, grad_weight_factor=factor, name=name)
+    hidden = dense(cfg.mlp_hidden, "fc_in", fc_in)(x)
     hidden = layers.probe(self, "act_hidden", unit.gelu(hidden) if unit_scaled else nn.gelu(hidden))
-    return dense(cfg.width, "fc_out")(hidden)
+    return dense(cfg.width, "fc_out", fc_out)(hidden)
 
 
 class Block(nn.Module):
@@ -451,7 +484,7 @@ class Block(nn.Module):
     norm = lambda name: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
                                     name=name)
     attn = Attention(cfg, index=self.index, attn_mult=self.attn_mult, name="attn")
-    mlp = Mlp(cfg, name="mlp")
+    mlp = Mlp(cfg, index=self.index, name="mlp")
     p = cfg.parametrization
     if p.unit_scaled:
       taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)[self.index]
@@ -463,11 +496,16 @@ class Block(nn.Module):
       add = lambda f, skip, i: skip + layers.scaled(f, branch)
     probe = lambda name, y: layers.probe(self, name, y)
     if cfg.pre_ln:
+      # Under u-μP the gains' gradients are corrected for rows correlated across positions, and the attention
+      # branch's input gradient is brought to unit scale (and back at the norm's input).
+      gain_a, gain_m, grad_a = (_backward_factors(cfg, x.shape[-2])[0][self.index][6:] if p.unit_scaled
+                                else (1.0, 1.0, 1.0))
       r, skip = split(x, 0)
-      a = probe("act_attn_out", attn(probe("act_attn_in", norm("ln_attn")(r))))
+      a = probe("act_attn_out", attn(_unit_norm(norm("ln_attn"), r, gain_a, grad_a,
+                                                functools.partial(probe, "act_attn_in"))))
       x = probe("act_attn_resid", add(a, skip, 0))
       r, skip = split(x, 1)
-      m = probe("act_mlp_out", mlp(probe("act_mlp_in", norm("ln_mlp")(r))))
+      m = probe("act_mlp_out", mlp(_unit_norm(norm("ln_mlp"), r, gain_m, 1.0, functools.partial(probe, "act_mlp_in"))))
       x = add(m, skip, 1)
     else:
       r, skip = split(x, 0)
@@ -517,6 +555,11 @@ class Transformer(nn.Module):
       raise ValueError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
     x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, name="embed")(tokens)
+    # Under u-μP the backward factors correct the weight gradients of the embedding, the final norm's gain and
+    # the readout for rows correlated across positions (``unit_scaling.gradient_correlation_factors``).
+    readout_factor, final_factor, embed_factor = _backward_factors(cfg, t)[1] if p.unit_scaled else (1.0,) * 3
+    if embed_factor != 1.0:
+      x = unit.scale(x, 1.0, embed_factor)
     if embedded is not None:
       if embedded.shape != x.shape:
         raise ValueError(f"embedded must have shape {x.shape}, got {embedded.shape}")
@@ -528,11 +571,12 @@ class Transformer(nn.Module):
     for i in range(cfg.depth):
       x = Block(cfg, index=i, attn_mult=self.attn_mult, name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final")(x)
+      x = _unit_norm(layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final"), x,
+                     final_factor, 1.0, lambda y: y)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
     logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
-                                name="readout")(x)
+                                grad_weight_factor=readout_factor, name="readout")(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits

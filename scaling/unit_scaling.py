@@ -21,7 +21,9 @@ re-derives its rules as pure JAX functions:
   ``attention_correlation_factors`` corrects the forward scale of each block
   for values correlated across positions (running means of earlier blocks,
   components shared by all positions), from the position covariance of the
-  residual stream at initialization;
+  residual stream at initialization; ``gradient_correlation_factors`` is its backward counterpart (the
+  position covariance of the gradient, propagated down from the readout) and corrects the value-gradient scale
+  and the weight-gradient scales of the projections, the MLP and the readout;
 * ``residual_taus``, ``residual_split`` and ``residual_add``: u-μP's residual
   rule, ``(τ·f(x) + x)/√(1 + τ²)`` with the τ of each branch such that every
   attention and MLP branch contributes equally and the sum of all branches as
@@ -332,29 +334,181 @@ def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float],
     One factor per block (Python floats, at most 1).
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
+  inputs, _ = _forward_covariances(seq_len, taus, vocab_size, pre_ln, learned_positions, causal)
+  white = np.mean(np.diag(_uniform_attention_cov(np.eye(seq_len), causal)))
+  factors = [min(1.0, math.sqrt(white / np.mean(np.diag(_uniform_attention_cov(attn_in, causal)))))
+             for attn_in, _ in inputs]
+  return tuple(float(f) for f in factors)
+
+
+def _gelu_grad_kernel_table(points: int = 401, order: int = 48) -> tuple[Any, Any]:
+  """(c, E[g'(x)·g'(y)]) on a grid of correlations c for the unit-scaled GELU g and unit normals x, y of corr c."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  nodes, weights = np.polynomial.hermite_e.hermegauss(order)
+  weights = weights / weights.sum()
+  k0 = math.sqrt(2 / math.pi)
+
+  def dg(z):
+    th = np.tanh(k0 * (z + 0.044715 * z**3))
+    return (0.5 * (1 + th) + 0.5 * z * (1 - th * th) * k0 * (1 + 3 * 0.044715 * z * z)) * GELU_SCALE
+
+  c = np.linspace(-1.0, 1.0, points)
+  x, z = nodes[:, None, None], nodes[None, :, None]
+  y = c * x + np.sqrt(np.maximum(1 - c * c, 0.0)) * z
+  return c, np.einsum("i,j,ijc->c", weights, weights, dg(x) * dg(y))
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_grad_kernel() -> tuple[Any, Any]:
+  return _gelu_grad_kernel_table()
+
+
+def _uniform_attention_cov_t(cov: Any, causal: bool) -> Any:
+  """Aᵀ·cov·A for the uniform (causal) averaging matrix A: reversed cumulative sums of cov/(n_i·n_k)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = cov.shape[0]
+  if not causal:
+    return np.full_like(cov, cov.mean())
+  n = np.arange(1, t + 1, dtype=cov.dtype)
+  scaled_cov = cov / n[:, None] / n[None, :]
+  left = np.cumsum(scaled_cov[::-1], axis=0)[::-1]
+  return np.cumsum(left[:, ::-1], axis=1)[:, ::-1]
+
+
+def _corr(c: Any) -> Any:
+  """The correlation matrix of a covariance matrix."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  d = np.sqrt(np.diag(c))
+  return np.clip(c / d[:, None] / d[None, :], -1.0, 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _forward_covariances(seq_len: int, taus: tuple[tuple[float, float], ...], vocab_size: int, pre_ln: bool,
+                         learned_positions: bool, causal: bool) -> tuple[list[tuple[Any, Any]], Any]:
+  """([(attention-input corr, MLP-input corr) per block], final corr) of the residual stream at init."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
   grid, kernel = _gelu_kernel()
   cov = np.eye(t) + (np.ones((t, t)) - np.eye(t)) / vocab_size
   if learned_positions:
     cov = cov + np.eye(t)
-
-  def corr(c):
-    d = np.sqrt(np.diag(c))
-    return np.clip(c / d[:, None] / d[None, :], -1.0, 1.0)
-
-  def add(branch, c, tau):
-    return (tau * tau * branch + c) / (1.0 + tau * tau)
-
-  white = np.mean(np.diag(_uniform_attention_cov(np.eye(t), causal)))
-  factors = []
+  add = lambda branch, c, tau: (tau * tau * branch + c) / (1.0 + tau * tau)
+  inputs = []
   for tau_attn, tau_mlp in taus:
-    mixed = _uniform_attention_cov(corr(cov), causal)
-    rms2 = np.mean(np.diag(mixed))
-    factors.append(min(1.0, math.sqrt(white / rms2)))
-    cov = add(mixed / rms2, cov, tau_attn)
+    attn_in = _corr(cov)
+    mixed = _uniform_attention_cov(attn_in, causal)
+    cov = add(mixed / np.mean(np.diag(mixed)), cov, tau_attn)
     if not pre_ln:
-      cov = corr(cov)
-    cov = add(np.interp(corr(cov), grid, kernel), cov, tau_mlp)
+      cov = _corr(cov)
+    mlp_in = _corr(cov)
+    cov = add(np.interp(mlp_in, grid, kernel), cov, tau_mlp)
     if not pre_ln:
-      cov = corr(cov)
-  return tuple(float(f) for f in factors)
+      cov = _corr(cov)
+    inputs.append((attn_in, mlp_in))
+  return inputs, _corr(cov)
+
+
+def _weight_grad_factor(x_cov: Any, g_cov: Any, normalize: bool = True, mean_square: float = 0.0) -> float:
+  """1/RMS of Σ_t x_tᵀ·g_t/√T for inputs and gradients of position covariances x_cov, g_cov.
+
+  normalize: rescale both to unit mean diagonal (unit-scale tensors); mean_square: a further mean square (the
+  part of Σ_t x_tᵀ·g_t/√T that does not average out).
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = x_cov.shape[0]
+  norm = np.mean(np.diag(x_cov)) * np.mean(np.diag(g_cov)) if normalize else 1.0
+  return float(math.sqrt(1.0 / (np.sum(x_cov * g_cov) / (t * norm) + mean_square)))
+
+
+@functools.lru_cache(maxsize=256)
+def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], ...], *, vocab_size: int,
+                                 width: int, head_dim: int, attn_mult: float = 1.0, pre_ln: bool = True,
+                                 learned_positions: bool = False,
+                                 causal: bool = True) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+  """Per-block corrections of the backward scales for gradients correlated across positions at init.
+
+  The backward counterpart of ``attention_correlation_factors``: the gradient reaching the lower blocks is
+  correlated across positions (the value gradient of a near-uniform causal attention, dv_j = Σ_{i≥j} p_ij·g_i,
+  sums correlated output gradients), while u-μP's backward scales assume independence. Under the same
+  assumptions (uniform attention A, unit-scaled weights independent of their inputs, LayerNorm's backward the
+  identity, the τ rule) this propagates the T × T position covariance G of the residual stream's true gradient
+  down from the readout: there the unit-scaled cross-entropy gradient V/√(V − 1)·(softmax − one-hot) has the
+  independent one-hot part and a softmax part ≈ (z_t − z̄_t)/√V that follows the logits, so G = I + (R − I)/V
+  with R the position correlation of the final LayerNorm's output. An MLP branch maps G to G ∘ K'(R_mlp) (K' the
+  kernel E[g'(x)·g'(y)] of the unit-scaled GELU), an attention branch to s²·AᵀGA (s its forward scale; the q/k
+  paths are neglected), and a block to (τ²·G_branch + G)/(1 + τ²). From G it derives
+
+  * the value-gradient factor √(mean_j (AᵀA)_jj / mean_j (AᵀĜA)_jj) (Ĝ: G at the attention output with unit mean
+    diagonal), which multiplies the flat-attention scale as ``attention_scale``'s ``correlation`` does;
+  * for each weight whose rows are correlated, the factor √(T / Σ_tu X_tu·Y_tu) of its 1/√T weight-gradient scale
+    (X, Y: the position covariances of its input and of its output gradient, unit mean diagonals; the mean
+    square of Σ_t x_tᵀ·dy_t for inputs independent of the gradients): W_v (R, AᵀGA), W_o (A·R·Aᵀ, G), fc_in
+    (R_mlp, G ∘ K'(R_mlp)), fc_out (K(R_mlp), G), the readout (R, G) and W_q, W_k (R, G: their gradients are
+    linear in the output gradient g_i of their query);
+  * the factor 1/√(mean_t (s²·AᵀGA)_tt) that brings the gradient at the output of the norm before an attention
+    branch (the branch's true input gradient, large where the attention sums correlated gradients, small where
+    its forward scale is small) to unit scale; the model applies it between the norm and the branch and undoes it
+    at the norm's input, so the gradient reaching the residual stream stays the true one;
+  * the same weight-gradient factors for the LayerNorm gains, with the gradient at the norm's output (AᵀGA at unit
+    scale before an attention branch, G ∘ K' at its own scale before an MLP); the final norm's gain and the readout also get the mean square of
+    the part of their gradient that does not average out (the softmax part of the logit gradient follows the
+    logits z_t = W·x_t, so Σ_t x_t·dy_t sums T terms of mean 1/√D for the gain, W/√(D·V) for the readout:
+    T/D and T/(D·V) after the 1/√T);
+  * the embedding's factor √(T / (tr G + (ΣG − tr G)/V)) of its √(V/T) (a row sums the gradients of the ≈ T/V
+    positions of its token, pairs of them correlated as G).
+
+  Args:
+    seq_len: T.
+    taus: ((τ_attn, τ_mlp) per block), ``residual_taus``.
+    vocab_size: V.
+    width: D, the residual stream's width.
+    head_dim: d_head (the attention's forward scale).
+    attn_mult: α_attn.
+    pre_ln: pre-LN blocks (False: post-LN; the gains' factors are then 1).
+    learned_positions: learned position embeddings added to the token embeddings.
+    causal: causal attention.
+
+  Returns:
+    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k, ln_attn gain, ln_mlp gain, attention-input
+    gradient factors) per block), (readout, final gain, embedding factors)), Python floats.
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = seq_len
+  inputs, final = _forward_covariances(t, taus, vocab_size, pre_ln, learned_positions, causal)
+  forward = attention_correlation_factors(t, taus, vocab_size=vocab_size, pre_ln=pre_ln,
+                                          learned_positions=learned_positions, causal=causal)
+  grid, kernel = _gelu_kernel()
+  dgrid, dkernel = _gelu_grad_kernel()
+  unit_diag = lambda c: c / np.mean(np.diag(c))
+  eye = np.eye(t)
+  g = eye + (final - eye) / vocab_size
+  readout = _weight_grad_factor(final, g, mean_square=t / (width * vocab_size))
+  final_gain = _weight_grad_factor(final, g, mean_square=t / width) if pre_ln else 1.0
+  white = np.mean(np.diag(_uniform_attention_cov_t(eye, causal)))
+  factors = []
+  for i in reversed(range(len(taus))):
+    tau_attn, tau_mlp = taus[i]
+    attn_in, mlp_in = inputs[i]
+    # MLP: fc_out sees gelu(h) and the gradient G; fc_in sees LN(x) and the gradient G ∘ K'(R).
+    hidden_grad = g * np.interp(mlp_in, dgrid, dkernel)
+    fc_out = _weight_grad_factor(np.interp(mlp_in, grid, kernel), g)
+    fc_in = _weight_grad_factor(mlp_in, hidden_grad)
+    ln_mlp = _weight_grad_factor(mlp_in, hidden_grad, normalize=False) if pre_ln else 1.0
+    g = (tau_mlp**2 * hidden_grad + g) / (1.0 + tau_mlp**2)
+    # Attention: W_o sees A·R·Aᵀ and G; W_v sees R and AᵀGA.
+    v_grad = _uniform_attention_cov_t(unit_diag(g), causal)
+    value = min(1.0, math.sqrt(white / np.mean(np.diag(v_grad))))
+    w_o = _weight_grad_factor(_uniform_attention_cov(attn_in, causal), g)
+    w_v = _weight_grad_factor(attn_in, v_grad)
+    # W_q and W_k see R and gradients linear in the output gradient g_i of their query (covariance ∝ G).
+    w_qk = _weight_grad_factor(attn_in, g)
+    s = attention_scale(t, head_dim, mult=attn_mult, causal=causal, correlation=forward[i])
+    branch = s * s * _uniform_attention_cov_t(g, causal)
+    # The attention branch's input gradient (the true one) has mean square mean_t (s²·AᵀGA)_tt: scaled to unit
+    # scale at the norm's output and back at its input, the gain sees it at unit scale.
+    attn_in_grad = math.sqrt(1.0 / np.mean(np.diag(branch))) if pre_ln else 1.0
+    ln_attn = _weight_grad_factor(attn_in, branch) if pre_ln else 1.0
+    g = (tau_attn**2 * branch + g) / (1.0 + tau_attn**2)
+    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk, ln_attn, ln_mlp, attn_in_grad))
+  embedding = math.sqrt(t / (np.trace(g) + (np.sum(g) - np.trace(g)) / vocab_size))
+  return tuple(reversed(factors)), (readout, final_gain, float(embedding))
