@@ -620,3 +620,38 @@ def param_kinds(config: ModelConfig) -> Any:
 def count_params(params: Any) -> int:
   """Total number of parameters."""
   return sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+
+
+def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, float]:
+  """RMS of every probed activation, of the gradient arriving at it and of every weight gradient at initialization.
+
+  One sequence of random tokens through a freshly initialized model; the loss is u-μP's unit-scaled
+  cross-entropy (``unit_scaling.cross_entropy``), whose backward pass gives the logits a unit-scale gradient
+  (Blake et al. 2024, "u-μP", §4: every tensor of a unit-scaled model should start at RMS ≈ 1).
+
+  Args:
+    config: the model (any parametrization; u-μP is the one meant to give unit scale).
+    seq_len: T.
+    seed: the key of the initialization and of the tokens.
+
+  Returns:
+    {"activation/NAME" | "gradient/NAME" | "weight gradient/NAME": RMS}, NAME the probe or parameter path.
+  """
+  model = Transformer(config)
+  init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
+  tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, config.vocab_size)
+  variables = model.init(init_key, tokens[:, :-1])
+  params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
+
+  def loss(params, perturbations):
+    logits, state = model.apply({"params": params, layers.PERTURBATIONS: perturbations}, tokens[:, :-1],
+                                mutable=[layers.ACTIVATIONS])
+    return unit.cross_entropy(logits, tokens[:, 1:], jnp.ones((1, seq_len))), state[layers.ACTIVATIONS]
+
+  (_, acts), (grads, act_grads) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, zeros)
+  out = {}
+  for prefix, tree in (("activation", acts), ("gradient", act_grads), ("weight gradient", grads)):
+    for path, x in jax.tree_util.tree_leaves_with_path(tree):
+      name = "/".join(n for n in param_lib.path_names(path) if not n.isdigit())
+      out[f"{prefix}/{name}"] = float(jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32)))))
+  return out

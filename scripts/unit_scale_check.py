@@ -17,14 +17,10 @@ import pathlib
 import re
 import sys
 
-import jax
-import jax.numpy as jnp
 
-from scaling import layers
 from scaling import model as model_lib
 from scaling import parametrization as param_lib
 from scaling import report
-from scaling import unit_scaling as unit
 
 VOCAB = 65
 
@@ -33,24 +29,7 @@ def model_scales(width: int, depth: int, seq_len: int, seed: int = 0) -> dict[st
   """{"activation/NAME" | "gradient/NAME" | "weight gradient/NAME": RMS} of one u-μP model at init (per block)."""
   cfg = model_lib.ModelConfig(vocab_size=VOCAB, width=width, depth=depth, num_heads=4, head_dim=width // 4,
                               max_len=seq_len, parametrization=param_lib.get_parametrization("umup"))
-  model = model_lib.Transformer(cfg)
-  init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
-  tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, VOCAB)
-  variables = model.init(init_key, tokens[:, :-1])
-  params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
-
-  def loss(params, perturbations):
-    logits, state = model.apply({"params": params, layers.PERTURBATIONS: perturbations}, tokens[:, :-1],
-                                mutable=[layers.ACTIVATIONS])
-    return unit.cross_entropy(logits, tokens[:, 1:], jnp.ones((1, seq_len))), state[layers.ACTIVATIONS]
-
-  (_, acts), (grads, act_grads) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, zeros)
-  out = {}
-  for prefix, tree in (("activation", acts), ("gradient", act_grads), ("weight gradient", grads)):
-    for path, x in jax.tree_util.tree_leaves_with_path(tree):
-      name = "/".join(n for n in param_lib.path_names(path) if not n.isdigit())
-      out[f"{prefix}/{name}"] = float(jnp.sqrt(jnp.mean(jnp.square(x))))
-  return out
+  return model_lib.rms_at_init(cfg, seq_len, seed)
 
 
 def main(argv: list[str]) -> int:

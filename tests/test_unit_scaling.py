@@ -212,31 +212,12 @@ class UnitScaleOpsTest(parameterized.TestCase):
 
 
 def _model_scales(width, depth, seq_len, vocab=65, seed=0):
-  """RMS of every probed activation, of the gradient arriving at it and of every weight gradient at init.
-
-  A u-μP model of 4 heads on one sequence of random tokens; the loss is u-μP's cross-entropy, whose backward
-  pass gives the logits a unit-scale gradient. Returns {"act/..." | "grad/..." | "weight/...": RMS}.
-  """
+  """{"act/..." | "grad/..." | "weight/...": RMS} at init of a u-μP model of 4 heads on one random sequence."""
   cfg = model_lib.ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4,
                               max_len=seq_len, parametrization=P.get_parametrization("umup"))
-  model = model_lib.Transformer(cfg)
-  init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
-  tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, vocab)
-  variables = model.init(init_key, tokens[:, :-1])
-  params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
-
-  def loss(params, perturbations):
-    logits, state = model.apply({"params": params, layers.PERTURBATIONS: perturbations}, tokens[:, :-1],
-                                mutable=[layers.ACTIVATIONS])
-    return U.cross_entropy(logits, tokens[:, 1:], jnp.ones((1, seq_len))), state[layers.ACTIVATIONS]
-
-  (_, acts), (grads, act_grads) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, zeros)
-  out = {}
-  for prefix, tree in (("act", acts), ("grad", act_grads), ("weight", grads)):
-    for path, x in jax.tree_util.tree_leaves_with_path(tree):
-      name = "/".join(n for n in P.path_names(path) if not n.isdigit())
-      out[f"{prefix}/{name}"] = _rms(x)
-  return out
+  short = {"activation": "act", "gradient": "grad", "weight gradient": "weight"}
+  return {short[k.split("/", 1)[0]] + "/" + k.split("/", 1)[1]: v
+          for k, v in model_lib.rms_at_init(cfg, seq_len, seed).items()}
 
 
 class ModelUnitScaleTest(parameterized.TestCase):
