@@ -401,6 +401,8 @@ class Attention(nn.Module):
                  for f, kind, name in projections]
       q, kk, v = layers.fused_dense(x, kernels, cfg.compute_dtype)
     q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
+    self.sow("intermediates", "q_projected", q)  # before RoPE and any QK-norm (kept only when asked for)
+    self.sow("intermediates", "k_projected", kk)
     if cfg.positions == "rope":
       q = rope_lib.apply_rope(q, base=cfg.rope_base)
       kk = rope_lib.apply_rope(kk, base=cfg.rope_base)

@@ -90,7 +90,8 @@ class TracedAttentionMultiplierTest(chex.TestCase):
     alphas = np.array([0.5, 4.0], np.float32)
     grid = train_lib.run_training(cfg, opt, dataset, seed=[0, 0], attn_mults=alphas, record=("loss",),
                                   stop_on_divergence=False)
-    self.assertEqual(train_lib.make_train_step(cfg, opt, grid=True)._cache_size(), 1)  # pylint: disable=protected-access
+    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
+    self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Reference: an independent run with the linear rule's α set in the model config (static); the other member
     # (another α, same seed) trains differently.
     static = dataclasses.replace(cfg, rule=rules_lib.get_rule("linear", alpha=float(alphas[1])))

@@ -531,20 +531,16 @@ def qk_alignment_fn(model_config: model_lib.ModelConfig):
   if model_config in _QK_FNS:
     return _QK_FNS[model_config]
   model = model_lib.Transformer(model_config)
-  n, kv, h = model_config.num_heads, model_config.kv_heads, model_config.head_dim
+  n, kv = model_config.num_heads, model_config.kv_heads
 
   def one(params, tokens):
-    _, state = model.apply({"params": params}, tokens, mutable=["intermediates"],
-                           capture_intermediates=lambda mdl, _: mdl.name in ("query", "key"))
+    _, state = model.apply({"params": params}, tokens, mutable=["intermediates"])
     inter = state["intermediates"]
     out = []
     for i in range(model_config.depth):
       attn = inter[f"block_{i}"]["attn"]
-      q = attn["query"]["__call__"][0].astype(jnp.float32)
-      k = attn["key"]["__call__"][0].astype(jnp.float32)
-      b, t, _ = q.shape
-      q = q.reshape(b, t, n, h)
-      k = jnp.repeat(k.reshape(b, t, kv, h), n // kv, axis=2)
+      q = attn["q_projected"][0].astype(jnp.float32)  # [B, T, N, H]
+      k = jnp.repeat(attn["k_projected"][0].astype(jnp.float32), n // kv, axis=2)
       cos = jnp.sum(q * k, -1) / (jnp.linalg.norm(q, axis=-1) * jnp.linalg.norm(k, axis=-1) + 1e-12)
       out.append(jnp.mean(cos, axis=(0, 1)))
     return jnp.stack(out)
