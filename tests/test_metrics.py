@@ -170,10 +170,11 @@ class MetricSumsTest(chex.TestCase):
     rows = mask.any(-1)
     np.testing.assert_allclose(merged["max_prob"], (p.max(-1) * rows).sum((0, 2)) / rows.sum((0, 2)), rtol=1e-5)
     np.testing.assert_allclose(merged["grad_norm_logits"], np.linalg.norm(dz, axis=(2, 3)).mean(0), rtol=1e-5)
-    # Splitting is invisible: one block of all rows gives the same numbers.
+    # Splitting is invisible: one block of all rows gives the same numbers (to the float32 precision of a mean of
+    # 1e4 + noise, ~1e4 × 6e-8, the tolerance of the variance above).
     whole = metrics.finalize_sums(metrics.metric_sums(*(jnp.asarray(x, jnp.float32) for x in (z, w)),
                                                       jnp.asarray(mask), jnp.asarray(dz, jnp.float32)))
-    chex.assert_trees_all_close(merged, whole, rtol=1e-4)
+    chex.assert_trees_all_close(merged, whole, rtol=1e-3)
 
   def test_empty_block_is_neutral(self):
     z = jax.random.normal(jax.random.key(4), (1, 2, 3, 5))
