@@ -272,22 +272,41 @@ def cross_entropy(logits: Array, targets: Array, weights: Array) -> Array:
   return scale(jnp.sum(ce * weights), 1.0 / total, 1.0)
 
 
-def _gelu_kernel_table(points: int = 401, order: int = 48) -> tuple[Any, Any]:
-  """(c, E[g(x)·g(y)]) on a grid of correlations c for the unit-scaled GELU g and unit normals x, y of corr c."""
+def _gelu(z: Any) -> Any:
+  """The unit-scaled GELU (tanh form) on numpy arrays."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3))) * GELU_SCALE
+
+
+def _gelu_grad(z: Any) -> Any:
+  """Its derivative on numpy arrays."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  k0 = math.sqrt(2 / math.pi)
+  th = np.tanh(k0 * (z + 0.044715 * z**3))
+  return (0.5 * (1 + th) + 0.5 * z * (1 - th * th) * k0 * (1 + 3 * 0.044715 * z * z)) * GELU_SCALE
+
+
+def _kernel_table(fn: Callable[[Any], Any], points: int = 401, order: int = 48) -> tuple[Any, Any]:
+  """(c, E[fn(x)·fn(y)]) on a grid of correlations c for unit normals x, y of correlation c (Gauss-Hermite)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
   nodes, weights = np.polynomial.hermite_e.hermegauss(order)
   weights = weights / weights.sum()
-  g = lambda z: 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3))) * GELU_SCALE
   c = np.linspace(-1.0, 1.0, points)
   x, z = nodes[:, None, None], nodes[None, :, None]
   y = c * x + np.sqrt(np.maximum(1 - c * c, 0.0)) * z
-  k = np.einsum("i,j,ijc->c", weights, weights, g(x) * g(y))
-  return c, k
+  return c, np.einsum("i,j,ijc->c", weights, weights, fn(x) * fn(y))
 
 
 @functools.lru_cache(maxsize=None)
 def _gelu_kernel() -> tuple[Any, Any]:
-  return _gelu_kernel_table()
+  """The kernel of the unit-scaled GELU (how it maps the correlation of its inputs)."""
+  return _kernel_table(_gelu)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_grad_kernel() -> tuple[Any, Any]:
+  """The kernel of its derivative (how the MLP maps the correlation of gradients)."""
+  return _kernel_table(_gelu_grad)
 
 
 def _uniform_attention_cov(cov: Any, causal: bool) -> Any:
@@ -339,28 +358,6 @@ def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float],
   factors = [min(1.0, math.sqrt(white / np.mean(np.diag(_uniform_attention_cov(attn_in, causal)))))
              for attn_in, _ in inputs]
   return tuple(float(f) for f in factors)
-
-
-def _gelu_grad_kernel_table(points: int = 401, order: int = 48) -> tuple[Any, Any]:
-  """(c, E[g'(x)·g'(y)]) on a grid of correlations c for the unit-scaled GELU g and unit normals x, y of corr c."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  nodes, weights = np.polynomial.hermite_e.hermegauss(order)
-  weights = weights / weights.sum()
-  k0 = math.sqrt(2 / math.pi)
-
-  def dg(z):
-    th = np.tanh(k0 * (z + 0.044715 * z**3))
-    return (0.5 * (1 + th) + 0.5 * z * (1 - th * th) * k0 * (1 + 3 * 0.044715 * z * z)) * GELU_SCALE
-
-  c = np.linspace(-1.0, 1.0, points)
-  x, z = nodes[:, None, None], nodes[None, :, None]
-  y = c * x + np.sqrt(np.maximum(1 - c * c, 0.0)) * z
-  return c, np.einsum("i,j,ijc->c", weights, weights, dg(x) * dg(y))
-
-
-@functools.lru_cache(maxsize=None)
-def _gelu_grad_kernel() -> tuple[Any, Any]:
-  return _gelu_grad_kernel_table()
 
 
 def _uniform_attention_cov_t(cov: Any, causal: bool) -> Any:
