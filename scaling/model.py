@@ -329,7 +329,8 @@ def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float
   taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
   return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, width=cfg.width,
                                            head_dim=cfg.head_dim, attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
-                                           learned_positions=cfg.positions == "learned", causal=cfg.causal)
+                                           learned_positions=cfg.positions == "learned", causal=cfg.causal,
+                                           rope_base=cfg.rope_base if cfg.positions == "rope" else None)
 
 
 def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
@@ -360,23 +361,24 @@ class Attention(nn.Module):
   index: int = 0
   attn_mult: Any = None
 
-  def unit_scales(self, seq_len: int) -> tuple[float, float, float, float, float, float]:
-    """u-μP's (forward, q/k-gradient, v-gradient, W_v-, W_o- and W_q/W_k-gradient factors) of this attention.
+  def unit_scales(self, seq_len: int) -> tuple[float, ...]:
+    """u-μP's (forward, q-, k- and v-gradient scales, W_v-, W_o-, W_q- and W_k-gradient factors) of this attention.
 
     The forward scale corrects u-μP's √(T / log T) for values correlated across positions
-    (``unit_scaling.attention_correlation_factors``); the q/k-gradient scale is u-μP's for a gradient independent
-    across positions, × √d_head/α_attn (``unit_scaling.attention_qk_grad_scale``); the v-gradient scale and the
-    factors of the projections' weight gradients correct for gradients and inputs correlated
-    across positions (``unit_scaling.gradient_correlation_factors``).
+    (``unit_scaling.attention_correlation_factors``); the q- and k-gradient scales are u-μP's for a gradient
+    independent across positions, × √d_head/α_attn (``unit_scaling.attention_qk_grad_scale``); they, the
+    v-gradient scale and the factors of the projections' weight gradients correct for gradients and inputs
+    correlated across positions (``unit_scaling.gradient_correlation_factors``).
     """
     cfg = self.config
     rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
     correlation = _forward_factors(cfg, seq_len)[self.index]
-    value, w_v, w_o, _, _, w_qk, _, _, _ = _backward_factors(cfg, seq_len)[0][self.index]
+    value, w_v, w_o, _, _, w_q, w_k, _, _, _, q_corr, k_corr = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, **rule),
-            unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_qk)
+            unit.attention_qk_grad_scale(seq_len, h, correlation=q_corr, **rule),
+            unit.attention_qk_grad_scale(seq_len, h, correlation=k_corr, **rule),
+            unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_q, w_k)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -391,10 +393,10 @@ class Attention(nn.Module):
     scales = self.unit_scales(t) if p.unit_scaled else None
     if scales:  # u-μP's products carry their own backward scales
       # The q, k, v projections undo the attention's backward scales that differ from its forward one.
-      qk_factor, v_factor = scales[0] / scales[1], scales[0] / scales[2]
-      q = dense(n * h, "attn_q", "query", qk_factor, scales[5])(x)
-      kk = dense(k * h, "attn_k", "key", qk_factor, scales[5])(x)
-      v = dense(k * h, "attn_v", "value", v_factor, scales[3])(x)
+      fwd, q_grad, k_grad, v_grad, w_v, _, w_q, w_k = scales
+      q = dense(n * h, "attn_q", "query", fwd / q_grad, w_q)(x)
+      kk = dense(k * h, "attn_k", "key", fwd / k_grad, w_k)(x)
+      v = dense(k * h, "attn_v", "value", fwd / v_grad, w_v)(x)
     else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
       projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
       kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
@@ -430,13 +432,13 @@ class Attention(nn.Module):
       return out
 
     if scales:
-      out = unit.attention(attend, q, kk, v, *scales[:3])
+      out = unit.attention(attend, q, kk, v, *scales[:4])
     else:
       out = attend(q, kk, v)
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return dense(cfg.width, "attn_o", "out", 1.0, scales[4] if scales else 1.0)(out)
+    return dense(cfg.width, "attn_o", "out", 1.0, scales[5] if scales else 1.0)(out)
 
 
 class Mlp(nn.Module):
@@ -500,7 +502,7 @@ class Block(nn.Module):
     if cfg.pre_ln:
       # Under u-μP the gains' gradients are corrected for rows correlated across positions, and the attention
       # branch's input gradient is brought to unit scale (and back at the norm's input).
-      gain_a, gain_m, grad_a = (_backward_factors(cfg, x.shape[-2])[0][self.index][6:] if p.unit_scaled
+      gain_a, gain_m, grad_a = (_backward_factors(cfg, x.shape[-2])[0][self.index][7:10] if p.unit_scaled
                                 else (1.0, 1.0, 1.0))
       r, skip = split(x, 0)
       a = probe("act_attn_out", attn(_unit_norm(norm("ln_attn"), r, gain_a, grad_a,

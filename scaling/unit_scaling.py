@@ -22,8 +22,8 @@ re-derives its rules as pure JAX functions:
   for values correlated across positions (running means of earlier blocks,
   components shared by all positions), from the position covariance of the
   residual stream at initialization; ``gradient_correlation_factors`` is its backward counterpart (the
-  position covariance of the gradient, propagated down from the readout) and corrects the value-gradient scale
-  and the weight-gradient scales of the projections, the MLP and the readout;
+  position covariance of the gradient, propagated down from the readout) and corrects the q-, k- and
+  value-gradient scales and the weight-gradient scales of the projections, the MLP and the readout;
 * ``residual_taus``, ``residual_split`` and ``residual_add``: u-μP's residual
   rule, ``(τ·f(x) + x)/√(1 + τ²)`` with the τ of each branch such that every
   attention and MLP branch contributes equally and the sum of all branches as
@@ -187,23 +187,25 @@ def attention_qk_grad_scale(seq_len: int, head_dim: int, *, mult: float = 1.0, c
 
 
 def attention(attend: Callable[[Array, Array, Array], Array], q: Array, k: Array, v: Array, attn_scale: float,
-              qk_grad_scale: float | None = None, v_grad_scale: float | None = None) -> Array:
-  """``attend(q, k, v) · attn_scale`` forward; gradients of q and k × qk_grad_scale, of v × v_grad_scale.
+              q_grad_scale: float | None = None, k_grad_scale: float | None = None,
+              v_grad_scale: float | None = None) -> Array:
+  """``attend(q, k, v) · attn_scale`` forward; the gradients of q, k and v × their own scales.
 
   Args:
     attend: the attention function (q, k, v) -> out, e.g. dense or blockwise attention with logits α/d_head.
     q, k, v: [B, T, N or K, H].
     attn_scale: the forward scale, ``attention_scale(...)``.
-    qk_grad_scale: ``attention_qk_grad_scale(...)``; None = attn_scale (unit_scaling's single scale).
+    q_grad_scale: ``attention_qk_grad_scale(...)``; None = attn_scale (unit_scaling's single scale).
+    k_grad_scale: the key-gradient scale; None = q_grad_scale.
     v_grad_scale: the value-gradient scale; None = attn_scale.
 
   Returns:
     The scaled attention output.
   """
-  qk_grad_scale = attn_scale if qk_grad_scale is None else qk_grad_scale
+  q_grad_scale = attn_scale if q_grad_scale is None else q_grad_scale
+  k_grad_scale = q_grad_scale if k_grad_scale is None else k_grad_scale
   v_grad_scale = attn_scale if v_grad_scale is None else v_grad_scale
-  q, k = (scale(t, 1.0, qk_grad_scale) for t in (q, k))
-  v = scale(v, 1.0, v_grad_scale)
+  q, k, v = scale(q, 1.0, q_grad_scale), scale(k, 1.0, k_grad_scale), scale(v, 1.0, v_grad_scale)
   return scale(attend(q, k, v), attn_scale, 1.0)
 
 
@@ -356,7 +358,7 @@ def attention_correlation_factors(seq_len: int, taus: tuple[tuple[float, float],
   inputs, _ = _forward_covariances(seq_len, taus, vocab_size, pre_ln, learned_positions, causal)
   white = np.mean(np.diag(_uniform_attention_cov(np.eye(seq_len), causal)))
   factors = [min(1.0, math.sqrt(white / np.mean(np.diag(_uniform_attention_cov(attn_in, causal)))))
-             for attn_in, _ in inputs]
+             for attn_in, *_ in inputs]
   return tuple(float(f) for f in factors)
 
 
@@ -381,28 +383,46 @@ def _corr(c: Any) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _forward_covariances(seq_len: int, taus: tuple[tuple[float, float], ...], vocab_size: int, pre_ln: bool,
-                         learned_positions: bool, causal: bool) -> tuple[list[tuple[Any, Any]], Any]:
-  """([(attention-input corr, MLP-input corr) per block], final corr) of the residual stream at init."""
+                         learned_positions: bool,
+                         causal: bool) -> tuple[list[tuple[Any, Any, Any, Any, Any]], tuple[Any, Any]]:
+  """The residual stream's position covariance at init, averaged over random tokens, and its token part.
+
+  Returns ([(attention-input corr, MLP-input corr, their per-position variances before the norm, the token part
+  of the attention input's corr) per block], (final corr, final variances)). The token part Γ is the
+  coefficient of M − E[M] (M_tu = 1 where positions t and u hold the same token) in the covariance given the
+  tokens: 1 in the embedding, dropped by the attention's average, passed by the MLP with the GELU kernel's
+  slope K'(R) (Price's theorem: the kernel of the GELU's derivative) and by the skip with 1/(1 + τ²).
+  """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
   grid, kernel = _gelu_kernel()
+  dgrid, dkernel = _gelu_grad_kernel()
   cov = np.eye(t) + (np.ones((t, t)) - np.eye(t)) / vocab_size
   if learned_positions:
     cov = cov + np.eye(t)
+  tokens = np.ones((t, t))
   add = lambda branch, c, tau: (tau * tau * branch + c) / (1.0 + tau * tau)
+  inv_sd = lambda c: 1.0 / np.sqrt(np.outer(np.diag(c), np.diag(c)))
+
+  def normalize(cov, tokens):
+    return _corr(cov), tokens * inv_sd(cov)
+
   inputs = []
   for tau_attn, tau_mlp in taus:
-    attn_in = _corr(cov)
+    attn_var = np.diag(cov).copy()
+    attn_in, attn_tokens = normalize(cov, tokens)
     mixed = _uniform_attention_cov(attn_in, causal)
-    cov = add(mixed / np.mean(np.diag(mixed)), cov, tau_attn)
+    cov, tokens = add(mixed / np.mean(np.diag(mixed)), cov, tau_attn), add(0.0, tokens, tau_attn)
     if not pre_ln:
-      cov = _corr(cov)
-    mlp_in = _corr(cov)
+      cov, tokens = normalize(cov, tokens)
+    mlp_var = np.diag(cov).copy()
+    mlp_in, mlp_tokens = normalize(cov, tokens)
     cov = add(np.interp(mlp_in, grid, kernel), cov, tau_mlp)
+    tokens = add(np.interp(mlp_in, dgrid, dkernel) * mlp_tokens, tokens, tau_mlp)
     if not pre_ln:
-      cov = _corr(cov)
-    inputs.append((attn_in, mlp_in))
-  return inputs, _corr(cov)
+      cov, tokens = normalize(cov, tokens)
+    inputs.append((attn_in, mlp_in, attn_var, mlp_var, attn_tokens))
+  return inputs, (_corr(cov), np.diag(cov).copy())
 
 
 def _weight_grad_factor(x_cov: Any, g_cov: Any, normalize: bool = True, mean_square: float = 0.0) -> float:
@@ -420,37 +440,43 @@ def _weight_grad_factor(x_cov: Any, g_cov: Any, normalize: bool = True, mean_squ
 @functools.lru_cache(maxsize=256)
 def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], ...], *, vocab_size: int,
                                  width: int, head_dim: int, attn_mult: float = 1.0, pre_ln: bool = True,
-                                 learned_positions: bool = False,
-                                 causal: bool = True) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+                                 learned_positions: bool = False, causal: bool = True,
+                                 rope_base: float | None = None) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
   """Per-block corrections of the backward scales for gradients correlated across positions at init.
 
   The backward counterpart of ``attention_correlation_factors``: the gradient reaching the lower blocks is
   correlated across positions (the value gradient of a near-uniform causal attention, dv_j = Σ_{i≥j} p_ij·g_i,
   sums correlated output gradients), while u-μP's backward scales assume independence. Under the same
-  assumptions (uniform attention A, unit-scaled weights independent of their inputs, LayerNorm's backward the
-  identity, the τ rule) this propagates the T × T position covariance G of the residual stream's true gradient
-  down from the readout: there the unit-scaled cross-entropy gradient V/√(V − 1)·(softmax − one-hot) has the
-  independent one-hot part and a softmax part ≈ (z_t − z̄_t)/√V that follows the logits, so G = I + (R − I)/V
-  with R the position correlation of the final LayerNorm's output. An MLP branch maps G to G ∘ K'(R_mlp) (K' the
-  kernel E[g'(x)·g'(y)] of the unit-scaled GELU), an attention branch to s²·AᵀGA (s its forward scale; the q/k
-  paths are neglected), and a block to (τ²·G_branch + G)/(1 + τ²). From G it derives
+  assumptions (uniform attention A, unit-scaled weights independent of their inputs, the τ rule) this propagates
+  the T × T position covariance G of the residual stream's true gradient down from the readout: there the
+  unit-scaled cross-entropy gradient V/√(V − 1)·(softmax − one-hot) has the independent one-hot part and a
+  softmax part ≈ (z_t − z̄_t)/√V that follows the logits, so G = I + (R − I)/V with R the position correlation of
+  the final LayerNorm's output. A pre-LN norm's backward divides position t by its input's RMS σ_t (the early
+  positions of a causal model, where the attention averages few values, are the largest). An MLP branch maps G
+  to G ∘ K'(R_mlp) (K' the kernel E[g'(x)·g'(y)] of the unit-scaled GELU), an attention branch to
+  s²·(AᵀGA + (α²/d_head)·(Q + K) ∘ ρ) (s its forward scale; Q, K the q and k gradients'
+  ``_qk_gradient_covariances``, ρ RoPE's rotation), and a block to (τ²·G_branch + G)/(1 + τ²). From G it derives
 
   * the value-gradient factor √(mean_j (AᵀA)_jj / mean_j (AᵀĜA)_jj) (Ĝ: G at the attention output with unit mean
     diagonal), which multiplies the flat-attention scale as ``attention_scale``'s ``correlation`` does;
+  * the query- and key-gradient factors √(mean diag Q_white / mean diag Q(R, Ĝ)) (and K's), which multiply
+    ``attention_qk_grad_scale`` likewise: values correlated across positions deviate less from their running
+    mean (smaller q and k gradients), the early positions' larger output gradients weigh more, and the query
+    gradient grows coherently with the number of keys past the width D (``_qk_gradient_covariances``);
   * for each weight whose rows are correlated, the factor √(T / Σ_tu X_tu·Y_tu) of its 1/√T weight-gradient scale
     (X, Y: the position covariances of its input and of its output gradient, unit mean diagonals; the mean
     square of Σ_t x_tᵀ·dy_t for inputs independent of the gradients): W_v (R, AᵀGA), W_o (A·R·Aᵀ, G), fc_in
     (R_mlp, G ∘ K'(R_mlp)), fc_out (K(R_mlp), G), the readout (R, G) and W_q, W_k (R, G: their gradients are
     linear in the output gradient g_i of their query);
-  * the factor 1/√(mean_t (s²·AᵀGA)_tt) that brings the gradient at the output of the norm before an attention
+  * the factor 1/√(mean_t (branch)_tt) that brings the gradient at the output of the norm before an attention
     branch (the branch's true input gradient, large where the attention sums correlated gradients, small where
     its forward scale is small) to unit scale; the model applies it between the norm and the branch and undoes it
     at the norm's input, so the gradient reaching the residual stream stays the true one;
-  * the same weight-gradient factors for the LayerNorm gains, with the gradient at the norm's output (AᵀGA at unit
-    scale before an attention branch, G ∘ K' at its own scale before an MLP); the final norm's gain and the readout also get the mean square of
-    the part of their gradient that does not average out (the softmax part of the logit gradient follows the
-    logits z_t = W·x_t, so Σ_t x_t·dy_t sums T terms of mean 1/√D for the gain, W/√(D·V) for the readout:
-    T/D and T/(D·V) after the 1/√T);
+  * the same weight-gradient factors for the LayerNorm gains, with the gradient at the norm's output (the
+    attention branch's at unit scale, G ∘ K' at its own scale before an MLP); the final norm's gain and the readout
+    also get the mean square of the part of their gradient that does not average out (the softmax part of the
+    logit gradient follows the logits z_t = W·x_t, so Σ_t x_t·dy_t sums T terms of mean 1/√D for the gain,
+    W/√(D·V) for the readout: T/D and T/(D·V) after the 1/√T);
   * the embedding's factor √(T / (tr G + (ΣG − tr G)/V)) of its √(V/T) (a row sums the gradients of the ≈ T/V
     positions of its token, pairs of them correlated as G).
 
@@ -464,48 +490,132 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     pre_ln: pre-LN blocks (False: post-LN; the gains' factors are then 1).
     learned_positions: learned position embeddings added to the token embeddings.
     causal: causal attention.
+    rope_base: RoPE's frequency base (None: no RoPE).
 
   Returns:
-    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q and W_k, ln_attn gain, ln_mlp gain, attention-input
-    gradient factors) per block), (readout, final gain, embedding factors)), Python floats.
+    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q, W_k, ln_attn gain, ln_mlp gain, attention-input
+    gradient, query-gradient, key-gradient factors) per block), (readout, final gain, embedding factors)),
+    Python floats.
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
-  inputs, final = _forward_covariances(t, taus, vocab_size, pre_ln, learned_positions, causal)
+  inputs, (final, final_var) = _forward_covariances(t, taus, vocab_size, pre_ln, learned_positions, causal)
   forward = attention_correlation_factors(t, taus, vocab_size=vocab_size, pre_ln=pre_ln,
                                           learned_positions=learned_positions, causal=causal)
   grid, kernel = _gelu_kernel()
   dgrid, dkernel = _gelu_grad_kernel()
   unit_diag = lambda c: c / np.mean(np.diag(c))
+  # A pre-LN norm's backward divides the gradient at position t by the RMS σ_t of its input.
+  through_norm = lambda c, var: c / np.sqrt(np.outer(var, var)) if pre_ln else c
   eye = np.eye(t)
+  rotation_basis = _rope_basis(t, head_dim, rope_base)
+  rotation = rotation_basis @ rotation_basis.T
+  white_q, white_k = (np.mean(np.diag(c)) for c in _qk_gradient_covariances(eye, eye, np.ones((t, 1)), causal))
   g = eye + (final - eye) / vocab_size
   readout = _weight_grad_factor(final, g, mean_square=t / (width * vocab_size))
   final_gain = _weight_grad_factor(final, g, mean_square=t / width) if pre_ln else 1.0
+  g = through_norm(g, final_var)
   white = np.mean(np.diag(_uniform_attention_cov_t(eye, causal)))
+  logit_ms = attn_mult**2 / head_dim  # (α/d_head)² · d_head: the q/k gradients' mean square per unit of Q, K
   factors = []
   for i in reversed(range(len(taus))):
     tau_attn, tau_mlp = taus[i]
-    attn_in, mlp_in = inputs[i]
+    attn_in, mlp_in, attn_var, mlp_var, attn_tokens = inputs[i]
     # MLP: fc_out sees gelu(h) and the gradient G; fc_in sees LN(x) and the gradient G ∘ K'(R).
     hidden_grad = g * np.interp(mlp_in, dgrid, dkernel)
     fc_out = _weight_grad_factor(np.interp(mlp_in, grid, kernel), g)
     fc_in = _weight_grad_factor(mlp_in, hidden_grad)
     ln_mlp = _weight_grad_factor(mlp_in, hidden_grad, normalize=False) if pre_ln else 1.0
-    g = (tau_mlp**2 * hidden_grad + g) / (1.0 + tau_mlp**2)
+    g = (tau_mlp**2 * through_norm(hidden_grad, mlp_var) + g) / (1.0 + tau_mlp**2)
     # Attention: W_o sees A·R·Aᵀ and G; W_v sees R and AᵀGA.
     v_grad = _uniform_attention_cov_t(unit_diag(g), causal)
     value = min(1.0, math.sqrt(white / np.mean(np.diag(v_grad))))
     w_o = _weight_grad_factor(_uniform_attention_cov(attn_in, causal), g)
     w_v = _weight_grad_factor(attn_in, v_grad)
-    # W_q and W_k see R and gradients linear in the output gradient g_i of their query (covariance ∝ G).
-    w_qk = _weight_grad_factor(attn_in, g)
+    # q and k: their gradients' position covariances (rotated frame) and, un-rotated, the weights' inputs' partners.
+    q_cov, k_cov = _qk_gradient_covariances(attn_in, g, rotation_basis, causal, width=width,
+                                            token_var=attn_tokens**2 * (1.0 - 1.0 / vocab_size) / vocab_size)
+    # (1 where a single key leaves no gradient to q and k)
+    q_scale, k_scale = (math.sqrt(w * np.mean(np.diag(g)) / np.mean(np.diag(c))) if w > 0 else 1.0
+                        for w, c in ((white_q, q_cov), (white_k, k_cov)))
+    w_q = w_k = _weight_grad_factor(attn_in, g)
     s = attention_scale(t, head_dim, mult=attn_mult, causal=causal, correlation=forward[i])
-    branch = s * s * _uniform_attention_cov_t(g, causal)
-    # The attention branch's input gradient (the true one) has mean square mean_t (s²·AᵀGA)_tt: scaled to unit
+    branch = s * s * (_uniform_attention_cov_t(g, causal) + logit_ms * (q_cov + k_cov) * rotation)
+    # The attention branch's input gradient (the true one) has mean square mean_t (branch)_tt: scaled to unit
     # scale at the norm's output and back at its input, the gain sees it at unit scale.
     attn_in_grad = math.sqrt(1.0 / np.mean(np.diag(branch))) if pre_ln else 1.0
     ln_attn = _weight_grad_factor(attn_in, branch) if pre_ln else 1.0
-    g = (tau_attn**2 * branch + g) / (1.0 + tau_attn**2)
-    factors.append((value, w_v, w_o, fc_in, fc_out, w_qk, ln_attn, ln_mlp, attn_in_grad))
+    g = (tau_attn**2 * through_norm(branch, attn_var) + g) / (1.0 + tau_attn**2)
+    factors.append((value, w_v, w_o, fc_in, fc_out, w_q, w_k, ln_attn, ln_mlp, attn_in_grad, q_scale, k_scale))
   embedding = math.sqrt(t / (np.trace(g) + (np.sum(g) - np.trace(g)) / vocab_size))
   return tuple(reversed(factors)), (readout, final_gain, float(embedding))
+
+
+def _rope_basis(seq_len: int, head_dim: int, rope_base: float | None) -> Any:
+  """B [T, r] with B·Bᵀ = ρ, ρ(t − u) the mean over RoPE's frequencies θ of cos((t − u)·θ): E[q_t·q_u] of rotated
+  vectors per unrotated E[q̃_t·q̃_u] (B a column of ones, ρ = 1, without RoPE)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  if rope_base is None:
+    return np.ones((seq_len, 1))
+  theta = rope_base ** (-np.arange(0, head_dim, 2) / head_dim)
+  angles = np.arange(seq_len)[:, None] * theta[None, :]
+  return np.concatenate([np.cos(angles), np.sin(angles)], axis=1) / math.sqrt(len(theta))
+
+
+def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width: int | None = None,
+                             token_var: Any = None) -> tuple[Any, Any]:
+  """(Q, K): position covariances of the query and key gradients of uniform attention, per (α/d_head)²·d_head.
+
+  With p_ij = 1/n_i over the n_i keys j of query i, a_ij = g_i·(v_j − v̄_i) and the logit scale c, the gradients
+  are dq_i = c·Σ_j p_ij·a_ij·k_j and dk_j = c·Σ_i p_ij·a_ij·q_i. For q, k and v of independent components with
+  position correlation R (q and k rotated: R ∘ ρ, ρ = B·Bᵀ) and output gradients of covariance G,
+  E[a_ij·a_i'j'] = d_head·G_ii'·V_ii'(j, j'), with V the covariance of the values' deviations from the means,
+  V_ii'(j, j') = R_jj' − R̄_j,≤i' − R̄_≤i,j' + R̄_≤i,≤i'. Then per component
+  Q_ii' = G_ii'/(n_i·n_i')·Σ_{j≤i, j'≤i'} V_ii'(j, j')·(R∘ρ)_jj' and
+  K_jj' = Σ_{i≥j, i'≥j'} G_ii'·(R∘ρ)_ii'/(n_i·n_i')·V_ii'(j, j'), each in O(T²) by cumulative sums.
+
+  Q is quadratic in the correlation of the projections' inputs x, and a correlation measured over D features
+  fluctuates: q, k and v are functions of the same x, so Σ_j a_ij·k_j = W_k·(Σ_j x_j·x_jᵀ)·W_vᵀ·g_i/D grows
+  coherently with the number of keys once it passes D. With ``width`` = D this adds the Wishart term
+  E[R̂_ab·R̂_cd] − R_ab·R_cd ⊃ R_ac·R_bd/D (its larger pairing: Σ_{j≤i, j'≤i'} ρ_jj'·u_i(j)·u_i'(j')/D with
+  u_i(j) = 1 − R̄_j,≤i), and ``token_var`` (the variance of R_jj' over random tokens) adds the pairing of equal
+  entries, Σ_{j≤i, j'≤i'} token_var_jj'·ρ_jj' × (1 − 1/n_i)(1 − 1/n_i') (+ the transposed pairing). K, where
+  these pairings are single coincidences of indices, keeps the mean-field form.
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  t = r.shape[0]
+  if causal:
+    n = np.arange(1, t + 1, dtype=np.float64)
+    pre = lambda x, axis: np.cumsum(x, axis=axis)
+    suf = lambda x, axis: np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis)
+  else:
+    n = np.full(t, float(t))
+    pre = suf = lambda x, axis: np.broadcast_to(np.sum(x, axis=axis, keepdims=True), x.shape)
+  pre2 = lambda x: pre(pre(x, 0), 1)
+  nn = np.outer(n, n)
+  rr = r * (basis @ basis.T)
+  row = pre(r, 1)  # row[j, i] = Σ_{l≤i} R_jl
+  total = pre2(r)  # total[i, i'] = Σ_{l≤i, l'≤i'} R_ll'
+  # Q: Σ_{j≤i, j'≤i'} of the four terms of V_ii'(j, j')·(R∘ρ)_jj'.
+  cross = pre(row * pre(rr, 1), 0) / n[None, :]
+  q_sum = pre2(r * rr) - cross - cross.T + total * pre2(rr) / nn
+  if width is not None:
+    # P[i] = Σ_{j≤i} B_j·u_i(j) = Σ_{j≤i} B_j − Σ_{j, l≤i} B_j·R_jl / n_i.
+    if causal:
+      step = basis * np.diag(row)[:, None] + np.triu(r, 1).T @ basis
+      p = pre(basis, 0) - np.cumsum(step, axis=0) / n[:, None]
+    else:
+      p = pre(basis, 0) - (basis.T @ r.sum(axis=1))[None, :] / n[:, None]
+    q_sum = q_sum + p @ p.T / width
+  if token_var is not None:
+    tv = token_var * (basis @ basis.T)
+    np.fill_diagonal(tv, 0.0)
+    within = np.diag(pre2(tv))
+    low = np.minimum.outer(np.arange(t), np.arange(t)) if causal else np.zeros((t, t), int)
+    q_sum = q_sum + pre2(tv) * np.outer(1 - 1 / n, 1 - 1 / n) + within[low] / nn
+  q_cov = g * q_sum / nn
+  # K: the same terms summed over the queries i ≥ j, i' ≥ j' with weights W = G ∘ (R∘ρ)/(n_i·n_i').
+  w = g * rr / nn
+  cross = suf(suf(w, 0) * row / n[None, :], 1)
+  k_cov = r * suf(suf(w, 0), 1) - cross - cross.T + suf(suf(w * total / nn, 0), 1)
+  return q_cov, k_cov
