@@ -68,7 +68,14 @@ def main(argv: list[str]) -> int:
              f"{', '.join(map(str, depths))}; sequence lengths {', '.join(map(str, seq_lens))}; batch 1, "
              f"vocabulary {VOCAB}, random tokens; blocks pooled; in brackets width/depth/T of the extreme):")
   table = report.markdown_table(["quantity", "tensor", "min RMS", "max RMS", "in [0.5, 2]"], cells)
-  pathlib.Path(args.out).write_text(f"{heading}\n\n{table}\n")
+  values = [(value, key, point) for key, pairs in pooled.items() for value, point in pairs]
+  (lo, lo_key, lo_at), (hi, hi_key, hi_at) = min(values), max(values)
+  outside = [f"`{c[1][1:-1]}` ({c[0]})" for c in cells if c[-1] != "yes"]
+  verdict = (f"all {len(cells)} quantities are in [0.5, 2]" if not outside
+             else f"{len(outside)} of {len(cells)} quantities leave [0.5, 2]: {', '.join(outside)}")
+  summary = (f"- {verdict}; the smallest RMS is {lo:.2f} ({lo_key.replace('/', ' `', 1)}` at {lo_at}), the "
+             f"largest {hi:.2f} ({hi_key.replace('/', ' `', 1)}` at {hi_at}).")
+  pathlib.Path(args.out).write_text(f"{heading}\n\n{table}\n\n{summary}\n")
   print(f"wrote {args.out}")
   return 0
 

@@ -1,6 +1,11 @@
 """Unit-scaled operations of u-μP: custom VJPs against plain jnp ops, unit scale at init."""
 
+import json
 import math
+import os
+import pathlib
+import subprocess
+import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -340,6 +345,26 @@ class ModelUnitScaleTest(parameterized.TestCase):
       u = _normal(10 + seed, embedded.shape)
       fd = (loss(embedded + eps * u) - loss(embedded - eps * u)) / (2 * eps)
       self.assertAlmostEqual(float(jnp.sum(grad * u) / fd), math.sqrt(64 / 65), delta=0.005)
+
+class UnitScaleCheckScriptTest(absltest.TestCase):
+  """scripts/unit_scale_check.py on a tiny grid: its table and summary agree with the measurements it saved."""
+
+  def test_tiny_grid(self):
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = pathlib.Path(self.create_tempdir().full_path) / "unit_scale.md"
+    subprocess.run([sys.executable, str(root / "scripts" / "unit_scale_check.py"), str(out), "--widths=16",
+                    "--depths=1,2", "--seq_lens=8"], check=True, cwd=root, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"})
+    runs = json.loads(out.with_suffix(".json").read_text())
+    self.assertEqual(sorted(runs), ["16/1/8", "16/2/8"])
+    text = out.read_text()
+    values = [v for scales in runs.values() for v in scales.values()]
+    self.assertIn(f"the smallest RMS is {min(values):.2f}", text)
+    self.assertIn(f"the largest {max(values):.2f}", text)
+    inside = all(0.5 <= v <= 2.0 for v in values)
+    self.assertEqual("quantities are in [0.5, 2]" in text, inside)
+    self.assertEqual(text.count("| **no** |") == 0, inside)
+
 
 if __name__ == "__main__":
   absltest.main()
