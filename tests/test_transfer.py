@@ -344,4 +344,8 @@ class OptimumMarkdownTest(absltest.TestCase):
     self.assertEqual(lines[6], "| mup | 0 | 64 | 2 | – | – | – | – |")
     # α = 1 moves from -6.75 (parabola) to -8 (grid): 1.25 octaves; α = 0 has a point where everything diverged.
     self.assertIn("- mup α=1: the optimum moves 1.25 octaves", lines[8])
+    self.assertTrue(lines[8].endswith("within 1 octave: no."), lines[8])
     self.assertIn("- mup α=0: the optimum moves n/a", lines[9])
+    # Within one octave when the deeper optimum is 0.75 octaves away.
+    rows[1] = {**rows[1], "log2_lr": -7.5}
+    self.assertTrue(transfer.optimum_markdown(rows, "Heading:").splitlines()[8].endswith("within 1 octave: yes."))

@@ -754,11 +754,16 @@ def _cell(value: Any) -> Any:
   return f"{value:g}" if isinstance(value, float) else value
 
 
+# Transfer holds on an axis when the optimum moves at most this many octaves over it (the criterion of the
+# generated tables' last lines).
+TRANSFER_OCTAVES = 1.0
+
+
 def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str, *, x: str = "log2_lr",
                      keys: Sequence[str] | None = None) -> str:
   """``heading``, the optimum of every point as a Markdown table, and per curve (parametrization[, rule][, α])
-  the spread (max − min) of its optimal swept value over the axis, in octaves (for README.md's generated
-  sections); with the learning-rate sensitivity (mean ± std over seeds) when the rows carry it."""
+  the spread (max − min) of its optimal swept value over the axis, in octaves, and whether it is within
+  ``TRANSFER_OCTAVES`` (for README.md's generated sections); with the learning-rate sensitivity (mean ± std over seeds) when the rows carry it."""
   keys = key_columns(optimum_rows) if keys is None else tuple(keys)
   what = "log2 lr" if x == "log2_lr" else "log2 α"
   columns = [FIELD_NAMES[k] for k in keys] + [f"best {what} (grid)", "optimum (parabola)", "final loss",
@@ -780,8 +785,12 @@ def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str, *, x:
   for curve, optima in curves.items():
     moved = spread(optima)
     label = " ".join(str(v) if f == "parametrization" else _panel_title((v,), (f,)) for f, v in zip(fields, curve))
-    amount = "n/a (every value diverged at a point)" if moved is None else f"{moved:.2f} octaves"
-    lines.append(f"- {label}: the optimum moves {amount} (max − min of the optimal {what}).")
+    if moved is None:
+      lines.append(f"- {label}: the optimum moves n/a (every value diverged at a point).")
+    else:
+      verdict = "yes" if moved <= TRANSFER_OCTAVES else "no"
+      lines.append(f"- {label}: the optimum moves {moved:.2f} octaves (max − min of the optimal {what}); "
+                   f"within {TRANSFER_OCTAVES:g} octave: {verdict}.")
   return "\n".join(lines) + "\n"
 
 
