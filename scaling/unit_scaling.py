@@ -42,6 +42,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from scaling import rope as rope_lib
+
 Array = jax.Array
 
 # GELU of a unit normal: output scale and gradient scale of unit_scaling.functional.gelu at mult = 1
@@ -532,7 +534,7 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     value = min(1.0, math.sqrt(white / np.mean(np.diag(v_grad))))
     w_o = _weight_grad_factor(_uniform_attention_cov(attn_in, causal), g)
     w_v = _weight_grad_factor(attn_in, v_grad)
-    # q and k: their gradients' position covariances (rotated frame) and, un-rotated, the weights' inputs' partners.
+    # q and k: their gradients' position covariances (in RoPE's rotated frame).
     q_cov, k_cov = _qk_gradient_covariances(attn_in, g, rotation_basis, causal, width=width,
                                             token_var=attn_tokens**2 * (1.0 - 1.0 / vocab_size) / vocab_size)
     # (1 where a single key leaves no gradient to q and k)
@@ -557,7 +559,7 @@ def _rope_basis(seq_len: int, head_dim: int, rope_base: float | None) -> Any:
   import numpy as np  # pylint: disable=import-outside-toplevel
   if rope_base is None:
     return np.ones((seq_len, 1))
-  theta = rope_base ** (-np.arange(0, head_dim, 2) / head_dim)
+  theta = np.asarray(rope_lib.rope_frequencies(head_dim, rope_base), np.float64)
   angles = np.arange(seq_len)[:, None] * theta[None, :]
   return np.concatenate([np.cos(angles), np.sin(angles)], axis=1) / math.sqrt(len(theta))
 
