@@ -208,6 +208,12 @@ def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOpti
       built.append(config_lib.build(kind, values))
     except ValueError as e:
       raise UsageError(_flag_message(str(e), [s.name for s in kind_specs])) from None
+  check_given = getattr(built[0], "check_given", None)  # options typed but unused, even at their defaults
+  if check_given is not None:
+    try:
+      check_given({spec.name for spec in specs if fv[spec.name].present})
+    except ValueError as e:
+      raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
   return built[0], built[1]
 
 

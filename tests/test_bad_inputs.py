@@ -80,6 +80,13 @@ CASES = (
     ("transfer_huge_width", transfer, dict(widths=HUGE), f"--widths={HUGE}"),
     ("transfer_average_last", transfer, dict(average_last=1000, steps=10), "--average_last"),
     ("transfer_text_empty", transfer, dict(text_file="{empty}"), "is empty"),
+    # options another axis does not use are refused when typed, even at their default values
+    ("transfer_default_widths_on_depth_axis", transfer, dict(axis="depth", widths="32,64,128,256"),
+     "--widths only applies to --axis=width"),
+    ("transfer_default_depth_on_depth_axis", transfer, dict(axis="depth", depth=2), "--depth only applies"),
+    ("transfer_default_rule_with_rules", transfer, dict(rules="sqrt,linear", rule="default"), "--rule does not apply"),
+    ("coord_default_widths_on_depth_axis", coord_check, dict(axis="depth", widths="64,128,256,512,1024"),
+     "--widths only applies to --axis=width"),
     # claims
     ("claims_duplicate_id", claims, dict(ids="variance_is_dk,variance_is_dk"), "--ids"),
     ("claims_duplicate_d_k", claims, dict(d_k="64,128,128"), "--d_k"),

@@ -55,7 +55,7 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -168,6 +168,10 @@ class CoordCheckConfig(Options):
       raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
     if not self.grid.by_depth and len(self.grid.widths) < 2:
       raise ValueError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
+
+  def check_given(self, given: Collection[str]) -> None:
+    """ValueError naming an option typed on the command line that this study's axis does not use."""
+    self.grid.check_unused(self, given)
 
   @property
   def family(self) -> model_lib.ModelFamily:

@@ -45,7 +45,7 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -138,20 +138,23 @@ class WidthGrid(Options):
       except ValueError as e:
         raise ValueError(f"--depth_alphas: {e}") from None
 
-  def check_unused(self, config: Any) -> None:
+  def check_unused(self, config: Any, given: Collection[str] | None = None) -> None:
     """ValueError if a study ``config`` on another axis than the width is given --widths, or on the depth axis
-    --depth (values other than the study's defaults or the option groups' own): those axes train at --width;
-    likewise --rule beside --rules."""
-    if self.rules is not None and config.model.rule not in (default_option(config, "model").rule,
-                                                            model_lib.ModelFamily().rule):
+    --depth, or --rule beside --rules. ``given``: the option names typed on the command line (each counts even at
+    its default); None: an option counts as given when its value differs from the study's and the option group's
+    defaults (a config built in Python)."""
+    model_default = default_option(config, "model")
+
+    def typed(name: str, value: Any, *defaults: Any) -> bool:
+      return name in given if given is not None else value not in defaults
+
+    if self.rules is not None and typed("rule", config.model.rule, model_default.rule, model_lib.ModelFamily().rule):
       raise ValueError("--rule does not apply with --rules (each point trains every rule of --rules)")
     if self.axis == "width":
       return
-    default = default_option(config, "grid")
-    if self.widths not in (default.widths, WidthGrid().widths):
+    if typed("widths", self.widths, default_option(config, "grid").widths, WidthGrid().widths):
       raise ValueError(f"--widths only applies to --axis=width; --axis={self.axis} trains every point at --width")
-    if self.by_depth and config.model.depth not in (default_option(config, "model").depth,
-                                                    model_lib.ModelFamily().depth):
+    if self.by_depth and typed("depth", config.model.depth, model_default.depth, model_lib.ModelFamily().depth):
       raise ValueError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
 
   def shown_values(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -365,6 +368,10 @@ class TransferConfig(Options):
         raise ValueError("--grid=attn_mult sweeps the linear rule's α; it takes no --rules or --rule")
       if "umup" in self.grid.parametrizations:
         raise ValueError("--grid=attn_mult: umup sets its attention multiplier itself; use sp, ntk or mup")
+
+  def check_given(self, given: Collection[str]) -> None:
+    """ValueError naming an option typed on the command line that this study's axis does not use."""
+    self.grid.check_unused(self, given)
 
   @property
   def family(self) -> model_lib.ModelFamily:
