@@ -6,7 +6,8 @@
 For every (width, depth, sequence length) it initializes a u-μP model (4 heads, vocabulary 65, one sequence
 of random tokens, u-μP's cross-entropy) and records the RMS of every probed activation, of the gradient
 arriving at it and of every weight gradient. The table gives, per quantity (blocks pooled), the smallest and
-largest RMS over all blocks and models, and the model each comes from; rows outside [0.5, 2] are marked.
+largest RMS over all blocks and models, and the model each comes from; rows outside [0.5, 2] are marked. Its last
+line is the verdict over all quantities (every one in [0.5, 2], or which are not) with the overall extremes.
 The measurements are also written to OUT.json, which ``--merge`` pools with others.
 """
 
