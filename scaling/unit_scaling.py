@@ -618,6 +618,7 @@ def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width:
   q_cov = g * q_sum / nn
   # K: the same terms summed over the queries i ≥ j, i' ≥ j' with weights W = G ∘ (R∘ρ)/(n_i·n_i').
   w = g * rr / nn
-  cross = suf(suf(w, 0) * row / n[None, :], 1)
-  k_cov = r * suf(suf(w, 0), 1) - cross - cross.T + suf(suf(w * total / nn, 0), 1)
+  w_below = suf(w, 0)  # w_below[j, i'] = Σ_{i≥j} W_ii'
+  cross = suf(w_below * row / n[None, :], 1)
+  k_cov = r * suf(w_below, 1) - cross - cross.T + suf(suf(w * total / nn, 0), 1)
   return q_cov, k_cov
