@@ -312,7 +312,7 @@ class ModelUnitScaleTest(parameterized.TestCase):
   Corners of widths 64–1024, depths 2–16 and sequence lengths 64–1024 (batch 1, vocabulary 65 as in
   character-level text): every activation, every activation gradient and every weight gradient, including the
   deep and long model (width 64, depth 16, T = 1024) where the gradient is most correlated across positions
-  (the backward factors of ``unit_scaling.gradient_correlation_factors``). The width-1024 corners at depth 16
+  (the backward factors of ``unit_scaling.gradient_correlation_factors``). The width-1024 corners at T = 1024
   are measured by scripts/unit_scale_check.py (README, u-μP section).
   """
 
@@ -320,7 +320,7 @@ class ModelUnitScaleTest(parameterized.TestCase):
     self.assertNotEmpty(names)
     return {k: round(scales[k], 3) for k in names if not 0.5 <= scales[k] <= 2.0}
 
-  @parameterized.parameters((1024, 2, 64), (64, 2, 1024), (64, 16, 64), (64, 16, 1024))
+  @parameterized.parameters((1024, 2, 64), (1024, 16, 64), (64, 2, 1024), (64, 16, 64), (64, 16, 1024))
   def test_every_tensor_in_band(self, width, depth, seq_len):
     scales = _model_scales(width, depth, seq_len)
     self.assertLen([k for k in scales if k.startswith("act/")], 3 + 11 * depth)
