@@ -559,7 +559,8 @@ def _rope_basis(seq_len: int, head_dim: int, rope_base: float | None) -> Any:
   import numpy as np  # pylint: disable=import-outside-toplevel
   if rope_base is None:
     return np.ones((seq_len, 1))
-  theta = np.asarray(rope_lib.rope_frequencies(head_dim, rope_base), np.float64)
+  with jax.ensure_compile_time_eval():  # concrete even when the model is being traced
+    theta = np.asarray(rope_lib.rope_frequencies(head_dim, rope_base), np.float64)
   angles = np.arange(seq_len)[:, None] * theta[None, :]
   return np.concatenate([np.cos(angles), np.sin(angles)], axis=1) / math.sqrt(len(theta))
 
