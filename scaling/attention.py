@@ -81,7 +81,23 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   2048, 64, none       383       635       1305      -         -         -
 #   8192, 64, causal     6062      7093      14380     -         -         -
 #
-# and in one benchmark run, with blockwise 128x128 (time relative to jax.nn; dense forced):
+# and, side by side on a quiet machine (load average about 2; fwd+bwd, B = 1, N = 4, median ms):
+#
+#   T = S, H, mask       128x128   256x256   256x512   512x512
+#   512, 64, causal      13        15        19        11
+#   1024, 64, causal     40        -         36        -
+#   1024, 128, causal    76        -         56        -
+#   1024, 64, none       70        -         42        -
+#   2048, 64, causal     134       141       96        114
+#   2048, 128, causal    280       189       148       153
+#   2048, 64, none       247       233       141       151
+#   4096, 64, causal     567       -         361       -
+#   4096, 128, none      1666      -         992       -
+#   8192, 64, causal     2244      2075      1304      1237
+#
+# so from S = LARGE_BLOCKS_MIN_KV_LEN the tiles are LARGE_BLOCKS (the loaded-machine table above had favoured
+# 128x128 there; its timings were 2-5x slower throughout); and in one benchmark run, with blockwise 128x128
+# (time relative to jax.nn; dense forced):
 #
 #   (B, T = S, N, H)     mask    pass      dense   blockwise
 #   1, 512, 4, 64        none    fwd       0.80    0.95
@@ -94,11 +110,13 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 # (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
 # there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in
 # DENSE_MAX_LOGITS elements (4 MiB of float32) dense's few large matmuls beat the tile loop; otherwise blockwise
-# with BLOCKS is faster than dense and jax.nn, forward and forward+backward. Options blockwise lacks
-# (``blockwise_unsupported``) fall back to dense.
+# with BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN) is faster than dense and jax.nn, forward and
+# forward+backward. Options blockwise lacks (``blockwise_unsupported``) fall back to dense.
 BLOCKWISE_MIN_KV_LEN = 256
 DENSE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
+LARGE_BLOCKS = (256, 512)
+LARGE_BLOCKS_MIN_KV_LEN = 1024
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
 CUDNN_MAX_HEAD_DIM = 128
@@ -172,7 +190,8 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
 
 def blockwise_blocks(q_len: int, kv_len: int) -> tuple[int, int]:
   """(block_q, block_k) of the measured rule above for T = ``q_len``, S = ``kv_len`` (capped at T and S)."""
-  return min(BLOCKS[0], q_len), min(BLOCKS[1], kv_len)
+  block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
+  return min(block_q, q_len), min(block_k, kv_len)
 
 
 def _as_scalar(x: Any) -> float | Array:

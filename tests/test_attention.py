@@ -237,9 +237,10 @@ class DispatchTest(parameterized.TestCase):
     min_len = scaling.attention.BLOCKWISE_MIN_KV_LEN
     self.assertEqual(select((1, min_len - 1, 4, 16), (1, min_len - 1, 4, 16), _opts(), backend="cpu").implementation,
                      "dense")
-    choice = select((2, 4 * min_len, 4, 16), (2, 4 * min_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
-    self.assertEqual((choice.implementation, choice.block_q, choice.block_k),
-                     ("blockwise", *scaling.attention.BLOCKS))
+    large = scaling.attention.LARGE_BLOCKS_MIN_KV_LEN
+    for kv_len, blocks in ((large - 1, scaling.attention.BLOCKS), (large, scaling.attention.LARGE_BLOCKS)):
+      choice = select((2, 2 * large, 4, 16), (2, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
+      self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *blocks))
     self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
                      3)  # capped at T
     small = scaling.attention.DENSE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: nothing to skip, dense
