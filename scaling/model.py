@@ -323,7 +323,7 @@ def _forward_factors(cfg: ModelConfig, seq_len: int) -> tuple[float, ...]:
                                             learned_positions=cfg.positions == "learned", causal=cfg.causal)
 
 
-def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[unit.BlockGradientFactors, ...], tuple[float, ...]]:
   """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
   p = cfg.parametrization
   taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
@@ -374,11 +374,11 @@ class Attention(nn.Module):
     rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
     h = cfg.head_dim
     correlation = _forward_factors(cfg, seq_len)[self.index]
-    value, w_v, w_o, _, _, w_q, w_k, _, _, _, q_corr, k_corr = _backward_factors(cfg, seq_len)[0][self.index]
+    f = _backward_factors(cfg, seq_len)[0][self.index]
     return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, correlation=q_corr, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, correlation=k_corr, **rule),
-            unit.attention_scale(seq_len, h, correlation=value, **rule), w_v, w_o, w_q, w_k)
+            unit.attention_qk_grad_scale(seq_len, h, correlation=f.query, **rule),
+            unit.attention_qk_grad_scale(seq_len, h, correlation=f.key, **rule),
+            unit.attention_scale(seq_len, h, correlation=f.value, **rule), f.w_v, f.w_o, f.w_q, f.w_k)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -455,7 +455,8 @@ class Mlp(nn.Module):
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     unit_scaled = cfg.parametrization.unit_scaled
-    fc_in, fc_out = _backward_factors(cfg, x.shape[-2])[0][self.index][3:5] if unit_scaled else (1.0, 1.0)
+    f = _backward_factors(cfg, x.shape[-2])[0][self.index] if unit_scaled else None
+    fc_in, fc_out = (f.fc_in, f.fc_out) if f else (1.0, 1.0)
     # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
     # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
     dense = lambda features, name, factor: layers.ScaledDense(
@@ -502,8 +503,8 @@ class Block(nn.Module):
     if cfg.pre_ln:
       # Under u-μP the gains' gradients are corrected for rows correlated across positions, and the attention
       # branch's input gradient is brought to unit scale (and back at the norm's input).
-      gain_a, gain_m, grad_a = (_backward_factors(cfg, x.shape[-2])[0][self.index][7:10] if p.unit_scaled
-                                else (1.0, 1.0, 1.0))
+      f = _backward_factors(cfg, x.shape[-2])[0][self.index] if p.unit_scaled else None
+      gain_a, gain_m, grad_a = (f.ln_attn, f.ln_mlp, f.attn_in_grad) if f else (1.0, 1.0, 1.0)
       r, skip = split(x, 0)
       a = probe("act_attn_out", attn(_unit_norm(norm("ln_attn"), r, gain_a, grad_a,
                                                 functools.partial(probe, "act_attn_in"))))

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -439,11 +439,27 @@ def _weight_grad_factor(x_cov: Any, g_cov: Any, normalize: bool = True, mean_squ
   return float(math.sqrt(1.0 / (np.sum(x_cov * g_cov) / (t * norm) + mean_square)))
 
 
+class BlockGradientFactors(NamedTuple):
+  """The backward corrections of one block (``gradient_correlation_factors``); 1 = u-μP's own scale."""
+  value: float  # the value-gradient scale's correlation factor
+  w_v: float  # weight-gradient factors of the projections and the MLP
+  w_o: float
+  fc_in: float
+  fc_out: float
+  w_q: float
+  w_k: float
+  ln_attn: float  # weight-gradient factors of the norm gains
+  ln_mlp: float
+  attn_in_grad: float  # brings the attention branch's input gradient (at the norm's output) to unit scale
+  query: float  # the q- and k-gradient scales' factors
+  key: float
+
+
 @functools.lru_cache(maxsize=256)
 def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], ...], *, vocab_size: int,
                                  width: int, head_dim: int, attn_mult: float = 1.0, pre_ln: bool = True,
                                  learned_positions: bool = False, causal: bool = True,
-                                 rope_base: float | None = None) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+                                 rope_base: float | None = None) -> tuple[tuple[BlockGradientFactors, ...], tuple[float, ...]]:
   """Per-block corrections of the backward scales for gradients correlated across positions at init.
 
   The backward counterpart of ``attention_correlation_factors``: the gradient reaching the lower blocks is
@@ -495,9 +511,7 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     rope_base: RoPE's frequency base (None: no RoPE).
 
   Returns:
-    (((value-gradient, W_v, W_o, W_fc_in, W_fc_out, W_q, W_k, ln_attn gain, ln_mlp gain, attention-input
-    gradient, query-gradient, key-gradient factors) per block), (readout, final gain, embedding factors)),
-    Python floats.
+    ((``BlockGradientFactors`` per block), (readout, final gain, embedding factors)), Python floats.
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = seq_len
@@ -548,7 +562,8 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     attn_in_grad = math.sqrt(1.0 / np.mean(np.diag(branch))) if pre_ln else 1.0
     ln_attn = _weight_grad_factor(attn_in, branch) if pre_ln else 1.0
     g = (tau_attn**2 * through_norm(branch, attn_var) + g) / (1.0 + tau_attn**2)
-    factors.append((value, w_v, w_o, fc_in, fc_out, w_q, w_k, ln_attn, ln_mlp, attn_in_grad, q_scale, k_scale))
+    factors.append(BlockGradientFactors(value, w_v, w_o, fc_in, fc_out, w_q, w_k, ln_attn, ln_mlp, attn_in_grad,
+                                        q_scale, k_scale))
   embedding = math.sqrt(t / (np.trace(g) + (np.sum(g) - np.trace(g)) / vocab_size))
   return tuple(reversed(factors)), (readout, final_gain, float(embedding))
 
