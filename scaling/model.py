@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -345,6 +345,18 @@ def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, gra
   return unit.scale(probe(y), 1.0, grad_factor)
 
 
+class AttentionUnitScales(NamedTuple):
+  """u-μP's scales of one attention (``Attention.unit_scales``)."""
+  forward: float
+  q_grad: float
+  k_grad: float
+  v_grad: float
+  w_v: float  # weight-gradient factors of the projections
+  w_o: float
+  w_q: float
+  w_k: float
+
+
 class Attention(nn.Module):
   """Multi-head (GQA) self-attention through ``scaling.attention_with_aux`` or the blockwise path.
 
@@ -361,7 +373,7 @@ class Attention(nn.Module):
   index: int = 0
   attn_mult: Any = None
 
-  def unit_scales(self, seq_len: int) -> tuple[float, ...]:
+  def unit_scales(self, seq_len: int) -> AttentionUnitScales:
     """u-μP's (forward, q-, k- and v-gradient scales, W_v-, W_o-, W_q- and W_k-gradient factors) of this attention.
 
     The forward scale corrects u-μP's √(T / log T) for values correlated across positions
@@ -375,10 +387,11 @@ class Attention(nn.Module):
     h = cfg.head_dim
     correlation = _forward_factors(cfg, seq_len)[self.index]
     f = _backward_factors(cfg, seq_len)[0][self.index]
-    return (unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, correlation=f.query, **rule),
-            unit.attention_qk_grad_scale(seq_len, h, correlation=f.key, **rule),
-            unit.attention_scale(seq_len, h, correlation=f.value, **rule), f.w_v, f.w_o, f.w_q, f.w_k)
+    return AttentionUnitScales(unit.attention_scale(seq_len, h, correlation=correlation, **rule),
+                               unit.attention_qk_grad_scale(seq_len, h, correlation=f.query, **rule),
+                               unit.attention_qk_grad_scale(seq_len, h, correlation=f.key, **rule),
+                               unit.attention_scale(seq_len, h, correlation=f.value, **rule),
+                               f.w_v, f.w_o, f.w_q, f.w_k)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -393,10 +406,9 @@ class Attention(nn.Module):
     scales = self.unit_scales(t) if p.unit_scaled else None
     if scales:  # u-μP's products carry their own backward scales
       # The q, k, v projections undo the attention's backward scales that differ from its forward one.
-      fwd, q_grad, k_grad, v_grad, w_v, _, w_q, w_k = scales
-      q = dense(n * h, "attn_q", "query", fwd / q_grad, w_q)(x)
-      kk = dense(k * h, "attn_k", "key", fwd / k_grad, w_k)(x)
-      v = dense(k * h, "attn_v", "value", fwd / v_grad, w_v)(x)
+      q = dense(n * h, "attn_q", "query", scales.forward / scales.q_grad, scales.w_q)(x)
+      kk = dense(k * h, "attn_k", "key", scales.forward / scales.k_grad, scales.w_k)(x)
+      v = dense(k * h, "attn_v", "value", scales.forward / scales.v_grad, scales.w_v)(x)
     else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
       projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
       kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
@@ -432,13 +444,13 @@ class Attention(nn.Module):
       return out
 
     if scales:
-      out = unit.attention(attend, q, kk, v, *scales[:4])
+      out = unit.attention(attend, q, kk, v, scales.forward, scales.q_grad, scales.k_grad, scales.v_grad)
     else:
       out = attend(q, kk, v)
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return dense(cfg.width, "attn_o", "out", 1.0, scales[5] if scales else 1.0)(out)
+    return dense(cfg.width, "attn_o", "out", 1.0, scales.w_o if scales else 1.0)(out)
 
 
 class Mlp(nn.Module):

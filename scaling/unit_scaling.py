@@ -524,9 +524,9 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
   # A pre-LN norm's backward divides the gradient at position t by the RMS σ_t of its input.
   through_norm = lambda c, var: c / np.sqrt(np.outer(var, var)) if pre_ln else c
   eye = np.eye(t)
-  rotation_basis = _rope_basis(t, head_dim, rope_base)
-  rotation = rotation_basis @ rotation_basis.T
-  white_q, white_k = (np.mean(np.diag(c)) for c in _qk_gradient_covariances(eye, eye, np.ones((t, 1)), causal))
+  rotation = _rope_rotation(t, head_dim, rope_base)
+  white_q, white_k = (np.mean(np.diag(c))
+                      for c in _qk_gradient_covariances(eye, eye, _rope_rotation(t, head_dim, None), causal))
   g = eye + (final - eye) / vocab_size
   readout = _weight_grad_factor(final, g, mean_square=t / (width * vocab_size))
   final_gain = _weight_grad_factor(final, g, mean_square=t / width) if pre_ln else 1.0
@@ -549,14 +549,14 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
     w_o = _weight_grad_factor(_uniform_attention_cov(attn_in, causal), g)
     w_v = _weight_grad_factor(attn_in, v_grad)
     # q and k: their gradients' position covariances (in RoPE's rotated frame).
-    q_cov, k_cov = _qk_gradient_covariances(attn_in, g, rotation_basis, causal, width=width,
+    q_cov, k_cov = _qk_gradient_covariances(attn_in, g, rotation, causal, width=width,
                                             token_var=attn_tokens**2 * (1.0 - 1.0 / vocab_size) / vocab_size)
     # (1 where a single key leaves no gradient to q and k)
     q_scale, k_scale = (math.sqrt(w * np.mean(np.diag(g)) / np.mean(np.diag(c))) if w > 0 else 1.0
                         for w, c in ((white_q, q_cov), (white_k, k_cov)))
     w_q = w_k = _weight_grad_factor(attn_in, g)
     s = attention_scale(t, head_dim, mult=attn_mult, causal=causal, correlation=forward[i])
-    branch = s * s * (_uniform_attention_cov_t(g, causal) + logit_ms * (q_cov + k_cov) * rotation)
+    branch = s * s * (_uniform_attention_cov_t(g, causal) + logit_ms * (q_cov + k_cov) * rotation[1])
     # The attention branch's input gradient (the true one) has mean square mean_t (branch)_tt: scaled to unit
     # scale at the norm's output and back at its input, the gain sees it at unit scale.
     attn_in_grad = math.sqrt(1.0 / np.mean(np.diag(branch))) if pre_ln else 1.0
@@ -568,25 +568,29 @@ def gradient_correlation_factors(seq_len: int, taus: tuple[tuple[float, float], 
   return tuple(reversed(factors)), (readout, final_gain, float(embedding))
 
 
-def _rope_basis(seq_len: int, head_dim: int, rope_base: float | None) -> Any:
-  """B [T, r] with B·Bᵀ = ρ, ρ(t − u) the mean over RoPE's frequencies θ of cos((t − u)·θ): E[q_t·q_u] of rotated
-  vectors per unrotated E[q̃_t·q̃_u] (B a column of ones, ρ = 1, without RoPE)."""
+@functools.lru_cache(maxsize=16)
+def _rope_rotation(seq_len: int, head_dim: int, rope_base: float | None) -> tuple[Any, Any]:
+  """(B [T, r], ρ = B·Bᵀ [T, T]): ρ(t − u) is the mean over RoPE's frequencies θ of cos((t − u)·θ), E[q_t·q_u] of
+  rotated vectors per unrotated E[q̃_t·q̃_u] (B a column of ones, ρ = 1, without RoPE)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
   if rope_base is None:
-    return np.ones((seq_len, 1))
-  with jax.ensure_compile_time_eval():  # concrete even when the model is being traced
-    theta = np.asarray(rope_lib.rope_frequencies(head_dim, rope_base), np.float64)
-  angles = np.arange(seq_len)[:, None] * theta[None, :]
-  return np.concatenate([np.cos(angles), np.sin(angles)], axis=1) / math.sqrt(len(theta))
+    basis = np.ones((seq_len, 1))
+  else:
+    with jax.ensure_compile_time_eval():  # concrete even when the model is being traced
+      theta = np.asarray(rope_lib.rope_frequencies(head_dim, rope_base), np.float64)
+    angles = np.arange(seq_len)[:, None] * theta[None, :]
+    basis = np.concatenate([np.cos(angles), np.sin(angles)], axis=1) / math.sqrt(len(theta))
+  return basis, basis @ basis.T
 
 
-def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width: int | None = None,
+def _qk_gradient_covariances(r: Any, g: Any, rotation: tuple[Any, Any], causal: bool, *, width: int | None = None,
                              token_var: Any = None) -> tuple[Any, Any]:
   """(Q, K): position covariances of the query and key gradients of uniform attention, per (α/d_head)²·d_head.
 
   With p_ij = 1/n_i over the n_i keys j of query i, a_ij = g_i·(v_j − v̄_i) and the logit scale c, the gradients
   are dq_i = c·Σ_j p_ij·a_ij·k_j and dk_j = c·Σ_i p_ij·a_ij·q_i. For q, k and v of independent components with
-  position correlation R (q and k rotated: R ∘ ρ, ρ = B·Bᵀ) and output gradients of covariance G,
+  position correlation R (q and k rotated: R ∘ ρ; ``rotation`` = (B, ρ = B·Bᵀ), ``_rope_rotation``) and output
+  gradients of covariance G,
   E[a_ij·a_i'j'] = d_head·G_ii'·V_ii'(j, j'), with V the covariance of the values' deviations from the means,
   V_ii'(j, j') = R_jj' − R̄_j,≤i' − R̄_≤i,j' + R̄_≤i,≤i'. Then per component
   Q_ii' = G_ii'/(n_i·n_i')·Σ_{j≤i, j'≤i'} V_ii'(j, j')·(R∘ρ)_jj' and
@@ -602,6 +606,7 @@ def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width:
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   t = r.shape[0]
+  basis, rho = rotation
   if causal:
     n = np.arange(1, t + 1, dtype=np.float64)
     pre = lambda x, axis: np.cumsum(x, axis=axis)
@@ -611,7 +616,7 @@ def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width:
     pre = suf = lambda x, axis: np.broadcast_to(np.sum(x, axis=axis, keepdims=True), x.shape)
   pre2 = lambda x: pre(pre(x, 0), 1)
   nn = np.outer(n, n)
-  rr = r * (basis @ basis.T)
+  rr = r * rho
   row = pre(r, 1)  # row[j, i] = Σ_{l≤i} R_jl
   total = pre2(r)  # total[i, i'] = Σ_{l≤i, l'≤i'} R_ll'
   # Q: Σ_{j≤i, j'≤i'} of the four terms of V_ii'(j, j')·(R∘ρ)_jj'.
@@ -626,7 +631,7 @@ def _qk_gradient_covariances(r: Any, g: Any, basis: Any, causal: bool, *, width:
       p = pre(basis, 0) - (basis.T @ r.sum(axis=1))[None, :] / n[:, None]
     q_sum = q_sum + p @ p.T / width
   if token_var is not None:
-    tv = token_var * (basis @ basis.T)
+    tv = token_var * rho
     np.fill_diagonal(tv, 0.0)
     within = np.diag(pre2(tv))
     low = np.minimum.outer(np.arange(t), np.arange(t)) if causal else np.zeros((t, t), int)

@@ -262,7 +262,7 @@ class QkGradientCovarianceTest(parameterized.TestCase):
       return q, k, v, chol_g @ jax.random.normal(keys[3], (t, d))
 
     got_q, got_k = _qk_moments(t, d, causal, rope, sample, samples=4000)
-    want_q, want_k = U._qk_gradient_covariances(r, g, U._rope_basis(t, d, 100.0 if rope else None), causal)
+    want_q, want_k = U._qk_gradient_covariances(r, g, U._rope_rotation(t, d, 100.0 if rope else None), causal)
     for got, want in ((got_q, d * want_q), (got_k, d * want_k)):  # per unit logit scale: d_head·(Q, K)
       self.assertLess(np.abs(got - want).max() / np.abs(want).max(), 0.06)
 
@@ -287,10 +287,10 @@ class QkGradientCovarianceTest(parameterized.TestCase):
       return x @ w[0], x @ w[1], x @ w[2], chol_g @ jax.random.normal(k_g, (t, d))
 
     got_q, got_k = _qk_moments(t, d, True, True, sample, samples=3000)
-    basis = U._rope_basis(t, d, 100.0)
+    rotation = U._rope_rotation(t, d, 100.0)
     token_var = np.full((t, t), (1 - 1 / vocab) / vocab) if tokens else None
-    want_q, want_k = U._qk_gradient_covariances(r, g, basis, True, width=width, token_var=token_var)
-    mean_field_q, _ = U._qk_gradient_covariances(r, g, basis, True)
+    want_q, want_k = U._qk_gradient_covariances(r, g, rotation, True, width=width, token_var=token_var)
+    mean_field_q, _ = U._qk_gradient_covariances(r, g, rotation, True)
     mean = lambda c: float(np.mean(np.diag(c)))
     self.assertGreater(mean(got_q), 1.4 * d * mean(mean_field_q))  # the correction matters here
     self.assertAlmostEqual(mean(got_q) / (d * mean(want_q)), 1.0, delta=0.1)
