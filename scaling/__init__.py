@@ -6,18 +6,18 @@ runs) live in ``scaling.studies``.
 """
 
 from scaling.adam_atan2 import scale_by_adam_atan2
-from scaling.attention import attention_logits
-from scaling.attention import attention_logits_and_weights
-from scaling.attention import attention_weights
-from scaling.attention import attention_with_aux
 from scaling.attention import dot_product_attention
-from scaling.attention import masked_softmax
 from scaling.blockwise import blockwise_attention
 from scaling.blockwise import blockwise_tile_count
 from scaling.data import DataConfig
 from scaling.data import DataError
 from scaling.data import Dataset
 from scaling.data import make_dataset
+from scaling.dense_attention import attention_logits
+from scaling.dense_attention import attention_logits_and_weights
+from scaling.dense_attention import attention_weights
+from scaling.dense_attention import attention_with_aux
+from scaling.logits import masked_softmax
 from scaling.metrics import attention_metrics_per_head
 from scaling.metrics import average_heads
 from scaling.metrics import logit_stats_per_head

@@ -1,9 +1,14 @@
-"""Dense multi-head attention as pure functions, a drop-in for ``jax.nn.dot_product_attention``.
+"""The attention dispatcher: ``dot_product_attention``, a drop-in for ``jax.nn.dot_product_attention``.
 
 Shapes follow jax.nn: query [B, T, N, H], key and value [B, S, K, H] with N a
 multiple of K (GQA; K == N is ordinary multi-head attention), bias and mask
-broadcastable to [B, N, T, S]. Logits, weights and outputs all come from one
-code path, ``attention_logits_and_weights``, so what is measured is what runs.
+broadcastable to [B, N, T, S]. ``dot_product_attention`` checks the inputs,
+picks an implementation by the measured rule below (``select_implementation``)
+and runs it: dense (``scaling.dense_attention``, whose logits and weights are
+what the metrics measure), blockwise (``scaling.blockwise``), the Pallas kernel
+(``scaling.pallas_attention``) or jax.nn's cuDNN kernel (here). The pieces they
+share (logit options, input checks, logit shaping, the softmax) live in
+``scaling.logits``; the names users import from this module are re-exported.
 """
 
 from __future__ import annotations
@@ -13,49 +18,25 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from scaling import masking as masking_lib
+from scaling import blockwise as blockwise_lib
+from scaling import dense_attention as dense_lib
+from scaling import logits as logits_lib
+from scaling import pallas_attention as pallas_lib
 from scaling import rules as rules_lib
+# Re-exported: users find these names in scaling.attention.
+from scaling.blockwise import blockwise_unsupported  # pylint: disable=unused-import
+from scaling.dense_attention import attention_logits  # pylint: disable=unused-import
+from scaling.dense_attention import attention_logits_and_weights  # pylint: disable=unused-import
+from scaling.dense_attention import attention_weights  # pylint: disable=unused-import
+from scaling.dense_attention import attention_with_aux  # pylint: disable=unused-import
+from scaling.logits import check_qkv  # pylint: disable=unused-import
+from scaling.logits import LogitOptions
+from scaling.logits import masked_softmax  # pylint: disable=unused-import
+from scaling.logits import resolve_logit_options  # pylint: disable=unused-import
+from scaling.logits import shape_logits  # pylint: disable=unused-import
 
 Array = jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class LogitOptions:
-  """Everything besides the arrays that shapes the logits; shared by dense and blockwise paths."""
-
-  rule: rules_lib.ScaleRule
-  scale: float
-  weight_scale: float
-  logit_soft_cap: float | None
-  logit_clamp: float | None
-  float32_softmax: bool
-  subtract_max: bool
-
-
-def resolve_logit_options(
-    head_dim: int,
-    *,
-    scale: float | None,
-    rule: str | rules_lib.ScaleRule | None,
-    logit_soft_cap: float | None,
-    logit_clamp: float | None,
-    float32_softmax: bool,
-    subtract_max: bool,
-) -> LogitOptions:
-  """Validates the scalar options and turns (scale, rule) into one rule and one factor."""
-  if scale is not None and rule is not None:
-    raise ValueError("give either `scale` or `rule`, not both")
-  rule_obj = rules_lib.get_rule("sqrt" if rule is None else rule)
-  if scale is not None:
-    s, w = _as_scalar(scale), 1.0
-  else:
-    s, w = _as_scalar(rule_obj.logit_scale(head_dim)), _as_scalar(rule_obj.weight_scale(head_dim))
-  for name, v in (("logit_soft_cap", logit_soft_cap), ("logit_clamp", logit_clamp)):
-    if v is not None and not (np.isfinite(v) and v > 0):
-      raise ValueError(f"{name} must be a positive finite number, got {v}")
-  return LogitOptions(rule_obj, s, w, logit_soft_cap, logit_clamp, bool(float32_softmax), bool(subtract_max))
 
 
 IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
@@ -132,20 +113,9 @@ class Choice:
   reason: str = ""
 
 
-def blockwise_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | None:
-  """Why the blockwise path cannot compute these options (None when it can)."""
-  if not opts.float32_softmax or not opts.subtract_max:
-    return "float32_softmax=False or subtract_max=False (dense only)"
-  if return_weights:
-    return "return_weights needs the full [T, S] weights"
-  if not isinstance(opts.scale, float) or not isinstance(opts.weight_scale, float):
-    return "a traced (vmapped) scale"
-  return None
-
-
 def _cudnn_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | None:
   """Why jax.nn's cuDNN kernel cannot compute these options (None when it can)."""
-  if (opts.rule.has_prepare or not _is_one(opts.weight_scale) or opts.logit_soft_cap is not None
+  if (opts.rule.has_prepare or not logits_lib.is_unit_scale(opts.weight_scale) or opts.logit_soft_cap is not None
       or opts.logit_clamp is not None or not opts.float32_softmax or not opts.subtract_max or return_weights):
     return ("implementation='cudnn' supports only plain scale rules without prepare, weight scale, soft cap, "
             "clamp, return_weights or the failure-demonstration switches")
@@ -178,7 +148,7 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
   if (backend == "gpu" and jnp.dtype(dtype).name in CUDNN_DTYPES and h <= CUDNN_MAX_HEAD_DIM and h % 8 == 0
       and not has_bias and not has_local_window and _cudnn_unsupported(opts, return_weights=return_weights) is None):
     return Choice("cudnn", reason="GPU, half precision, plain scale: cuDNN's fused kernel")
-  reason = blockwise_unsupported(opts, return_weights=return_weights)
+  reason = blockwise_lib.blockwise_unsupported(opts, return_weights=return_weights)
   if reason is not None:
     return Choice("dense", reason=reason)
   if s < BLOCKWISE_MIN_KV_LEN or t < 1:
@@ -192,152 +162,6 @@ def blockwise_blocks(q_len: int, kv_len: int) -> tuple[int, int]:
   """(block_q, block_k) of the measured rule above for T = ``q_len``, S = ``kv_len`` (capped at T and S)."""
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
   return min(block_q, q_len), min(block_k, kv_len)
-
-
-def _as_scalar(x: Any) -> float | Array:
-  """A Python float, or a scalar array left as is so that scales can be traced (vmapped over rules)."""
-  if isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, jax.core.Tracer) and x.ndim == 0:
-    return float(x)
-  if isinstance(x, jax.core.Tracer):
-    return x
-  return float(x)
-
-
-def _is_one(x: float | Array) -> bool:
-  """True only for a concrete scale of exactly 1 (traced scales are never skipped)."""
-  return isinstance(x, float) and x == 1.0
-
-
-def check_qkv(query: Array, key: Array, value: Array) -> tuple[Array, Array, Array, bool]:
-  """Validates shapes; adds a batch axis to unbatched [T, N, H] inputs. Returns (q, k, v, batched)."""
-  query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
-  if not query.ndim == key.ndim == value.ndim or query.ndim not in (3, 4):
-    raise ValueError(
-        f"query, key and value must all be [B, T, N, H] or [T, N, H]; got {query.shape}, {key.shape}, {value.shape}")
-  batched = query.ndim == 4
-  if not batched:
-    query, key, value = query[None], key[None], value[None]
-  if key.shape != value.shape:
-    raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
-  if query.shape[0] != key.shape[0] or query.shape[-1] != key.shape[-1]:
-    raise ValueError(f"query {query.shape} and key {key.shape} must agree in batch and head_dim")
-  if query.shape[2] % key.shape[2]:
-    raise ValueError(f"query heads ({query.shape[2]}) must be a multiple of key heads ({key.shape[2]})")
-  return query, key, value, batched
-
-
-def shape_logits(logits: Array, bias: Array | None, opts: LogitOptions) -> Array:
-  """Applies scale, bias, soft cap and clamp to raw dot products (float32 or input dtype)."""
-  logits = logits * jnp.asarray(opts.scale, logits.dtype)
-  if bias is not None:
-    logits = (logits + bias).astype(logits.dtype)
-  if opts.logit_soft_cap is not None:
-    cap = jnp.asarray(opts.logit_soft_cap, logits.dtype)
-    logits = cap * jnp.tanh(logits / cap)
-  if opts.logit_clamp is not None:
-    logits = jnp.clip(logits, -opts.logit_clamp, opts.logit_clamp)
-  return logits
-
-
-def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = True) -> Array:
-  """Softmax over the last axis; masked entries get weight 0 and fully masked rows are all 0.
-
-  With ``subtract_max=False`` the exponentials are taken of the raw logits, which
-  overflows in low precision: it exists only to demonstrate that failure.
-  """
-  if subtract_max:
-    # jax.nn.softmax has a custom JVP (y·(g − Σ y·g)), so its backward keeps only the weights;
-    # with `where` it gives 0 to masked entries and to fully masked rows.
-    return jax.nn.softmax(logits, axis=-1, where=mask)
-  if mask is not None:
-    logits = jnp.where(mask, logits, -jnp.inf)
-  e = jnp.exp(logits)
-  denom = jnp.sum(e, axis=-1, keepdims=True)
-  return e / jnp.where(denom == 0, jnp.ones_like(denom), denom)
-
-
-def _logits_weights_grouped(query, key, bias, mask_bnts, opts: LogitOptions):
-  """Core: returns (logits, weights, visible) as [B, K, G, T, S]; weights already carry weight_scale."""
-  b, t, n, h = query.shape
-  kh = key.shape[2]
-  g = n // kh
-  query, key = opts.rule.prepare(query, key)
-  # [B, T, K, G, H] -> [B, K, G*T, H]: the dot's natural output [B, K, G*T, S] is then the grouped logits
-  # (no copy or transpose of a T×S array).
-  q = query.reshape(b, t, kh, g, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, g * t, h)
-  compute_dtype = jnp.promote_types(query.dtype, jnp.float32) if opts.float32_softmax else query.dtype
-  logits = jnp.einsum("bkmh,bskh->bkms", q, key, preferred_element_type=compute_dtype).reshape(b, kh, g, t, -1)
-  if bias is not None:
-    bias = masking_lib.group_heads(masking_lib.ensure_4d(bias, "bias"), kh, g)
-  logits = shape_logits(logits, bias, opts)
-  mask = masking_lib.group_heads(mask_bnts, kh, g)
-  weights = masked_softmax(logits, mask, subtract_max=opts.subtract_max)
-  if not _is_one(opts.weight_scale):
-    weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
-  return logits, weights, mask
-
-
-def _attend_grouped(query, key, value, bias, mask_bnts, opts: LogitOptions):
-  """Returns (output [B, T, N, H], logits, weights, mask) with the last three grouped [B, K, G, T, S]."""
-  b, t, n, h = query.shape
-  logits, weights, mask_g = _logits_weights_grouped(query, key, bias, mask_bnts, opts)
-  kh, g = key.shape[2], n // key.shape[2]
-  w = weights.astype(value.dtype).reshape(b, kh, g * t, -1)
-  out = jnp.einsum("bkms,bskh->bkmh", w, value).reshape(b, kh, g, t, -1)
-  out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, value.shape[-1])
-  return out, logits, weights, mask_g
-
-
-def attention_with_aux(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
-                       scale: float | None = None, rule: str | rules_lib.ScaleRule | None = None,
-                       is_causal: bool = False, query_seq_lengths: Array | None = None,
-                       key_value_seq_lengths: Array | None = None,
-                       local_window_size: int | tuple[int, int] | None = None, logit_soft_cap: float | None = None,
-                       logit_clamp: float | None = None, float32_softmax: bool = True,
-                       subtract_max: bool = True) -> tuple[Array, Array, Array, Array | None]:
-  """Attention output together with the logits, weights and mask it was computed from.
-
-  Args: as ``dot_product_attention``.
-
-  Returns:
-    ``(output, logits, weights, mask)``: output [B, T, N, H]; logits
-    [B, N, T, S] after scale, bias, soft cap and clamp (masked entries left as
-    computed); weights [B, N, T, S] (0 where masked, all 0 for fully masked
-    rows, multiplied by the rule's weight scale); the boolean visibility mask
-    broadcastable to [B, N, T, S], or None when nothing is masked.
-  """
-  query, key, value, batched = check_qkv(query, key, value)
-  b, t, n, h = query.shape
-  opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-                               float32_softmax=float32_softmax, subtract_max=subtract_max)
-  mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
-                                       query_seq_lengths=query_seq_lengths,
-                                       key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
-  out, logits, weights, _ = _attend_grouped(query, key, value, bias, mask_bnts, opts)
-  logits, weights = masking_lib.ungroup_heads(logits), masking_lib.ungroup_heads(weights)
-  if not batched:
-    out, logits, weights = out[0], logits[0], weights[0]
-    mask_bnts = None if mask_bnts is None else mask_bnts[0]
-  return out, logits, weights, mask_bnts
-
-
-def attention_logits_and_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
-                                 **kwargs) -> tuple[Array, Array, Array | None]:
-  """``(logits, weights, mask)`` exactly as ``dot_product_attention`` computes them (see ``attention_with_aux``)."""
-  _, logits, weights, vis = attention_with_aux(query, key, key, bias, mask, **kwargs)
-  return logits, weights, vis
-
-
-def attention_logits(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
-                     **kwargs) -> Array:
-  """Logits [B, N, T, S] exactly as ``dot_product_attention`` computes them (see there for arguments)."""
-  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[0]
-
-
-def attention_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
-                      **kwargs) -> Array:
-  """Attention weights [B, N, T, S] exactly as ``dot_product_attention`` uses them."""
-  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[1]
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
@@ -396,10 +220,10 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     Output [B, T, N, H] (fully masked query rows give 0), followed by the
     residual and/or weights when requested.
   """
-  query, key, value, batched = check_qkv(query, key, value)
-  b, t, n, h = query.shape
-  opts = resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-                               float32_softmax=float32_softmax, subtract_max=subtract_max)
+  query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
+                                          logit_clamp=logit_clamp, float32_softmax=float32_softmax,
+                                          subtract_max=subtract_max)
   if implementation is not None and implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
   blocks = {}
@@ -408,67 +232,45 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                                    has_bias=bias is not None, is_causal=is_causal,
                                    has_local_window=local_window_size is not None)
     implementation = choice.implementation
-    blocks = dict(block_q=choice.block_q, block_k=choice.block_k)
-  if implementation in ("blockwise", "pallas"):
-    if return_weights:
-      raise ValueError(f"implementation={implementation!r} does not return weights")
-    out = _flash_like(implementation, query, key, value, bias, mask, scale=scale, rule=rule, is_causal=is_causal,
-                      query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-                      float32_softmax=float32_softmax, subtract_max=subtract_max, return_residual=return_residual,
-                      **blocks)
-    if not batched:
-      out = jax.tree.map(lambda x: x[0], out)
-    return out
+    blocks = {k: v for k, v in (("block_q", choice.block_q), ("block_k", choice.block_k)) if v is not None}
+  mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,
+                     key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
   if implementation == "cudnn":
-    return _cudnn(query, key, value, bias, mask, opts, batched, is_causal=is_causal,
-                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                  local_window_size=local_window_size, return_residual=return_residual,
-                  return_weights=return_weights)
-  mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
-                                       query_seq_lengths=query_seq_lengths,
-                                       key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
-  out, logits, weights, mask_g = _attend_grouped(query, key, value, bias, mask_bnts, opts)
-  extras = []
-  if return_residual:
-    masked = logits if mask_g is None else jnp.where(mask_g, logits, -jnp.inf)
-    lse = jax.nn.logsumexp(masked.astype(jnp.float32), axis=-1)  # [B, K, G, T]
-    extras.append(jax.lax.stop_gradient(jnp.moveaxis(lse.reshape(b, n, t), 1, 2)))
+    out = _cudnn(query, key, value, bias, mask, opts, return_residual=return_residual, return_weights=return_weights,
+                 **mask_kwargs)
+  elif implementation == "pallas":
+    out = _pallas(query, key, value, bias, mask, opts, scale=scale, rule=rule, return_residual=return_residual,
+                  return_weights=return_weights, **mask_kwargs)
+  else:
+    logit_kwargs = dict(scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+                        float32_softmax=float32_softmax, subtract_max=subtract_max, **mask_kwargs)
+    if implementation == "blockwise":
+      if return_weights:
+        raise ValueError("implementation='blockwise' does not return weights")
+      out = blockwise_lib.blockwise_attention(query, key, value, bias, mask, return_residual=return_residual,
+                                              **logit_kwargs, **blocks)
+    else:
+      out = dense_lib.dense_attention(query, key, value, bias, mask, return_residual=return_residual,
+                                      return_weights=return_weights, **logit_kwargs)
+  return out if batched else jax.tree.map(lambda x: x[0], out)
+
+
+def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, scale, rule, is_causal, return_residual,
+            return_weights, **mask_kwargs):
+  """The Pallas kernel (its default blocks) on batched inputs, where it covers the options."""
   if return_weights:
-    extras.append(masking_lib.ungroup_heads(weights))
-  if not batched:
-    out = out[0]
-    extras = [e[0] for e in extras]
-  return (out, *extras) if extras else out
-
-
-def _flash_like(implementation, query, key, value, bias, mask, *, block_q=None, block_k=None, **kwargs):
-  """Runs the blockwise or the Pallas path on batched inputs (blocks None: that path's defaults)."""
-  blocks = {k: v for k, v in (("block_q", block_q), ("block_k", block_k)) if v is not None}
-  if implementation == "blockwise":
-    from scaling import blockwise as blockwise_lib  # pylint: disable=g-import-not-at-top (imports this module)
-    return blockwise_lib.blockwise_attention(query, key, value, bias, mask, **blocks, **kwargs)
-  from scaling import pallas_attention as pallas_lib  # pylint: disable=g-import-not-at-top (imports this module)
-  opts = resolve_logit_options(query.shape[-1], scale=kwargs["scale"], rule=kwargs["rule"],
-                               logit_soft_cap=kwargs["logit_soft_cap"], logit_clamp=kwargs["logit_clamp"],
-                               float32_softmax=kwargs["float32_softmax"], subtract_max=kwargs["subtract_max"])
-  reason = pallas_lib.supports(opts, bias=bias, mask=mask, query_seq_lengths=kwargs["query_seq_lengths"],
-                               key_value_seq_lengths=kwargs["key_value_seq_lengths"],
-                               local_window_size=kwargs["local_window_size"])
+    raise ValueError("implementation='pallas' does not return weights")
+  reason = pallas_lib.supports(opts, bias=bias, mask=mask, **mask_kwargs)
   if reason is not None:
     raise ValueError(f"implementation='pallas' does not support {reason}")
-  return pallas_lib.pallas_attention(query, key, value, scale=kwargs["scale"], rule=kwargs["rule"],
-                                     is_causal=kwargs["is_causal"], return_residual=kwargs["return_residual"],
-                                     **blocks)
+  return pallas_lib.pallas_attention(query, key, value, scale=scale, rule=rule, is_causal=is_causal,
+                                     return_residual=return_residual)
 
 
-def _cudnn(query, key, value, bias, mask, opts: LogitOptions, batched, *, return_weights, **kwargs):
+def _cudnn(query, key, value, bias, mask, opts: LogitOptions, *, return_weights, **kwargs):
   """Dispatch to jax.nn's cuDNN flash attention where our options allow it."""
   reason = _cudnn_unsupported(opts, return_weights=return_weights)
   if reason is not None:
     raise ValueError(reason)
-  out = jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
-                                     **kwargs)
-  if not batched:
-    out = jax.tree.map(lambda x: x[0], out)
-  return out
+  return jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
+                                      **kwargs)

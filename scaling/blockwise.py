@@ -36,6 +36,11 @@ rule measured in ``scaling.attention``). On GPU the fused cuDNN kernel is
 reached through ``implementation="cudnn"`` (chosen by default in half
 precision when the rule is a plain scale), and a Pallas flash-attention kernel
 through ``implementation="pallas"`` (``scaling.pallas_attention``).
+
+The Pallas kernel's backward is this module's: for it the plan (``Plan``,
+``make_plan``), the blocked layouts (``blocks_q``, ``blocks_kv`` and their
+inverses ``unblocks_q``, ``unblocks_kv``) and the backward pass
+(``attention_core_bwd``) are public.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from scaling import attention as attention_lib
+from scaling import logits as logits_lib
 from scaling import masking as masking_lib
 from scaling import rules as rules_lib
 
@@ -57,7 +62,7 @@ _F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class Plan:
   """Static shapes and options of one blockwise call (hashable: a custom_vjp static argument)."""
 
   batch: int
@@ -71,7 +76,7 @@ class _Plan:
   num_k_blocks: int
   is_causal: bool
   window: tuple[int, int] | None
-  opts: attention_lib.LogitOptions  # rule replaced by the base rule: only scale, cap and clamp are used here.
+  opts: logits_lib.LogitOptions  # rule replaced by the base rule: only scale, cap and clamp are used here.
 
   @property
   def num_heads(self) -> int:
@@ -82,7 +87,50 @@ class _Plan:
     return self.num_k_blocks * self.block_k > self.kv_len
 
 
-def _blocks_q(x: Array, plan: _Plan) -> Array:
+def make_plan(query_shape: tuple[int, ...], key_shape: tuple[int, ...], opts: logits_lib.LogitOptions, *,
+              block_q: int, block_k: int, is_causal: bool, window: tuple[int, int] | None) -> Plan:
+  """The plan of one call on batched inputs, the blocks capped at T and S.
+
+  Args:
+    query_shape: [B, T, N, H].
+    key_shape: [B, S, K, H].
+    opts: the resolved logit options (their rule is replaced by the base rule: ``prepare`` runs before blocking).
+    block_q: query rows per block.
+    block_k: key columns per block.
+    is_causal: whether query i attends only keys j <= i.
+    window: the (left, right) local window, or None.
+
+  Returns:
+    The ``Plan`` (T and S padded up to whole blocks).
+  """
+  b, t, n, _ = query_shape
+  s, kh = key_shape[1], key_shape[2]
+  bq, bk = min(block_q, t), min(block_k, s)
+  return Plan(batch=b, q_len=t, kv_len=s, num_kv_heads=kh, groups=n // kh, block_q=bq, block_k=bk,
+              num_q_blocks=-(-t // bq), num_k_blocks=-(-s // bk), is_causal=bool(is_causal), window=window,
+              opts=dataclasses.replace(opts, rule=rules_lib.ScaleRule()))
+
+
+def blockwise_unsupported(opts: logits_lib.LogitOptions, *, return_weights: bool) -> str | None:
+  """Why the blockwise path cannot compute these options (None when it can).
+
+  Args:
+    opts: the resolved logit options (``scaling.logits.resolve_logit_options``).
+    return_weights: whether the [T, S] weights are requested.
+
+  Returns:
+    The reason, or None.
+  """
+  if not opts.float32_softmax or not opts.subtract_max:
+    return "float32_softmax=False or subtract_max=False (dense only)"
+  if return_weights:
+    return "return_weights needs the full [T, S] weights"
+  if not isinstance(opts.scale, float) or not isinstance(opts.weight_scale, float):
+    return "a traced (vmapped) scale"
+  return None
+
+
+def blocks_q(x: Array, plan: Plan) -> Array:
   """[B, T, N, H] -> [nq, B, K, G, bq, H], padding T with zeros."""
   b, t, _, h = x.shape
   x = jnp.pad(x, ((0, 0), (0, plan.num_q_blocks * plan.block_q - t), (0, 0), (0, 0)))
@@ -90,7 +138,7 @@ def _blocks_q(x: Array, plan: _Plan) -> Array:
   return x.transpose(1, 0, 3, 4, 2, 5)
 
 
-def _unblocks_q(x: Array, plan: _Plan) -> Array:
+def unblocks_q(x: Array, plan: Plan) -> Array:
   """[nq, B, K, G, bq, ...] -> [B, T, N, ...], dropping the padding."""
   rest = x.shape[5:]
   x = jnp.moveaxis(x, 4, 1)  # [nq, bq, B, K, G, ...]
@@ -98,7 +146,7 @@ def _unblocks_q(x: Array, plan: _Plan) -> Array:
   return jnp.moveaxis(x, 0, 1)[:, :plan.q_len]
 
 
-def _blocks_kv(x: Array, plan: _Plan) -> Array:
+def blocks_kv(x: Array, plan: Plan) -> Array:
   """[B, S, K, H] -> [nk, B, K, bk, H], padding S with zeros."""
   b, s, k, h = x.shape
   x = jnp.pad(x, ((0, 0), (0, plan.num_k_blocks * plan.block_k - s), (0, 0), (0, 0)))
@@ -106,7 +154,7 @@ def _blocks_kv(x: Array, plan: _Plan) -> Array:
   return x.transpose(1, 0, 3, 2, 4)
 
 
-def _unblocks_kv(x: Array, plan: _Plan) -> Array:
+def unblocks_kv(x: Array, plan: Plan) -> Array:
   """[nk, B, K, bk, H] -> [B, S, K, H], dropping the padding."""
   nk, b, k, bk, h = x.shape
   return x.transpose(1, 0, 3, 2, 4).reshape(b, nk * bk, k, h)[:, :plan.kv_len]
@@ -119,7 +167,7 @@ def _check_broadcast(x: Array, full: tuple[int, int, int, int], name: str) -> No
       raise ValueError(f"{name} of shape {x.shape} does not broadcast to [B, N, T, S] = {full} (axis {axis})")
 
 
-def _pad_ts(x: Array, plan: _Plan, value) -> Array:
+def _pad_ts(x: Array, plan: Plan, value) -> Array:
   """Pads the T and S axes of a [B|1, N|1, T|1, S|1] array (those not broadcast) to block multiples."""
   pad_t = plan.num_q_blocks * plan.block_q - plan.q_len if x.shape[2] > 1 else 0
   pad_s = plan.num_k_blocks * plan.block_k - plan.kv_len if x.shape[3] > 1 else 0
@@ -128,7 +176,7 @@ def _pad_ts(x: Array, plan: _Plan, value) -> Array:
   return jnp.pad(x, ((0, 0), (0, 0), (0, pad_t), (0, pad_s)), constant_values=value)
 
 
-def _tile_starts_sizes(x: Array, plan: _Plan, i, j):
+def _tile_starts_sizes(x: Array, plan: Plan, i, j):
   """Start indices and sizes of tile (i, j) of a padded [B|1, N|1, Tp|1, Sp|1] array."""
   b, n, t, s = x.shape
   zero = jnp.zeros((), jnp.int32)
@@ -137,7 +185,7 @@ def _tile_starts_sizes(x: Array, plan: _Plan, i, j):
   return starts, sizes
 
 
-def _tile(x: Array | None, plan: _Plan, i, j) -> Array | None:
+def _tile(x: Array | None, plan: Plan, i, j) -> Array | None:
   """Tile (i, j) of a padded [B|1, N|1, Tp|1, Sp|1] array, broadcast axes kept at size 1."""
   if x is None:
     return None
@@ -145,13 +193,13 @@ def _tile(x: Array | None, plan: _Plan, i, j) -> Array | None:
   return lax.dynamic_slice(x, starts, sizes)
 
 
-def _add_tile(acc: Array, update: Array, plan: _Plan, i, j) -> Array:
+def _add_tile(acc: Array, update: Array, plan: Plan, i, j) -> Array:
   """Adds ``update`` into tile (i, j) of the padded accumulator ``acc``."""
   starts, sizes = _tile_starts_sizes(acc, plan, i, j)
   return lax.dynamic_update_slice(acc, lax.dynamic_slice(acc, starts, sizes) + update, starts)
 
 
-def _tile_visibility(plan: _Plan, mask: Array | None, q_lens: Array | None, kv_lens: Array | None,
+def _tile_visibility(plan: Plan, mask: Array | None, q_lens: Array | None, kv_lens: Array | None,
                      i, j) -> Array | None:
   """Boolean visibility of tile (i, j), grouped [B|1, K|1, G|1, bq, bk], or None when all visible."""
   vis = masking_lib.tile_mask(
@@ -161,12 +209,12 @@ def _tile_visibility(plan: _Plan, mask: Array | None, q_lens: Array | None, kv_l
   return masking_lib.group_heads(vis, plan.num_kv_heads, plan.groups)
 
 
-def _grouped_bias_tile(plan: _Plan, bias: Array | None, i, j) -> Array | None:
+def _grouped_bias_tile(plan: Plan, bias: Array | None, i, j) -> Array | None:
   """Tile (i, j) of the padded bias, grouped [B|1, K|1, G|1, bq|1, bk|1], or None without a bias."""
   return masking_lib.group_heads(_tile(bias, plan, i, j), plan.num_kv_heads, plan.groups)
 
 
-def _key_block_range(plan: _Plan, i, q_lens: Array | None, kv_lens: Array | None):
+def _key_block_range(plan: Plan, i, q_lens: Array | None, kv_lens: Array | None):
   """[lo, hi): the key blocks that query block i can see at all (causal, window, sequence lengths)."""
   bq, bk = plan.block_q, plan.block_k
   lo, hi = 0, plan.num_k_blocks
@@ -187,7 +235,7 @@ def _key_block_range(plan: _Plan, i, q_lens: Array | None, kv_lens: Array | None
   return lo, hi
 
 
-def _unmasked_block_range(plan: _Plan, i, lo, hi, has_mask: bool):
+def _unmasked_block_range(plan: Plan, i, lo, hi, has_mask: bool):
   """[full_lo, full_hi) within [lo, hi): key blocks whose tile with query block i is visible everywhere.
 
   Those tiles skip building and applying a visibility mask. Only the causal mask and the local window are
@@ -211,7 +259,7 @@ def _unmasked_block_range(plan: _Plan, i, lo, hi, has_mask: bool):
   return full_lo, full_hi
 
 
-def _visit_key_blocks(plan: _Plan, i, lo, hi, has_mask: bool, body, init):
+def _visit_key_blocks(plan: Plan, i, lo, hi, has_mask: bool, body, init):
   """Runs ``body(j, carry, masked)`` over key blocks [lo, hi): masked edges, the unmasked interior without a mask."""
   full_lo, full_hi = _unmasked_block_range(plan, i, lo, hi, has_mask)
   masked = lambda j, c: body(j, c, True)
@@ -225,7 +273,7 @@ def _raw_logits(q_i: Array, k_j: Array) -> Array:
   return jnp.einsum("bkgqh,bksh->bkgqs", q_i, k_j, preferred_element_type=_F32)
 
 
-def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+def _forward(plan: Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
   """Online-softmax forward. Returns (out [nq, B, K, G, bq, H], lse [nq, B, K, G, bq], tile count)."""
   b, kh, g, bq, h = qb.shape[1:]
   stat_shape = (b, kh, g, bq)
@@ -237,7 +285,7 @@ def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
 
     def key_block(j, carry, masked):
       m, l, acc, count = carry
-      s = attention_lib.shape_logits(_raw_logits(q_i, kb[j]), _grouped_bias_tile(plan, bias, i, j), plan.opts)
+      s = logits_lib.shape_logits(_raw_logits(q_i, kb[j]), _grouped_bias_tile(plan, bias, i, j), plan.opts)
       vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j) if masked else None
       if vis is not None:
         s = jnp.where(vis, s, -jnp.inf)
@@ -262,19 +310,30 @@ def _forward(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention_core(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+def _attention_core(plan: Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
   """Blocked attention with a memory-efficient backward; returns (out, lse) in blocked layout."""
   out, lse, _ = _forward(plan, qb, kb, vb, bias, mask, q_lens, kv_lens)
   return out, lse
 
 
-def _attention_core_fwd(plan: _Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
+def _attention_core_fwd(plan: Plan, qb, kb, vb, bias, mask, q_lens, kv_lens):
   out, lse, _ = _forward(plan, qb, kb, vb, bias, mask, q_lens, kv_lens)
   return (out, lse), (qb, kb, vb, bias, mask, q_lens, kv_lens, out, lse)
 
 
-def _attention_core_bwd(plan: _Plan, residuals, cotangents):
-  """FlashAttention-2 backward: recompute P per tile; dV += PᵀdO, dS = P(dP − D), dQ += dS·K, dK += dSᵀQ."""
+def attention_core_bwd(plan: Plan, residuals, cotangents):
+  """FlashAttention-2 backward: recompute P per tile; dV += PᵀdO, dS = P(dP − D), dQ += dS·K, dK += dSᵀQ.
+
+  Args:
+    plan: the call's ``Plan``.
+    residuals: ``(qb, kb, vb, bias, mask, q_lens, kv_lens, out, lse)`` in the blocked layouts (``blocks_q`` for
+      q, out and lse; ``blocks_kv`` for k and v), q and k already prepared by the rule; bias, mask and the
+      lengths padded as ``blockwise_attention`` pads them, or None.
+    cotangents: ``(d_out, _)``, d_out blocked like out (the log-sum-exp gets no cotangent).
+
+  Returns:
+    The cotangents of ``residuals[:7]``: dq, dk, dv blocked, dbias (or None), and None for mask and lengths.
+  """
   qb, kb, vb, bias, mask, q_lens, kv_lens, out, lse = residuals
   d_out, _ = cotangents  # the log-sum-exp is returned under stop_gradient
   d_out = d_out.astype(vb.dtype)
@@ -290,7 +349,7 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
     def key_block(j, c, masked):
       dq_i, dk, dv, dbias = c
       k_j, v_j = kb[j], vb[j]
-      shape = lambda raw, bias_tile: attention_lib.shape_logits(raw, bias_tile, plan.opts)
+      shape = lambda raw, bias_tile: logits_lib.shape_logits(raw, bias_tile, plan.opts)
       bias_tile = _grouped_bias_tile(plan, bias, i, j)
       if bias_tile is None:
         s, shape_vjp = jax.vjp(lambda raw: shape(raw, None), _raw_logits(q_i, k_j))
@@ -324,7 +383,7 @@ def _attention_core_bwd(plan: _Plan, residuals, cotangents):
   return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), dbias, None, None, None
 
 
-_attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
+_attention_core.defvjp(_attention_core_fwd, attention_core_bwd)
 
 
 def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=128, scale=None, rule=None,
@@ -337,18 +396,15 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
   for name, v in (("block_q", block_q), ("block_k", block_k)):
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be a positive integer, got {v!r}")
-  query, key, value, batched = attention_lib.check_qkv(query, key, value)
+  query, key, value, batched = logits_lib.check_qkv(query, key, value)
   b, t, n, h = query.shape
-  s, kh = key.shape[1], key.shape[2]
+  s = key.shape[1]
   if t == 0 or s == 0:
     raise ValueError(f"query and key lengths must be positive, got T={t}, S={s}")
-  opts = attention_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
-                                             logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
-  window = masking_lib.window_bounds(local_window_size)
-  bq, bk = min(block_q, t), min(block_k, s)
-  plan = _Plan(batch=b, q_len=t, kv_len=s, num_kv_heads=kh, groups=n // kh, block_q=bq, block_k=bk,
-               num_q_blocks=-(-t // bq), num_k_blocks=-(-s // bk), is_causal=bool(is_causal), window=window,
-               opts=dataclasses.replace(opts, rule=rules_lib.ScaleRule()))
+  opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
+                                          logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
+  plan = make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k, is_causal=is_causal,
+                   window=masking_lib.window_bounds(local_window_size))
   full = (b, n, t, s)
   if bias is not None:
     bias = masking_lib.ensure_4d(bias, "bias")
@@ -367,7 +423,7 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
       x = x.reshape(b).astype(jnp.int32)
     lens.append(x)
   query, key = opts.rule.prepare(query, key)
-  operands = (_blocks_q(query, plan), _blocks_kv(key, plan), _blocks_kv(value, plan), bias, mask, *lens)
+  operands = (blocks_q(query, plan), blocks_kv(key, plan), blocks_kv(value, plan), bias, mask, *lens)
   return plan, opts, operands, batched
 
 
@@ -417,12 +473,12 @@ def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | No
       local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
       float32_softmax=float32_softmax, subtract_max=subtract_max)
   out, lse = _attention_core(plan, *operands)
-  out = _unblocks_q(out, plan)
+  out = unblocks_q(out, plan)
   if opts.weight_scale != 1.0:
     out = out * jnp.asarray(opts.weight_scale, out.dtype)
   if not return_residual:
     return out if batched else out[0]
-  lse = lax.stop_gradient(_unblocks_q(lse, plan))
+  lse = lax.stop_gradient(unblocks_q(lse, plan))
   return (out, lse) if batched else (out[0], lse[0])
 
 

@@ -24,6 +24,8 @@ import jax.numpy as jnp
 from flax.linen import dtypes as flax_dtypes
 
 from scaling import attention as attention_lib
+from scaling import dense_attention as dense_lib
+from scaling import logits as logits_lib
 from scaling import rules as rules_lib
 
 Array = jax.Array
@@ -84,8 +86,8 @@ def make_attention_fn(
   """
   rule_obj = rules_lib.get_rule(rule, **rule_options)
   # Validates the caps now rather than at the first call; the head dim does not matter for that.
-  attention_lib.resolve_logit_options(1, scale=None, rule=rule_obj, logit_soft_cap=logit_soft_cap,
-                                      logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
+  logits_lib.resolve_logit_options(1, scale=None, rule=rule_obj, logit_soft_cap=logit_soft_cap,
+                                   logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
   logit_kwargs = dict(rule=rule_obj, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp)
 
   def attention_fn(
@@ -129,7 +131,7 @@ def make_attention_fn(
       if not (dropout or module is not None or v.shape[-1] != k.shape[-1]):
         out = attention_lib.dot_product_attention(q, k, v, bias4, mask4, is_causal=is_causal, **logit_kwargs)
         return out.reshape(batch_shape + out.shape[-3:])
-      weights = attention_lib.attention_weights(q, k, bias4, mask4, is_causal=is_causal, **logit_kwargs)
+      weights = dense_lib.attention_weights(q, k, bias4, mask4, is_causal=is_causal, **logit_kwargs)
       weights = weights.reshape(batch_shape + weights.shape[-3:]).astype(dtype)
       if module is not None:
         _sow(module, weights)

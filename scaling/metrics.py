@@ -23,8 +23,8 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 
-from scaling import attention as attention_lib
 from scaling import blockwise as blockwise_lib
+from scaling import dense_attention as dense_lib
 from scaling import masking as masking_lib
 
 Array = jax.Array
@@ -241,7 +241,7 @@ def _block_sums(query: Array, key: Array, value: Array, cotangent: Array, bias: 
 
   def f(q, k, v, delta):
     total_bias = delta if bias is None else delta + bias
-    out, logits, weights, vis = attention_lib.attention_with_aux(q, k, v, total_bias, mask, **attention_kwargs)
+    out, logits, weights, vis = dense_lib.attention_with_aux(q, k, v, total_bias, mask, **attention_kwargs)
     return out, (logits, weights, vis)
 
   cotangent = cotangent.astype(query.dtype)

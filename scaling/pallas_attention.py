@@ -25,7 +25,6 @@ interpret mode (slow; for tests). On CPU use ``blockwise_attention`` for speed.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -33,7 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 import jax.numpy as jnp
 
-from scaling import attention as attention_lib
+from scaling import logits as logits_lib
 from scaling import blockwise as blockwise_lib
 from scaling import rules as rules_lib
 
@@ -85,7 +84,7 @@ def _pad_seq(x: Array, length: int) -> Array:
   return jnp.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0), (0, 0)))
 
 
-def _forward(plan: blockwise_lib._Plan, interpret: bool, q: Array, k: Array, v: Array) -> tuple[Array, Array]:
+def _forward(plan: blockwise_lib.Plan, interpret: bool, q: Array, k: Array, v: Array) -> tuple[Array, Array]:
   """The kernel over the grid (B, N, query blocks). Returns out [B, T, N, H] and lse [B, T, N]."""
   b, t, n, h = q.shape
   bq, bk, g = plan.block_q, plan.block_k, plan.groups
@@ -124,17 +123,17 @@ def _flash_bwd(plan, interpret, residuals, cotangents):
   del interpret
   q, k, v, out, lse = residuals
   d_out, _ = cotangents  # the log-sum-exp is returned under stop_gradient
-  blocked_lse = blockwise_lib._blocks_q(lse[..., None], plan)[..., 0]
-  blocked = (blockwise_lib._blocks_q(q, plan), blockwise_lib._blocks_kv(k, plan), blockwise_lib._blocks_kv(v, plan),
-             None, None, None, None, blockwise_lib._blocks_q(out, plan), blocked_lse)
-  dq, dk, dv, *_ = blockwise_lib._attention_core_bwd(plan, blocked, (blockwise_lib._blocks_q(d_out, plan), None))
-  return blockwise_lib._unblocks_q(dq, plan), blockwise_lib._unblocks_kv(dk, plan), blockwise_lib._unblocks_kv(dv, plan)
+  blocked_lse = blockwise_lib.blocks_q(lse[..., None], plan)[..., 0]
+  blocked = (blockwise_lib.blocks_q(q, plan), blockwise_lib.blocks_kv(k, plan), blockwise_lib.blocks_kv(v, plan),
+             None, None, None, None, blockwise_lib.blocks_q(out, plan), blocked_lse)
+  dq, dk, dv, *_ = blockwise_lib.attention_core_bwd(plan, blocked, (blockwise_lib.blocks_q(d_out, plan), None))
+  return blockwise_lib.unblocks_q(dq, plan), blockwise_lib.unblocks_kv(dk, plan), blockwise_lib.unblocks_kv(dv, plan)
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def supports(opts: attention_lib.LogitOptions, *, bias=None, mask=None, query_seq_lengths=None,
+def supports(opts: logits_lib.LogitOptions, *, bias=None, mask=None, query_seq_lengths=None,
              key_value_seq_lengths=None, local_window_size=None) -> str | None:
   """None when the Pallas kernel covers these options, else the reason it does not."""
   if not isinstance(opts.scale, float) or not isinstance(opts.weight_scale, float):
@@ -176,20 +175,16 @@ def pallas_attention(query: Array, key: Array, value: Array, *, scale: float | N
     Output [B, T, N, H] in the value dtype, and the log-sum-exp when
     ``return_residual``.
   """
-  query, key, value, batched = attention_lib.check_qkv(query, key, value)
-  b, t, n, h = query.shape
-  s, kh = key.shape[1], key.shape[2]
-  opts = attention_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=None, logit_clamp=None,
-                                             float32_softmax=True, subtract_max=True)
+  query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=None,
+                                          logit_clamp=None, float32_softmax=True, subtract_max=True)
   reason = supports(opts)
   if reason is not None:
     raise ValueError(f"pallas attention does not support {reason}")
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
-  bq, bk = min(block_q, t), min(block_k, s)
-  plan = blockwise_lib._Plan(batch=b, q_len=t, kv_len=s, num_kv_heads=kh, groups=n // kh, block_q=bq, block_k=bk,
-                             num_q_blocks=-(-t // bq), num_k_blocks=-(-s // bk), is_causal=bool(is_causal),
-                             window=None, opts=dataclasses.replace(opts, rule=rules_lib.ScaleRule()))
+  plan = blockwise_lib.make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k,
+                                 is_causal=is_causal, window=None)
   q, k = opts.rule.prepare(query, key)
   out, lse = _flash(plan, bool(interpret), q, k, value)
   if opts.weight_scale != 1.0:

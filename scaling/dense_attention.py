@@ -1,0 +1,152 @@
+"""Dense multi-head attention as pure functions: the full [T, S] logits and weights, and the output from them.
+
+Shapes follow jax.nn: query [B, T, N, H], key and value [B, S, K, H] with N a
+multiple of K (GQA; K == N is ordinary multi-head attention), bias and mask
+broadcastable to [B, N, T, S]. Logits, weights and outputs all come from one
+code path, ``_attend_grouped``, so what is measured is what runs.
+``scaling.dot_product_attention`` runs ``dense_attention`` when it picks the
+dense implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from scaling import logits as logits_lib
+from scaling import masking as masking_lib
+from scaling import rules as rules_lib
+
+Array = jax.Array
+
+
+def _logits_weights_grouped(query, key, bias, mask_bnts, opts: logits_lib.LogitOptions):
+  """Core: returns (logits, weights, visible) as [B, K, G, T, S]; weights already carry weight_scale."""
+  b, t, n, h = query.shape
+  kh = key.shape[2]
+  g = n // kh
+  query, key = opts.rule.prepare(query, key)
+  # [B, T, K, G, H] -> [B, K, G*T, H]: the dot's natural output [B, K, G*T, S] is then the grouped logits
+  # (no copy or transpose of a T×S array).
+  q = query.reshape(b, t, kh, g, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, g * t, h)
+  compute_dtype = jnp.promote_types(query.dtype, jnp.float32) if opts.float32_softmax else query.dtype
+  logits = jnp.einsum("bkmh,bskh->bkms", q, key, preferred_element_type=compute_dtype).reshape(b, kh, g, t, -1)
+  if bias is not None:
+    bias = masking_lib.group_heads(masking_lib.ensure_4d(bias, "bias"), kh, g)
+  logits = logits_lib.shape_logits(logits, bias, opts)
+  mask = masking_lib.group_heads(mask_bnts, kh, g)
+  weights = logits_lib.masked_softmax(logits, mask, subtract_max=opts.subtract_max)
+  if not logits_lib.is_unit_scale(opts.weight_scale):
+    weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
+  return logits, weights, mask
+
+
+def _attend_grouped(query, key, value, bias, mask_bnts, opts: logits_lib.LogitOptions):
+  """Returns (output [B, T, N, H], logits, weights, mask) with the last three grouped [B, K, G, T, S]."""
+  b, t, n, h = query.shape
+  logits, weights, mask_g = _logits_weights_grouped(query, key, bias, mask_bnts, opts)
+  kh, g = key.shape[2], n // key.shape[2]
+  w = weights.astype(value.dtype).reshape(b, kh, g * t, -1)
+  out = jnp.einsum("bkms,bskh->bkmh", w, value).reshape(b, kh, g, t, -1)
+  out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, value.shape[-1])
+  return out, logits, weights, mask_g
+
+
+def _checked_attend(query, key, value, bias, mask, *, scale=None, rule=None, is_causal=False, query_seq_lengths=None,
+                    key_value_seq_lengths=None, local_window_size=None, logit_soft_cap=None, logit_clamp=None,
+                    float32_softmax=True, subtract_max=True):
+  """Validates the arguments and attends: (batched, mask [B|1, N|1, T, S] or None, *``_attend_grouped``)."""
+  query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  b, t, n, h = query.shape
+  opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
+                                          logit_clamp=logit_clamp, float32_softmax=float32_softmax,
+                                          subtract_max=subtract_max)
+  mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
+                                       query_seq_lengths=query_seq_lengths,
+                                       key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
+  return (batched, mask_bnts, *_attend_grouped(query, key, value, bias, mask_bnts, opts))
+
+
+def attention_with_aux(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
+                       scale: float | None = None, rule: str | rules_lib.ScaleRule | None = None,
+                       is_causal: bool = False, query_seq_lengths: Array | None = None,
+                       key_value_seq_lengths: Array | None = None,
+                       local_window_size: int | tuple[int, int] | None = None, logit_soft_cap: float | None = None,
+                       logit_clamp: float | None = None, float32_softmax: bool = True,
+                       subtract_max: bool = True) -> tuple[Array, Array, Array, Array | None]:
+  """Attention output together with the logits, weights and mask it was computed from.
+
+  Args: as ``dot_product_attention``.
+
+  Returns:
+    ``(output, logits, weights, mask)``: output [B, T, N, H]; logits
+    [B, N, T, S] after scale, bias, soft cap and clamp (masked entries left as
+    computed); weights [B, N, T, S] (0 where masked, all 0 for fully masked
+    rows, multiplied by the rule's weight scale); the boolean visibility mask
+    broadcastable to [B, N, T, S], or None when nothing is masked.
+  """
+  batched, mask_bnts, out, logits, weights, _ = _checked_attend(
+      query, key, value, bias, mask, scale=scale, rule=rule, is_causal=is_causal,
+      query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+      float32_softmax=float32_softmax, subtract_max=subtract_max)
+  logits, weights = masking_lib.ungroup_heads(logits), masking_lib.ungroup_heads(weights)
+  if not batched:
+    out, logits, weights = out[0], logits[0], weights[0]
+    mask_bnts = None if mask_bnts is None else mask_bnts[0]
+  return out, logits, weights, mask_bnts
+
+
+def attention_logits_and_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                                 **kwargs) -> tuple[Array, Array, Array | None]:
+  """``(logits, weights, mask)`` exactly as ``dot_product_attention`` computes them (see ``attention_with_aux``)."""
+  _, logits, weights, vis = attention_with_aux(query, key, key, bias, mask, **kwargs)
+  return logits, weights, vis
+
+
+def attention_logits(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                     **kwargs) -> Array:
+  """Logits [B, N, T, S] exactly as ``dot_product_attention`` computes them (see there for arguments)."""
+  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[0]
+
+
+def attention_weights(query: Array, key: Array, bias: Array | None = None, mask: Array | None = None,
+                      **kwargs) -> Array:
+  """Attention weights [B, N, T, S] exactly as ``dot_product_attention`` uses them."""
+  return attention_logits_and_weights(query, key, bias, mask, **kwargs)[1]
+
+
+def dense_attention(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
+                    return_residual: bool = False, return_weights: bool = False,
+                    **kwargs: Any) -> Array | tuple[Array, ...]:
+  """The dense implementation of ``dot_product_attention``: the full [T, S] logits, then softmax and output.
+
+  Args:
+    query, key, value, bias, mask: as ``dot_product_attention``.
+    return_residual: also return the log-sum-exp of the masked logits [B, T, N]
+      (as jax.nn; -inf for fully masked rows), under stop_gradient.
+    return_weights: also return the attention weights [B, N, T, S].
+    **kwargs: the logit and masking options of ``attention_with_aux`` (scale,
+      rule, is_causal, query_seq_lengths, key_value_seq_lengths,
+      local_window_size, logit_soft_cap, logit_clamp, float32_softmax,
+      subtract_max).
+
+  Returns:
+    Output [B, T, N, H] (fully masked query rows give 0), followed by the
+    residual and/or weights when requested.
+  """
+  batched, _, out, logits, weights, mask_g = _checked_attend(query, key, value, bias, mask, **kwargs)
+  b, t, n, _ = out.shape
+  extras = []
+  if return_residual:
+    masked = logits if mask_g is None else jnp.where(mask_g, logits, -jnp.inf)
+    lse = jax.nn.logsumexp(masked.astype(jnp.float32), axis=-1)  # [B, K, G, T]
+    extras.append(jax.lax.stop_gradient(jnp.moveaxis(lse.reshape(b, n, t), 1, 2)))
+  if return_weights:
+    extras.append(masking_lib.ungroup_heads(weights))
+  if not batched:
+    out = out[0]
+    extras = [e[0] for e in extras]
+  return (out, *extras) if extras else out
