@@ -7,8 +7,9 @@
     layer = nn.MultiHeadDotProductAttention(num_heads=8, qkv_features=512,
                                             attention_fn=make_attention_fn(rule="linear"))
 
-Logits, softmax and masking come from ``scaling.attention`` (one code path with
-the rest of the library); dropout on the weights, dtype promotion and sowing of
+Logits, softmax and masking come from ``scaling.attention`` and, when the
+weights are needed, ``scaling.dense_attention`` (one code path with the rest of
+the library); dropout on the weights, dtype promotion and sowing of
 the weights copy Flax's ``dot_product_attention_weights`` so that, with
 ``rule="sqrt"``, the adapter reproduces Flax's default attention.
 """
