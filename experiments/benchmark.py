@@ -27,14 +27,14 @@ from scaling import config as config_lib
 from scaling import results
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies.benchmarks import attention
-from scaling.studies.benchmarks import sweep
-from scaling.studies.benchmarks import train
+from scaling.studies.benchmarks import attention as attention_bench
+from scaling.studies.benchmarks import sweep as sweep_bench
+from scaling.studies.benchmarks import train as train_bench
 
 SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] = {
-    "sweep": (sweep.run, sweep.SweepBenchConfig(), sweep.QUICK),
-    "attention": (attention.run, attention.AttentionBenchConfig(), attention.QUICK),
-    "train": (train.run, train.TrainBenchConfig(), train.QUICK),
+    "sweep": (sweep_bench.run, sweep_bench.SweepBenchConfig(), sweep_bench.QUICK),
+    "attention": (attention_bench.run, attention_bench.AttentionBenchConfig(), attention_bench.QUICK),
+    "train": (train_bench.run, train_bench.TrainBenchConfig(), train_bench.QUICK),
 }
 """Suite name: (its run(config, out_dir), its default config, its quick config)."""
 
@@ -43,23 +43,25 @@ SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] 
 class BenchmarkConfig(Options):
   """Which suites to run, and the sizes of the attention suite (those of ``attention.COMMAND_LINE``)."""
 
-  HIDDEN = tuple(spec.name for spec in config_lib.option_specs(attention.AttentionBenchConfig)
-                 if spec.name not in attention.COMMAND_LINE)
+  HIDDEN = tuple(spec.name for spec in config_lib.option_specs(attention_bench.AttentionBenchConfig)
+                 if spec.name not in attention_bench.COMMAND_LINE)
 
   suite: tuple[str, ...] = option(tuple(SUITES), "Suites to run, comma-separated.", choices=tuple(SUITES))
   quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
-  attention: attention.AttentionBenchConfig = option(SUITES["attention"][1], "The attention suite.")
+  attention: attention_bench.AttentionBenchConfig = option(SUITES["attention"][1], "The attention suite.")
   output: results.OutputConfig = option(results.OutputConfig("runs/benchmark"), "Output.")
 
   def check_given(self, given: Collection[str]) -> None:
     """ValueError naming an attention-suite option typed without the attention suite, or with --quick."""
-    typed = [name for name in attention.COMMAND_LINE if name in given]
+    typed = [name for name in attention_bench.COMMAND_LINE if name in given]
     if typed and ("attention" not in self.suite or self.quick):
       why = "--quick sets its own sizes" if self.quick else "--suite does not include attention"
       raise ValueError(f"--{typed[0]} sizes the attention suite, but {why}")
 
   def suite_config(self, suite: str) -> Options:
     """The config ``suite`` runs with: its quick sizes with --quick, else its defaults (attention: the flags)."""
+    if suite not in SUITES:
+      raise ValueError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
     _, default, quick = SUITES[suite]
     if self.quick:
       return quick
