@@ -20,41 +20,21 @@ launch this program from a small process (the benchmark goes through
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
-from experiments import bench_attention
 from experiments import cli
-from scaling.config import option
-from scaling.config import Options
+from scaling.studies.benchmarks import memory
 
 
-@dataclasses.dataclass(frozen=True)
-class MemoryConfig(Options):
-  """One measurement."""
-
-  impl: str = option("blockwise", "Attention implementation.", choices=bench_attention.IMPLEMENTATIONS)
-  seq_len: int = option(16384, "Sequence length T (= S).", lower=1)
-  batch: int = option(1, "Batch size.", lower=1)
-  num_heads: int = option(4, "Number of heads.", lower=1)
-  head_dim: int = option(64, "Head dimension d_k.", lower=1)
-  block_q: int = option(bench_attention.BLOCK_Q, "Blockwise query block.", lower=1)
-  block_k: int = option(bench_attention.BLOCK_K, "Blockwise key block.", lower=1)
-  causal: bool = option(True, "Causal attention.")
-  seed: int = option(0, "Seed of the random inputs.", lower=0)
-  max_memory_fraction: float = option(0.6, "Skip when XLA plans more than this fraction of the available memory.",
-                                      positive=True, upper=1.0)
-
-
-def _print(config: MemoryConfig, out_dir) -> None:
+def _print(config: memory.MemoryConfig, out_dir) -> None:
   del out_dir
-  sys.stdout.write(json.dumps(bench_attention.measure_memory(config)) + "\n")
+  sys.stdout.write(json.dumps(memory.measure_memory(config)) + "\n")
   sys.stdout.flush()
 
 
 def main(argv=None) -> int:
-  return cli.main(MemoryConfig, _print, argv, __doc__, needs_out_dir=False)
+  return cli.main(memory.MemoryConfig, _print, argv, __doc__, needs_out_dir=False)
 
 
 if __name__ == "__main__":

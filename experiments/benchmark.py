@@ -2,49 +2,81 @@
 
   python -m experiments.benchmark                      # every suite
   python -m experiments.benchmark --suite=sweep --quick
+  python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
-Suites live in experiments/bench_<suite>.py and expose run(out_dir, quick=...).
-Each prints a table and writes <suite>.json and <suite>.png into --out_dir. The
-suites time compilation, so they run with JAX's persistent compilation cache
-off whatever --compilation_cache_dir says (the sweep suite measures the cache in
-processes of its own).
+The suites live in scaling/studies/benchmarks/ (sweep.py, attention.py,
+train.py). Each prints a table and writes <suite>.json and <suite>.png (and
+<suite>.md, for README's generated sections) into --out_dir; --quick runs
+each on tiny sizes (a smoke run, not a measurement). --seq_lens, --head_dims,
+--repeats and --max_call_s size the attention suite. The suites time
+compilation, so they run with JAX's persistent compilation cache off whatever
+--compilation_cache_dir says (the sweep suite measures the cache in processes
+of its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import pathlib
 import sys
 import time
+from typing import Any, Callable, Collection
 
 from experiments import cli
+from scaling import config as config_lib
 from scaling import results
 from scaling.config import option
 from scaling.config import Options
+from scaling.studies.benchmarks import attention as attention_bench
+from scaling.studies.benchmarks import sweep as sweep_bench
+from scaling.studies.benchmarks import train as train_bench
 
-SUITES = ("sweep", "attention", "train")
+SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] = {
+    "sweep": (sweep_bench.run, sweep_bench.SweepBenchConfig(), sweep_bench.QUICK),
+    "attention": (attention_bench.run, attention_bench.AttentionBenchConfig(), attention_bench.QUICK),
+    "train": (train_bench.run, train_bench.TrainBenchConfig(), train_bench.QUICK),
+}
+"""Suite name: (its run(config, out_dir), its default config, its quick config)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig(Options):
-  """Which suites to run."""
+  """Which suites to run, and the sizes of the attention suite (those of ``attention.COMMAND_LINE``)."""
 
-  suite: tuple[str, ...] = option(SUITES, "Suites to run, comma-separated.", choices=SUITES)
+  HIDDEN = tuple(spec.name for spec in config_lib.option_specs(attention_bench.AttentionBenchConfig)
+                 if spec.name not in attention_bench.COMMAND_LINE)
+
+  suite: tuple[str, ...] = option(tuple(SUITES), "Suites to run, comma-separated.", choices=tuple(SUITES))
   quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
+  attention: attention_bench.AttentionBenchConfig = option(SUITES["attention"][1], "The attention suite.")
   output: results.OutputConfig = option(results.OutputConfig("runs/benchmark"), "Output.")
+
+  def check_given(self, given: Collection[str]) -> None:
+    """ValueError naming an attention-suite option typed without the attention suite, or with --quick."""
+    typed = [name for name in attention_bench.COMMAND_LINE if name in given]
+    if typed and ("attention" not in self.suite or self.quick):
+      why = "--quick sets its own sizes" if self.quick else "--suite does not include attention"
+      raise ValueError(f"--{typed[0]} sizes the attention suite, but {why}")
+
+  def suite_config(self, suite: str) -> Options:
+    """The config ``suite`` runs with: its quick sizes with --quick, else its defaults (attention: the flags)."""
+    if suite not in SUITES:
+      raise ValueError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
+    _, default, quick = SUITES[suite]
+    if self.quick:
+      return quick
+    return self.attention if suite == "attention" else default
 
 
 def run(config: BenchmarkConfig, out_dir: pathlib.Path) -> dict:
   """Runs each suite, each printing its table, and writes summary.json."""
   results.make_dir(out_dir)
-  modules = {suite: importlib.import_module(f"experiments.bench_{suite}") for suite in dict.fromkeys(config.suite)}
   summary = {}
-  for suite, module in modules.items():
+  for suite in dict.fromkeys(config.suite):
     print(f"== suite {suite}", flush=True)
     start = time.perf_counter()
     with cli.persistent_compilation_cache(None):
-      summary[suite] = module.run(out_dir, quick=config.quick)
+      summary[suite] = SUITES[suite][0](config.suite_config(suite), out_dir)
     summary[suite]["wall_s"] = time.perf_counter() - start
   results.write_json(out_dir / "summary.json", summary)
   print(f"wrote {', '.join(f'{s}.json' for s in summary)} and summary.json to {out_dir}")

@@ -193,7 +193,7 @@ def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOpti
   """(the config of ``cls``, the ``ProcessOptions``) from command-line arguments; raises ``UsageError``."""
   fv, specs = define_flags(cls)
   try:
-    rest = fv(_bool_choice_args(fv.read_flags_from_files(list(argv)), specs))
+    rest = fv(list(argv))
   except flags.Error as e:
     raise UsageError(str(e).splitlines()[0]) from None
   if len(rest) > 1:
@@ -208,30 +208,11 @@ def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOpti
       built.append(config_lib.build(kind, values))
     except ValueError as e:
       raise UsageError(_flag_message(str(e), [s.name for s in kind_specs])) from None
-  check_given = getattr(built[0], "check_given", None)  # options typed but unused, even at their defaults
-  if check_given is not None:
-    try:
-      check_given({spec.name for spec in specs if fv[spec.name].present})
-    except ValueError as e:
-      raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
+  try:  # options typed but unused, even at their defaults
+    built[0].check_given({spec.name for spec in specs if fv[spec.name].present})
+  except ValueError as e:
+    raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
   return built[0], built[1]
-
-
-def _bool_choice_args(argv: list[str], specs: Sequence[config_lib.OptionSpec]) -> list[str]:
-  """``argv`` with ``--name``, ``--noname``, ``--name=true|false`` of a former boolean option as ``--name=choice``."""
-  aliases = {}
-  for spec in specs:
-    if spec.bool_choices is not None:
-      false, true = (f"--{spec.name}={choice}" for choice in spec.bool_choices)
-      aliases.update({spec.name: true, f"no{spec.name}": false, f"{spec.name}=true": true,
-                      f"{spec.name}=false": false})
-  out = list(argv[:1])
-  for i, arg in enumerate(argv[1:], 1):
-    if arg == "--":
-      return out + argv[i:]
-    bare = arg[2:] if arg.startswith("--") else arg[1:] if arg.startswith("-") else None
-    out.append(aliases.get(bare if bare is None or "=" not in bare else bare.lower(), arg))
-  return out
 
 
 class UsageError(Exception):

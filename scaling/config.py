@@ -18,14 +18,13 @@ import functools
 import math
 import types
 import typing
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Collection, Sequence
 
 Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 
 def option(default: Any, help: str, *, choices: Choices | None = None, lower: float | None = None,
-           upper: float | None = None, upper_exclusive: bool = False, positive: bool = False,
-           bool_choices: tuple[str, str] | None = None) -> Any:
+           upper: float | None = None, upper_exclusive: bool = False, positive: bool = False) -> Any:
   """A dataclass field with the metadata of one option.
 
   Args:
@@ -36,14 +35,12 @@ def option(default: Any, help: str, *, choices: Choices | None = None, lower: fl
     upper: largest allowed value.
     upper_exclusive: ``upper`` itself is not allowed.
     positive: the value must be > 0.
-    bool_choices: (false, true): the choices that False and True stand for, for an option that
-      was a boolean (the bare flag and its ``--no`` form keep working).
 
   Returns:
     A ``dataclasses.field`` with the metadata.
   """
   meta = {"help": help, "choices": choices, "lower": lower, "upper": upper, "upper_exclusive": upper_exclusive,
-          "positive": positive, "bool_choices": bool_choices}
+          "positive": positive}
   if isinstance(default, (list, dict, set)):
     raise TypeError("option defaults must be immutable (use a tuple)")
   if dataclasses.is_dataclass(default):
@@ -66,7 +63,6 @@ class OptionSpec:
   upper: float | None
   upper_exclusive: bool
   positive: bool
-  bool_choices: tuple[str, str] | None = None
 
   def allowed(self) -> tuple[str, ...] | None:
     """The choices as a tuple (evaluated now, for registries)."""
@@ -86,7 +82,7 @@ class OptionSpec:
         return f"must be a number, got {value!r}"
       if not math.isfinite(value):
         return f"must be finite, got {value!r}"
-    if t is str and not isinstance(value, str):
+    if t is str and not isinstance(value, str) and self.choices is None:
       return f"must be a string, got {value!r}"
     allowed = self.allowed()
     if allowed is not None and value not in allowed:
@@ -150,7 +146,7 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     m = f.metadata
     specs.append(OptionSpec(f.name, default, m["help"], base, is_list, optional, m["choices"], m["lower"], m["upper"],
-                            m["upper_exclusive"], m["positive"], m.get("bool_choices")))
+                            m["upper_exclusive"], m["positive"]))
   return tuple(specs)
 
 
@@ -184,9 +180,6 @@ class Options:
         if not isinstance(value, spec.base_type):
           raise ValueError(f"{spec.name} must be a {spec.base_type.__name__}, got {type(value).__name__}")
         continue
-      if spec.bool_choices is not None and isinstance(value, bool):  # an option that was a boolean
-        value = spec.bool_choices[int(value)]
-        object.__setattr__(self, spec.name, value)
       if spec.base_type is float and value is not None:  # ints are accepted where floats are declared
         value = tuple(map(_as_float, value)) if spec.is_list else _as_float(value)
         object.__setattr__(self, spec.name, value)
@@ -196,14 +189,25 @@ class Options:
   def validate(self) -> None:
     """Checks that involve several options (ValueError naming them); override in subclasses."""
 
+  def check_given(self, given: Collection[str]) -> None:
+    """Options typed but unused by this configuration raise ValueError (naming one); override in subclasses.
+
+    Args:
+      given: the names of the options typed on the command line (even where typed at their defaults).
+    """
+
 
 def flat_options(cls: type, hidden: Sequence[str] = ()) -> list[tuple[tuple[str, ...], OptionSpec]]:
-  """Every leaf option of ``cls`` with its path of group names, nested groups expanded, ``hidden`` left out."""
-  hidden = set(hidden) | set(getattr(cls, "HIDDEN", ()))
+  """Every leaf option of ``cls`` with its path of group names, nested groups expanded, ``hidden`` left out.
+
+  The ``HIDDEN`` of ``cls`` applies to its nested groups only: an option of ``cls`` itself whose name a
+  group hides (a study's own ``z_loss`` beside its optimizer group's) keeps its flag.
+  """
+  nested_hidden = tuple(set(hidden) | set(getattr(cls, "HIDDEN", ())))
   out = []
   for spec in option_specs(cls):
     if is_group(spec):
-      for path, leaf in flat_options(spec.base_type, tuple(hidden)):
+      for path, leaf in flat_options(spec.base_type, nested_hidden):
         default = spec.default
         for name in path:
           default = getattr(default, name)

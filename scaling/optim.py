@@ -254,7 +254,6 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
     eps_scaling: "mup" scales Adam's ``eps`` per parameter by
       ``parametrization.eps_multiplier`` (CompleteP: 1/m under μP, times m_L^−α
       inside the residual blocks); "none" keeps one ``eps`` for every parameter.
-      True and False stand for "mup" and "none".
 
   Returns:
     An optax GradientTransformation whose state is an
@@ -276,8 +275,6 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
       raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
   elif name in ("adam", "adam_atan2"):
     raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
-  if isinstance(eps_scaling, bool):
-    eps_scaling = EPS_SCALINGS[int(eps_scaling)]
   if eps_scaling not in EPS_SCALINGS:
     raise ValueError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
   if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
@@ -373,8 +370,7 @@ class OptimizerConfig(Options):
                              upper=1.0)
   eps_scaling: str = option("none", "Adam's epsilon: none = one epsilon for every parameter; mup = scaled with "
                             "width and depth as muP/CompleteP prescribe (1/m under muP, x (depth/base_depth)^-alpha "
-                            "inside the blocks). The bare flag means mup, --noeps_scaling none.",
-                            choices=EPS_SCALINGS, bool_choices=EPS_SCALINGS)
+                            "inside the blocks).", choices=EPS_SCALINGS)
   z_loss: float = option(0.0, "Coefficient c of the z-loss c * mean((log Z)^2) added to the loss, log Z the "
                          "logsumexp of the output logits (PaLM; Wortsman et al. 2023); 0 = off.", lower=0.0)
 

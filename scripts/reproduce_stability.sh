@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs}
 text=${2:-../shared/data/tinyshakespeare.txt}
-python scripts/stability.py --text_file="$text" --out_dir="$out/stability"
+python -m experiments.stability --text_file="$text" --out_dir="$out/stability"
 python scripts/update_readme.py stability "$out/stability/stability.md"

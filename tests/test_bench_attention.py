@@ -7,21 +7,22 @@ import pathlib
 
 from absl.testing import absltest
 
-from experiments import bench_attention
+from scaling.studies.benchmarks import attention
+from scaling.studies.benchmarks import implementations
 
 
 class AttentionBenchTest(absltest.TestCase):
 
   def test_flop_count(self):
-    self.assertEqual(bench_attention.attention_flops(2, 16, 3, 8, causal=False, mode="fwd"), 4 * 2 * 3 * 16 * 16 * 8)
-    self.assertEqual(bench_attention.attention_flops(2, 16, 3, 8, causal=True, mode="fwd+bwd"),
+    self.assertEqual(implementations.attention_flops(2, 16, 3, 8, causal=False, mode="fwd"), 4 * 2 * 3 * 16 * 16 * 8)
+    self.assertEqual(implementations.attention_flops(2, 16, 3, 8, causal=True, mode="fwd+bwd"),
                      3.5 * 4 * 2 * 3 * 16 * 16 * 8 / 2)
 
   def test_quick_run_writes_every_measurement(self):
     out = pathlib.Path(self.create_tempdir().full_path)
     buf = std_io.StringIO()
     with contextlib.redirect_stdout(buf):
-      result = bench_attention.run(out, quick=True)
+      result = attention.run(attention.QUICK, out)
     printed = buf.getvalue()
     self.assertIn("ratio_to_jax_nn", printed)
     self.assertIn("matmul peak", printed)
@@ -32,8 +33,8 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertEqual(set(result), set(data))
     self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
     cells = {(r["seq_len"], r["causal"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
-    self.assertEqual(cells, {(t, c, m, i) for t in (128, 256) for c in (True, False) for m in bench_attention.MODES
-                             for i in bench_attention.IMPLEMENTATIONS})
+    self.assertEqual(cells, {(t, c, m, i) for t in (128, 256) for c in (True, False) for m in implementations.MODES
+                             for i in implementations.IMPLEMENTATIONS})
     chosen = {(r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
     # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
     self.assertEqual(chosen, {(128, True): "dense", (128, False): "dense", (256, True): "blockwise 128x128",

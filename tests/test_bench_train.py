@@ -10,8 +10,8 @@ import tempfile
 from absl.testing import absltest
 import jax
 
-from experiments import bench_train
 from scaling import model as model_lib
+from scaling.studies.benchmarks import train as bench_train
 
 
 class FlopsTest(absltest.TestCase):
@@ -38,7 +38,7 @@ class QuickSuiteTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     buf = std_io.StringIO()
     with contextlib.redirect_stdout(buf):
-      summary = bench_train.run(out, quick=True)
+      summary = bench_train.run(bench_train.QUICK, out)
     self.assertIn("faster", buf.getvalue())
     # The throughput table has a fraction-of-peak column (a narrow console may truncate the header with '…').
     self.assertIn("fraction_of_peak", buf.getvalue())

@@ -6,7 +6,11 @@ import pathlib
 from absl.testing import absltest
 
 from experiments import benchmark
+from experiments import cli
 import experiment_main
+from scaling.studies.benchmarks import attention
+from scaling.studies.benchmarks import sweep
+from scaling.studies.benchmarks import train
 
 
 class BenchmarkMainTest(absltest.TestCase):
@@ -28,6 +32,36 @@ class BenchmarkMainTest(absltest.TestCase):
     self.assertIn(f"**{data['rerun']['wall_ratio']:.1f}× faster**", (out / "sweep.md").read_text())
     self.assertIn("sweep", json.loads((out / "summary.json").read_text()))
 
+
+
+class BenchmarkFlagsTest(absltest.TestCase):
+
+  def test_suites_and_their_configs(self):
+    config = cli.parse(benchmark.BenchmarkConfig, ["prog"])
+    self.assertEqual(config.suite, ("sweep", "attention", "train"))
+    self.assertEqual(config.suite_config("sweep"), sweep.SweepBenchConfig())
+    self.assertEqual(config.suite_config("train"), train.TrainBenchConfig())
+    self.assertEqual(config.suite_config("attention").seq_lens, (512, 2048, 8192))
+    quick = cli.parse(benchmark.BenchmarkConfig, ["prog", "--quick"])
+    self.assertEqual(quick.suite_config("attention"), attention.QUICK)
+    self.assertEqual(quick.suite_config("train").grid_steps, 5)
+    self.assertEqual(quick.suite_config("sweep").sweep.d_k, (8,))
+
+  def test_attention_sizes_from_flags(self):
+    config = cli.parse(benchmark.BenchmarkConfig, ["prog", "--suite=attention", "--seq_lens=128,256",
+                                                   "--head_dims=16", "--repeats=2", "--max_call_s=1.5"])
+    sizes = config.suite_config("attention")
+    self.assertEqual((sizes.seq_lens, sizes.head_dims, sizes.repeats, sizes.max_call_s), ((128, 256), (16,), 2, 1.5))
+    self.assertEqual(sizes.memory_seq_lens, (4096, 16384))  # no flag: the suite's default
+
+  def test_attention_sizes_without_the_attention_suite_are_refused(self):
+    for flags, needle in ((dict(suite=["sweep"], seq_lens=[128]), "--seq_lens sizes the attention suite, but --suite"),
+                          (dict(quick=True, repeats=2), "--repeats sizes the attention suite, but --quick"),
+                          (dict(suite=["attention"], repeats=0), "--repeats"),
+                          (dict(memory_seq_lens=[128]), "Unknown command line flag 'memory_seq_lens'")):
+      out = self.create_tempdir().full_path + "/out"
+      code, stdout, stderr = experiment_main.run_main(benchmark, out_dir=out, **flags)
+      experiment_main.assert_one_line_error(self, code, stdout, stderr, needle, out)
 
 if __name__ == "__main__":
   absltest.main()

@@ -6,6 +6,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from experiments import cli
+from experiments import train as train_main
+import experiment_main
 from scaling import config as config_lib
 from scaling import data as data_lib
 from scaling import model as model_lib
@@ -66,26 +68,45 @@ class SharedOptionsTest(parameterized.TestCase):
     self.assertEqual(cli.parse(training.TrainConfig, ["prog"]).data.seq_len, 24)
 
 
-class FormerBooleanOptionTest(parameterized.TestCase):
-  """--eps_scaling was a boolean flag: the bare flag, its --no form and true/false still select a choice."""
+class EpsScalingFlagTest(parameterized.TestCase):
+  """--eps_scaling is an enum flag: its choices parse; the boolean spellings end in one line naming the flag."""
 
-  @parameterized.parameters((["--eps_scaling"], "mup"), (["--noeps_scaling"], "none"), (["-eps_scaling"], "mup"),
-                            (["--eps_scaling=true"], "mup"), (["--eps_scaling=False"], "none"),
-                            (["--eps_scaling=mup"], "mup"), (["--eps_scaling=none"], "none"), ([], "none"),
-                            (["--eps_scaling", "--noeps_scaling"], "none"))
+  @parameterized.parameters((["--eps_scaling=mup"], "mup"), (["--eps_scaling=none"], "none"), ([], "none"),
+                            (["--eps_scaling=mup", "--eps_scaling=none"], "none"))
   def test_values(self, args, want):
     self.assertEqual(cli.parse(training.TrainConfig, ["prog", *args]).optim.eps_scaling, want)
 
   def test_flagfile(self):
-    path = self.create_tempfile(content="--eps_scaling\n--steps=3\n").full_path
+    path = self.create_tempfile(content="--eps_scaling=mup\n--steps=3\n").full_path
     config = cli.parse(training.TrainConfig, ["prog", f"--flagfile={path}"])
     self.assertEqual((config.optim.eps_scaling, config.optim.steps), ("mup", 3))
 
-  def test_other_values_and_positionals_are_refused(self):
-    with self.assertRaisesRegex(cli.UsageError, "eps_scaling"):
-      cli.parse(training.TrainConfig, ["prog", "--eps_scaling=yes"])
-    with self.assertRaisesRegex(cli.UsageError, "unexpected positional arguments: --eps_scaling"):
-      cli.parse(training.TrainConfig, ["prog", "--", "--eps_scaling"])
+  @parameterized.parameters((["--eps_scaling=true"], "--eps_scaling=true: value should be one of <none|mup>"),
+                            (["--eps_scaling=False"], "--eps_scaling=False: value should be one of <none|mup>"),
+                            (["--eps_scaling=yes"], "--eps_scaling=yes: value should be one of <none|mup>"),
+                            (["--eps_scaling"], "Missing value for flag --eps_scaling"),
+                            (["-eps_scaling"], "Missing value for flag -eps_scaling"),
+                            (["--noeps_scaling"], "Unknown command line flag 'noeps_scaling'"))
+  def test_boolean_spellings_are_refused(self, args, message):
+    with self.assertRaises(cli.UsageError) as ctx:
+      cli.parse(training.TrainConfig, ["prog", *args])
+    self.assertIn(message, str(ctx.exception))
+    self.assertNotIn("\n", str(ctx.exception))
+
+  def test_boolean_value_in_python_names_the_choices(self):
+    for value in (True, False):
+      with self.assertRaisesRegex(ValueError, f"eps_scaling must be one of none, mup; got {value}"):
+        optim_lib.OptimizerConfig(eps_scaling=value)
+
+  def test_positionals_are_refused(self):
+    with self.assertRaisesRegex(cli.UsageError, "unexpected positional arguments: --eps_scaling=mup"):
+      cli.parse(training.TrainConfig, ["prog", "--", "--eps_scaling=mup"])
+
+  def test_main_prints_one_line(self):
+    out = self.create_tempdir().full_path + "/out"
+    for flag, needle in ((True, "Missing value for flag --eps_scaling"), ("true", "value should be one of <none|mup>")):
+      code, stdout, stderr = experiment_main.run_main(train_main, out_dir=out, eps_scaling=flag)  # the flag last
+      experiment_main.assert_one_line_error(self, code, stdout, stderr, needle, out)
 
 
 class DerivedValuesTest(absltest.TestCase):
@@ -124,6 +145,13 @@ class _Outer(config_lib.Options):
   flag: bool = config_lib.option(False, "A flag.")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Picky(_Outer):
+  def check_given(self, given):
+    if "count" in given and not self.flag:
+      raise ValueError("count only applies with --flag")
+
+
 class OptionTest(parameterized.TestCase):
 
   def test_nested_groups_keep_their_instance_defaults(self):
@@ -136,6 +164,15 @@ class OptionTest(parameterized.TestCase):
     self.assertEqual(parsed.middle, _Middle(inner=_Inner(rate=3.0, names=("a", "b")), count=9))
     with self.assertRaisesRegex(cli.UsageError, "--names"):
       cli.parse(_Outer, ["prog", "--names=c"])
+
+  def test_check_given_sees_the_typed_options(self):
+    self.assertIsNone(_Outer().check_given({"count", "flag"}))  # the base accepts whatever was typed
+    self.assertEqual(cli.parse(_Outer, ["prog", "--count=3"]).middle.count, 3)
+    self.assertEqual(cli.parse(_Picky, ["prog", "--count=7", "--flag"]).middle.count, 7)
+    self.assertEqual(cli.parse(_Picky, ["prog"]).middle.count, 7)
+    with self.assertRaises(cli.UsageError) as ctx:  # typed at its default, still typed
+      cli.parse(_Picky, ["prog", "--count=7"])
+    self.assertEqual(str(ctx.exception), "--count only applies with --flag")
 
   @parameterized.parameters(
       (data_lib.DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),

@@ -6,8 +6,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from experiments import bench_sweep
 from scaling.studies import sweep
+from scaling.studies.benchmarks import sweep as bench_sweep
 
 
 def _rows(**kwargs):

@@ -24,10 +24,13 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from experiments import bench_train
 from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
+from scaling.config import option
+from scaling.config import Options
+from scaling.studies import benchmarks
+from scaling.studies.benchmarks import timing
 from scaling.studies import sweep as sweep_lib
 
 
@@ -70,10 +73,6 @@ def clear_caches() -> None:
   jax.clear_caches()
 
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-QUICK_FLAGS = ("--d_k=8", "--rules=sqrt,qk_norm", "--num_seeds=2", "--seq_len=16", "--batch=1")
-
-
 def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
   """Runs ``python -m experiments.sweep`` twice with one fresh cache folder; times both runs.
 
@@ -84,7 +83,8 @@ def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
     {"runs": [{"wall_s", "in_run_s", "cache_files"} for the first and second run], "wall_ratio",
     "in_run_ratio"} (ratios: first / second).
   """
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+  path = os.pathsep.join(filter(None, [str(benchmarks.ROOT), os.environ.get("PYTHONPATH")]))
+  env = {**os.environ, "PYTHONPATH": path}
   runs = []
   with tempfile.TemporaryDirectory(prefix="sweep-rerun-") as tmp:
     cache = pathlib.Path(tmp) / "cache"
@@ -92,7 +92,7 @@ def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
       out = pathlib.Path(tmp) / f"run{i}"
       start = time.perf_counter()
       subprocess.run([sys.executable, "-m", "experiments.sweep", *flags, f"--compilation_cache_dir={cache}",
-                      f"--out_dir={out}"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+                      f"--out_dir={out}"], cwd=benchmarks.ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
       wall = time.perf_counter() - start
       in_run = sum(json.loads(line)["seconds"] for line in (out / "timings.jsonl").read_text().splitlines())
       runs.append({"wall_s": wall, "in_run_s": in_run, "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())})
@@ -100,25 +100,42 @@ def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
           "in_run_ratio": runs[0]["in_run_s"] / runs[1]["in_run_s"]}
 
 
-def _timed(fn):
-  start = time.perf_counter()
-  out = fn()
-  return out, time.perf_counter() - start
+@dataclasses.dataclass(frozen=True)
+class SweepBenchConfig(Options):
+  """The sweep timed, and the flags of the rerun of ``python -m experiments.sweep``."""
+
+  sweep: sweep_lib.SweepConfig = option(sweep_lib.SweepConfig(), "The sweep timed vmapped and one at a time.")
+  rerun_flags: tuple[str, ...] | None = option(None, "Flags of both runs of python -m experiments.sweep (None: "
+                                               "none, the default sweep).")
 
 
-def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
-  """Times the default sweep (cold: compilation included; warm: compiled) vmapped and one at a time."""
-  config = sweep_lib.SweepConfig()
-  if quick:
-    config = sweep_lib.SweepConfig(d_k=(8,), rules=("sqrt", "qk_norm"), num_seeds=2, seq_len=16, batch=1)
+QUICK = SweepBenchConfig(sweep=sweep_lib.SweepConfig(d_k=(8,), rules=("sqrt", "qk_norm"), num_seeds=2, seq_len=(16,),
+                                                     batch=1),
+                         rerun_flags=("--d_k=8", "--rules=sqrt,qk_norm", "--num_seeds=2", "--seq_len=16", "--batch=1"))
+"""Tiny sizes for a smoke run (the same sweep in both measurements), not a measurement."""
+
+
+def run(bench: SweepBenchConfig, out_dir: pathlib.Path) -> dict:
+  """Times the sweep (cold: compilation included; warm: compiled) vmapped and one at a time, and the rerun.
+
+  Args:
+    bench: the sweep and the rerun's flags (``QUICK`` for a smoke run).
+    out_dir: the output folder (it must exist); gets sweep.json, sweep.md and sweep.png.
+
+  Returns:
+    The headline numbers: both speedups, the vmapped cold time and the rerun's wall-time ratio.
+  """
+  if not isinstance(bench, SweepBenchConfig):
+    raise TypeError(f"bench must be a SweepBenchConfig, got {type(bench).__name__}")
+  config = bench.sweep
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
              "load_average": [os.getloadavg()[0]]}
   timings = {}
   for name, fn in (("vmapped", lambda: sweep_lib.run_sweep(config)),
                    ("one_at_a_time", lambda: run_one_at_a_time(config))):
     clear_caches()
-    rows, cold = _timed(fn)
-    _, warm = _timed(fn)
+    rows, cold = timing.timed(fn)
+    _, warm = timing.timed(fn)
     timings[name] = {"cold_s": cold, "warm_s": warm, "rows": rows}
   fast = {(r["rule"], r["d_k"]): r for r in timings["vmapped"].pop("rows")}
   slow = timings["one_at_a_time"].pop("rows")
@@ -132,7 +149,7 @@ def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
   print(f"sweep: vmapped is {ratio:.1f}x faster cold (compilation included) and {warm_ratio:.1f}x faster warm "
         f"than one configuration at a time "
         f"({len(slow)} configurations x {config.num_seeds} seeds; max relative difference {max_rel:.1e})")
-  rerun = rerun_with_cache(QUICK_FLAGS if quick else ())
+  rerun = rerun_with_cache(bench.rerun_flags or ())
   results["rerun"] = rerun
   results["load_average"].append(os.getloadavg()[0])
   first, second = rerun["runs"]
@@ -164,7 +181,7 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines = [f"**sweep**: the sweep ({len(c['d_k'])} head dims × {len(c['rules'] or sweep_lib.DEFAULT_RULES)} rules, "
            f"{c['num_seeds']} seeds, T = {c['seq_len'][0]}) vmapped over rules and seeds against the same "
            f"{configurations} configurations × {c['num_seeds']} seeds computed one at a time (same numbers to "
-           f"{results['max_rel_diff']:.0e} relative)" + bench_train.load_note(results) + ":", ""]
+           f"{results['max_rel_diff']:.0e} relative)" + timing.load_note(results) + ":", ""]
   lines.append(report.markdown_table(("method", "cold s (with compilation)", "warm s"),
                                      [(name.replace("_", " "), f"{v['cold_s']:.1f}", f"{v['warm_s']:.2f}")
                                       for name, v in t.items()]))

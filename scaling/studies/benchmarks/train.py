@@ -50,7 +50,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import bench_attention
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim as optim_lib
@@ -58,40 +57,45 @@ from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
 from scaling import train as train_lib
+from scaling.config import option
+from scaling.config import Options
+from scaling.studies.benchmarks import timing
 from scaling.studies import transfer as transfer_lib
 
 EMBEDDING_TABLES = ("embed", "pos_embed")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainBenchConfig:
+class TrainBenchConfig(Options):
   """Sizes of the two measurements."""
 
   # Throughput.
-  width: int = 256
-  depth: int = 4
-  num_heads: int = 4
-  seq_len: int = 128
-  batch_size: int = 16
-  timed_steps: int = 5
-  timed_rounds: int = 3
-  matmul_size: int = 2048
-  matmul_repeats: int = 5
+  width: int = option(256, "Width of the model whose throughput is timed.", lower=1)
+  depth: int = option(4, "Depth of that model.", lower=1)
+  num_heads: int = option(4, "Heads of that model.", lower=1)
+  seq_len: int = option(128, "Sequence length of its batch.", lower=1)
+  batch_size: int = option(16, "Sequences in its batch.", lower=1)
+  timed_steps: int = option(5, "Steps per timed round.", lower=1)
+  timed_rounds: int = option(3, "Timed rounds per step variant (the best counts).", lower=1)
+  matmul_size: int = option(2048, "Side of the float32 matmul whose FLOP/s is the peak.", lower=1)
+  matmul_repeats: int = option(5, "Timed calls of that matmul (the best counts).", lower=1)
   # Learning-rate grid: learning rates × seeds, and the model they train.
-  grid_log2_lrs: tuple[float, ...] = (-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0)
-  grid_seeds: tuple[int, ...] = (0, 1)
-  grid_width: int = 64
-  grid_depth: int = 2
-  grid_seq_len: int = 32
-  grid_batch_size: int = 8
-  grid_steps: int = 30
-  shared_compile_row: bool = True
+  grid_log2_lrs: tuple[float, ...] = option((-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0),
+                                            "log2 of the grid's learning rates.")
+  grid_seeds: tuple[int, ...] = option((0, 1), "Seeds of the grid.", lower=0)
+  grid_width: int = option(64, "Width of the grid's model.", lower=1)
+  grid_depth: int = option(2, "Depth of the grid's model.", lower=1)
+  grid_seq_len: int = option(32, "Sequence length of the grid's batches.", lower=1)
+  grid_batch_size: int = option(8, "Sequences in the grid's batches.", lower=1)
+  grid_steps: int = option(30, "Training steps of every run of the grid.", lower=1)
+  shared_compile_row: bool = option(True, "Also time the runs one at a time sharing one compiled step.")
 
 
 QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=2, timed_rounds=2,
-                         matmul_size=512,
-                         matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8, grid_batch_size=2,
-                         grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5, shared_compile_row=False)
+                         matmul_size=512, matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8,
+                         grid_batch_size=2, grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5,
+                         shared_compile_row=False)
+"""Tiny sizes for a smoke run, not a measurement."""
 
 
 def matmul_params(params: Any) -> int:
@@ -150,13 +154,6 @@ def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
           "flops_per_step": flops, "variants": variants, **variants["loss_only_donated"]}
 
 
-def _timed(fn):
-  """(fn(), seconds)."""
-  start = time.perf_counter()
-  out = fn()
-  return out, time.perf_counter() - start
-
-
 def _fresh_fns(model_config, opt):
   """A newly jitted (init, step) pair of one run, as a separate script would compile it (loss-only, donating step)."""
   init = jax.jit(lambda seed, lr: train_lib.init_train_state(seed, model_config, opt, lr))
@@ -206,16 +203,16 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   # Both methods' data samplers are compiled outside the timings (they are shared by every width).
   dataset.batch(0)
   train_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
-  fast, cold = _timed(vmapped)
-  _, warm = _timed(vmapped)
+  fast, cold = timing.timed(vmapped)
+  _, warm = timing.timed(vmapped)
   timings["vmapped"] = {"cold_s": cold, "warm_s": warm}
-  (slow, fns), cold = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
-  _, warm = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns))
+  (slow, fns), cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
+  _, warm = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns))
   timings["one_at_a_time"] = {"cold_s": cold, "warm_s": warm}
   if config.shared_compile_row:
     shared = [_fresh_fns(model_config, opt)] * len(lrs)
-    _, cold = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
-    _, warm = _timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
+    _, cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
+    _, warm = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
     timings["one_at_a_time_shared_compile"] = {"cold_s": cold, "warm_s": warm}
   finite = np.isfinite(slow) & np.isfinite(fast)
   max_rel = float(np.max(np.abs(fast - slow)[finite] / (np.abs(slow[finite]) + 1e-12))) if finite.any() else 0.0
@@ -257,11 +254,20 @@ def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str
   plotting.save_figure(fig, path)
 
 
-def run(out_dir: pathlib.Path, *, quick: bool = False) -> dict:
-  """Runs both measurements, prints tables, writes train.json and train.png into ``out_dir``."""
-  config = QUICK if quick else TrainBenchConfig()
+def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
+  """Runs both measurements, prints tables, writes train.json, train.md and train.png into ``out_dir``.
+
+  Args:
+    config: the sizes (``QUICK`` for a smoke run).
+    out_dir: the output folder (it must exist).
+
+  Returns:
+    The headline numbers: steps/s and fraction of peak, the grid's speedups and its per-step ratio.
+  """
+  if not isinstance(config, TrainBenchConfig):
+    raise TypeError(f"config must be a TrainBenchConfig, got {type(config).__name__}")
   load_before = os.getloadavg()[0]
-  peak = bench_attention.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
+  peak = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
   thr = throughput(config, peak)
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
@@ -316,7 +322,7 @@ def readme_markdown(results: dict[str, Any]) -> str:
            f"batch {m['batch_size']} × {m['seq_len']} tokens, {m['params'] / 1e6:.1f} M parameters); model FLOPs = "
            f"6·params·tokens + attention, {thr['flops_per_step']['total'] / 1e9:.1f} GFLOP per step; peak = the "
            f"best {results['matmul_size']}² float32 matmul in the same run, {peak / 1e9:.0f} GFLOP/s"
-           + load_note(results) + ":", ""]
+           + timing.load_note(results) + ":", ""]
   lines.append(report.markdown_table(
       ("train step", "steps/s", "GFLOP/s", "fraction of peak"),
       [(_VARIANT_LABELS.get(name, name), f"{v['steps_per_s']:.2f}", f"{v['flops_per_s'] / 1e9:.0f}",
@@ -338,17 +344,3 @@ def readme_markdown(results: dict[str, Any]) -> str:
                   f"compiled step)." if "loop_shared_compile_over_vmapped" in results["per_step"] else "."))
   return "\n".join(lines) + "\n"
 
-
-def load_note(results: dict[str, Any]) -> str:
-  """The machine's 1-minute load average at a suite's start and end, as a parenthesis for its Markdown.
-
-  Args:
-    results: a suite's results, with ``load_average`` [start, end] where it recorded them.
-
-  Returns:
-    " (1-minute load average ...)", or "" without ``load_average``.
-  """
-  if "load_average" not in results:
-    return ""
-  start, end = results["load_average"]
-  return f" (1-minute load average {start:.1f} at the start of the suite, {end:.1f} at its end)"

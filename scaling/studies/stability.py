@@ -1,30 +1,18 @@
 """Output-logit growth with and without z-loss, and Adam against Adam-atan2 over learning rates.
 
-  python scripts/stability.py --text_file=../shared/data/tinyshakespeare.txt --out_dir=runs/stability
-
-Trains one model (default: μP, width 128 at base width 32, depth 2) on the
-data of ``--text_file`` and measures
-
-* log Z (the logsumexp of the output logits, mean and max over tokens) at the
-  start and end of training at ``--log_z_learning_rate``, with z-loss 0 and
-  ``--z_loss``;
-* the final loss (mean over the last ``--final_window`` steps) of Adam,
-  Adam with ε scaled as μP prescribes (``--eps_scaling=mup``) and Adam-atan2
-  at each of ``--learning_rates`` (one vmapped program per optimizer).
-
-Writes results.json and stability.md (two Markdown tables, for the generated
-README section: ``python scripts/update_readme.py stability runs/stability/stability.md``).
+The options and run of ``python -m experiments.stability`` (its docstring
+describes the measurements): log Z of the readout with and without z-loss,
+and the final loss of Adam, Adam with μP-scaled ε and Adam-atan2 at each
+learning rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import sys
 
 import numpy as np
 
-from experiments import cli
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
@@ -41,7 +29,7 @@ OPTIMIZERS = (("adam", "adam", "none"), ("adam, eps_scaling=mup", "adam", "mup")
 
 @dataclasses.dataclass(frozen=True)
 class StabilityConfig(Options):
-  """The options of scripts/stability.py."""
+  """The options of experiments.stability."""
 
   HIDDEN = ("optimizer", "learning_rate", "eps_scaling", "z_loss", "weight_decay", "momentum")
 
@@ -69,7 +57,17 @@ def _final(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
-  """Trains the runs, prints and writes the tables; returns the results."""
+  """Trains the runs, prints the tables and writes results.json and stability.md into ``out_dir``.
+
+  Args:
+    config: the study's options.
+    out_dir: the output folder (created once the data and model are known to be valid).
+
+  Returns:
+    What results.json holds: the config, what was trained, the log Z rows and the optimizer rows.
+  """
+  if not isinstance(config, StabilityConfig):
+    raise TypeError(f"config must be a StabilityConfig, got {type(config).__name__}")
   dataset = config.data.make(config.seed)
   family = config.model.with_base_width([config.width])
   model_config = family.model_config(config.parametrization, config.width, vocab_size=dataset.vocab_size,
@@ -122,6 +120,3 @@ def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
   print(f"wrote results.json and stability.md to {out_dir}")
   return out
 
-
-if __name__ == "__main__":
-  sys.exit(cli.main(StabilityConfig, run, sys.argv, __doc__))

@@ -1,0 +1,406 @@
+"""Benchmark suite `attention`: dense, blockwise, jax.nn and flax attention timed side by side.
+
+  python -m experiments.benchmark --suite=attention                    # add --quick for a smoke run
+  python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64
+
+For each sequence length T (= S), head dimension d_k and masking (causal or
+not) it times the forward pass and the forward+backward pass (value and
+gradients w.r.t. q, k, v) of the five implementations of
+``scaling.studies.benchmarks.implementations`` (batch 1, ``num_heads`` heads,
+float32; ``extra_shapes`` adds (B, T, N, d_k) cases, both maskings); for
+``ours`` the path the rule of ``scaling.attention.select_implementation``
+chose is recorded, and ``blockwise`` runs with the blocks that rule picks
+for the shape.
+
+Timing: every function is compiled ahead of time (compilation excluded) and
+called once to warm up; then the implementations are called in turn,
+``repeats`` rounds, each call ending in ``block_until_ready``, and the median
+is reported. A measurement is skipped, with the reason printed, when its time
+predicted from the previous length (time ∝ T²) exceeds ``max_call_s`` or when
+XLA plans more buffer memory than ``memory.MAX_MEMORY_FRACTION`` of what is
+available.
+
+FLOP counts (``implementations.attention_flops``): 4·B·N·T·S·H forward,
+halved for causal attention, times 3.5 for forward+backward (the
+FlashAttention benchmarks' convention). GFLOP/s are compared with the
+machine's matmul peak, measured in the same run as the best of several large
+float32 ``jnp.dot`` calls.
+
+Memory: the peak resident set size of one forward+backward at
+``memory_seq_lens`` (d_k = ``memory_head_dim``) is measured for dense and
+blockwise, each in a fresh subprocess (``scaling.studies.benchmarks.memory``),
+and a blockwise forward+backward at ``long_seq_len`` (``long_num_heads``
+heads, to keep it to a minute or two on two cores) is run in a subprocess
+with a time limit.
+
+Writes ``attention.json`` (every measurement), ``attention.md`` (the timing
+table in Markdown, for README's generated section: ``python
+scripts/update_readme.py attention <out_dir>/attention.md``) and
+``attention.png`` (time against T, one line per implementation and head
+dimension; forward and forward+backward panels, causal) into the output
+directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import pathlib
+import statistics
+import time
+from typing import Any
+
+import flax
+import jax
+
+from scaling import attention as attention_lib
+from scaling import plotting
+from scaling import report
+from scaling import resources
+from scaling import results as results_lib
+from scaling.config import option
+from scaling.config import Options
+from scaling.studies.benchmarks import memory as memory_lib
+from scaling.studies.benchmarks import timing
+from scaling.studies.benchmarks.implementations import attention_flops
+from scaling.studies.benchmarks.implementations import BLOCK_K
+from scaling.studies.benchmarks.implementations import BLOCK_Q
+from scaling.studies.benchmarks.implementations import IMPLEMENTATIONS
+from scaling.studies.benchmarks.implementations import make_inputs
+from scaling.studies.benchmarks.implementations import make_step
+from scaling.studies.benchmarks.implementations import MODES
+
+# Goals reported (never asserted): the default at least as fast as jax.nn everywhere, and blockwise
+# forward+backward at T >= PEAK_TARGET_MIN_LEN reaching PEAK_TARGET of the measured matmul peak.
+PEAK_TARGET = 0.45
+PEAK_TARGET_MIN_LEN = 2048
+
+
+COMMAND_LINE = ("seq_lens", "head_dims", "repeats", "max_call_s")
+"""The options of ``AttentionBenchConfig`` that ``python -m experiments.benchmark`` has flags for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionBenchConfig(Options):
+  """Sizes and limits of one run of the suite."""
+
+  seq_lens: tuple[int, ...] = option((512, 2048, 8192), "Attention suite: sequence lengths T to time.", lower=1)
+  head_dims: tuple[int, ...] = option((64, 128), "Attention suite: head dimensions d_k to time.", lower=1)
+  repeats: int = option(5, "Attention suite: timed calls per implementation (the median is reported).", lower=1)
+  num_heads: int = option(4, "Heads of the timed cases.", lower=1)
+  batch: int = option(1, "Batch of the timed cases.", lower=1)
+  causal: tuple[bool, ...] = option((True, False), "Maskings timed (causal or not).")
+  extra_shapes: tuple[tuple[int, int, int, int], ...] = ((4, 512, 8, 64), (1, 2048, 8, 64))
+  """(B, T, N, d_k) cases timed besides the grid of ``seq_lens`` × ``head_dims`` (both maskings)."""
+  block_q: int = option(BLOCK_Q, "Blockwise query block of the memory measurements.", lower=1)
+  block_k: int = option(BLOCK_K, "Blockwise key block of the memory measurements.", lower=1)
+  max_call_s: float = option(8.0, "Attention suite: skip a size when one call would take longer (seconds).",
+                             positive=True)
+  peak_matmul_size: int = option(2048, "Side of the float32 matmul whose GFLOP/s is the peak.", lower=1)
+  memory_seq_lens: tuple[int, ...] = option((4096, 16384), "Sequence lengths of the memory measurements.", lower=1)
+  memory_head_dim: int = option(64, "Head dimension of the memory measurements.", lower=1)
+  long_seq_len: int = option(65536, "Sequence length of the long blockwise run.", lower=1)
+  long_num_heads: int = option(1, "Heads of the long blockwise run.", lower=1)
+  long_timeout_s: float = option(300.0, "Time limit of the long blockwise run (seconds).", positive=True)
+  memory_timeout_s: float = option(300.0, "Time limit of each memory measurement (seconds).", positive=True)
+  parallel_subprocesses: bool = option(False, "Run the memory measurements side by side (tiny sizes only).")
+  seed: int = option(0, "Seed of the random inputs.", lower=0)
+
+  def validate(self):
+    for shape in self.extra_shapes:
+      if (not isinstance(shape, tuple) or len(shape) != 4
+          or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)):
+        raise ValueError(f"extra_shapes must hold (B, T, N, d_k) tuples of positive integers, got {shape!r}")
+
+
+QUICK = AttentionBenchConfig(seq_lens=(128, 256), head_dims=(32,), repeats=2, extra_shapes=(), peak_matmul_size=256,
+                             memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048, long_timeout_s=120.0,
+                             memory_timeout_s=120.0, parallel_subprocesses=True)
+"""Tiny sizes for a smoke run (T 128 and 256, one head dim, no extra shapes, 2 repeats, memory at T = 1024,
+the long run at T = 2048), not a measurement."""
+
+
+def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads: int, head_dim: int, causal: bool,
+               mode: str, previous: dict[str, tuple[int, float]]) -> list[dict]:
+  """Times all implementations at one case, interleaved; updates ``previous`` {impl: (T, s)}."""
+  args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed)
+  flops = attention_flops(batch, seq_len, num_heads, head_dim, causal=causal, mode=mode)
+  choice = attention_lib.select_implementation(args[0].shape, args[1].shape, attention_lib.resolve_logit_options(
+      head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
+      subtract_max=True), is_causal=causal)
+  block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
+                      else attention_lib.blockwise_blocks(seq_len, seq_len))
+  rows, active = {}, {}
+  for impl in IMPLEMENTATIONS:
+    row = {"batch": batch, "seq_len": seq_len, "num_heads": num_heads, "head_dim": head_dim, "causal": causal,
+           "mode": mode, "impl": impl, "flops": flops}
+    if impl == "ours":
+      row["chosen"] = choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.block_q else "")
+    if impl == "blockwise":
+      row["blocks"] = f"{block_q}x{block_k}"
+    rows[impl] = row
+    if impl in previous:
+      t_prev, s_prev = previous[impl]
+      predicted = s_prev * (seq_len / t_prev) ** 2
+      if predicted > config.max_call_s:
+        row.update(status="skipped", reason=f"predicted {predicted:.0f} s per call from {s_prev * 1e3:.0f} ms "
+                                            f"at T={t_prev} exceeds the {config.max_call_s:g} s limit")
+        continue
+    step = make_step(impl, mode, causal=causal, block_q=block_q, block_k=block_k)
+    start = time.perf_counter()
+    compiled = jax.jit(step).lower(*args).compile()
+    row["compile_s"] = time.perf_counter() - start
+    planned, available = memory_lib.planned_bytes(compiled), resources.host_available_bytes()
+    row["xla_planned_mib"] = None if planned is None else planned / 2**20
+    fraction = memory_lib.MAX_MEMORY_FRACTION
+    if planned is not None and available is not None and planned > fraction * available:
+      row.update(status="skipped", reason=f"XLA plans {planned / 2**30:.1f} GiB, more than {fraction:g} "
+                                          f"of the {available / 2**30:.1f} GiB available")
+      continue
+    warm = timing.time_call(compiled, args)
+    row["warmup_s"] = warm
+    if warm > config.max_call_s:
+      row.update(status="skipped", reason=f"the warm-up call took {warm:.1f} s, over the {config.max_call_s:g} s "
+                                          f"limit")
+      previous[impl] = (seq_len, warm)
+      continue
+    active[impl] = compiled
+    row["times_s"] = []
+  for _ in range(config.repeats):
+    for impl, compiled in active.items():
+      rows[impl]["times_s"].append(timing.time_call(compiled, args))
+  for impl in active:
+    row = rows[impl]
+    median = statistics.median(row["times_s"])
+    previous[impl] = (seq_len, median)
+    row.update(status="ok", ms=median * 1e3, gflops=flops / median / 1e9)
+  base = rows["jax_nn"].get("ms")
+  for row in rows.values():
+    if row.get("ms") is not None and base is not None:
+      row["ratio_to_jax_nn"] = row["ms"] / base
+  return list(rows.values())
+
+
+def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq_len: int) -> dict:
+  """The goals this suite reports on (none is asserted)."""
+  key = lambda r: (r["batch"], r["seq_len"], r["num_heads"], r["head_dim"], r["causal"], r["mode"])
+  by_key = {(*key(r), r["impl"]): r for r in timings}
+  ours_vs_nn, bw_vs_dense, bw_peak = [], [], []
+  for r in timings:
+    case = {"batch": r["batch"], "seq_len": r["seq_len"], "num_heads": r["num_heads"], "head_dim": r["head_dim"],
+            "causal": r["causal"], "mode": r["mode"]}
+    if r["impl"] == "ours" and r.get("ratio_to_jax_nn") is not None:
+      ours_vs_nn.append({**case, "ratio": r["ratio_to_jax_nn"], "met": r["ratio_to_jax_nn"] <= 1.0})
+    if r["impl"] == "blockwise" and r.get("ms") is not None:
+      dense = by_key[(*key(r), "dense")]
+      if dense.get("ms") is not None:
+        bw_vs_dense.append({**case, "ratio": r["ms"] / dense["ms"], "met": r["ms"] <= 2 * dense["ms"]})
+      if r["mode"] == "fwd+bwd" and r["seq_len"] >= PEAK_TARGET_MIN_LEN:
+        bw_peak.append({**case, "fraction": r["fraction_of_peak"], "met": r["fraction_of_peak"] >= PEAK_TARGET})
+  mem = {r["impl"]: r for r in memory if r["seq_len"] == memory_seq_len}
+  mem_target: dict[str, Any] = {"seq_len": memory_seq_len, "met": None}
+  dense_m, bw_m = mem.get("dense", {}), mem.get("blockwise", {})
+  if dense_m.get("status") == "ok" and bw_m.get("status") == "ok":
+    ratio = bw_m["delta_rss_mib"] / max(dense_m["delta_rss_mib"], 1e-9)
+    mem_target.update(basis="measured peak RSS above baseline", ratio=ratio, met=ratio <= 1 / 8)
+  elif bw_m.get("status") == "ok" and dense_m.get("xla_planned_mib") and bw_m.get("xla_planned_mib"):
+    ratio = bw_m["xla_planned_mib"] / dense_m["xla_planned_mib"]
+    mem_target.update(basis=f"XLA-planned buffers (dense {dense_m.get('status')}: {dense_m.get('reason', '')})",
+                      ratio=ratio, met=ratio <= 1 / 8)
+  verdict = lambda rows: all(r["met"] for r in rows) if rows else None
+  return {
+      "default_at_least_as_fast_as_jax_nn": {"per_size": ours_vs_nn, "met": verdict(ours_vs_nn)},
+      "blockwise_within_2x_of_dense": {"per_size": bw_vs_dense, "met": verdict(bw_vs_dense)},
+      f"blockwise_fwd_bwd_at_least_{PEAK_TARGET:g}_of_peak_from_T_{PEAK_TARGET_MIN_LEN}": {
+          "per_size": bw_peak, "met": verdict(bw_peak)},
+      "blockwise_memory_at_most_eighth_of_dense": mem_target,
+      "blockwise_long_sequence_runs": {"seq_len": long_run.get("seq_len"), "met": long_run.get("status") == "ok"},
+  }
+
+
+def _fmt_target(name: str, target: dict) -> str:
+  verdict = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
+  detail = ""
+  if "per_size" in target and target["per_size"]:
+    parts = []
+    for r in target["per_size"]:
+      value = r["ratio"] if "ratio" in r else r["fraction"]
+      parts.append(f"{_case_name(r)}: {value:.2f}")
+    detail = (" (time ratio " if "ratio" in target["per_size"][0] else " (fraction of peak ") + ", ".join(parts) + ")"
+  elif target.get("ratio") is not None:
+    detail = f" (blockwise/dense = {target['ratio']:.4f}, {target['basis']})"
+  return f"target {name}: {verdict}{detail}"
+
+
+def _case_name(r: dict) -> str:
+  """B, T, N, d_k, masking and pass of a row, briefly."""
+  return (f"B{r['batch']} T{r['seq_len']} N{r['num_heads']} d{r['head_dim']} {'causal' if r['causal'] else 'full'} "
+          f"{r['mode']}")
+
+
+def _table_order(item) -> tuple:
+  """Shape family (B, N), d_k, causal first, pass, then T."""
+  b, t, n, h, causal, mode = item[0]
+  return b, n, h, not causal, mode, t
+
+
+def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = None,
+             memory: list[dict] = ()) -> str:
+  """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals."""
+  cases: dict[tuple, dict[str, dict]] = {}
+  for r in timings:
+    cases.setdefault((r["batch"], r["seq_len"], r["num_heads"], r["head_dim"], r["causal"], r["mode"]), {})[
+        r["impl"]] = r
+  def cell(r: dict) -> str:
+    if r.get("ms") is None:
+      return "skipped"
+    ms = f"{r['ms']:.3g}" if r["ms"] < 1000 else f"{r['ms']:.0f}"
+    return ms if r["impl"] == "jax_nn" or r.get("ratio_to_jax_nn") is None else f"{ms} ({r['ratio_to_jax_nn']:.2f})"
+  rows = []
+  for (b, t, n, h, causal, mode), by_impl in sorted(cases.items(), key=_table_order):
+    bw = by_impl["blockwise"]
+    rows.append([b, t, n, h, "causal" if causal else "none", mode, cell(by_impl["ours"]), by_impl["ours"]["chosen"],
+                 cell(by_impl["dense"]), cell(bw), bw.get("blocks", ""), cell(by_impl["jax_nn"]), cell(by_impl["flax"]),
+                 "" if bw.get("fraction_of_peak") is None else f"{bw['fraction_of_peak']:.2f}"])
+  columns = ("B", "T", "N", "d_k", "mask", "pass", "ours ms (ratio)", "ours runs", "dense ms (ratio)",
+             "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
+  text = report.markdown_table(columns, rows) + (
+      f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); blockwise / peak = its "
+      f"GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run.\n")
+  if targets is not None:
+    text += "\n" + _goals_markdown(targets)
+  for r in memory:
+    text += f"- memory, forward+backward, {memory_lib.markdown(r)}\n"
+  return text
+
+
+def _goals_markdown(targets: dict) -> str:
+  """One line per timing goal: met or not, and the extreme case."""
+  lines = []
+  speed = targets["default_at_least_as_fast_as_jax_nn"]["per_size"]
+  if speed:
+    worst = max(speed, key=lambda r: r["ratio"])
+    missed = [r for r in speed if not r["met"]]
+    lines.append(f"- default path at least as fast as jax.nn: met in {len(speed) - len(missed)} of {len(speed)} "
+                 f"cases where both ran; slowest relative to jax.nn: {_case_name(worst)}, ratio "
+                 f"{worst['ratio']:.2f}" + (f"; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
+                                                                       for r in missed) if missed else ""))
+  name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
+  peak = targets[name]["per_size"]
+  if peak:
+    parts = ", ".join(f"{_case_name(r)}: {r['fraction']:.2f}" for r in peak)
+    lines.append(f"- blockwise forward+backward at T >= {PEAK_TARGET_MIN_LEN}, fraction of the matmul peak "
+                 f"(goal {PEAK_TARGET:g}): {parts}")
+  return "\n".join(lines) + "\n"
+
+
+def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig) -> None:
+  fig, axes = plotting.grid_figure(1, 2, width=5.5, height=4.0)
+  for ax, mode in zip(axes[0], MODES):
+    series = {}
+    for impl in IMPLEMENTATIONS:
+      for h in config.head_dims:
+        pts = [(r["seq_len"], r["ms"]) for r in timings
+               if r["impl"] == impl and r["head_dim"] == h and r["mode"] == mode and r.get("ms") is not None
+               and r["causal"] and r["batch"] == config.batch and r["num_heads"] == config.num_heads]
+        if pts:
+          series[f"{impl} d_k={h}"] = ([p[0] for p in pts], [p[1] for p in pts])
+    plotting.line_plot(path, series, xlabel="sequence length T", ylabel="milliseconds (median)",
+                       title=f"causal attention, {mode}", logx2=True, logy=True, ax=ax)
+  plotting.save_figure(fig, path)
+
+
+def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
+  """Runs the attention benchmark; prints the tables and writes attention.json, attention.md and attention.png.
+
+  Args:
+    config: the sizes and limits (``QUICK`` for a smoke run).
+    out_dir: output directory (created if needed).
+
+  Returns:
+    Everything written to attention.json.
+  """
+  if not isinstance(config, AttentionBenchConfig):
+    raise TypeError(f"config must be an AttentionBenchConfig, got {type(config).__name__}")
+  wall_start = time.perf_counter()
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+
+  peak = timing.measure_matmul_peak(config.peak_matmul_size)
+  print(f"matmul peak: {peak['gflops']:.1f} GFLOP/s (float32 {config.peak_matmul_size}^2 jnp.dot, best of 5) "
+        f"on {jax.devices()[0].platform}, {os.cpu_count()} cores; measured again after the timings", flush=True)
+  timings = []
+  series = [[(config.batch, t, config.num_heads, h) for t in sorted(config.seq_lens)] for h in config.head_dims]
+  series += [[shape] for shape in config.extra_shapes]
+  total = sum(map(len, series)) * len(config.causal) * len(MODES)
+  with report.Progress(total, "attention") as progress:
+    for shapes in series:
+      for causal in config.causal:
+        for mode in MODES:
+          previous: dict[str, tuple[int, float]] = {}
+          for b, seq_len, n, head_dim in shapes:
+            rows = _time_size(config, b, seq_len, n, head_dim, causal, mode, previous)
+            for row in rows:
+              if row["status"] != "ok":
+                print(f"  skip {row['impl']} {_case_name(row)}: {row['reason']}", flush=True)
+            timings.extend(rows)
+            progress.update(_case_name(rows[0]))
+  # The peak is measured before and after the timings (other load on the machine can depress either) and the
+  # better of the two is the reference.
+  peak_after = timing.measure_matmul_peak(config.peak_matmul_size)
+  peak = {**max(peak, peak_after, key=lambda p: p["gflops"]), "before_gflops": peak["gflops"],
+          "after_gflops": peak_after["gflops"]}
+  print(f"matmul peak: {peak_after['gflops']:.1f} GFLOP/s after the timings; reference {peak['gflops']:.1f}",
+        flush=True)
+  for row in timings:
+    if row.get("gflops") is not None:
+      row["fraction_of_peak"] = row["gflops"] / peak["gflops"]
+  columns = ("batch", "seq_len", "num_heads", "head_dim", "causal", "mode", "impl", "ms", "gflops", "ratio_to_jax_nn",
+             "fraction_of_peak")
+  table_rows = [{**r, "ms": r.get("ms", r["status"])} for r in timings]
+  table = report.table(table_rows, columns, floatfmt=".3g")
+  print(table, flush=True)
+
+  # One fresh process per measurement; sequential (they would compete for memory and cores), except in a
+  # quick run, whose tiny processes run side by side.
+  measure = functools.partial(memory_lib.MemoryConfig, batch=config.batch, head_dim=config.memory_head_dim,
+                              block_q=config.block_q, block_k=config.block_k, causal=True, seed=config.seed,
+                              max_memory_fraction=memory_lib.MAX_MEMORY_FRACTION)
+  jobs = [(measure(impl=impl, seq_len=seq_len, num_heads=config.num_heads), config.memory_timeout_s)
+          for seq_len in config.memory_seq_lens for impl in ("dense", "blockwise")]
+  jobs.append((measure(impl="blockwise", seq_len=config.long_seq_len, num_heads=config.long_num_heads),
+               config.long_timeout_s))
+  if config.parallel_subprocesses:
+    launched = [memory_lib.launch(*job) for job in jobs]
+    rows = [memory_lib.collect(job) for job in launched]
+  else:
+    rows = [memory_lib.collect(memory_lib.launch(*job)) for job in jobs]
+  memory, long_run = rows[:-1], rows[-1]
+  for row in memory:
+    print("memory " + memory_lib.describe(row), flush=True)
+  print("long   " + memory_lib.describe(long_run), flush=True)
+
+  targets = _targets(timings, memory, long_run, max(config.memory_seq_lens))
+  for name, target in targets.items():
+    print(_fmt_target(name, target), flush=True)
+  results = {
+      "config": dataclasses.asdict(config),
+      "machine": {"platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(), "jax": jax.__version__,
+                  "flax": flax.__version__, "matmul_peak": peak},
+      "flop_convention": "4*B*N*T*S*H forward, x0.5 causal, x3.5 forward+backward",
+      "timings": timings,
+      "table": table,
+      "memory": memory,
+      "long_run": long_run,
+      "targets": targets,
+      "wall_s": time.perf_counter() - wall_start,
+  }
+  results_lib.write_json(out_dir / "attention.json", results)
+  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run]))
+  _plot(out_dir / "attention.png", timings, config)
+  print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json, attention.md and attention.png to "
+        f"{out_dir}")
+  return results
+
+
