@@ -420,10 +420,10 @@ def _measured_multipliers(cfg, params, tokens):
 def _paper_effective_init_std(scheme, kind, fan_in, m):
   """A·B, the std of a matrix's effective weight at init, from the papers (m = width / base width).
 
-  Embedding tables N(0, 1) with multiplier 1 in every scheme (``torch.nn.Embedding``; TP5 input weights; u-μP's
-  unit init). Other matrices: fan-in init 1/√fan_in (SP; μP hidden, TP5 Table 3; NTK and u-μP as B = 1 with
-  A = 1/√fan_in); μP's readout: TP5 Table 3's std 1/fan_in with the constant of SP at the base width, i.e.
-  √(fan_in/m) / fan_in (∝ 1/width).
+  Embedding tables N(0, 1) with multiplier 1 in every scheme (SP: ``torch.nn.Embedding``; μP: input weights
+  constant in width, TP5 Table 3; NTK and u-μP: unit init). Other matrices: fan-in init 1/√fan_in (SP; μP
+  hidden, TP5 Table 3; NTK and u-μP as B = 1 with A = 1/√fan_in); μP's readout: TP5 Table 3's std 1/fan_in with
+  the constant of SP at the base width, i.e. √(fan_in/m) / fan_in (∝ 1/width).
   """
   if kind == "embedding":
     return 1.0
@@ -456,7 +456,7 @@ class InitTest(parameterized.TestCase):
       want = _paper_effective_init_std(name, kind, x.shape[0], 4.0)
       self.assertAlmostEqual(float(np.mean(x)), 0.0, delta=5 * np.std(x) / math.sqrt(x.size), msg=path)
       np.testing.assert_allclose(mult[path] * np.std(x), want, rtol=0.08, err_msg=path)
-      # param_specs declares what the model applies, and the same effective init.
+      # param_specs declares the multiplier the model applies and the papers' effective init.
       np.testing.assert_allclose(specs[path].multiplier, mult[path], rtol=1e-5, err_msg=path)
       np.testing.assert_allclose(specs[path].multiplier * specs[path].init_std, want, rtol=1e-12, err_msg=path)
 
