@@ -65,16 +65,25 @@ fixed to 1 at the base width.
 μP (Yang et al. 2022, "Tensor Programs V", Table 8: the formulation of the
 ``mup`` package with ``MuReadout``, widths relative to a base model):
 
-=========  ==============  ====  ====  ===
-kind       B               A     Adam  SGD
-=========  ==============  ====  ====  ===
-embedding  1               1     1     m
-hidden     1/√n_in         1     1/m   1
-attn_*     1/√n_in (q: 0)  1     1/m   1
-readout    1/√n_in (or 0)  1/m   1     m
-bias       0               1     1     m
-norm       0 (mean 1)      1     1     m
-=========  ==============  ====  ====  ===
+=========  ================  ====  ====  ===
+kind       B                 A     Adam  SGD
+=========  ================  ====  ====  ===
+embedding  1                 1     1     m
+hidden     1/√n_in           1     1/m   1
+attn_*     1/√n_in (q: 0)    1     1/m   1
+readout    1/√n_base (or 0)  1/m   1     m
+bias       0                 1     1     m
+norm       0 (mean 1)        1     1     m
+=========  ================  ====  ====  ===
+
+The readout's n_base = n_in / m is its fan-in in the base model: its init std
+stays at the base width's fan-in value as the width grows (Table 8: init
+variance constant in width, multiplier 1/fan_in; ``mup``'s ``MuReadout``:
+``set_base_shapes`` rescales the fan-in init of ``nn.Linear`` by √m, and the
+forward divides by m). The effective init A·B = √n_base / n_in ∝ 1/n_in is
+Table 3's readout (std 1/fan_in, multiplier 1), so the logits start at
+Θ(n^{-1/2}); the effective Adam step A·C ∝ 1/m and SGD step A²·C ∝ 1/m are
+Table 3's output rules too.
 
 Attention logits: α/d_head with α = √base_head_dim (``LinearScale(base_head_dim)``,
 Tensor Programs V §4 / Table 3), equal to 1/√d_head at the base head dim. At
@@ -82,9 +91,10 @@ m = 1 every row equals SP, so an SP model tuned at the base width is the μP
 proxy; the only deliberate differences are the options ``zero_query`` (W_q
 starts at 0, as in TP5's Transformer experiments) and ``zero_readout`` (readout
 starts at 0, the ``mup`` package's ``readout_zero_init``), and the attention rule when
-d_head differs from ``base_head_dim``. In Table 3 form (readout B = 1 and
-A = 1/n_in, hidden SGD LR 1, input SGD LR n_out) the same μP limit is reached
-but the model is not SP at the base width; Table 8 is used here for that reason.
+d_head differs from ``base_head_dim``. In Table 3 form (every multiplier 1,
+readout B = 1/n_in, Adam LR 1/n_in, SGD LR 1/n_in; input SGD LR n_out) the
+effective quantities A·B, A·C (Adam) and A²·C (SGD) scale the same way, but the
+model is not SP at the base width; Table 8 is used here for that reason.
 
 u-μP (Blake et al. 2024, "u-μP: The Unit-Scaled Maximal Update
 Parametrization", §4: the u-μP column of its ABC-multiplier table; reference
@@ -414,7 +424,9 @@ class NTKParametrization(Parametrization):
 class MuParametrization(Parametrization):
   """μP as in Tensor Programs V, Table 8 (the ``mup`` package, ``MuReadout``).
 
-  Relative to SP: readout multiplier 1/m; hidden and attention matrices Adam
+  Relative to SP: readout multiplier 1/m with its init std held at the base
+  width's 1/√n_base (n_base = n_in / m; ``MuReadout`` after ``set_base_shapes``),
+  so its effective init is ∝ 1/n_in; hidden and attention matrices Adam
   LR 1/m (``MuAdam``, matrix-like); embedding, biases, gains and readout Adam
   LR 1 (vector-like); SGD LR m for vector-like parameters and 1 for hidden
   matrices (``MuSGD``). Attention logits α/d_head with α = √base_head_dim
@@ -438,8 +450,8 @@ class MuParametrization(Parametrization):
       return _vector(1.0, m, init_mean=0.0)
     if kind == "norm":
       return _vector(1.0, m, init_mean=1.0)
-    if kind == "readout":
-      return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
+    if kind == "readout":  # std of the base model's fan-in n_in / m; A·B = √(n_in / m) / n_in ∝ 1/n_in
+      return LayerSpec(init_std=(fan_in / m) ** -0.5, multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
     return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
 
 

@@ -1,12 +1,14 @@
-"""The transformer: shapes, causality by Jacobian, logits against a hand-written reference, kinds and init against
-the parametrization, aux metrics by hand."""
+"""The transformer: shapes, causality by Jacobian, logits against a hand-written reference, kinds, the effective
+init against the papers' closed forms, aux metrics by hand."""
 
 import dataclasses
 import math
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -375,31 +377,107 @@ class KindsTest(parameterized.TestCase):
     self.assertEqual(_paths(_params(cfg)), set(_flat(_expected_kinds(cfg))))
 
 
+def _measured_multipliers(cfg, params, tokens):
+  """{parameter path: the forward multiplier A the model applies to it}, for every kernel and embedding table.
+
+  Measured on the real forward pass: each linear layer's output y against its input x times its parameter W
+  (biases are 0 at init), A = <y, x W> / <x W, x W>; each lookup's output against the looked-up rows.
+  """
+  flat = _flat(params)
+  records = []  # (parameter path, output, output without the multiplier)
+
+  def path_of(array):
+    return next(path for path, w in flat.items() if w.shape == array.shape and np.array_equal(w, array))
+
+  def interceptor(next_fun, args, kwargs, context):
+    y = next_fun(*args, **kwargs)
+    module, names = context.module, context.module.path
+    if context.method_name == "__call__" and isinstance(module, layers_lib.ScaledDense):
+      kernel = flat["/".join((*names, "kernel"))]
+      records.append(("/".join((*names, "kernel")), y, np.asarray(args[0], np.float64) @ np.asarray(kernel)))
+    if context.method_name == "__call__" and isinstance(module, layers_lib.ScaledEmbed):
+      table = flat["/".join((*names, "embedding"))]
+      records.append(("/".join((*names, "embedding")), y, np.asarray(table)[np.asarray(args[0])]))
+    return y
+
+  fused = layers_lib.fused_dense
+
+  def recording_fused_dense(x, parts, dtype):  # q, k and v as one matmul: every part is a layer of its own
+    out = fused(x, parts, dtype)
+    for (kernel, _, _, _), y in zip(parts, out):
+      records.append((path_of(kernel), y, np.asarray(x, np.float64) @ np.asarray(kernel)))
+    return out
+
+  with mock.patch.object(layers_lib, "fused_dense", recording_fused_dense), nn.intercept_methods(interceptor):
+    model_lib.Transformer(cfg).apply({"params": params}, tokens)
+  mult = {}
+  for path, y, unscaled in records:
+    y = np.asarray(y, np.float64)
+    mult[path] = float(np.sum(y * unscaled) / np.sum(unscaled * unscaled))
+  return mult
+
+
+def _paper_effective_init_std(scheme, kind, fan_in, m):
+  """A·B, the std of a matrix's effective weight at init, from the papers (m = width / base width).
+
+  Embedding tables N(0, 1) with multiplier 1 in every scheme (SP: ``torch.nn.Embedding``; μP: input weights
+  constant in width, TP5 Table 3; NTK and u-μP: unit init). Other matrices: fan-in init 1/√fan_in (SP; μP
+  hidden, TP5 Table 3; NTK and u-μP as B = 1 with A = 1/√fan_in); μP's readout: TP5 Table 3's std 1/fan_in with
+  the constant of SP at the base width, i.e. √(fan_in/m) / fan_in (∝ 1/width).
+  """
+  if kind == "embedding":
+    return 1.0
+  if scheme == "mup" and kind == "readout":
+    return math.sqrt(fan_in / m) / fan_in
+  return 1.0 / math.sqrt(fan_in)
+
+
 class InitTest(parameterized.TestCase):
 
   @parameterized.parameters(*param_lib.available_parametrizations())
-  def test_init_std_matches_parametrization(self, name):
-    cfg = _config(width=64, num_heads=4, head_dim=16, parametrization=name, vocab_size=128, use_bias=True,
-                  rule="qk_norm", positions="learned")
+  def test_effective_init_matches_the_papers(self, name):
+    # Width 64 over base width 16 (m = 4): fan-ins 64 (q, k, v, o, fc_in, readout) and 256 (fc_out).
+    cfg = _config(width=64, num_heads=4, head_dim=16, parametrization=name, base_width=16, vocab_size=128,
+                  use_bias=True, rule="qk_norm", positions="learned")
     params = model_lib.init_params(jax.random.PRNGKey(3), cfg)
     kinds = _flat(_expected_kinds(cfg))
     flat = _flat(params)
     self.assertEqual(set(flat), set(kinds))
-    for path, x in flat.items():
-      kind = kinds[path]
-      spec = cfg.parametrization.layer(kind, *param_lib.fans(kind, x.shape), cfg.width)
-      x = np.asarray(x, np.float64)
-      if spec.init_std == 0:
-        np.testing.assert_array_equal(x, spec.init_mean, err_msg=path)
-      else:
-        self.assertAlmostEqual(float(np.mean(x)), spec.init_mean, delta=5 * spec.init_std / math.sqrt(x.size),
-                               msg=path)
-        np.testing.assert_allclose(np.std(x), spec.init_std, rtol=0.08, err_msg=path)
-    # param_specs gives the same specs from param_kinds.
+    mult = _measured_multipliers(cfg, params, _tokens(2, 16))
     specs = _flat(param_lib.param_specs(params, model_lib.param_kinds(cfg), cfg.parametrization, cfg.width))
     for path, x in flat.items():
-      self.assertEqual(specs[path], cfg.parametrization.layer(kinds[path], *param_lib.fans(kinds[path], x.shape),
-                                                              cfg.width), msg=path)
+      kind, x = kinds[path], np.asarray(x, np.float64)
+      if kind in param_lib.VECTOR_KINDS:  # gains start at 1 and biases at 0, multiplier 1, in every scheme
+        mean = 1.0 if kind in ("norm", "final_norm") else 0.0
+        np.testing.assert_array_equal(x, mean, err_msg=path)
+        self.assertEqual((specs[path].init_std, specs[path].init_mean, specs[path].multiplier), (0.0, mean, 1.0),
+                         msg=path)
+        continue
+      want = _paper_effective_init_std(name, kind, x.shape[0], 4.0)
+      self.assertAlmostEqual(float(np.mean(x)), 0.0, delta=5 * np.std(x) / math.sqrt(x.size), msg=path)
+      np.testing.assert_allclose(mult[path] * np.std(x), want, rtol=0.08, err_msg=path)
+      # param_specs declares the multiplier the model applies and the papers' effective init.
+      np.testing.assert_allclose(specs[path].multiplier, mult[path], rtol=1e-5, err_msg=path)
+      np.testing.assert_allclose(specs[path].multiplier * specs[path].init_std, want, rtol=1e-12, err_msg=path)
+
+  def test_effective_init_rejects_the_old_mup_readout(self):
+    # The former μP readout (std 1/√fan_in times 1/m) starts at 1/(4·8) at fan-in 64 and m = 4, half the paper's
+    # √16/64 = 1/16: outside the tolerance above.
+    self.assertEqual(_paper_effective_init_std("mup", "readout", 64, 4.0), 1 / 16)
+    self.assertFalse(np.isclose(1 / 32, 1 / 16, rtol=0.08))
+
+  def test_measured_multipliers(self):
+    # μP at m = 2 (width 16 over base 8): the readout's 1/m; u-μP: 1/√fan_in for every matrix (fc_out: 1/√64).
+    mup = _config(parametrization="mup", base_width=8, use_bias=True)
+    mult = _measured_multipliers(mup, _params(mup), _tokens())
+    self.assertLen(mult, 8)  # embedding, q, k, v, o, fc_in, fc_out, readout
+    for path, a in mult.items():
+      self.assertAlmostEqual(a, 0.5 if path == "readout/kernel" else 1.0, places=5, msg=path)
+    umup = _config(parametrization="umup")
+    mult = _measured_multipliers(umup, _params(umup), _tokens())
+    self.assertAlmostEqual(mult["block_0/mlp/fc_out/kernel"], 0.125, places=5)
+    self.assertAlmostEqual(mult["readout/kernel"], 0.25, places=5)
+    self.assertAlmostEqual(mult["embed/embedding"], 1.0, places=5)
 
   def test_sp_init_closed_form(self):
     cfg = _config(width=64, num_heads=4, head_dim=16, vocab_size=128)

@@ -1,7 +1,9 @@
-"""Tests for scaling.parametrization: the paper tables, μP = SP at m = 1, fans and param_specs."""
+"""Tests for scaling.parametrization: effective quantities against the paper tables, μP = SP at m = 1, fans and
+param_specs."""
 
 import itertools
 import math
+from typing import NamedTuple
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -16,69 +18,46 @@ from scaling import rules
 
 _S = P.LayerSpec
 
-# (scheme, kind, fan_in, fan_out, width) -> expected LayerSpec, all with base_width 64.
-# Numbers worked out by hand from the paper tables written as formulas below (_REFERENCE), for particular fans
-# and widths (e.g. 1/√256 = 0.0625, √2/32 = 0.0441941...): a check of those formulas at fixed points.
-_CLOSED_FORM = [
-    # SP
-    ("sp", "embedding", 100, 256, 256, _S(1.0, 1.0, 1.0, 1.0)),
-    ("sp", "hidden", 256, 1024, 256, _S(0.0625, 1.0, 1.0, 1.0)),
-    ("sp", "hidden", 1024, 256, 256, _S(0.03125, 1.0, 1.0, 1.0)),
-    ("sp", "hidden", 64, 256, 64, _S(0.125, 1.0, 1.0, 1.0)),
-    ("sp", "attn_q", 256, 256, 256, _S(0.0625, 1.0, 1.0, 1.0)),
-    ("sp", "attn_o", 512, 256, 256, _S(0.04419417382415922, 1.0, 1.0, 1.0)),
-    ("sp", "readout", 256, 100, 256, _S(0.0625, 1.0, 1.0, 1.0)),
-    ("sp", "bias", 1, 1024, 256, _S(0.0, 1.0, 1.0, 1.0)),
-    ("sp", "norm", 1, 256, 256, _S(0.0, 1.0, 1.0, 1.0, init_mean=1.0)),
-    # NTK, m = 4
-    ("ntk", "embedding", 100, 256, 256, _S(1.0, 1.0, 0.5, 1.0)),
-    ("ntk", "hidden", 256, 1024, 256, _S(1.0, 0.0625, 0.25, 1.0)),
-    ("ntk", "hidden", 1024, 256, 256, _S(1.0, 0.03125, 0.25, 1.0)),
-    ("ntk", "attn_k", 256, 256, 256, _S(1.0, 0.0625, 0.25, 1.0)),
-    ("ntk", "readout", 256, 100, 256, _S(1.0, 0.0625, 0.5, 1.0)),
-    ("ntk", "bias", 1, 1024, 256, _S(0.0, 1.0, 0.5, 1.0)),
-    ("ntk", "norm", 1, 256, 256, _S(0.0, 1.0, 0.5, 1.0, init_mean=1.0)),
-    # NTK, m = 1/4
-    ("ntk", "hidden", 16, 64, 16, _S(1.0, 0.25, 4.0, 1.0)),
-    ("ntk", "readout", 16, 100, 16, _S(1.0, 0.25, 2.0, 1.0)),
-    ("ntk", "embedding", 100, 16, 16, _S(1.0, 1.0, 2.0, 1.0)),
-    # muP, m = 4
-    ("mup", "embedding", 100, 256, 256, _S(1.0, 1.0, 1.0, 4.0)),
-    ("mup", "hidden", 256, 1024, 256, _S(0.0625, 1.0, 0.25, 1.0)),
-    ("mup", "hidden", 1024, 256, 256, _S(0.03125, 1.0, 0.25, 1.0)),
-    ("mup", "attn_q", 256, 256, 256, _S(0.0625, 1.0, 0.25, 1.0)),
-    ("mup", "attn_v", 256, 256, 256, _S(0.0625, 1.0, 0.25, 1.0)),
-    ("mup", "readout", 256, 100, 256, _S(0.0625, 0.25, 1.0, 4.0)),
-    ("mup", "bias", 1, 1024, 256, _S(0.0, 1.0, 1.0, 4.0)),
-    ("mup", "norm", 1, 256, 256, _S(0.0, 1.0, 1.0, 4.0, init_mean=1.0)),
-    # muP, m = 2
-    ("mup", "hidden", 128, 512, 128, _S(0.08838834764831845, 1.0, 0.5, 1.0)),
-    ("mup", "readout", 128, 100, 128, _S(0.08838834764831845, 0.5, 1.0, 2.0)),
-    ("mup", "embedding", 100, 128, 128, _S(1.0, 1.0, 1.0, 2.0)),
-    ("mup", "bias", 1, 512, 128, _S(0.0, 1.0, 1.0, 2.0)),
-    # u-muP (absolute fans; width only enters through them)
-    ("umup", "embedding", 100, 256, 256, _S(1.0, 1.0, 0.0625, 0.0625)),
-    ("umup", "hidden", 256, 1024, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
-    ("umup", "hidden", 1024, 256, 256, _S(1.0, 0.03125, 0.03125, 0.03125)),
-    ("umup", "attn_o", 256, 256, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
-    ("umup", "readout", 256, 100, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
-    ("umup", "bias", 1, 1024, 256, _S(0.0, 1.0, 1.0, 1.0)),
-    ("umup", "norm", 1, 256, 256, _S(0.0, 1.0, 1.0, 1.0, init_mean=1.0)),
-    ("umup", "hidden", 64, 256, 64, _S(1.0, 0.125, 0.125, 0.125)),
-    ("umup", "embedding", 100, 64, 64, _S(1.0, 1.0, 0.125, 0.125)),
-]
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# The parametrizations as the papers state them, written here as formulas (independently of the module).
+# The parametrizations as the papers state them, written here as formulas (independently of the module), and
+# compared through the quantities that every equivalent form shares.
 #
 # Every scheme is an abc-parametrization (Yang & Hu 2021, "Tensor Programs IV", §3): a weight is used as A·w with
-# w ~ N(init_mean, B²) at init and trained with learning rate η·C. Each function returns the LayerSpec
+# w ~ N(init_mean, B²) at init and trained with learning rate η·C. The reference functions return a LayerSpec
 # (B, A, C_adam, C_sgd, init_mean) of a parameter of ``kind`` with fan-in n_in and fan-out n_out at width multiplier
 # m = width / base_width. Biases start at 0 and norm gains at 1 in every scheme (B = 0, A = 1).
+#
+# Forms related by the abc-symmetry (Tensor Programs IV §3 for SGD, Tensor Programs V for Adam: A → θA, B → B/θ,
+# C_adam → C_adam/θ, C_sgd → C_sgd/θ²) define the same training, so the tests compare the effective quantities
+# (``_effective``): the initial weight A·w (std A·B, mean A·init_mean), the change of A·w in an Adam step (its
+# update has O(1) entries, so ∝ A·C_adam) and in an SGD step (the gradient of w is A times that of A·w, so
+# ∝ A²·C_sgd).
 # ---------------------------------------------------------------------------------------------------------------
 
-_HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
+
+class _Effective(NamedTuple):
+  init: float  # std of A·w at init: A·B
+  mean: float  # mean of A·w at init: A·init_mean
+  adam: float  # Adam step of A·w per unit LR: A·C_adam
+  sgd: float  # SGD step of A·w per unit LR and unit gradient of A·w: A²·C_sgd
+
+
+def _effective(spec):
+  a = spec.multiplier
+  return _Effective(a * spec.init_std, a * spec.init_mean, a * spec.lr_adam, a * a * spec.lr_sgd)
+
+
+def _effective_mismatch(got, want):
+  """None if the LayerSpecs ``got`` and ``want`` have the same effective quantities, else a message naming them."""
+  g, w = _effective(got), _effective(want)
+  bad = [f"{name} {x!r} (paper: {y!r})" for name, x, y in zip(_Effective._fields, g, w)
+         if not math.isclose(x, y, rel_tol=1e-12, abs_tol=0.0)]
+  return ", ".join(bad) or None
+
+
+def _assert_effective_close(test, got, want, msg):
+  mismatch = _effective_mismatch(got, want)
+  test.assertIsNone(mismatch, f"{msg}: {mismatch}")
 
 
 def _vector_spec(kind, lr_adam, lr_sgd):
@@ -115,20 +94,22 @@ def _ntk_reference(kind, n_in, n_out, m):
   return _S(init_std=1.0, multiplier=1.0 / math.sqrt(n_in), lr_adam=lr_adam, lr_sgd=1.0)
 
 
-def _mup_reference(kind, n_in, n_out, m):
+def _mup_table8_reference(kind, n_in, n_out, m):
   """μP: Yang et al. 2022, "Tensor Programs V", Table 8, the formulation of the ``mup`` package (MuReadout,
-  MuAdam, MuSGD) with widths relative to a base model:
+  MuAdam, MuSGD) with widths relative to a base model whose fans are n_in/m and n_out/m:
 
-  =========  =========  ====  =======  ======
-  kind       B          A     Adam LR  SGD LR
-  =========  =========  ====  =======  ======
-  embedding  1          1     1        m
-  hidden     1/√n_in    1     1/m      1
-  readout    1/√n_in    1/m   1        m
-  bias/norm  0          1     1        m
-  =========  =========  ====  =======  ======
+  =========  ================  ====  =======  ======
+  kind       B                 A     Adam LR  SGD LR
+  =========  ================  ====  =======  ======
+  embedding  1                 1     1        m
+  hidden     1/√n_in           1     1/m      1
+  readout    1/√(n_in/m)       1/m   1        m
+  bias/norm  0                 1     1        m
+  =========  ================  ====  =======  ======
 
-  Attention projections are hidden matrices.
+  The readout's init variance is constant in width (Table 8: variance 1, multiplier 1/fan_in): mup keeps the base
+  model's nn.Linear fan-in init (``set_base_shapes`` multiplies the fan-in init by √m) and divides the forward
+  by m. Attention projections are hidden matrices.
   """
   del n_out
   if kind in P.VECTOR_KINDS:
@@ -136,13 +117,33 @@ def _mup_reference(kind, n_in, n_out, m):
   if kind == "embedding":
     return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0, lr_sgd=m)
   if kind == "readout":
-    return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
+    return _S(init_std=1.0 / math.sqrt(n_in / m), multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
   return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
+
+
+def _mup_table3_reference(kind, n_in, n_out, m):
+  """μP: Tensor Programs V, Table 3 (every multiplier 1), each constant fixed so that the base model (fans
+  n_in/m, n_out/m) is SP, as the ``mup`` package's base shapes do:
+
+  ==================  =========================  ===================  ===================
+  kind                init std                   Adam LR              SGD LR
+  ==================  =========================  ===================  ===================
+  input (embedding)   1 (fan-in: vocabulary)     1                    fan_out: m
+  hidden              1/√fan_in                  1/fan_in: 1/m        1
+  output (readout)    1/fan_in: √(n_in/m)/n_in   1/fan_in: 1/m        1/fan_in: 1/m
+  biases (and gains)  0                          1                    fan_out: m
+  ==================  =========================  ===================  ===================
+
+  Only the readout's row differs in form from Table 8's.
+  """
+  if kind != "readout":
+    return _mup_table8_reference(kind, n_in, n_out, m)
+  return _S(init_std=math.sqrt(n_in / m) / n_in, multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0 / m)
 
 
 def _umup_reference(kind, n_in, n_out, m):
   """u-μP: Blake et al. 2024, "u-μP: The Unit-Scaled Maximal Update Parametrization", §4 (u-μP column of the
-  ABC-multiplier table), absolute in the fans (no base shapes, so m plays no part):
+  ABC-multiplier table, Table 2), absolute in the fans (no base shapes, so m plays no part):
 
   =========  ====  ========  ========
   kind       B     A         Adam LR
@@ -163,19 +164,63 @@ def _umup_reference(kind, n_in, n_out, m):
   """
   del m
   if kind in P.VECTOR_KINDS:
-    a, lr_adam, b = 1.0, 1.0, 0.0
-  elif kind == "embedding":
-    a, lr_adam, b = 1.0, 1.0 / math.sqrt(n_out), 1.0
-  elif kind == "readout":
-    a, lr_adam, b = 1.0 / math.sqrt(n_in), 1.0 / math.sqrt(n_in), 1.0
-  else:
-    a, lr_adam, b = 1.0 / math.sqrt(n_in), 1.0 / math.sqrt(n_in), 1.0
+    return _vector_spec(kind, 1.0, 1.0)
+  if kind == "embedding":
+    return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0 / math.sqrt(n_out), lr_sgd=1.0 / math.sqrt(n_out))
+  a = 1.0 / math.sqrt(n_in)
+  return _S(init_std=1.0, multiplier=a, lr_adam=a, lr_sgd=a)
+
+
+_REFERENCES = {
+    "sp": (_sp_reference,),
+    "ntk": (_ntk_reference,),
+    "mup": (_mup_table8_reference, _mup_table3_reference),
+    "umup": (_umup_reference,),
+}
+
+# Width exponents of the effective quantities (A·B, A·C_adam, A²·C_sgd) when every fan that is a width grows with
+# m, read off the papers' tables with n ∝ m; for vectors the first entry is that of the initial gain A·init_mean.
+# μP (Tensor Programs V, Table 3): input weights var 1/fan_in, Adam LR 1, SGD LR fan_out; hidden var 1/fan_in,
+# Adam LR 1/fan_in, SGD LR 1; output var 1/fan_in², Adam LR 1/fan_in, SGD LR 1/fan_in; biases as inputs. u-μP's
+# SGD entry is A²·C of its table (its unit-scaled backward pass changes what an SGD step does).
+_EXPONENTS = {
+    "sp": {"embedding": (0, 0, 0), "hidden": (-0.5, 0, 0), "readout": (-0.5, 0, 0), "vector": (0, 0, 0)},
+    "ntk": {"embedding": (0, -0.5, 0), "hidden": (-0.5, -1.5, -1), "readout": (-0.5, -1, -1), "vector": (0, -0.5, 0)},
+    "mup": {"embedding": (0, 0, 1), "hidden": (-0.5, -1, 0), "readout": (-1, -1, -1), "vector": (0, 0, 1)},
+    "umup": {"embedding": (0, -0.5, -0.5), "hidden": (-0.5, -1, -1.5), "readout": (-0.5, -1, -1.5),
+             "vector": (0, 0, 0)},
+}
+_SCALING_WIDTHS = (64, 128, 256, 512)  # base width 64: m = 1, 2, 4, 8
+
+
+def _kind_class(kind):
+  """The row of _EXPONENTS for ``kind``: attention projections are hidden matrices."""
   if kind in P.VECTOR_KINDS:
-    return _vector_spec(kind, lr_adam, lr_adam)
-  return _S(init_std=b, multiplier=a, lr_adam=lr_adam, lr_sgd=lr_adam)
+    return "vector"
+  return kind if kind in ("embedding", "readout") else "hidden"
 
 
-_REFERENCE = {"sp": _sp_reference, "ntk": _ntk_reference, "mup": _mup_reference, "umup": _umup_reference}
+def _growing_fans(kind, width):
+  """(fan_in, fan_out) of a parameter of ``kind`` whose width-like fans are multiples of ``width``."""
+  return {"embedding": (100, width), "readout": (width, 100), "attn_o": (width, width)}.get(
+      kind, (1, width) if kind in P.VECTOR_KINDS else (width, 4 * width))
+
+
+def _scaling_mismatches(spec_at, kind, exponents):
+  """The quantities of ``spec_at(width)`` that are not ``value at m = 1 · m^exponent`` at every _SCALING_WIDTHS."""
+  base = _effective(spec_at(_SCALING_WIDTHS[0]))
+  bad = []
+  for width in _SCALING_WIDTHS[1:]:
+    m = width / _SCALING_WIDTHS[0]
+    got = _effective(spec_at(width))
+    first = "mean" if kind in P.VECTOR_KINDS else "init"
+    for field, e in zip((first, "adam", "sgd"), exponents):
+      x, x0 = getattr(got, field), getattr(base, field)
+      if x0 == 0:  # a bias starts at 0 in every scheme
+        continue
+      if not math.isclose(x / x0, m**e, rel_tol=1e-9):
+        bad.append(f"{field} at m = {m:g}: ×{x / x0:.4g} of m = 1 (paper: m^{e:g} = {m**e:.4g})")
+  return bad
 
 
 def _fan_cases(kind, width):
@@ -193,67 +238,86 @@ _WIDTHS = (16, 64, 96, 256, 1024)
 _BASE_WIDTHS = (32, 64)
 
 
-def _assert_spec_close(test, got, want):
-  for field in ("init_std", "multiplier", "lr_adam", "lr_sgd", "init_mean"):
-    test.assertAlmostEqual(getattr(got, field), getattr(want, field), places=12, msg=field)
-
-
-class ClosedFormTest(parameterized.TestCase):
-
-  @parameterized.parameters(*_CLOSED_FORM)
-  def test_formula(self, scheme, kind, fan_in, fan_out, width, want):
-    got = P.get_parametrization(scheme, base_width=64).layer(kind, fan_in, fan_out, width)
-    self.assertIsInstance(got, P.LayerSpec)
-    _assert_spec_close(self, got, want)
-
-  def test_mup_readout_and_hidden_at_m4(self):
-    mup = P.get_parametrization("mup", base_width=32)
-    self.assertEqual(mup.width_mult(128), 4.0)
-    self.assertEqual(mup.layer("readout", 128, 50, 128).multiplier, 0.25)
-    for kind in ("hidden", "attn_q", "attn_k", "attn_v", "attn_o"):
-      self.assertEqual(mup.layer(kind, 128, 512, 128).lr_adam, 0.25)
-    for kind in ("embedding", "bias", "norm", "readout"):
-      self.assertEqual(mup.layer(kind, 1 if kind in ("bias", "norm") else 50, 128, 128).lr_adam, 1.0)
-
-  def test_lr_by_optimizer_name(self):
-    spec = P.get_parametrization("mup").layer("embedding", 10, 256, 256)
-    self.assertEqual(spec.lr("adam"), 1.0)
-    self.assertEqual(spec.lr("adamw"), 1.0)
-    self.assertEqual(spec.lr("sgd"), 4.0)
-    with self.assertRaisesRegex(ValueError, "unknown optimizer"):
-      spec.lr("lion")
-
-
-def _assert_spec_rel_close(test, got, want, msg):
-  for field in ("init_std", "multiplier", "lr_adam", "lr_sgd", "init_mean"):
-    g, w = getattr(got, field), getattr(want, field)
-    test.assertTrue(math.isclose(g, w, rel_tol=1e-12, abs_tol=0.0), f"{msg}: {field} = {g!r}, paper: {w!r}")
+def _old_mup_readout(n_in, m):
+  """The readout law the μP scheme used before: std 1/√n_in (not the base model's) times the multiplier 1/m."""
+  return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
 
 
 class PaperTableTest(parameterized.TestCase):
-  """Every scheme against its paper's table (the _REFERENCE formulas) over many widths and fans."""
+  """Every scheme's effective quantities against its paper's tables over many widths and fans."""
 
-  @parameterized.parameters(*itertools.product(sorted(_REFERENCE), P.LAYER_KINDS))
+  @parameterized.parameters(*itertools.product(sorted(_REFERENCES), P.LAYER_KINDS))
   def test_layer_matches_paper(self, scheme, kind):
     for base_width, width in itertools.product(_BASE_WIDTHS, _WIDTHS):
       scheme_obj = P.get_parametrization(scheme, base_width=base_width)
       for fan_in, fan_out in _fan_cases(kind, width):
         got = scheme_obj.layer(kind, fan_in, fan_out, width)
-        want = _REFERENCE[scheme](kind, fan_in, fan_out, width / base_width)
-        _assert_spec_rel_close(self, got, want, f"{scheme} {kind} fans ({fan_in}, {fan_out}) width {width} "
-                               f"base {base_width}")
+        self.assertIsInstance(got, P.LayerSpec)
+        for reference in _REFERENCES[scheme]:
+          want = reference(kind, fan_in, fan_out, width / base_width)
+          _assert_effective_close(self, got, want, f"{scheme} {kind} fans ({fan_in}, {fan_out}) width {width} "
+                                  f"base {base_width} against {reference.__name__}")
 
-  @parameterized.parameters(*sorted(_REFERENCE))
+  @parameterized.parameters(*itertools.product(sorted(_EXPONENTS), P.LAYER_KINDS))
+  def test_width_exponents(self, scheme, kind):
+    # Effective init, Adam step and SGD step as m^e at widths 64..512 over base 64, e from the papers' tables.
+    scheme_obj = P.get_parametrization(scheme, base_width=_SCALING_WIDTHS[0])
+    spec_at = lambda width: scheme_obj.layer(kind, *_growing_fans(kind, width), width)
+    self.assertEqual(_scaling_mismatches(spec_at, kind, _EXPONENTS[scheme][_kind_class(kind)]), [])
+
+  def test_mup_readout_by_hand(self):
+    # Width 256, base 64 (m = 4), readout fans (256, 100): base fan-in 64, so A·B = (1/4)(1/8) = 1/32; the Adam step
+    # A·C = 1/4 and the SGD step A²·C = (1/16)·4 = 1/4 (Tensor Programs V Table 3: 1/fan_in each, 1/8 at the base).
+    got = _effective(P.get_parametrization("mup", base_width=64).layer("readout", 256, 100, 256))
+    self.assertEqual(got, _Effective(init=1 / 32, mean=0.0, adam=0.25, sgd=0.25))
+    # Hidden (256, 1024) at m = 4: 1/16, Adam 1/4, SGD 1; SP's readout at the base width: 1/8.
+    hidden = _effective(P.get_parametrization("mup", base_width=64).layer("hidden", 256, 1024, 256))
+    self.assertEqual(hidden, _Effective(init=1 / 16, mean=0.0, adam=0.25, sgd=1.0))
+    self.assertEqual(_effective(P.get_parametrization("sp").layer("readout", 64, 100, 64)).init, 0.125)
+
+  @parameterized.parameters(128, 256, 512)
+  def test_old_readout_law_is_rejected(self, width):
+    # The former μP readout (std 1/√n_in with multiplier 1/m) starts m^−1.5 instead of m^−1: at widths 128, 256
+    # and 512 over base 64 its effective init is 1/√2, 1/2 and 1/√8 of the paper's. Both checks above reject it.
+    m = width / 64
+    old, want = _old_mup_readout(width, m), _mup_table8_reference("readout", width, 100, m)
+    self.assertAlmostEqual(_effective(old).init / _effective(want).init, {128: 0.7071, 256: 0.5, 512: 0.3536}[width],
+                           places=4)
+    self.assertIn("init", _effective_mismatch(old, want))
+    self.assertIn("init", _effective_mismatch(old, _mup_table3_reference("readout", width, 100, m)))
+    old_at = lambda w: _old_mup_readout(w, w / 64)
+    self.assertLen(_scaling_mismatches(old_at, "readout", _EXPONENTS["mup"]["readout"]), 3)
+
+  def test_references_follow_the_exponents(self):
+    # A check of the reference formulas themselves: their effective quantities scale as _EXPONENTS says, μP's two
+    # forms agree everywhere, and Table 8's relative form (and NTK's effective init) equals SP at m = 1.
+    for scheme, references in _REFERENCES.items():
+      for reference, kind in itertools.product(references, P.LAYER_KINDS):
+        spec_at = lambda width: reference(kind, *_growing_fans(kind, width), width / _SCALING_WIDTHS[0])
+        self.assertEqual(_scaling_mismatches(spec_at, kind, _EXPONENTS[scheme][_kind_class(kind)]), [],
+                         f"{reference.__name__} {kind}")
+    for kind, width in itertools.product(P.LAYER_KINDS, _WIDTHS):
+      for fan_in, fan_out in _fan_cases(kind, width):
+        m = width / 64
+        self.assertIsNone(_effective_mismatch(_mup_table3_reference(kind, fan_in, fan_out, m),
+                                              _mup_table8_reference(kind, fan_in, fan_out, m)), kind)
+        self.assertEqual(_mup_table8_reference(kind, fan_in, fan_out, 1.0), _sp_reference(kind, fan_in, fan_out, 1.0))
+        self.assertAlmostEqual(_effective(_ntk_reference(kind, fan_in, fan_out, m)).init,
+                               _effective(_sp_reference(kind, fan_in, fan_out, m)).init, places=12)
+
+  @parameterized.parameters(*sorted(_REFERENCES))
   def test_zero_init_options_only_zero_the_init(self, scheme):
     # zero_query (TP5's Transformer experiments) and zero_readout (mup's readout_zero_init) set B = 0 for W_q and
     # the readout and leave A, C and every other kind as in the paper's table.
     scheme_obj = P.get_parametrization(scheme, base_width=32, zero_query=True, zero_readout=True)
     for kind in P.LAYER_KINDS:
       for fan_in, fan_out in _fan_cases(kind, 128):
-        want = _REFERENCE[scheme](kind, fan_in, fan_out, 4.0)
+        got = scheme_obj.layer(kind, fan_in, fan_out, 128)
+        want = _REFERENCES[scheme][0](kind, fan_in, fan_out, 4.0)
         if kind in ("attn_q", "readout"):
+          self.assertEqual(got.init_std, 0.0)
           want = P.LayerSpec(0.0, want.multiplier, want.lr_adam, want.lr_sgd, want.init_mean)
-        _assert_spec_rel_close(self, scheme_obj.layer(kind, fan_in, fan_out, 128), want, f"{scheme} {kind}")
+        _assert_effective_close(self, got, want, f"{scheme} {kind}")
 
   def test_umup_has_no_base_shapes(self):
     # u-μP's factors are absolute in the fans (Blake et al. 2024, §4): the base width changes nothing.
@@ -262,11 +326,13 @@ class PaperTableTest(parameterized.TestCase):
         specs = {P.get_parametrization("umup", base_width=b).layer(kind, fan_in, fan_out, 256) for b in (8, 64, 256)}
         self.assertLen(specs, 1, msg=kind)
 
-  def test_reference_tables_at_the_base_width(self):
-    # A check of the reference formulas themselves: Table 8's relative form equals SP at m = 1.
-    for kind in P.LAYER_KINDS:
-      for fan_in, fan_out in _fan_cases(kind, 64):
-        self.assertEqual(_mup_reference(kind, fan_in, fan_out, 1.0), _sp_reference(kind, fan_in, fan_out, 1.0))
+  def test_lr_by_optimizer_name(self):
+    spec = P.get_parametrization("mup").layer("embedding", 10, 256, 256)
+    self.assertEqual(spec.lr("adam"), 1.0)
+    self.assertEqual(spec.lr("adamw"), 1.0)
+    self.assertEqual(spec.lr("sgd"), 4.0)
+    with self.assertRaisesRegex(ValueError, "unknown optimizer"):
+      spec.lr("lion")
 
 
 class MupEqualsSpAtBaseTest(parameterized.TestCase):
@@ -303,48 +369,6 @@ class MupEqualsSpAtBaseTest(parameterized.TestCase):
         self.assertEqual((a.multiplier, a.lr_adam, a.lr_sgd), (b.multiplier, b.lr_adam, b.lr_sgd))
       else:
         self.assertEqual(a, b)
-
-
-def _exponent(scheme, kind, quantity):
-  """Width exponent of a quantity, from widths 64 and 256 with fans that grow with width."""
-  values = []
-  for width in (64, 256):
-    fan_in, fan_out = {
-        "embedding": (100, width), "readout": (width, 100), "bias": (1, 4 * width), "norm": (1, width),
-        "final_bias": (1, width), "final_norm": (1, width),
-    }.get(kind, (width, 4 * width))
-    values.append(quantity(P.get_parametrization(scheme, base_width=64).layer(kind, fan_in, fan_out, width)))
-  return math.log(values[1] / values[0]) / math.log(4)
-
-
-class AbcSymmetryTest(parameterized.TestCase):
-  """μP and u-μP differ by an abc-symmetry (TP5) under Adam, so their effective scalings agree.
-
-  (Under SGD they do not compare this way: u-μP's backward pass rescales gradients.)"""
-
-  @parameterized.parameters(*[k for k in P.LAYER_KINDS if k != "embedding"])
-  def test_adam_effective_update(self, kind):
-    # Under Adam the effective weight moves by A·C·Φ; u-μP's embedding rule deliberately differs.
-    q = lambda s: s.multiplier * s.lr_adam
-    self.assertAlmostEqual(_exponent("mup", kind, q), _exponent("umup", kind, q), places=9)
-
-  def test_umup_embedding_adam_differs_from_mup(self):
-    q = lambda s: s.multiplier * s.lr_adam
-    self.assertAlmostEqual(_exponent("mup", "embedding", q), 0.0, places=9)
-    self.assertAlmostEqual(_exponent("umup", "embedding", q), -0.5, places=9)
-
-  @parameterized.parameters("embedding", "hidden", "attn_q", "attn_o")
-  def test_effective_init(self, kind):
-    q = lambda s: s.multiplier * s.init_std
-    self.assertAlmostEqual(_exponent("mup", kind, q), _exponent("umup", kind, q), places=9)
-
-  @parameterized.parameters("hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
-  def test_ntk_effective_init_equals_sp(self, kind):
-    # NTK's A·B = 1/√fan_in is SP's fan-in init (TP4 §3).
-    for fan_in in (7, 64, 300):
-      ntk = P.get_parametrization("ntk").layer(kind, fan_in, 32, 64)
-      sp = P.get_parametrization("sp").layer(kind, fan_in, 32, 64)
-      self.assertAlmostEqual(ntk.multiplier * ntk.init_std, sp.init_std, places=12)
 
 
 class AttentionRuleTest(parameterized.TestCase):
@@ -523,6 +547,12 @@ def _contract_kinds():
   }
 
 
+def _get(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
 class ParamSpecsTest(chex.TestCase):
 
   def test_structure_and_values(self):
@@ -531,12 +561,18 @@ class ParamSpecsTest(chex.TestCase):
     is_spec = lambda x: isinstance(x, P.LayerSpec)
     self.assertEqual(jax.tree.structure(specs, is_leaf=is_spec), jax.tree.structure(params))
     self.assertTrue(all(is_spec(s) for s in jax.tree.leaves(specs, is_leaf=is_spec)))
-    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(0.25, 0.25, 1.0, 4.0))
-    self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(0.125, 1.0, 0.25, 1.0))
-    self.assertEqual(specs["block_0"]["attn"]["key"]["kernel"], P.LayerSpec(0.25, 1.0, 0.25, 1.0))
-    self.assertEqual(specs["block_0"]["mlp"]["fc_in"]["bias"], P.LayerSpec(0.0, 1.0, 1.0, 4.0))
-    self.assertEqual(specs["block_0"]["attn"]["query_gain"], P.LayerSpec(0.0, 1.0, 1.0, 4.0, 1.0))
-    self.assertEqual(specs["embed"]["embedding"], P.LayerSpec(1.0, 1.0, 1.0, 4.0))
+    # μP at m = 16 / 4 = 4, effective (A·B, A·init_mean, A·C_adam, A²·C_sgd) worked by hand: the readout [16, 12]
+    # starts at (1/4)·(1/√4) (std of the base fan-in 4); fc_out [64, 16] at 1/8, the key [16, 8] at 1/4.
+    want = {
+        ("readout", "kernel"): _Effective(0.125, 0.0, 0.25, 0.25),
+        ("block_0", "mlp", "fc_out", "kernel"): _Effective(0.125, 0.0, 0.25, 1.0),
+        ("block_0", "attn", "key", "kernel"): _Effective(0.25, 0.0, 0.25, 1.0),
+        ("block_0", "mlp", "fc_in", "bias"): _Effective(0.0, 0.0, 1.0, 4.0),
+        ("block_0", "attn", "query_gain"): _Effective(0.0, 1.0, 1.0, 4.0),
+        ("embed", "embedding"): _Effective(1.0, 0.0, 1.0, 4.0),
+    }
+    for path, effective in want.items():
+      self.assertEqual(_effective(_get(specs, path)), effective, msg=path)
 
   def test_kinds_not_names_decide(self):
     # The same shapes under other kinds get those kinds' specs: param_specs never looks at names.
@@ -545,14 +581,17 @@ class ParamSpecsTest(chex.TestCase):
     kinds["readout"]["kernel"] = "hidden"
     kinds["block_0"]["mlp"]["fc_out"]["kernel"] = "readout"
     specs = P.param_specs(params, kinds, P.get_parametrization("mup", base_width=4), 16)
-    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(0.25, 1.0, 0.25, 1.0))
-    self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(0.125, 0.25, 1.0, 4.0))
+    # The readout [16, 12] as a hidden matrix: 1/4, Adam 1/4, SGD 1; fc_out [64, 16] as the readout (base fan-in
+    # 16): (1/4)·(1/4), Adam 1/4, SGD (1/16)·4.
+    self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(0.25, 0.0, 0.25, 1.0))
+    self.assertEqual(_effective(specs["block_0"]["mlp"]["fc_out"]["kernel"]), _Effective(0.0625, 0.0, 0.25, 0.25))
 
   def test_umup_and_shape_structs(self):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
     specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
-    self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(1.0, 0.125, 0.125, 0.125))
-    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 0.25, 0.25, 0.25))
+    # u-μP: fc_out [64, 16] A = 1/8 (A·B 1/8, A·C 1/64, A²·C 1/512); the readout [16, 12] A = 1/4.
+    self.assertEqual(_effective(specs["block_0"]["mlp"]["fc_out"]["kernel"]), _Effective(0.125, 0.0, 1 / 64, 1 / 512))
+    self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(0.25, 0.0, 1 / 16, 1 / 64))
 
   def test_unknown_kind_named(self):
     params = _contract_params()

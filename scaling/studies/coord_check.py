@@ -31,8 +31,8 @@ width.
 What to expect (Adam, widths far above the base width): under SP the slopes
 after the first update are clearly positive (updates of Θ(lr) per entry move
 each output by Θ(lr · width)); under μP they are ≈ 0 or negative. Two μP
-quantities shrink at initialization by design: the readout logits ∝ 1/width
-(multiplier 1/m on a fan-in-initialized readout: slope −1 at step 0) and, when
+quantities shrink at initialization by design: the readout logits ∝ 1/√width
+(effective init std ∝ 1/width, Tensor Programs V Table 3: slope −0.5 at step 0) and, when
 the head dim grows with the width, the attention logits ∝ 1/√d_head (α/d_head
 applied to independent q and k: slope −0.5 at step 0). Both slopes rise
 towards 0, never above it, as training adds the width-independent
