@@ -1,10 +1,16 @@
-"""Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``."""
+"""Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``.
+
+Also the generated sections of README.md and docs/*.md: where each one lives
+(``GENERATED_SECTIONS``) and how one is replaced.
+"""
 
 from __future__ import annotations
 
 import io
+import pathlib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rich import box
 from rich.console import Console
@@ -92,3 +98,53 @@ def replace_generated(text: str, name: str, content: str) -> str:
   head, rest = text.split(begin)
   _, tail = rest.split(end)
   return f"{head}{begin}\n{content.strip()}\n{end}{tail}"
+
+
+GENERATED_SECTIONS: dict[str, str] = {
+    "headline": "README.md",
+    "claims": "docs/claims.md",
+    "sweep": "docs/sweep.md",
+    "stability": "docs/stability.md",
+    "coord_check_width": "docs/coord_check.md",
+    "coord_check_depth": "docs/coord_check.md",
+    "transfer_width": "docs/transfer.md",
+    "wider": "docs/transfer.md",
+    "transfer_depth": "docs/transfer.md",
+    "transfer_attn_mult": "docs/transfer.md",
+    "transfer_rules": "docs/transfer.md",
+    "transfer_rules_optimum": "docs/transfer.md",
+    "qk_norm_gains": "docs/transfer.md",
+    "qk_norm_no_gains": "docs/transfer.md",
+    "unit_scale": "docs/umup.md",
+    "transfer_umup": "docs/umup.md",
+    "transfer_umup_depth": "docs/umup.md",
+    "bench_sweep": "docs/benchmarks.md",
+    "attention": "docs/benchmarks.md",
+    "bench_train": "docs/benchmarks.md",
+}
+"""Where each generated section lives: its name -> the file that holds it, relative to the repository root."""
+
+
+def update_generated(root: str | pathlib.Path, name: str, content: str,
+                     target: str | pathlib.Path | None = None) -> pathlib.Path:
+  """Replaces the generated section ``name`` in the file that holds it.
+
+  Args:
+    root: the repository root that ``GENERATED_SECTIONS``' paths are relative to.
+    name: the section's name (``<!-- BEGIN generated: name -->``).
+    content: the new text between the markers.
+    target: the file to write instead of ``GENERATED_SECTIONS[name]`` (then ``name`` need not be in the map).
+
+  Returns:
+    The file written; nothing outside the section's markers changes.
+  """
+  if not isinstance(name, str) or not name:
+    raise TypeError(f"name must be a non-empty string, got {name!r}")
+  if target is None:
+    if name not in GENERATED_SECTIONS:
+      raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATED_SECTIONS)}")
+    path = pathlib.Path(root) / GENERATED_SECTIONS[name]
+  else:
+    path = pathlib.Path(target)
+  path.write_text(replace_generated(path.read_text(), name, content))
+  return path
