@@ -1,12 +1,15 @@
 """Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``.
 
 Also the generated sections of README.md and docs/*.md: where each one lives
-(``GENERATED_SECTIONS``) and how one is replaced.
+(``GENERATED_SECTIONS``), how one is replaced, and the README's headline built
+from the output of ``python -m experiments.claims``.
 """
 
 from __future__ import annotations
 
+import collections
 import io
+import math
 import pathlib
 import re
 import sys
@@ -148,3 +151,63 @@ def update_generated(root: str | pathlib.Path, name: str, content: str,
     path = pathlib.Path(target)
   path.write_text(replace_generated(path.read_text(), name, content))
   return path
+
+
+HEADLINE_CLAIMS = ("variance_is_dk", "sqrt_normalizes", "unscaled_one_hot", "gradients_vanish", "linear_uniform",
+                   "fp16_exp_overflow", "train_depth12_diverges", "train_mup_lr_transfer")
+"""The claims that the README's headline answers in one line each (in this order; those the run measured)."""
+
+_HEADLINE_KEYS = ("id", "claim", "verdict", "criterion", "statistic", "value")
+
+
+def _statistic(value: Any) -> str:
+  """A measured statistic, three significant digits."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return str(value)
+  return "NaN" if not math.isfinite(value) else format(value, ".3g")
+
+
+def _thresholds(criterion: str) -> str:
+  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text."""
+  m = re.search(r"holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
+  return f"holds if {m.group(1)}, does not hold if {m.group(2)}" if m else criterion
+
+
+def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:
+  """The README's headline from a claims run: the verdict counts and the headline claims in one line each.
+
+  Args:
+    rows: the rows of the run's ``claims.jsonl`` (each with id, claim, verdict, criterion, statistic, value).
+    config: the run's ``config.json`` (its ``config`` holds the run's ``mode`` and ``text_file``).
+
+  Returns:
+    Markdown: a sentence with the counts per verdict and how a verdict is decided, then one line per claim of
+    ``HEADLINE_CLAIMS`` that the run measured: its verdict, the claim, the statistic measured and the thresholds.
+  """
+  if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+    raise ValueError("rows must be a non-empty list of claim rows (the lines of claims.jsonl)")
+  for row in rows:
+    missing = [k for k in _HEADLINE_KEYS if not isinstance(row, Mapping) or k not in row]
+    if missing:
+      raise ValueError(f"rows: a row lacks {', '.join(missing)} (expected the rows of claims.jsonl)")
+    if not isinstance(row["verdict"], str) or not row["verdict"]:
+      raise ValueError(f"rows: claim {row['id']!r} has no verdict")
+  options = config.get("config") if isinstance(config, Mapping) else None
+  if not isinstance(options, Mapping) or "mode" not in options:
+    raise ValueError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
+  counts = collections.Counter(r["verdict"] for r in rows)  # in the order the verdicts first occur
+  tally = ", ".join(f"{v} **{n}**" for v, n in counts.items())
+  data = f"text file `{options['text_file']}`" if options.get("text_file") else "the built-in synthetic task"
+  lines = [f"{len(rows)} claims of the notes measured by `python -m experiments.claims` (mode {options['mode']}, "
+           f"training claims on {data}); verdicts: {tally}.",
+           "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "
+           "(holds past one threshold,",
+           "does not hold past the other, partly in between); every claim with its evidence and command is in "
+           "[the claims page](docs/claims.md).", ""]
+  by_id = {r["id"]: r for r in rows}
+  for claim_id in HEADLINE_CLAIMS:
+    if claim_id in by_id:
+      r = by_id[claim_id]
+      lines.append(f"- **{r['verdict']}**: {r['claim']}")
+      lines.append(f"  (`{r['statistic']}` = {_statistic(r['value'])}; {_thresholds(r['criterion'])})")
+  return "\n".join(lines).rstrip("\n") + "\n"

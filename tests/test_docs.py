@@ -201,5 +201,62 @@ class UpdateReadmeTest(absltest.TestCase):
       report.update_generated(self.root, None, "x")
 
 
+def _row(claim_id: str, verdict: str, value: float, claim: str = "A claim.") -> dict:
+  return {"id": claim_id, "claim": claim, "verdict": verdict, "statistic": "stat", "value": value,
+          "criterion": "the statistic in words: holds if < 0.05, does not hold if > 0.2, partly otherwise"}
+
+
+class HeadlineTest(absltest.TestCase):
+
+  ROWS = [_row("variance_is_dk", "holds", 0.00512, "Var(q·k) = d_k."),
+          _row("gradients_vanish", "does not hold", 35.7, "Gradients vanish."),
+          _row("d64_magnitudes", "partly", 0.0033),
+          _row("train_mup_lr_transfer", "holds", 0.43, "μP transfers."),
+          _row("not_a_headline_claim", "holds", 1.0)]
+  CONFIG = {"config": {"mode": "full", "text_file": "data/t.txt"}, "sizes": {}}
+
+  def test_counts_and_one_line_answers(self):
+    text = report.claims_headline(self.ROWS, self.CONFIG)
+    lines = text.splitlines()
+    self.assertEqual(lines[0], "5 claims of the notes measured by `python -m experiments.claims` (mode full, training "
+                     "claims on text file `data/t.txt`); verdicts: holds **3**, does not hold **1**, partly **1**.")
+    self.assertIn("Criterion: a claim's verdict is its declared criterion", lines[1])
+    answers = [l for l in lines if l.startswith("- ")]
+    self.assertEqual(answers, ["- **holds**: Var(q·k) = d_k.", "- **does not hold**: Gradients vanish.",
+                               "- **holds**: μP transfers."])
+    self.assertIn("  (`stat` = 0.00512; holds if < 0.05, does not hold if > 0.2)", lines)
+    self.assertIn("  (`stat` = 35.7; holds if < 0.05, does not hold if > 0.2)", lines)
+    self.assertTrue(all(len(l) <= 200 for l in lines))
+
+  def test_synthetic_task_and_not_measured(self):
+    rows = [_row("variance_is_dk", "not measured", float("nan"))]
+    text = report.claims_headline(rows, {"config": {"mode": "quick", "text_file": None}})
+    self.assertIn("(mode quick, training claims on the built-in synthetic task); verdicts: not measured **1**.", text)
+    self.assertIn("(`stat` = NaN;", text)
+
+  def test_rejects_bad_input(self):
+    with self.assertRaisesRegex(ValueError, "rows"):
+      report.claims_headline([], self.CONFIG)
+    with self.assertRaisesRegex(ValueError, "rows: a row lacks verdict"):
+      report.claims_headline([{k: v for k, v in self.ROWS[0].items() if k != "verdict"}], self.CONFIG)
+    with self.assertRaisesRegex(ValueError, "has no verdict"):
+      report.claims_headline([_row("x", "", 1.0)], self.CONFIG)
+    with self.assertRaisesRegex(ValueError, "config"):
+      report.claims_headline(self.ROWS, {"mode": "full"})
+
+  def test_headline_script_reads_a_claims_folder(self):
+    folder = pathlib.Path(self.create_tempdir().full_path)
+    (folder / "claims.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.ROWS))
+    (folder / "config.json").write_text(json.dumps(self.CONFIG))
+    out = folder / "headline.md"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "headline.py"), str(folder), str(out)],
+                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    self.assertEqual(done.returncode, 0, done.stderr)
+    self.assertIn("verdicts: holds **3**, does not hold **1**, partly **1**.", out.read_text())
+    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "headline.py"), str(folder / "no"), str(out)],
+                             capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    self.assertEqual((missing.returncode, len(missing.stderr.splitlines())), (2, 1))
+
+
 if __name__ == "__main__":
   absltest.main()
