@@ -202,8 +202,8 @@ def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
            f"training claims on {data}); verdicts: {tally}.",
            "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "
            "(holds past one threshold,",
-           "does not hold past the other, partly in between); every claim with its evidence and command is in "
-           "[the claims page](docs/claims.md).", ""]
+           "does not hold past the other, partly in between). Below: the claims of `scaling.report.HEADLINE_CLAIMS`; "
+           "every claim with its evidence", "and command is on [the claims page](docs/claims.md).", ""]
   by_id = {r["id"]: r for r in rows}
   for claim_id in HEADLINE_CLAIMS:
     if claim_id in by_id:

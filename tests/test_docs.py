@@ -117,15 +117,15 @@ class LinksTest(absltest.TestCase):
 
 class ReadmeSnippetsTest(absltest.TestCase):
 
-  def test_every_python_block_of_the_readme_runs(self):
-    blocks = PYTHON_BLOCK.findall((ROOT / "README.md").read_text())
-    self.assertGreaterEqual(len(blocks), 4)
+  def test_every_python_block_of_the_readme_and_the_docs_runs(self):
+    self.assertGreaterEqual(len(PYTHON_BLOCK.findall((ROOT / "README.md").read_text())), 4)
+    blocks = [b for path in doc_files() for b in PYTHON_BLOCK.findall(path.read_text())]
     driver = textwrap.dedent("""
         import json, sys, traceback
         failures = []
         for i, code in enumerate(json.load(sys.stdin)):
           try:
-            exec(compile(code, f"<README python block {i}>", "exec"), {"__name__": "__readme__"})
+            exec(compile(code, f"<python block {i} of README.md and docs/>", "exec"), {"__name__": "__readme__"})
           except Exception:
             failures.append(traceback.format_exc())
         sys.stderr.write("\\n".join(failures))
