@@ -143,6 +143,8 @@ def update_generated(root: str | pathlib.Path, name: str, content: str,
   """
   if not isinstance(name, str) or not name:
     raise TypeError(f"name must be a non-empty string, got {name!r}")
+  if not isinstance(content, str):
+    raise TypeError(f"content must be a string, got {type(content).__name__}")
   if target is None:
     if name not in GENERATED_SECTIONS:
       raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATED_SECTIONS)}")

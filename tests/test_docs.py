@@ -199,6 +199,8 @@ class UpdateReadmeTest(absltest.TestCase):
       report.update_generated(self.root, "nope", "x")
     with self.assertRaisesRegex(TypeError, "name"):
       report.update_generated(self.root, None, "x")
+    with self.assertRaisesRegex(TypeError, "content"):
+      report.update_generated(self.root, "claims", None)
 
 
 def _row(claim_id: str, verdict: str, value: float, claim: str = "A claim.") -> dict:
