@@ -1,10 +1,19 @@
-"""Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``."""
+"""Progress with ETA and tables for the studies, through ``rich``; figures go through ``scaling.plotting``.
+
+Also the generated sections of README.md and docs/*.md: where each one lives
+(``GENERATED_SECTIONS``), how one is replaced, and the README's headline built
+from the output of ``python -m experiments.claims``.
+"""
 
 from __future__ import annotations
 
+import collections
 import io
+import math
+import pathlib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rich import box
 from rich.console import Console
@@ -92,3 +101,115 @@ def replace_generated(text: str, name: str, content: str) -> str:
   head, rest = text.split(begin)
   _, tail = rest.split(end)
   return f"{head}{begin}\n{content.strip()}\n{end}{tail}"
+
+
+GENERATED_SECTIONS: dict[str, str] = {
+    "headline": "README.md",
+    "claims": "docs/claims.md",
+    "sweep": "docs/sweep.md",
+    "stability": "docs/stability.md",
+    "coord_check_width": "docs/coord_check.md",
+    "coord_check_depth": "docs/coord_check.md",
+    "transfer_width": "docs/transfer.md",
+    "wider": "docs/transfer.md",
+    "transfer_depth": "docs/transfer.md",
+    "transfer_attn_mult": "docs/transfer.md",
+    "transfer_rules": "docs/transfer.md",
+    "transfer_rules_optimum": "docs/transfer.md",
+    "qk_norm_gains": "docs/transfer.md",
+    "qk_norm_no_gains": "docs/transfer.md",
+    "unit_scale": "docs/umup.md",
+    "transfer_umup": "docs/umup.md",
+    "transfer_umup_depth": "docs/umup.md",
+    "bench_sweep": "docs/benchmarks.md",
+    "attention": "docs/benchmarks.md",
+    "bench_train": "docs/benchmarks.md",
+}
+"""Where each generated section lives: its name -> the file that holds it, relative to the repository root."""
+
+
+def update_generated(root: str | pathlib.Path, name: str, content: str,
+                     target: str | pathlib.Path | None = None) -> pathlib.Path:
+  """Replaces the generated section ``name`` in the file that holds it.
+
+  Args:
+    root: the repository root that ``GENERATED_SECTIONS``' paths are relative to.
+    name: the section's name (``<!-- BEGIN generated: name -->``).
+    content: the new text between the markers.
+    target: the file to write instead of ``GENERATED_SECTIONS[name]`` (then ``name`` need not be in the map).
+
+  Returns:
+    The file written; nothing outside the section's markers changes.
+  """
+  if not isinstance(name, str) or not name:
+    raise TypeError(f"name must be a non-empty string, got {name!r}")
+  if not isinstance(content, str):
+    raise TypeError(f"content must be a string, got {type(content).__name__}")
+  if target is None:
+    if name not in GENERATED_SECTIONS:
+      raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATED_SECTIONS)}")
+    path = pathlib.Path(root) / GENERATED_SECTIONS[name]
+  else:
+    path = pathlib.Path(target)
+  path.write_text(replace_generated(path.read_text(), name, content))
+  return path
+
+
+HEADLINE_CLAIMS = ("variance_is_dk", "sqrt_normalizes", "unscaled_one_hot", "gradients_vanish", "linear_uniform",
+                   "fp16_exp_overflow", "train_depth12_diverges", "train_mup_lr_transfer")
+"""The claims that the README's headline answers in one line each (in this order; those the run measured)."""
+
+_HEADLINE_KEYS = ("id", "claim", "verdict", "criterion", "statistic", "value")
+
+
+def _statistic(value: Any) -> str:
+  """A measured statistic, three significant digits."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return str(value)
+  return "NaN" if not math.isfinite(value) else format(value, ".3g")
+
+
+def _thresholds(criterion: str) -> str:
+  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text."""
+  m = re.search(r"holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
+  return f"holds if {m.group(1)}, does not hold if {m.group(2)}" if m else criterion
+
+
+def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:
+  """The README's headline from a claims run: the verdict counts and the headline claims in one line each.
+
+  Args:
+    rows: the rows of the run's ``claims.jsonl`` (each with id, claim, verdict, criterion, statistic, value).
+    config: the run's ``config.json`` (its ``config`` holds the run's ``mode`` and ``text_file``).
+
+  Returns:
+    Markdown: a sentence with the counts per verdict and how a verdict is decided, then one line per claim of
+    ``HEADLINE_CLAIMS`` that the run measured: its verdict, the claim, the statistic measured and the thresholds.
+  """
+  if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+    raise ValueError("rows must be a non-empty list of claim rows (the lines of claims.jsonl)")
+  for row in rows:
+    missing = [k for k in _HEADLINE_KEYS if not isinstance(row, Mapping) or k not in row]
+    if missing:
+      raise ValueError(f"rows: a row lacks {', '.join(missing)} (expected the rows of claims.jsonl)")
+    if not isinstance(row["verdict"], str) or not row["verdict"]:
+      raise ValueError(f"rows: claim {row['id']!r} has no verdict")
+  options = config.get("config") if isinstance(config, Mapping) else None
+  if not isinstance(options, Mapping) or "mode" not in options:
+    raise ValueError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
+  counts = collections.Counter(r["verdict"] for r in rows)  # in the order the verdicts first occur
+  tally = ", ".join(f"{v} **{n}**" for v, n in counts.items())
+  data = f"text file `{options['text_file']}`" if options.get("text_file") else "the built-in synthetic task"
+  lines = [f"{len(rows)} claims of the notes measured by `python -m experiments.claims` (mode {options['mode']}, "
+           f"training claims on {data}); verdicts: {tally}.",
+           "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "
+           "(holds past one threshold,",
+           "does not hold past the other, partly in between). Below: the claims of `scaling.report.HEADLINE_CLAIMS`; "
+           "every claim with its evidence", "and command is on [the claims page](docs/claims.md).", ""]
+  by_id = {r["id"]: r for r in rows}
+  for claim_id in HEADLINE_CLAIMS:
+    if claim_id in by_id:
+      r = by_id[claim_id]
+      lines.append(f"- **{r['verdict']}**: {r['claim']}")
+      lines.append(f"  (`{r['statistic']}` = {_statistic(r['value'])}; {_thresholds(r['criterion'])})")
+  return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,9 +1,11 @@
-"""Replaces a generated section of README.md with a file that a run wrote.
+"""Replaces a generated section of README.md or docs/*.md with a file that a run wrote.
 
   python scripts/update_readme.py claims runs/claims/claims_readme.md
+  python scripts/update_readme.py NAME FILE [TARGET]
 
 The section sits between ``<!-- BEGIN generated: NAME -->`` and
-``<!-- END generated: NAME -->`` in README.md; nothing outside it changes.
+``<!-- END generated: NAME -->`` in the file that ``scaling.report.GENERATED_SECTIONS``
+names for it (or in TARGET when given); nothing outside the markers changes.
 """
 
 import pathlib
@@ -12,20 +14,22 @@ import sys
 from scaling import report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+USAGE = "usage: python scripts/update_readme.py NAME FILE [TARGET]"
 
 
-def main(argv: list[str]) -> int:
-  if len(argv) != 3:
-    sys.stderr.write("usage: python scripts/update_readme.py NAME FILE\n")
+def main(argv: list[str], root: pathlib.Path = ROOT) -> int:
+  if len(argv) not in (3, 4):
+    sys.stderr.write(USAGE + "\n")
     return 2
   name, source = argv[1], pathlib.Path(argv[2])
-  readme = ROOT / "README.md"
+  target = argv[3] if len(argv) == 4 else None
   try:
-    readme.write_text(report.replace_generated(readme.read_text(), name, source.read_text()))
+    path = report.update_generated(root, name, source.read_text(), target)
   except (OSError, ValueError) as e:
     sys.stderr.write(f"error: {e}\n")
     return 2
-  print(f"README.md: section {name!r} replaced by {source}")
+  shown = path.relative_to(root) if path.resolve().is_relative_to(pathlib.Path(root).resolve()) else path
+  print(f"{shown}: section {name!r} replaced by {source}")
   return 0
 
 
