@@ -4,6 +4,9 @@ import contextlib
 import io
 import json
 import os
+import pathlib
+import shutil
+import tempfile
 
 
 def argv(module, **flag_values) -> list[str]:
@@ -60,3 +63,15 @@ def assert_runs_on_text_file_alone(test, module, base_flags, text, tmp_dir, **fl
   test.assertEqual(config["dataset"]["vocab_size"], len(set(text)))
   test.assertEqual(config["config"]["data"]["text_file"], path)
   return stdout, out
+
+
+def run_study(test, module, base_flags, **flag_values):
+  """``run_with`` into a new folder (removed when ``test`` ends) that must succeed; returns (the output folder,
+  stdout, the rows of its results.jsonl)."""
+  parent = tempfile.mkdtemp()
+  test.addCleanup(shutil.rmtree, parent, ignore_errors=True)
+  out = pathlib.Path(parent) / "out"
+  code, stdout, stderr = run_with(module, base_flags, out, **flag_values)
+  test.assertEqual(code, 0, stderr)
+  with open(out / "results.jsonl") as f:
+    return out, stdout, [json.loads(line) for line in f if line.strip()]

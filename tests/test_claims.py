@@ -12,7 +12,10 @@ import numpy as np
 
 from experiments import claims as claims_experiment
 from scaling import results
+from scaling.studies import claim_table
 from scaling.studies import claims
+from scaling.studies import random_input_claims
+from scaling.studies import training_claims
 from scaling.studies import verdicts
 import experiment_main
 
@@ -83,7 +86,7 @@ class CriteriaTest(absltest.TestCase):
   def test_run_claims_uses_the_criterion_not_the_measurement(self):
     patched = tuple(_measuring(c, DECISIONS[c.id][2] if c.id == "gradients_vanish" else DECISIONS[c.id][0])
                     for c in claims.RANDOM_INPUT_CLAIMS)
-    with mock.patch.object(claims, "RANDOM_INPUT_CLAIMS", patched):
+    with mock.patch.object(claim_table, "RANDOM_INPUT_CLAIMS", patched):
       rows = claims.run_claims(claims.Context(mode="full"), ("gradients_vanish", "rope_changes_norms"))
     self.assertEqual([(r["id"], r["verdict"]) for r in rows],
                      [("gradients_vanish", claims.FAILS), ("rope_changes_norms", claims.HOLDS)])
@@ -102,35 +105,74 @@ class CriteriaTest(absltest.TestCase):
       claims.run_claims(claims.Context(), ("nope",))
 
 
+# The claim ids of the notes, written out: the random-input claims, then the training claims, in table order.
+EXPECTED_IDS = (
+    "variance_is_dk", "sqrt_normalizes", "d64_magnitudes", "unscaled_one_hot", "gradients_vanish", "linear_uniform",
+    "quadratic_uniform", "post_softmax_breaks", "sqrt_flatter_at_128", "fp16_exp_overflow",
+    "low_precision_nan_even_scaled", "rope_changes_norms", "qk_norm_robust", "scale_is_temperature",
+    "layernorm_not_enough", "head_dim_constant",
+    "train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_depth6_converges_worse",
+    "train_post_softmax_worse", "train_depth12_diverges", "train_qk_correlate", "train_mup_lr_transfer",
+)
+TRAINING_IDS = {i for i in EXPECTED_IDS if i.startswith("train_")}
+
+
 class ClaimListTest(absltest.TestCase):
 
-  def test_without_training_claims_module(self):
-    err = ModuleNotFoundError("No module named 'scaling.studies.training_claims'",
-                              name="scaling.studies.training_claims")
-    with mock.patch.object(claims.importlib, "import_module", side_effect=err):
-      self.assertEqual(claims.all_claims(), claims.RANDOM_INPUT_CLAIMS)
+  def test_table_holds_every_claim_once_in_order(self):
+    ids = tuple(c.id for c in claims.all_claims())
+    self.assertEqual(ids, EXPECTED_IDS)
+    self.assertEqual({c.id for c in claims.all_claims() if c.training}, TRAINING_IDS)
 
-  def test_broken_training_claims_module_is_not_hidden(self):
-    err = ModuleNotFoundError("No module named 'missing_dependency'", name="missing_dependency")
-    with mock.patch.object(claims.importlib, "import_module", side_effect=err):
-      with self.assertRaises(ModuleNotFoundError):
+  def test_every_claim_is_measured_by_its_own_function(self):
+    names = [c.measure.__name__ for c in claims.all_claims()]
+    self.assertLen(set(names), len(names))
+    for claim in claims.all_claims():
+      home = training_claims if claim.training else random_input_claims
+      self.assertIs(getattr(home, claim.measure.__name__), claim.measure, claim.id)
+
+  def test_config_accepts_exactly_the_table_ids(self):
+    self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
+                     ("head_dim_constant", "train_qk_correlate"))
+    with self.assertRaisesRegex(ValueError, "ids must be one of variance_is_dk, sqrt_normalizes, "):
+      claims.ClaimsConfig(ids=("variance_is_dk_typo",))
+
+  def test_duplicate_id_is_refused(self):
+    dup = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], training=True)
+    with mock.patch.object(training_claims, "TRAINING_CLAIMS", (dup,)):
+      with self.assertRaisesRegex(ValueError, "variance_is_dk"):
         claims.all_claims()
 
-  def test_training_claims_are_appended(self):
-    extra = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", training=True)
-    with mock.patch.object(claims.importlib, "import_module", return_value=mock.Mock(TRAINING_CLAIMS=(extra,))):
-      self.assertEqual(claims.all_claims(), claims.RANDOM_INPUT_CLAIMS + (extra,))
-    dup = dataclasses.replace(extra, id=RANDOM_IDS[0])
-    with mock.patch.object(claims.importlib, "import_module", return_value=mock.Mock(TRAINING_CLAIMS=(dup,))):
-      with self.assertRaisesRegex(ValueError, "defined twice"):
-        claims.all_claims()
+  def test_training_claim_verdicts_from_written_numbers(self):
+    by_id = {c.id: c for c in claims.all_claims()}
+    # (claim, its statistic as measured, the verdict its criterion gives): thresholds of note 2 §4 and note 1 §4 ②.
+    cases = (("train_nan_within_100_steps", 0.75, claims.HOLDS), ("train_nan_within_100_steps", 0.3, claims.PARTLY),
+             ("train_nan_within_100_steps", 0.1, claims.FAILS), ("train_grad_norm_below_1e-6", -7.2, claims.HOLDS),
+             ("train_grad_norm_below_1e-6", -3.0, claims.FAILS), ("train_depth6_converges_worse", 0.05, claims.HOLDS),
+             ("train_depth6_converges_worse", 0.01, claims.PARTLY), ("train_post_softmax_worse", -0.01, claims.FAILS),
+             ("train_depth12_diverges", 0.8, claims.HOLDS), ("train_depth12_diverges", 0.2, claims.FAILS),
+             ("train_qk_correlate", 0.05, claims.PARTLY), ("train_mup_lr_transfer", 0.6, claims.HOLDS),
+             ("train_mup_lr_transfer", 2.5, claims.FAILS), ("train_mup_lr_transfer", None, claims.NOT_MEASURED))
+    for claim_id, value, verdict in cases:
+      row = _measuring(by_id[claim_id], value).evaluate(claims.Context())
+      self.assertEqual((row["id"], row["value"], row["verdict"]), (claim_id, value, verdict))
+
+  def test_relative_gap_criteria_read_as_written(self):
+    by_id = {c.id: c.criterion for c in claims.all_claims()}
+    self.assertEqual(by_id["train_depth6_converges_worse"].text,
+                     "(final loss unscaled − final loss 1/√d_k) / final loss 1/√d_k at depth 6, each at its best "
+                     "learning rate, mean over seeds: holds if >= 0.02, does not hold if <= 0, partly otherwise")
+    self.assertEqual(by_id["train_post_softmax_worse"].text,
+                     "(final loss with softmax(q·k)·v/√d_k − final loss with softmax(q·k/√d_k)·v) / the latter at "
+                     "depth 2, each at its best learning rate, mean over seeds: holds if >= 0.02, does not hold if <= 0, "
+                     "partly otherwise")
 
   def test_readme_tables_split_random_and_training_claims(self):
     train = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", text="Training helps.", training=True)
     rows = [{"id": i, "claim": t, "source": "note", "criterion": "c", "verdict": claims.HOLDS, "finding": "f | g",
              "command": f"python -m experiments.claims --mode=quick --ids={i}"}
             for i, t in ((RANDOM_IDS[0], "Random claim."), ("train_x", "Training helps."))]
-    with mock.patch.object(claims, "all_claims", return_value=claims.RANDOM_INPUT_CLAIMS + (train,)):
+    with mock.patch.object(claim_table, "all_claims", return_value=claims.RANDOM_INPUT_CLAIMS + (train,)):
       text = claims.readme_markdown(rows, claims.Context(text_file="shakespeare.txt"))
     random_part, training_part = text.split("Training claims")
     self.assertIn("Random-input claims (mode quick: d_k 16, 64, 128, 1024", random_part)

@@ -26,7 +26,7 @@ from scaling import results
 from scaling import train as train_lib
 from scaling.config import Seeds
 from scaling.studies import coord_check
-from scaling.studies import transfer
+from scaling.studies import grid as grid_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _tempdir(test) -> pathlib.Path:
 
 
 def _config(**kw):
-  base = dict(grid=transfer.WidthGrid(widths=WIDTHS), seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK),
+  base = dict(grid=grid_lib.WidthGrid(widths=WIDTHS), seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK),
               model=FAMILY, optim=optim.OptimizerConfig(steps=STEPS, learning_rate=LR))
   base.update(kw)
   return coord_check.CoordCheckConfig(**base)
@@ -179,11 +179,11 @@ class CoordCheckTest(chex.TestCase):
     self.assertNotEqual(data["loss"][0, 0], data["loss"][0, 1])
 
   def test_bad_configs(self):
-    for make, text in ((lambda: transfer.WidthGrid(widths=()), "empty"),
-                       (lambda: transfer.WidthGrid(widths=(0,)), "width"),
+    for make, text in ((lambda: grid_lib.WidthGrid(widths=()), "empty"),
+                       (lambda: grid_lib.WidthGrid(widths=(0,)), "width"),
                        (lambda: optim.OptimizerConfig(steps=0), "steps"),
                        (lambda: optim.OptimizerConfig(learning_rate=0.0), "learning_rate"),
-                       (lambda: transfer.WidthGrid(parametrizations=("xp",)), "xp"),
+                       (lambda: grid_lib.WidthGrid(parametrizations=("xp",)), "xp"),
                        (lambda: optim.OptimizerConfig(optimizer="lion"), "lion"),
                        (lambda: Seeds(num_seeds=0), "num_seeds"),
                        (lambda: _config(fixed_batch=1), "fixed_batch"),
@@ -197,17 +197,14 @@ class CoordCheckTest(chex.TestCase):
 class ExperimentTest(parameterized.TestCase):
 
   def test_main_writes_files(self):
-    out = _tempdir(self) / "cc"
-    code, stdout, stderr = experiment_main.run_with(coord_exp, FLAGS_TINY, out)
-    self.assertEqual(code, 0, stderr)
+    out, stdout, rows = experiment_main.run_study(self, coord_exp, FLAGS_TINY)
     self.assertIn("block_0/attn_logits", stdout)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertLen(rows, 2 * 2 * 3 * 5)
     self.assertEqual({(r["parametrization"], r["width"]) for r in rows}, {("sp", 16), ("sp", 64), ("mup", 16),
                                                                          ("mup", 64)})
     for r in rows:
       self.assertContainsSubset({"parametrization", "width", "step", "layer", "rms"}, set(r))
-    slopes = [json.loads(line) for line in (out / "slopes.jsonl").read_text().splitlines()]
+    slopes = results.read_jsonl(out / "slopes.jsonl")
     self.assertLen(slopes, 2 * 3 * 5)
     for s in slopes:
       self.assertContainsSubset({"parametrization", "layer", "step", "slope"}, set(s))

@@ -18,8 +18,12 @@ from scaling import data as data_lib
 from scaling import layers as layers_lib
 from scaling import model as model_lib
 from scaling import optim
+from scaling import results
 from scaling.config import Seeds
 from scaling.studies import coord_check
+from scaling.studies import grid as grid_lib
+from scaling.studies import grid_run
+from scaling.studies import optimum as optimum_lib
 from scaling.studies import transfer
 
 # One tiny configuration shared by the coordinate check (library and experiment) and the transfer experiment: the
@@ -52,7 +56,7 @@ def _grid(**kw):
   if kw.get("axis") == "width":  # the width axis refuses the depth options: give only the one under test
     base.update(depths=None, width=None, depth_alphas=None)
   base.update(kw)
-  return transfer.WidthGrid(**base)
+  return grid_lib.WidthGrid(**base)
 
 
 class GridTest(parameterized.TestCase):
@@ -70,7 +74,7 @@ class GridTest(parameterized.TestCase):
     self.assertAlmostEqual(cfg.parametrization.residual_multiplier(), (8 / 2)**-1.0)
     # Without --depth_alphas the model's own alpha is the only one; the width axis keeps its two-field points.
     self.assertEqual(_grid(depth_alphas=None).alphas(model_lib.ModelFamily(depth_alpha=0.5)), (0.5,))
-    self.assertEqual(transfer.WidthGrid(widths=(8, 16)).points(FAMILY),
+    self.assertEqual(grid_lib.WidthGrid(widths=(8, 16)).points(FAMILY),
                      [{"parametrization": "sp", "width": 8}, {"parametrization": "sp", "width": 16},
                       {"parametrization": "mup", "width": 8}, {"parametrization": "mup", "width": 16}])
 
@@ -84,21 +88,21 @@ class GridTest(parameterized.TestCase):
 
   def test_group_keys_hold_the_point(self):
     depth_row = {"parametrization": "mup", "depth_alpha": 0.5, "width": 64, "depth": 8, "step": 0, "layer": "embed"}
-    self.assertEqual(transfer.group_key(depth_row), ("mup", 0.5, 64, 8))
-    self.assertEqual(transfer.group_key({"parametrization": "sp", "width": 32, "log2_lr": -3.0}), ("sp", 32))
+    self.assertEqual(grid_lib.group_key(depth_row), ("mup", 0.5, 64, 8))
+    self.assertEqual(grid_lib.group_key({"parametrization": "sp", "width": 32, "log2_lr": -3.0}), ("sp", 32))
 
   def test_find_optimum_groups_by_alpha_and_depth(self):
     losses = {(0.0, 2): (3.0, 1.0, 2.0), (0.0, 4): (1.0, 2.0, 3.0), (1.0, 2): (3.0, 2.0, 1.0), (1.0, 4): (2.0, 1.5, 2.0)}
     rows = [{"parametrization": "sp", "depth_alpha": a, "width": 16, "depth": d, "log2_lr": x, "final_loss": y}
             for (a, d), ys in losses.items() for x, y in zip(LOG2_LRS, ys)]
-    got = {(o["depth_alpha"], o["depth"]): o for o in transfer.find_optimum(rows)}
+    got = {(o["depth_alpha"], o["depth"]): o for o in optimum_lib.find_optimum(rows)}
     self.assertEqual(set(got), set(losses))
     for key, ys in losses.items():
       self.assertEqual(got[key]["log2_lr"], LOG2_LRS[ys.index(min(ys))])
       self.assertEqual((got[key]["parametrization"], got[key]["width"]), ("sp", 16))
     self.assertAlmostEqual(got[(1.0, 4)]["log2_lr_interp"], -6.0)  # symmetric neighbours: the vertex is the middle
     # Rows with only parametrization and width (as the training claims pass them) keep their two-field optimum.
-    plain = transfer.find_optimum([{"parametrization": "sp", "width": 8, "log2_lr": x, "final_loss": y}
+    plain = optimum_lib.find_optimum([{"parametrization": "sp", "width": 8, "log2_lr": x, "final_loss": y}
                                    for x, y in zip(LOG2_LRS, (2.0, 1.0, 3.0))])
     self.assertEqual(set(plain[0]) & {"depth", "depth_alpha"}, set())
     self.assertEqual(plain[0]["log2_lr"], -6.0)
@@ -107,7 +111,7 @@ class GridTest(parameterized.TestCase):
     config = transfer.TransferConfig(grid=_grid(depths=(1, 3)), log2_lrs=LOG2_LRS, seeds=Seeds(num_seeds=2),
                                      data=data_lib.DataConfig(**TASK), model=FAMILY,
                                      optim=optim.OptimizerConfig(steps=3))
-    estimate = transfer.memory_estimate(config, data_lib.DataConfig(**TASK).make(0))
+    estimate = grid_run.memory_estimate(config, data_lib.DataConfig(**TASK).make(0))
     self.assertIn("depth=3", estimate.where)
     self.assertIn("depths", estimate.parts[0].flags)
 
@@ -185,14 +189,14 @@ class DepthCoordCheckTest(chex.TestCase):
     self.assertEqual(code, 0, stderr)
     self.assertIn("resid_final", stdout)
     self.assertIn("against log2 depth", stdout)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results.read_jsonl(out / "results.jsonl")
     self.assertEqual(sorted(json.dumps(r, sort_keys=True) for r in rows),
                      sorted(json.dumps(r, sort_keys=True) for r in self.rows))
-    slopes = [json.loads(line) for line in (out / "slopes.jsonl").read_text().splitlines()]
+    slopes = results.read_jsonl(out / "slopes.jsonl")
     self.assertEqual({(s["depth_alpha"], s["layer"]) for s in slopes},
                      {(a, layer) for a in ALPHAS for layer in coord_check.DEPTH_LAYERS})
     self.assertGreater((out / "coord_check.png").stat().st_size, 1000)
-    timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines()]
+    timings = results.read_jsonl(out / "timings.jsonl")
     self.assertEqual({(t["depth_alpha"], t["depth"]) for t in timings}, {(a, d) for a in ALPHAS for d in DEPTHS})
     # Rerun into the same folder: every (alpha, depth) group is found complete, nothing trains again.
     code, stdout, stderr = experiment_main.run_with(coord_exp, COORD_FLAGS, out)
@@ -203,13 +207,10 @@ class DepthCoordCheckTest(chex.TestCase):
 class DepthTransferTest(chex.TestCase):
 
   def test_optimum_per_alpha_and_depth(self):
-    out = _tempdir(self) / "tr"
-    code, stdout, stderr = experiment_main.run_with(transfer_exp, TRANSFER_FLAGS, out)
-    self.assertEqual(code, 0, stderr)
+    out, stdout, rows = experiment_main.run_study(self, transfer_exp, TRANSFER_FLAGS)
     self.assertIn("optimal learning rate per depth", stdout)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     self.assertLen(rows, len(ALPHAS) * len(DEPTHS) * len(LOG2_LRS))
-    optimum = [json.loads(line) for line in (out / "optimum.jsonl").read_text().splitlines()]
+    optimum = results.read_jsonl(out / "optimum.jsonl")
     self.assertEqual([(o["depth_alpha"], o["depth"]) for o in optimum], [(a, d) for a in ALPHAS for d in DEPTHS])
     for o in optimum:
       self.assertEqual((o["parametrization"], o["width"]), ("sp", WIDTH))

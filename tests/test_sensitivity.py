@@ -19,7 +19,8 @@ from scaling import model as model_lib
 from scaling import optim
 from scaling import rules as rules_lib
 from scaling import train as train_lib
-from scaling.studies import transfer
+from scaling.studies import optimum as optimum_lib
+from scaling.studies import transfer_report
 
 TASK = dict(seq_len=8, batch_size=2)
 FAMILY = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)
@@ -44,15 +45,15 @@ class SensitivityTest(parameterized.TestCase):
     # loss(x) = 1 + 0.1 x² at x = -4 .. 2, initial loss 2; the last entry diverged (NaN, counted at 2).
     # min(loss, 2) = 2.0, 1.9, 1.4, 1.1, 1.0, 1.1, 2.0 -> mean 10.5 / 7 = 1.5; best 1.0: sensitivity 0.5.
     losses = [1.0 + 0.1 * x * x for x in range(-4, 2)] + [float("nan")]
-    self.assertAlmostEqual(transfer.lr_sensitivity(losses, 2.0), 0.5, places=12)
-    self.assertAlmostEqual(transfer.lr_sensitivity(losses[:-1] + [None], 2.0), 0.5, places=12)
+    self.assertAlmostEqual(optimum_lib.lr_sensitivity(losses, 2.0), 0.5, places=12)
+    self.assertAlmostEqual(optimum_lib.lr_sensitivity(losses[:-1] + [None], 2.0), 0.5, places=12)
 
   @parameterized.parameters(([1.5, 1.5, 1.5], 3.0, 0.0),  # flat: every learning rate is as good as the best
                             ([1.0, np.inf, 5.0], 3.0, (1.0 + 3.0 + 3.0) / 3 - 1.0),  # inf diverged, 5 capped at 3
                             ([4.0, 5.0], 3.0, 0.0),  # nothing beats the initial loss: every capped loss is 3
                             ([None, None], 3.0, None), ([1.0, 2.0], float("nan"), None))
   def test_edge_cases(self, losses, initial, want):
-    got = transfer.lr_sensitivity(losses, initial)
+    got = optimum_lib.lr_sensitivity(losses, initial)
     if want is None:
       self.assertIsNone(got)
     else:
@@ -65,7 +66,7 @@ class SensitivityTest(parameterized.TestCase):
     rows = [{"parametrization": "mup", "rule": "none", "width": 32, "log2_lr": x, "final_loss_seeds": seeds,
              "initial_loss_seeds": [4.0, 4.0]}
             for x, seeds in ((-6.0, [2.0, 3.0]), (-4.0, [1.5, None]), (-5.0, [1.0, 1.0]))]
-    (row,) = transfer.sensitivity_rows(rows)
+    (row,) = optimum_lib.sensitivity_rows(rows)
     self.assertEqual((row["parametrization"], row["rule"], row["width"]), ("mup", "none", 32))
     np.testing.assert_allclose(row["sensitivity_seeds"], [0.5, 5.0 / 3.0])
     self.assertAlmostEqual(row["sensitivity_mean"], (0.5 + 5.0 / 3.0) / 2)
@@ -75,7 +76,7 @@ class SensitivityTest(parameterized.TestCase):
   def test_sensitivity_markdown_names_the_lowest(self):
     rows = [{"parametrization": "mup", "rule": r, "width": w, "sensitivity_mean": m, "sensitivity_std": 0.01}
             for r, w, m in (("none", 32, 0.3), ("none", 64, 0.5), ("qk_norm", 32, 0.2), ("qk_norm", 64, 0.1))]
-    text = transfer.sensitivity_markdown(rows, "H:")
+    text = transfer_report.sensitivity_markdown(rows, "H:")
     self.assertIn("| mup | none | 0.300 ± 0.010 | 0.500 ± 0.010 |", text)
     self.assertIn("width 64: lowest sensitivity mup, rule=qk_norm (0.100 ± 0.010)", text)
     self.assertIn("lowest at every width: yes (mup, rule=qk_norm)", text)
@@ -178,7 +179,8 @@ class WidthComparisonTest(absltest.TestCase):
 
   def test_known_differences_and_verdicts(self):
     # Standard error of the difference: sqrt(0.02/2 + var(wide)/2); narrow seeds 1.9, 2.1 have sample variance 0.02.
-    text = transfer.width_comparison_markdown([("a", self._rows([2.1, 2.3])), ("b", self._rows([2.5, 2.7]))], "H")
+    runs = [("a", self._rows([2.1, 2.3])), ("b", self._rows([2.5, 2.7]))]
+    text = transfer_report.width_comparison_markdown(runs, "H")
     lines = text.splitlines()
     self.assertIn("| a | 64 | -6 | 2.000 ± 0.100 | 1.900, 2.100 |", lines)
     self.assertIn("| a | 128 | -7 | 2.200 ± 0.100 | 2.100, 2.300 |", lines)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from scaling import model as model_lib
+from scaling.studies import optimum as optimum_lib
+from scaling.studies import stats
 from scaling.studies import training_claims as tc
-from scaling.studies import transfer
 from scaling.studies import verdicts
 
 NAN = float("nan")
@@ -70,8 +71,27 @@ def test_smallest_finite_final_losses_window_mean():
 def test_best_index_and_mean_std():
   assert tc.best_index(np.array([[3.0, 3.0], [1.0, NAN], [2.0, 2.5]])) == 2
   assert tc.best_index(np.array([[NAN, 1.0]])) is None
-  assert tc.mean_std([1.0, 3.0, NAN]) == {"mean": 2.0, "std": 1.0}
-  assert tc.mean_std([NAN]) == {"mean": None, "std": None}
+  assert stats.finite_mean_std([1.0, 3.0, NAN]) == {"mean": 2.0, "std": 1.0}
+  assert stats.finite_mean_std([NAN]) == {"mean": None, "std": None}
+  assert stats.finite_mean_std([1.0, 2.0]) == {"mean": 1.5, "std": 0.5}
+  assert stats.finite_mean_std([1.0, 1.0, 2.0]) == {"mean": 1.333, "std": 0.4714}  # 4/3, sqrt(2)/3
+
+
+def test_rounding_and_mean_std_over_seeds():
+  assert stats.round_sig(0.123456) == 0.1235
+  assert stats.round_sig(123456.0) == 123500.0
+  assert stats.round_sig(2.0 / 3.0, 6) == 0.666667
+  assert stats.round_sig(None) is None
+  assert math.isnan(stats.round_sig(NAN)) and stats.round_sig(math.inf) == math.inf
+  assert stats.round_finite(math.inf) is None and stats.round_finite(NAN) is None
+  assert stats.round_finite(-0.000123456) == -0.0001235
+  assert stats.finite_or_none(np.float32(0.5)) == 0.5 and stats.finite_or_none(-math.inf) is None
+  assert stats.mean_std([1.0, 2.0, 4.0]) == {"mean": 7.0 / 3.0, "std": math.sqrt(14.0) / 3.0}
+  assert stats.mean_std([1.0, 2.0, 4.0], 3) == {"mean": 2.33, "std": 1.25}
+  assert all(math.isnan(v) for v in stats.mean_std([1.0, NAN]).values())
+  assert stats.format_mean_std(2.0 / 3.0, 0.05, ".3f") == "0.667 ± 0.050"
+  with pytest.raises(ValueError, match="digits"):
+    stats.round_sig(1.0, 0)
 
 
 def test_qk_alignment_and_max_logit_growth():
@@ -85,11 +105,11 @@ def test_qk_alignment_and_max_logit_growth():
 
 
 def test_optimum_and_spread():
-  assert transfer.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": -7.5}) == -7.5
-  assert transfer.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": None}) == -8.0
-  assert transfer.optimum_log2_lr({"log2_lr": None, "log2_lr_interp": None}) is None
-  assert transfer.spread([-8.0, -6.5, -7.0]) == 1.5
-  assert transfer.spread([-8.0, None]) is None
+  assert optimum_lib.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": -7.5}) == -7.5
+  assert optimum_lib.optimum_log2_lr({"log2_lr": -8.0, "log2_lr_interp": None}) == -8.0
+  assert optimum_lib.optimum_log2_lr({"log2_lr": None, "log2_lr_interp": None}) is None
+  assert optimum_lib.spread([-8.0, -6.5, -7.0]) == 1.5
+  assert optimum_lib.spread([-8.0, None]) is None
 
 
 def test_qk_alignment_fn_is_one_when_key_equals_query():

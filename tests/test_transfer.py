@@ -22,7 +22,10 @@ from scaling import optim
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import Seeds
+from scaling.studies import grid as grid_lib
+from scaling.studies import optimum as optimum_lib
 from scaling.studies import transfer
+from scaling.studies import transfer_report
 
 # One tiny configuration shared by the grid test and the experiment's smoke test (compiled once per width).
 TASK = dict(seq_len=8, batch_size=2)
@@ -48,7 +51,7 @@ def _dataset():
 
 
 def _config(**kw):
-  base = dict(grid=transfer.WidthGrid(parametrizations=("sp",), widths=(16,)), log2_lrs=LOG2_LRS,
+  base = dict(grid=grid_lib.WidthGrid(parametrizations=("sp",), widths=(16,)), log2_lrs=LOG2_LRS,
               seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK), model=FAMILY, optim=OPT)
   base.update(kw)
   return transfer.TransferConfig(**base)
@@ -57,14 +60,14 @@ def _config(**kw):
 class GridTest(chex.TestCase):
 
   def test_lr_grid_order(self):
-    lrs, seeds = transfer.lr_grid([-3.0, 1.0], [5, 6, 7])
+    lrs, seeds = grid_lib.lr_grid([-3.0, 1.0], [5, 6, 7])
     np.testing.assert_array_equal(lrs, [0.125] * 3 + [2.0] * 3)
     np.testing.assert_array_equal(seeds, [5, 6, 7, 5, 6, 7])
 
   def test_vmapped_grid_equals_separate_runs(self):
     dataset = _dataset()
     cfg = FAMILY.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=TASK["seq_len"])
-    lrs, member_seeds = transfer.lr_grid(LOG2_LRS, [0, 1])
+    lrs, member_seeds = grid_lib.lr_grid(LOG2_LRS, [0, 1])
     grid = train_lib.run_training(cfg, OPT, dataset, seed=member_seeds, learning_rates=lrs,
                                   record=("loss", "attn_logits_rms"), stop_on_divergence=False)
     losses = grid.records["loss"]
@@ -135,10 +138,10 @@ class GridTest(chex.TestCase):
     for make, text in ((lambda: _config(log2_lrs=()), "empty"),
                        (lambda: _config(log2_lrs=(float("nan"),)), "log2_lr"),
                        (lambda: _config(log2_lrs=(-200.0,)), "log2_lr"),
-                       (lambda: _config(grid=transfer.WidthGrid(widths=(0,))), "width"),
-                       (lambda: _config(grid=transfer.WidthGrid(widths=())), "empty"),
+                       (lambda: _config(grid=grid_lib.WidthGrid(widths=(0,))), "width"),
+                       (lambda: _config(grid=grid_lib.WidthGrid(widths=())), "empty"),
                        (lambda: _config(optim=optim.OptimizerConfig(steps=10), average_last=11), "average_last"),
-                       (lambda: _config(grid=transfer.WidthGrid(parametrizations=("sp", "nope"))), "nope"),
+                       (lambda: _config(grid=grid_lib.WidthGrid(parametrizations=("sp", "nope"))), "nope"),
                        (lambda: _config(seeds=Seeds(num_seeds=0)), "num_seeds")):
       with self.assertRaisesRegex(ValueError, text):
         make()
@@ -146,9 +149,9 @@ class GridTest(chex.TestCase):
     self.assertEqual(_config(optim=optim.OptimizerConfig(steps=5)).last, 1)
     self.assertEqual(_config(average_last=4).last, 4)
     self.assertEqual(_config(log2_lrs=(-3, -3.0, -4)).log2_lrs, (-3.0, -4.0))  # deduplicated, in order
-    self.assertEqual(transfer.WidthGrid(widths=(32, 16, 32)).widths, (32, 16))
-    self.assertEqual(_config(grid=transfer.WidthGrid(widths=(64, 32))).family.base_width, 16)  # FAMILY's own
-    self.assertEqual(_config(model=model_lib.ModelFamily(), grid=transfer.WidthGrid(widths=(64, 32))).family
+    self.assertEqual(grid_lib.WidthGrid(widths=(32, 16, 32)).widths, (32, 16))
+    self.assertEqual(_config(grid=grid_lib.WidthGrid(widths=(64, 32))).family.base_width, 16)  # FAMILY's own
+    self.assertEqual(_config(model=model_lib.ModelFamily(), grid=grid_lib.WidthGrid(widths=(64, 32))).family
                      .base_width, 32)
 
 
@@ -160,7 +163,7 @@ class SummaryTest(parameterized.TestCase):
                        [3.0, 2.5, 3.5, np.inf],
                        [2.0, 1.5, 3.0, 1.0],
                        [1.0, 0.5, 2.0, 1.0]])
-    rows = transfer.summarize_grid(losses, [-4.0, -2.0], num_seeds=2, last=2)
+    rows = optimum_lib.summarize_grid(losses, [-4.0, -2.0], num_seeds=2, last=2)
     self.assertLen(rows, 2)
     self.assertEqual(rows[0]["final_loss_seeds"], [1.5, 1.0])
     self.assertAlmostEqual(rows[0]["final_loss"], 1.25)
@@ -175,9 +178,9 @@ class SummaryTest(parameterized.TestCase):
 
   def test_summarize_grid_rejects_bad_shapes(self):
     with self.assertRaisesRegex(ValueError, "members"):
-      transfer.summarize_grid(np.zeros((3, 5)), [-1.0, -2.0], 2, 1)
+      optimum_lib.summarize_grid(np.zeros((3, 5)), [-1.0, -2.0], 2, 1)
     with self.assertRaisesRegex(ValueError, "last"):
-      transfer.summarize_grid(np.zeros((3, 4)), [-1.0, -2.0], 2, 4)
+      optimum_lib.summarize_grid(np.zeros((3, 4)), [-1.0, -2.0], 2, 4)
 
   def test_find_optimum_treats_diverged_as_infinite(self):
     rows = [{"parametrization": "sp", "width": 32, "log2_lr": x, "final_loss": y}
@@ -185,7 +188,7 @@ class SummaryTest(parameterized.TestCase):
     rows += [{"parametrization": "sp", "width": 64, "log2_lr": x, "final_loss": y}
              for x, y in ((-4, None), (-8, 1.0), (-6, None))]
     rows += [{"parametrization": "mup", "width": 32, "log2_lr": x, "final_loss": None} for x in (-8, -7)]
-    best = {(o["parametrization"], o["width"]): o for o in transfer.find_optimum(rows)}
+    best = {(o["parametrization"], o["width"]): o for o in optimum_lib.find_optimum(rows)}
     self.assertEqual(best[("sp", 32)]["log2_lr"], -7)
     self.assertEqual(best[("sp", 32)]["final_loss"], 2.0)
     self.assertFalse(best[("sp", 32)]["at_edge"])
@@ -204,11 +207,11 @@ class SummaryTest(parameterized.TestCase):
     xs = [center - 1.0, center, center + 1.0]
     vertex = center + offset
     ys = [curvature * (x - vertex) ** 2 + 1.0 for x in xs]
-    self.assertAlmostEqual(transfer.parabola_vertex(xs, ys), vertex, places=6)
+    self.assertAlmostEqual(optimum_lib.parabola_vertex(xs, ys), vertex, places=6)
 
   def test_parabola_vertex_none_when_not_convex(self):
-    self.assertIsNone(transfer.parabola_vertex([0.0, 1.0, 2.0], [1.0, 2.0, 3.0]))
-    self.assertIsNone(transfer.parabola_vertex([0.0, 1.0, 2.0], [1.0, 2.0, 1.0]))
+    self.assertIsNone(optimum_lib.parabola_vertex([0.0, 1.0, 2.0], [1.0, 2.0, 3.0]))
+    self.assertIsNone(optimum_lib.parabola_vertex([0.0, 1.0, 2.0], [1.0, 2.0, 1.0]))
 
 
 class ExperimentTest(parameterized.TestCase):
@@ -218,7 +221,7 @@ class ExperimentTest(parameterized.TestCase):
     code, stdout, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 0)
     self.assertIn("optimal learning rate", stdout)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results.read_jsonl(out / "results.jsonl")
     self.assertLen(rows, 2 * 3)
     self.assertEqual({(r["parametrization"], r["log2_lr"]) for r in rows},
                      {(p, x) for p in ("sp", "mup") for x in LOG2_LRS})
@@ -226,7 +229,7 @@ class ExperimentTest(parameterized.TestCase):
       self.assertContainsSubset({"parametrization", "width", "log2_lr", "final_loss", "final_loss_seeds",
                                  "diverged_seeds"}, set(r))
       self.assertLen(r["final_loss_seeds"], 2)
-    optimum = [json.loads(line) for line in (out / "optimum.jsonl").read_text().splitlines()]
+    optimum = results.read_jsonl(out / "optimum.jsonl")
     self.assertEqual([(o["parametrization"], o["width"]) for o in optimum], [("sp", 16), ("mup", 16)])
     for o in optimum:
       finite = [r["final_loss"] for r in rows if r["parametrization"] == o["parametrization"] and r["final_loss"]]
@@ -268,7 +271,7 @@ class ExperimentTest(parameterized.TestCase):
     self.assertEqual(code, 130)
     # The finished width's rows were streamed into the partial files, which an interrupted run leaves in place.
     self.assertFalse((out / "results.jsonl").exists())
-    rows = [json.loads(line) for line in (out / "results.partial.jsonl").read_text().splitlines()]
+    rows = results.read_jsonl(out / "results.partial.jsonl")
     self.assertEqual({r["parametrization"] for r in rows}, {"sp"})
     self.assertLen(rows, 3)
     self.assertFalse((out / "optimum.jsonl").exists())  # made from the complete rows at the end
@@ -336,7 +339,7 @@ class OptimumMarkdownTest(absltest.TestCase):
         {"parametrization": "mup", "depth_alpha": 0.0, "width": 64, "depth": 2, "log2_lr": None,
          "log2_lr_interp": None, "final_loss": None, "at_edge": None},
     ]
-    lines = transfer.optimum_markdown(rows, "Heading:").splitlines()
+    lines = transfer_report.optimum_markdown(rows, "Heading:").splitlines()
     self.assertEqual(lines[:3], ["Heading:", "", "| parametrization | α | width | depth | best log2 lr (grid) | "
                                                 "optimum (parabola) | final loss | at grid edge |"])
     self.assertEqual(lines[4], "| mup | 1 | 64 | 2 | -7 | -6.75 | 2.300 | no |")
@@ -348,4 +351,5 @@ class OptimumMarkdownTest(absltest.TestCase):
     self.assertIn("- mup α=0: the optimum moves n/a", lines[9])
     # Within one octave when the deeper optimum is 0.75 octaves away.
     rows[1] = {**rows[1], "log2_lr": -7.5}
-    self.assertTrue(transfer.optimum_markdown(rows, "Heading:").splitlines()[8].endswith("within 1 octave: yes."))
+    lines = transfer_report.optimum_markdown(rows, "Heading:").splitlines()
+    self.assertTrue(lines[8].endswith("within 1 octave: yes."))

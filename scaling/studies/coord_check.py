@@ -55,7 +55,7 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -68,9 +68,11 @@ from scaling import distributed
 from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
-from scaling.config import Options
 from scaling.config import Seeds
-from scaling.studies import transfer
+from scaling.studies import grid_run
+from scaling.studies import stats
+from scaling.studies.grid import GridStudy
+from scaling.studies.grid import WidthGrid
 
 # train_step metrics measured once per model, and those measured per block [depth] (layer "block_{i}/<name>").
 _MODEL_RMS = {"embed_rms": "embed", "readout_rms": "readout"}
@@ -139,14 +141,13 @@ def fit_slope(widths: Sequence[float], values: Sequence[float]) -> tuple[float, 
 
 
 @dataclasses.dataclass(frozen=True)
-class CoordCheckConfig(Options):
+class CoordCheckConfig(GridStudy):
   """What to train and measure (the options of ``experiments.coord_check``).
 
   ``optim.steps`` is k: RMS is recorded at steps 0..k (k updates).
   """
 
-  grid: transfer.WidthGrid = option(transfer.WidthGrid(widths=(64, 128, 256, 512, 1024)),
-                                    "Parametrizations and widths.")
+  grid: WidthGrid = option(WidthGrid(widths=(64, 128, 256, 512, 1024)), "Parametrizations and widths.")
   fixed_batch: bool = option(True, "Train every step on the same batch (as mup's fix_data); false: a new batch each "
                              "step.")
   seeds: Seeds = option(Seeds(), "Seeds averaged (vmapped).")
@@ -168,15 +169,6 @@ class CoordCheckConfig(Options):
       raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
     if not self.grid.by_depth and len(self.grid.widths) < 2:
       raise ValueError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
-
-  def check_given(self, given: Collection[str]) -> None:
-    """ValueError naming an option typed on the command line that this study's axis does not use."""
-    self.grid.check_unused(self, given)
-
-  @property
-  def family(self) -> model_lib.ModelFamily:
-    """The models (of every point on the width axis), base width and depth derived (``WidthGrid.family``)."""
-    return self.grid.family(self.model)
 
   @property
   def layers(self) -> tuple[str, ...]:
@@ -226,8 +218,9 @@ def coord_rows(point: dict[str, Any], data: dict[str, Any]) -> list[dict[str, An
   rows = []
   for layer, values in data["rms"].items():
     for step, per_seed in enumerate(values):
-      rows.append({**point, "step": step, "layer": layer, "rms": float(np.mean(per_seed)),
-                   "rms_std": float(np.std(per_seed)), "rms_seeds": [float(v) for v in per_seed]})
+      rms = stats.mean_std(per_seed)
+      rows.append({**point, "step": step, "layer": layer, "rms": rms["mean"], "rms_std": rms["std"],
+                   "rms_seeds": [float(v) for v in per_seed]})
   return rows
 
 
@@ -377,12 +370,12 @@ def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]
   when it is trained; rerun with the same options into the same folder, a killed run trains only the points it
   has not finished. Slopes and the figure come from the complete rows at the end; wall times go to timings.jsonl.
   """
-  dataset = transfer.prepare(config, out_dir, OUTPUTS)
+  dataset = grid_run.prepare(config, out_dir, OUTPUTS)
   grid = config.grid
   start = time.perf_counter()
   points = grid.points(config.model)
   size = len(config.layers) * (config.steps + 1)
-  rows = transfer.run_points(grid, points, out_dir, size,
+  rows = grid_run.run_points(grid, points, out_dir, size,
                              lambda point: coord_rows(point, coord_data(config, point, dataset)), "coord_check")
   slope_rows = slopes(rows)
   xs = f"{grid.axis}s"

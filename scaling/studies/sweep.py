@@ -42,6 +42,7 @@ from scaling import rules as rules_lib
 from scaling import sharding as sharding_lib
 from scaling.config import option
 from scaling.config import Options
+from scaling.studies import stats
 
 Array = jax.Array
 
@@ -302,11 +303,7 @@ def _mode_keys(config: SweepConfig, qk_std: float) -> dict[str, Any]:
 
 def summarize(values: dict[str, Array]) -> dict[str, dict[str, float]]:
   """{metric: [seeds]} -> {metric: {"mean", "std"}} as Python floats (NaN kept as nan)."""
-  out = {}
-  for m, v in values.items():
-    v = np.asarray(v, np.float64)
-    out[m] = {"mean": float(np.mean(v)), "std": float(np.std(v))}
-  return out
+  return {m: stats.mean_std(v) for m, v in values.items()}
 
 
 def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QKVSource] | None = None,

@@ -42,7 +42,9 @@ from scaling import model as model_lib
 from scaling import optim
 from scaling import resources
 from scaling import train as train_lib
-from scaling.studies import transfer as transfer_lib
+from scaling.studies import optimum
+from scaling.studies import stats
+from scaling.studies.grid import lr_grid
 from scaling.studies.verdicts import Claim
 from scaling.studies.verdicts import Criterion
 from scaling.studies.verdicts import Measurement
@@ -128,22 +130,6 @@ def best_index(per_lr_seed: np.ndarray) -> int | None:
   per_lr_seed = np.asarray(per_lr_seed, np.float64)
   means = np.where(np.all(np.isfinite(per_lr_seed), axis=1), np.mean(per_lr_seed, axis=1), np.inf)
   return int(np.argmin(means)) if np.isfinite(means).any() else None
-
-
-def mean_std(values: Sequence[float]) -> dict[str, float | None]:
-  """{"mean", "std"} over the finite values (None when there is none)."""
-  v = np.asarray(values, np.float64)
-  v = v[np.isfinite(v)]
-  if not v.size:
-    return {"mean": None, "std": None}
-  return {"mean": _r(float(np.mean(v))), "std": _r(float(np.std(v)))}
-
-
-def _r(x: float | None, digits: int = 4) -> float | None:
-  """``x`` to ``digits`` significant digits (None and non-finite values become None)."""
-  if x is None or not math.isfinite(x):
-    return None
-  return float(f"{x:.{digits}g}")
 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
@@ -261,7 +247,7 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
   key = (getattr(ctx, "text_file", None), int(ctx.seed), seeds, s["seq_len"], s["batch_size"], model_config,
          opt_config, log2_lrs)
   if key not in _GRIDS:
-    lrs, member_seeds = transfer_lib.lr_grid(log2_lrs, seeds)
+    lrs, member_seeds = lr_grid(log2_lrs, seeds)
     result = train_lib.run_training(model_config, opt_config, dataset, seed=member_seeds, learning_rates=lrs,
                                     record=RECORD, stop_on_divergence=False)
     _GRIDS[key] = GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
@@ -335,8 +321,8 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
     per_seed_counted += fair.sum()
     per_depth[str(depth)] = {
         "steps_checked": window,
-        "nonfinite_fraction_none": _r(float(bad_none.mean())),
-        "nonfinite_fraction_sqrt": _r(float(bad_sqrt.mean())),
+        "nonfinite_fraction_none": stats.round_finite(float(bad_none.mean())),
+        "nonfinite_fraction_sqrt": stats.round_finite(float(bad_sqrt.mean())),
         "nonfinite_none_by_lr": {_lr_label(x): int(bad_none[i].sum()) for i, x in enumerate(none.log2_lrs)},
         "nonfinite_sqrt_by_lr": {_lr_label(x): int(bad_sqrt[i].sum()) for i, x in enumerate(sqrt.log2_lrs)},
     }
@@ -347,8 +333,8 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
   numbers = {
       **_about(ctx),
       "learning_rates": [_lr_label(x) for x in s["log2_lrs"]], "depths": list(_depths(ctx)),
-      "nan_fraction_none": _r(fraction) if total else None,
-      "nan_fraction_none_per_seed": mean_std(per_seed),
+      "nan_fraction_none": stats.round_finite(fraction) if total else None,
+      "nan_fraction_none_per_seed": stats.finite_mean_std(per_seed),
       "runs_counted": total,
       "per_depth": per_depth,
   }
@@ -378,11 +364,11 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
       per_seed = np.minimum(per_seed, [smallest_finite(by_seed[:, j]) for j in range(len(seeds))])
     smallest = smallest_finite(global_min)
     out[rule] = {
-        "min_grad_norm": _r(smallest),
-        "log10_min_grad_norm": _r(math.log10(smallest)) if smallest > 0 else None,
-        "log10_min_grad_norm_per_seed": mean_std(np.log10(np.where(per_seed > 0, per_seed, np.nan))),
-        "min_layer_grad_norm": _r(smallest_finite(layer_min)),
-        "min_grad_norm_by_depth": {str(d): _r(v) for d, v in zip(_depths(ctx), global_min)},
+        "min_grad_norm": stats.round_finite(smallest),
+        "log10_min_grad_norm": stats.round_finite(math.log10(smallest)) if smallest > 0 else None,
+        "log10_min_grad_norm_per_seed": stats.finite_mean_std(np.log10(np.where(per_seed > 0, per_seed, np.nan))),
+        "min_layer_grad_norm": stats.round_finite(smallest_finite(layer_min)),
+        "min_grad_norm_by_depth": {str(d): stats.round_finite(v) for d, v in zip(_depths(ctx), global_min)},
     }
   numbers = {**_about(ctx), "depths": list(_depths(ctx)),
              "log10_min_grad_norm_none": out["none"]["log10_min_grad_norm"], "none": out["none"],
@@ -428,22 +414,22 @@ def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int) -> dict[
     rows[name] = {
         "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
         "best_at_grid_edge": None if best is None else best in (0, len(run.log2_lrs) - 1),
-        "final_loss": mean_std([] if best is None else final[best]),
-        "final_loss_seeds": None if best is None else [_r(v) for v in final[best]],
-        "loss_at_fixed_step": mean_std([] if best is None else at_fixed[best]),
-        "initial_loss": mean_std(run.by_lr(loss[0]).ravel()),
-        "final_loss_by_lr": {_lr_label(x): mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
+        "final_loss": stats.finite_mean_std([] if best is None else final[best]),
+        "final_loss_seeds": None if best is None else [stats.round_finite(v) for v in final[best]],
+        "loss_at_fixed_step": stats.finite_mean_std([] if best is None else at_fixed[best]),
+        "initial_loss": stats.finite_mean_std(run.by_lr(loss[0]).ravel()),
+        "final_loss_by_lr": {_lr_label(x): stats.finite_mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
     }
   gap = gap_fixed = None
-  gap_seeds: dict[str, Any] = mean_std([])
+  gap_seeds: dict[str, Any] = stats.finite_mean_std([])
   a, b = finals[rule], finals[reference]
   if a is not None and b is not None:
     gap = float(np.mean(a) - np.mean(b)) / float(np.mean(b))
     gap_fixed = float(np.mean(fixeds[rule]) - np.mean(fixeds[reference])) / float(np.mean(fixeds[reference]))
-    gap_seeds = mean_std((a - b) / b)
+    gap_seeds = stats.finite_mean_std((a - b) / b)
   return {"depth": depth, "steps": steps, "final_loss_mean_of_last": last, "fixed_step": fixed,
-          "relative_final_gap": _r(gap), "relative_final_gap_per_seed": gap_seeds,
-          "relative_gap_at_fixed_step": _r(gap_fixed), rule: rows[rule], reference: rows[reference]}
+          "relative_final_gap": stats.round_finite(gap), "relative_final_gap_per_seed": gap_seeds,
+          "relative_gap_at_fixed_step": stats.round_finite(gap_fixed), rule: rows[rule], reference: rows[reference]}
 
 
 def measure_depth6_converges_worse(ctx: Any) -> Measurement:
@@ -452,7 +438,7 @@ def measure_depth6_converges_worse(ctx: Any) -> Measurement:
   none, sqrt = c["none"], c["sqrt"]
   none_drop = None
   if none["final_loss"]["mean"] is not None:
-    none_drop = _r(none["initial_loss"]["mean"] - none["final_loss"]["mean"])
+    none_drop = stats.round_finite(none["initial_loss"]["mean"] - none["final_loss"]["mean"])
   numbers = {**_about(ctx), **c, "none_loss_drop_from_init": none_drop}
   finding = (f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: at its best learning rate the "
              f"unscaled model reached a final loss of {_fmt(none['final_loss']['mean'])} (from "
@@ -501,11 +487,11 @@ def measure_depth12_diverges(ctx: Any) -> Measurement:
   numbers = {
       **_about(ctx), "depth": depth, "steps": s["steps"][depth],
       "divergence": f"non-finite loss or loss > {DIVERGENCE_FACTOR:g} x step-0 loss",
-      "diverged_fraction_none": _r(fraction) if counted else None,
-      "diverged_fraction_none_per_seed": mean_std(per_seed),
+      "diverged_fraction_none": stats.round_finite(fraction) if counted else None,
+      "diverged_fraction_none_per_seed": stats.finite_mean_std(per_seed),
       "runs_counted": counted,
-      "diverged_fraction_none_all_lrs": _r(float(div["none"].mean())),
-      "diverged_fraction_sqrt_all_lrs": _r(float(div["sqrt"].mean())),
+      "diverged_fraction_none_all_lrs": stats.round_finite(float(div["none"].mean())),
+      "diverged_fraction_sqrt_all_lrs": stats.round_finite(float(div["sqrt"].mean())),
       "by_learning_rate": by_lr,
   }
   stay = [k for k, v in by_lr.items() if v["none_diverged_seeds"] == 0]
@@ -582,22 +568,23 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
   for width in s["qk_widths"]:
     for rule in s["qk_rules"]:
       run = grid_run(ctx, rule=rule, depth=depth, width=width, log2_lrs=log2_lrs)
-      lrs, member_seeds = transfer_lib.lr_grid(log2_lrs, seeds)
+      lrs, member_seeds = lr_grid(log2_lrs, seeds)
       init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(
           jnp.asarray(member_seeds[members]), jnp.asarray(lrs[members]))
       fn = qk_alignment_fn(run.model_config)
       before = qk_alignment(jax.device_get(fn(init.params, tokens)))
       final = jax.tree.map(lambda a: a[members], run.final_params)
       after = qk_alignment(jax.device_get(fn(final, tokens)))
-      growth = max_logit_growth(run.records["attn_max_logit"][:, members], last)
-      entry = {"alignment_init": mean_std(before), "alignment_final": mean_std(after),
-               "alignment_increase": mean_std(after - before), "max_logit_growth": mean_std(growth),
-               "max_logit_init": mean_std(np.max(run.records["attn_max_logit"][0, members], -1)),
-               "max_logit_final": mean_std(np.max(np.mean(run.records["attn_max_logit"][-last:, members], 0), -1))}
+      max_logit = run.records["attn_max_logit"][:, members]
+      growth = max_logit_growth(max_logit, last)
+      entry = {name: stats.finite_mean_std(v) for name, v in (
+          ("alignment_init", before), ("alignment_final", after), ("alignment_increase", after - before),
+          ("max_logit_growth", growth), ("max_logit_init", np.max(max_logit[0], -1)),
+          ("max_logit_final", np.max(np.mean(max_logit[-last:], 0), -1)))}
       table[f"{rule} width {width}"] = entry
       if rule == "sqrt":
         increases.extend(after - before)
-  stat = mean_std(increases)
+  stat = stats.finite_mean_std(increases)
   numbers = {**_about(ctx), "depth": depth, "steps": steps,
              "learning_rate": _lr_label(log2_lrs[li]), "widths": list(s["qk_widths"]),
              "alignment": "|mean over tokens of cos(q_t, k_t)| per layer and head, averaged (pre-RoPE, pre-norm)",
@@ -624,7 +611,7 @@ def measure_mup_transfer(ctx: Any) -> Measurement:
   last = max(1, steps // 10)
   seeds = seeds_of(ctx)
   out: dict[str, Any] = {}
-  out["sp"] = {"optimal_log2_lr": [], "at_edge": [], "spread": None, "spread_per_seed": mean_std([]),
+  out["sp"] = {"optimal_log2_lr": [], "at_edge": [], "spread": None, "spread_per_seed": stats.finite_mean_std([]),
                "final_loss_by_width_lr": {}}
   for name in s["transfer_parametrizations"]:
     optima, per_seed, at_edge, table = [], [[] for _ in seeds], [], {}
@@ -632,19 +619,19 @@ def measure_mup_transfer(ctx: Any) -> Measurement:
       run = grid_run(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=name,
                      log2_lrs=log2_lrs, steps=steps, base_width=min(widths), fixed_head_dim=False, schedule="cosine")
       loss = run.records["loss"]
-      rows = transfer_lib.summarize_grid(loss, log2_lrs, len(seeds), last)
-      best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
-      optima.append(transfer_lib.optimum_log2_lr(best))
+      rows = optimum.summarize_grid(loss, log2_lrs, len(seeds), last)
+      best = optimum.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
+      optima.append(optimum.optimum_log2_lr(best))
       at_edge.append(best["at_edge"])
-      table[str(width)] = {_lr_label(r["log2_lr"]): _r(r["final_loss"]) for r in rows}
+      table[str(width)] = {_lr_label(r["log2_lr"]): stats.round_finite(r["final_loss"]) for r in rows}
       for j in range(len(seeds)):
         cols = loss[:, j::len(seeds)]
-        seed_rows = transfer_lib.summarize_grid(cols, log2_lrs, 1, last)
-        seed_best = transfer_lib.find_optimum([{"parametrization": name, "width": width, **r} for r in seed_rows])[0]
-        per_seed[j].append(transfer_lib.optimum_log2_lr(seed_best))
-    out[name] = {"optimal_log2_lr": [_r(v) for v in optima], "at_edge": at_edge,
-                 "spread": _r(transfer_lib.spread(optima)),
-                 "spread_per_seed": mean_std([transfer_lib.spread(p) or np.nan for p in per_seed]),
+        seed_rows = optimum.summarize_grid(cols, log2_lrs, 1, last)
+        seed_best = optimum.find_optimum([{"parametrization": name, "width": width, **r} for r in seed_rows])[0]
+        per_seed[j].append(optimum.optimum_log2_lr(seed_best))
+    out[name] = {"optimal_log2_lr": [stats.round_finite(v) for v in optima], "at_edge": at_edge,
+                 "spread": stats.round_finite(optimum.spread(optima)),
+                 "spread_per_seed": stats.finite_mean_std([optimum.spread(p) or np.nan for p in per_seed]),
                  "final_loss_by_width_lr": table}
   numbers = {**_about(ctx), "widths": list(widths),
              "depth": s["transfer_depth"], "steps": steps, "log2_lrs": list(log2_lrs),
@@ -660,6 +647,12 @@ def measure_mup_transfer(ctx: Any) -> Measurement:
 
 # ----------------------------------------------------------------------------
 # The claims.
+
+
+def _relative_gap_criterion(rule: str, reference: str, denominator: str, depth: int) -> Criterion:
+  """The criterion of ``compare_at_best_lr``'s relative final-loss gap of ``rule`` over ``reference`` at ``depth``."""
+  return Criterion("relative_final_gap", f"(final loss {rule} − final loss {reference}) / {denominator} at depth "
+                   f"{depth}, each at its best learning rate, mean over seeds", holds=(">=", 0.02), fails=("<=", 0.0))
 
 
 TRAINING_CLAIMS: tuple[Claim, ...] = (
@@ -680,16 +673,13 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
     Claim(
         "train_depth6_converges_worse", "note 2 §4, follow-up 1",
         "Without scaling a 6-layer model may converge, but slowly and to a worse loss.",
-        Criterion("relative_final_gap", "(final loss unscaled − final loss 1/√d_k) / final loss 1/√d_k at depth 6, "
-                  "each at its best learning rate, mean over seeds", holds=(">=", 0.02), fails=("<=", 0.0)),
+        _relative_gap_criterion("unscaled", "1/√d_k", "final loss 1/√d_k", 6),
         measure_depth6_converges_worse, training=True),
     Claim(
         "train_post_softmax_worse", "note 1 §4 ⑤, §5",
         "The division belongs inside the logits: applied after the softmax it is a mistake (measured here by what it "
         "does to training).",
-        Criterion("relative_final_gap", "(final loss with softmax(q·k)·v/√d_k − final loss with softmax(q·k/√d_k)·v)"
-                  " / the latter at depth 2, each at its best learning rate, mean over seeds", holds=(">=", 0.02),
-                  fails=("<=", 0.0)),
+        _relative_gap_criterion("with softmax(q·k)·v/√d_k", "with softmax(q·k/√d_k)·v", "the latter", 2),
         measure_post_softmax_training, training=True),
     Claim(
         "train_depth12_diverges", "note 2 §4, follow-up 1",

@@ -1,0 +1,650 @@
+"""The claims about attention logit scaling that random inputs settle, each with its measurement.
+
+The claims come from two interview-preparation notes on why attention divides its logits by √d_k
+(``shared/seeds/000_ae59428f9015f76d.txt``, "note 1", and ``shared/seeds/004_383f650843b84e3b.txt``, "note 2").
+Each is a ``scaling.studies.verdicts.Claim`` whose ``measure`` draws random q, k, v (iid, with outlier tokens, or
+LayerNorm-ed inputs projected by fan-in-initialized weights) on a ``scaling.studies.claims_context.Context``, with
+mean and std over its seeds, and returns only numbers and a sentence formatted from them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import attention as attention_lib
+from scaling import metrics as metrics_lib
+from scaling import parametrization as parametrization_lib
+from scaling import rope as rope_lib
+from scaling import rules as rules_lib
+from scaling.studies.claims_context import BATCH
+from scaling.studies.claims_context import by_d_k
+from scaling.studies.claims_context import Context
+from scaling.studies.claims_context import HEADS
+from scaling.studies.claims_context import n_seeds_text
+from scaling.studies.claims_context import pm
+from scaling.studies.claims_context import seed_mean
+from scaling.studies.claims_context import seeds_text
+from scaling.studies.claims_context import span
+from scaling.studies.claims_context import sweep_series
+from scaling.studies.stats import mean_std
+from scaling.studies.stats import round_sig
+from scaling.studies.verdicts import Claim
+from scaling.studies.verdicts import Criterion
+from scaling.studies.verdicts import Measurement
+
+OUTLIER_FACTORS = (10.0, 30.0)  # norms of the outlier tokens relative to the rest ("10–30x")
+QK_STDS = (0.1, 1.0, 10.0)  # entry stds of q and k for the QK-norm claim
+SQRT_STDS = (0.5, 1.0, 2.0)  # entry stds of q and k for the unit-variance claim
+FIXED_HEAD_DIM = 64  # head dim of the claim that fixes d_k while width grows
+EXP_D_K = 64  # head dim of the exp-overflow claim (note 1's example)
+LOW_PRECISION_D_K = 128  # head dim of the low-precision claim
+TOKEN_STD_RANGE = (0.1, 10.0)  # per-token stds of raw (pre-LayerNorm) or mixed-scale inputs, log-uniform
+TOKEN_OFFSET_STD = 3.0  # std of the per-token offsets of raw tokens
+RELATIVE_TOLERANCE = 0.05  # "normalizes to 1": within 5%
+
+
+# ----------------------------------------------------------------------------
+# Random inputs.
+
+
+def _iid(rng: np.random.Generator, ctx: Context, d_k: int, heads: int = HEADS) -> tuple[np.ndarray, ...]:
+  """q, k, v with iid N(0, 1) entries, [BATCH, seq_len, heads, d_k] each."""
+  return tuple(rng.standard_normal((3, BATCH, ctx.seq_len, heads, d_k), dtype=np.float32))
+
+
+def _with_outliers(x: jax.Array, factor: float | jax.Array) -> jax.Array:
+  """x [B, T, N, H] with the first and last tokens multiplied by ``factor`` (their norm is ``factor``× the rest)."""
+  scale = jnp.ones((x.shape[1],), x.dtype).at[jnp.array([0, x.shape[1] - 1])].set(factor)
+  return x * scale[None, :, None, None]
+
+
+def _sp_spec(width: int, fan_out: int) -> parametrization_lib.LayerSpec:
+  """SP's init std and forward multiplier of an attention projection from ``width`` to ``fan_out``."""
+  return parametrization_lib.get_parametrization("sp").layer("attn_q", width, fan_out, width)
+
+
+def _sp_weights(rng: np.random.Generator, width: int, fan_out: int, n: int = 2) -> list[np.ndarray]:
+  """``n`` matrices [width, fan_out] drawn with SP's fan-in init std of an attention projection."""
+  std = _sp_spec(width, fan_out).init_std
+  return [std * rng.standard_normal((width, fan_out), dtype=np.float32) for _ in range(n)]
+
+
+def _token_stds(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+  """Per-token stds, log-uniform in TOKEN_STD_RANGE."""
+  return 10.0 ** rng.uniform(*np.log10(TOKEN_STD_RANGE), shape)
+
+
+def _mixed_scales() -> str:
+  """The per-token scales of ``_token_stds``, in words."""
+  return f"per-token std log-uniform in [{TOKEN_STD_RANGE[0]:g}, {TOKEN_STD_RANGE[1]:g}]"
+
+
+def _raw_tokens(rng: np.random.Generator, ctx: Context, width: int) -> np.ndarray:
+  """Tokens [BATCH, seq_len, width] with ``_token_stds`` and per-token offsets ~ N(0, TOKEN_OFFSET_STD²)."""
+  shape = (BATCH, ctx.seq_len, 1)
+  scale = _token_stds(rng, shape)
+  offset = TOKEN_OFFSET_STD * rng.standard_normal(shape)
+  return (offset + scale * rng.standard_normal((BATCH, ctx.seq_len, width))).astype(np.float32)
+
+
+def _logit_var(q: jax.Array, k: jax.Array, rule: str | rules_lib.ScaleRule) -> jax.Array:
+  """Variance of the attention logits of ``rule`` over all entries (through the library's logits)."""
+  return jnp.var(attention_lib.attention_logits(q, k, rule=rule))
+
+
+def _stacked(names: tuple[str, ...], d_k: int) -> rules_lib.FixedScale:
+  """The rules ``names`` (no prepare step) at ``d_k`` as one FixedScale pytree to ``jax.vmap`` over (one compile)."""
+  fixed = [rules_lib.as_fixed_scale(rules_lib.get_rule(n), d_k) for n in names]
+  return rules_lib.FixedScale(jnp.asarray([f.logit for f in fixed], jnp.float32),
+                              jnp.asarray([f.weight for f in fixed], jnp.float32))
+
+
+# ----------------------------------------------------------------------------
+# The measurements. Each returns numbers (the criterion's statistic among them) and a sentence built from them.
+
+
+def _variance_is_dk(ctx: Context) -> Measurement:
+  ratio = {d: v / d for d, v in sweep_series(ctx, "none", "logit_var").items()}
+  means = [seed_mean(r) for r in ratio.values()]
+  dev = max(abs(m - 1) for m in means)
+  return Measurement(
+      {"max_rel_dev": round_sig(dev), "var_over_dk": by_d_k(ratio)},
+      f"Var(q·k)/d_k of unscaled iid logits is {span(means)} for d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({seeds_text(ctx)}; "
+      f"largest |ratio − 1| {dev:.3f}).")
+
+
+def _iid_sqrt_var(ctx: Context) -> dict[float, dict[int, np.ndarray]]:
+  """{std: {d_k: per-seed variance of 1/√d_k logits}} for iid q, k with entries of each std in SQRT_STDS."""
+
+  def compute():
+    out = {s: {} for s in SQRT_STDS}
+    for d in ctx.d_k:
+      var = ctx.per_seed(
+          "sqrt_std", lambda rng, d=d: _iid(rng, ctx, d)[:2],
+          lambda q, k: jax.vmap(lambda std: _logit_var(std * q, std * k, "sqrt"))(jnp.asarray(SQRT_STDS)), d)
+      for i, s in enumerate(SQRT_STDS):
+        out[s][d] = var[:, i]
+    return out
+
+  return ctx.cached("iid_sqrt_var", compute)
+
+
+def _projection_width(ctx: Context) -> int:
+  """The model width of the LayerNorm-ed projections: at least 256 and the largest d_k."""
+  return max(256, max(ctx.d_k))
+
+
+def _projected_logit_var(ctx: Context) -> dict[str, dict[int, np.ndarray]]:
+  """{"none"|"sqrt": {d_k: per-seed logit variance}} for LayerNorm-ed tokens through SP-initialized W_q, W_k."""
+  width = _projection_width(ctx)
+
+  def one(d):
+    mult = _sp_spec(width, d).multiplier
+
+    def draw(rng):
+      return _raw_tokens(rng, ctx, width), *_sp_weights(rng, width, d)
+
+    def compute(raw, w_q, w_k):
+      x = rules_lib.layer_norm(raw)  # every token: mean 0, variance 1 over the width
+      q, k = ((mult * x @ w).reshape(BATCH, ctx.seq_len, 1, d) for w in (w_q, w_k))
+      return jax.vmap(lambda rule: _logit_var(q, k, rule))(_stacked(("none", "sqrt"), d))
+
+    return ctx.per_seed("layernorm_projection", draw, compute, d)
+
+  def compute():
+    per_d = {d: one(d) for d in ctx.d_k}
+    return {rule: {d: per_d[d][:, i] for d in ctx.d_k} for i, rule in enumerate(("none", "sqrt"))}
+
+  return ctx.cached("projected_logit_var", compute)
+
+
+def _sqrt_unit_variance(ctx: Context) -> Measurement:
+  iid = _iid_sqrt_var(ctx)
+  conditions = {f"iid q, k entries of std {s:g}": iid[s] for s in SQRT_STDS}
+  conditions[f"LayerNorm-ed tokens of width {_projection_width(ctx)}, SP fan-in W_q, W_k"] = (
+      _projected_logit_var(ctx)["sqrt"])
+  within = {name: all(abs(seed_mean(v) - 1) <= RELATIVE_TOLERANCE for v in by_d.values())
+            for name, by_d in conditions.items()}
+  fraction = sum(within.values()) / len(within)
+  ranges = {name: span([seed_mean(v) for v in by_d.values()], ".3g") for name, by_d in conditions.items()}
+  return Measurement(
+      {"fraction_within_5pct": round_sig(fraction), "within_5pct": within,
+       "var_sqrt": {name: {d: mean_std(v, 4) for d, v in by_d.items()} for name, by_d in conditions.items()}},
+      f"The 1/√d_k logit variance over d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({seeds_text(ctx)}) is "
+      + "; ".join(f"{ranges[n]} for {n}" for n in conditions)
+      + f": within {RELATIVE_TOLERANCE:.0%} of 1 in {sum(within.values())} of {len(within)} conditions.")
+
+
+def _d64_magnitudes(ctx: Context) -> Measurement:
+  d = 64
+
+  def compute(q, k):
+    z = attention_lib.attention_logits(q, k, rule="none")
+    a = jnp.abs(z)
+    row_max = jnp.max(a, axis=-1)
+    return {"std": jnp.std(z), "beyond_24": jnp.mean(a >= 24), "beyond_30": jnp.mean(a >= 30),
+            "rows_24": jnp.mean(row_max >= 24), "rows_30": jnp.mean(row_max >= 30), "absmax": jnp.max(a)}
+
+  v = ctx.per_seed("d64_magnitudes", lambda rng: _iid(rng, ctx, d)[:2], compute)
+  return Measurement(
+      {"frac_beyond_24": round_sig(seed_mean(v["beyond_24"])), "frac_beyond_24_seeds": mean_std(v["beyond_24"], 4),
+       "frac_beyond_30": mean_std(v["beyond_30"], 4), "logit_std": mean_std(v["std"], 4),
+       "rows_reaching_24": mean_std(v["rows_24"], 4), "rows_reaching_30": mean_std(v["rows_30"], 4),
+       "absmax": mean_std(v["absmax"], 4), "keys_per_row": ctx.seq_len},
+      f"Unscaled iid logits at d_k = {d} have std {pm(v['std'])}; {seed_mean(v['beyond_24']):.2%} of them reach "
+      f"|z| ≥ 24 and {seed_mean(v['beyond_30']):.3%} reach |z| ≥ 30; a row of {ctx.seq_len} keys reaches 24 in "
+      f"{seed_mean(v['rows_24']):.0%} and 30 in {seed_mean(v['rows_30']):.1%} of rows; the largest |z| per seed is "
+      f"{pm(v['absmax'])} ({seeds_text(ctx)}).")
+
+
+def _one_hot(ctx: Context) -> Measurement:
+  mp, sat = sweep_series(ctx, "none", "max_prob"), sweep_series(ctx, "none", "saturated_frac")
+  sqrt_mp = sweep_series(ctx, "sqrt", "max_prob")
+  first, last = ctx.d_k[0], ctx.d_k[-1]
+  numbers = {"max_prob_none_at_largest_d_k": round_sig(seed_mean(mp[last])), "largest_d_k": last,
+             "max_prob_none": by_d_k(mp), "saturated_frac_none": by_d_k(sat), "max_prob_sqrt": by_d_k(sqrt_mp)}
+  return Measurement(numbers, (
+      f"Without scaling the mean max attention probability is {seed_mean(mp[first]):.2f} at d_k = {first} and "
+      f"{pm(mp[last], '.2f')} at d_k = {last}, and the rows with max p > {metrics_lib.SATURATION_THRESHOLD:g} go "
+      f"from {seed_mean(sat[first]):.1%} to {seed_mean(sat[last]):.1%}; with 1/√d_k the max probability is "
+      f"{span([seed_mean(v) for v in sqrt_mp.values()])} ({ctx.seq_len} keys, {seeds_text(ctx)})."))
+
+
+def _gradients_vanish(ctx: Context) -> Measurement:
+  none_over_sqrt = lambda metric: {d: n / q for (d, n), q in zip(sweep_series(ctx, "none", metric).items(),
+                                                                  sweep_series(ctx, "sqrt", metric).values())}
+  gq, gz = none_over_sqrt("grad_norm_q"), none_over_sqrt("grad_norm_logits")
+  jac = sweep_series(ctx, "none", "softmax_jacobian_norm")
+  top = ctx.d_k[-1]
+  numbers = {"grad_q_none_over_sqrt_at_largest_d_k": round_sig(seed_mean(gq[top])), "largest_d_k": top,
+             "grad_q_none_over_sqrt": by_d_k(gq), "grad_norm_q_none": by_d_k(sweep_series(ctx, "none", "grad_norm_q")),
+             "grad_k_none_over_sqrt": by_d_k(none_over_sqrt("grad_norm_k")), "grad_logits_none_over_sqrt": by_d_k(gz),
+             "jacobian_norm_none": by_d_k(jac),
+             "jacobian_norm_sqrt": by_d_k(sweep_series(ctx, "sqrt", "softmax_jacobian_norm"))}
+  low = ctx.d_k[0]
+  return Measurement(numbers, (
+      f"Without scaling, over d_k {low} → {top}, the softmax Jacobian norm goes {seed_mean(jac[low]):.3f} → "
+      f"{seed_mean(jac[top]):.3f} and |dL/dlogits| {seed_mean(gz[low]):.3g}× → {seed_mean(gz[top]):.3g}× its 1/√d_k "
+      f"value, while |dL/dq| is {seed_mean(gq[low]):.3g}× → {pm(gq[top])}× its 1/√d_k value (same inputs and upstream "
+      f"gradient, {seeds_text(ctx)})."))
+
+
+def _uniform(ctx: Context, rule: str, name: str) -> Measurement:
+  """How close ``rule``'s attention is to uniform, against 1/√d_k's, via 1 − H/ln T (KL from uniform / ln T)."""
+  ent, sqrt_ent = sweep_series(ctx, rule, "entropy_normalized"), sweep_series(ctx, "sqrt", "entropy_normalized")
+  kl = {d: (1 - e) / (1 - sqrt_ent[d]) for d, e in ent.items()}
+  worst = max(seed_mean(v) for v in kl.values())
+  std = [seed_mean(v) for v in sweep_series(ctx, rule, "logit_std").values()]
+  return Measurement(
+      {"max_kl_ratio": round_sig(worst), "kl_ratio": by_d_k(kl), "entropy_normalized": by_d_k(ent, 6),
+       "entropy_normalized_sqrt": by_d_k(sqrt_ent), "logit_std": dict(zip(ctx.d_k, map(round_sig, std)))},
+      f"With {name} and iid q, k the logit std is {std[0]:.3g} (d_k = {ctx.d_k[0]}) to {std[-1]:.3g} (d_k = "
+      f"{ctx.d_k[-1]}), the normalized entropy (1 = uniform) {seed_mean(ent[ctx.d_k[0]]):.5f} to "
+      f"{seed_mean(ent[ctx.d_k[-1]]):.5f} against {span([seed_mean(v) for v in sqrt_ent.values()])} with 1/√d_k; "
+      f"the KL divergence from uniform is at most {worst:.3g}× 1/√d_k's ({ctx.seq_len} keys, {seeds_text(ctx)}).")
+
+
+def _uniform_criterion(name: str) -> Criterion:
+  """The criterion of the claims that the rule written ``name`` makes attention (nearly) uniform."""
+  return Criterion("max_kl_ratio", f"largest over the measured d_k of KL(attention ‖ uniform) with {name} as a "
+                   "fraction of that with 1/√d_k (iid q, k)", holds=("<", 0.1), fails=(">", 0.5))
+
+
+def _linear_uniform(ctx: Context) -> Measurement:
+  return _uniform(ctx, "linear", "1/d_k")
+
+
+def _quadratic_uniform(ctx: Context) -> Measurement:
+  return _uniform(ctx, "quadratic", "1/d_k²")
+
+
+def _post_softmax(ctx: Context) -> Measurement:
+  rules = ("post_softmax", "sqrt", "none")
+
+  def one(d):
+    def compute(q, k, v):
+      def attend(rule):
+        out, weights = attention_lib.dot_product_attention(q, k, v, rule=rule, return_weights=True)
+        return jnp.sqrt(jnp.mean(jnp.square(out))), jnp.mean(jnp.sum(weights, axis=-1))
+
+      rms, row_sum = jax.vmap(attend)(_stacked(rules, d))
+      return {**{r: rms[i] for i, r in enumerate(rules)}, "row_sum": row_sum[0]}
+    return ctx.per_seed("post_softmax", lambda rng: _iid(rng, ctx, d), compute, d)
+
+  v = {d: one(d) for d in ctx.d_k}
+  vs_sqrt = {d: v[d]["post_softmax"] / v[d]["sqrt"] for d in ctx.d_k}
+  vs_none = {d: v[d]["post_softmax"] / v[d]["none"] for d in ctx.d_k}
+  dev = max(abs(seed_mean(r) - 1) for r in vs_sqrt.values())
+  lo, hi = ctx.d_k[0], ctx.d_k[-1]
+  return Measurement(
+      {"max_output_rms_dev": round_sig(dev), "output_rms_over_sqrt": by_d_k(vs_sqrt),
+       "output_rms_over_unscaled_softmax": by_d_k(vs_none), "row_sum": by_d_k({d: v[d]["row_sum"] for d in ctx.d_k})},
+      f"Dividing after the softmax leaves attention rows summing to {seed_mean(v[lo]['row_sum']):.4f} (d_k = {lo}) to "
+      f"{seed_mean(v[hi]['row_sum']):.4f} (d_k = {hi}); the output RMS is {seed_mean(vs_none[lo]):.4f}× (d_k = "
+      f"{lo}) to {seed_mean(vs_none[hi]):.4f}× (d_k = {hi}) that of the same softmax without the division and "
+      f"{span([seed_mean(r) for r in vs_sqrt.values()], '.2f')}× that of softmax(q·k/√d_k)·v (largest |ratio − 1| "
+      f"{dev:.2f}; iid inputs, {seeds_text(ctx)}).")
+
+
+def _sqrt_flatter_at_128(ctx: Context) -> Measurement:
+  ctx.require_d_k(64, 128)
+  ent, mp = sweep_series(ctx, "sqrt", "entropy_normalized"), sweep_series(ctx, "sqrt", "max_prob")
+  delta = ent[128] - ent[64]
+  spread = float(np.std(delta, ddof=1)) if ctx.num_seeds > 1 else math.nan  # no spread from one seed
+  beyond = float(np.mean(delta)) - 2 * spread
+  compared = (f"{beyond:+.4f} beyond twice its sample std over seeds ({spread:.4f})" if ctx.num_seeds > 1 else
+              "one seed, so no spread to compare it with")
+  return Measurement(
+      {"entropy_rise_beyond_noise": round_sig(beyond), "entropy_rise": mean_std(delta, 4),
+       "entropy_rise_sample_std": round_sig(spread),
+       "entropy_normalized": by_d_k({d: ent[d] for d in (64, 128)}, 5),
+       "max_prob": by_d_k({d: mp[d] for d in (64, 128)})},
+      f"With 1/√d_k the normalized entropy is {pm(ent[64], '.4f')} at d_k = 64 and {pm(ent[128], '.4f')} at 128 "
+      f"(max probability {seed_mean(mp[64]):.4f} vs {seed_mean(mp[128]):.4f}; {ctx.seq_len} keys, "
+      f"{seeds_text(ctx)}): a change of {float(np.mean(delta)):+.4f}, {compared}.")
+
+
+# Low precision: every combination of input dtype, where q·k is accumulated and where the softmax runs, rule,
+# max-subtraction and inputs (iid, or with outlier tokens).
+
+LOW_PRECISION = {"float16": jnp.float16, "bfloat16": jnp.bfloat16}
+ALL_LOW = "q·k and softmax in {dtype}"
+ALL_F32 = "q·k and softmax in float32"
+COMPUTE = ((ALL_LOW, False, False), ("q·k accumulated in float32, softmax in {dtype}", True, False),
+           ("q·k in {dtype}, softmax in float32", False, True), (ALL_F32, True, True))
+Condition = tuple[str, str, str, bool, str]  # dtype, compute, rule, subtract_max, inputs
+
+
+def _low_precision_output(q, k, v, *, dtype, rule: str, acc32: bool, softmax32: bool, subtract_max: bool):
+  """Attention output of q, k, v cast to ``dtype``, with q·k accumulated and softmax computed as asked.
+
+  The library's ``float32_softmax`` switch covers both in float32 (True) or both in the input dtype (False);
+  the mixed cases take the library's logits in one precision and its softmax in the other.
+  """
+  q, k, v = (x.astype(dtype) for x in (q, k, v))
+  if acc32 == softmax32:
+    return attention_lib.dot_product_attention(q, k, v, rule=rule, float32_softmax=acc32, subtract_max=subtract_max)
+  logits = attention_lib.attention_logits(q, k, rule=rule, float32_softmax=acc32, subtract_max=subtract_max)
+  logits = logits.astype(jnp.float32 if softmax32 else dtype)
+  weights = attention_lib.masked_softmax(logits, None, subtract_max=subtract_max).astype(dtype)
+  return jnp.einsum("bnts,bsnh->btnh", weights, v)
+
+
+def _condition_name(c: Condition) -> str:
+  """The name of one low-precision condition."""
+  dtype, compute, rule, subtract_max, inputs = c
+  return (f"{dtype}; {compute.format(dtype=dtype)}; {rule}; "
+          f"{'max-subtracted' if subtract_max else 'no max-subtraction'}; {inputs}")
+
+
+def _outliers(factor: float) -> str:
+  """The name of the inputs with outlier tokens of ``factor``× the norm."""
+  return f"outlier tokens ×{factor:g}"
+
+
+def _nonfinite_grid(ctx: Context, d_k: int) -> dict[Condition, np.ndarray]:
+  """{condition: per-seed fraction of non-finite attention outputs} at ``d_k`` for every condition."""
+  inputs = ("iid", *(_outliers(f) for f in OUTLIER_FACTORS))
+  rules = ("none", "sqrt")
+
+  def fractions(q, k, v, rule):
+    out = {}
+    for subtract_max in (False, True):
+      for name, dtype in LOW_PRECISION.items():
+        for how, acc32, softmax32 in COMPUTE:
+          o = _low_precision_output(q, k, v, dtype=dtype, rule=rule, acc32=acc32, softmax32=softmax32,
+                                    subtract_max=subtract_max)
+          out[(name, how, subtract_max)] = jnp.mean(~jnp.isfinite(o.astype(jnp.float32)))
+      o = attention_lib.dot_product_attention(q, k, v, rule=rule, subtract_max=subtract_max)
+      out[("float32", ALL_F32, subtract_max)] = jnp.mean(~jnp.isfinite(o))
+    return out
+
+  def grid(q, k, v):
+    per_input = lambda f: jax.vmap(lambda rule: fractions(_with_outliers(q, f), _with_outliers(k, f), v, rule))(
+        _stacked(rules, d_k))
+    return jax.vmap(per_input)(jnp.asarray([1.0, *OUTLIER_FACTORS], jnp.float32))  # [inputs, rules]
+
+  def compute():
+    values = ctx.per_seed("nonfinite", lambda rng: _iid(rng, ctx, d_k), grid, d_k)  # [seeds, inputs, rules]
+    return {(dtype, how, rule, sub, label): frac[:, i, j] for (dtype, how, sub), frac in values.items()
+            for i, label in enumerate(inputs) for j, rule in enumerate(rules)}
+
+  return ctx.cached(("nonfinite", d_k), compute)
+
+
+def _grid_numbers(grid: dict[Condition, np.ndarray]) -> dict[str, dict[str, float]]:
+  """Every condition of the grid by name, with mean and std over seeds."""
+  return {_condition_name(c): mean_std(v, 4)
+          for c, v in sorted(grid.items(), key=lambda item: _condition_name(item[0]))}
+
+
+def _nonfinite_measurement(ctx: Context, d_k: int, statistic: str, value: float, finding: str) -> Measurement:
+  """The statistic, d_k and every condition of the non-finite grid at ``d_k``, with the finding."""
+  numbers = {statistic: round_sig(value), "d_k": d_k, "nonfinite_fraction": _grid_numbers(_nonfinite_grid(ctx, d_k))}
+  return Measurement(numbers, finding)
+
+
+def _fp16_overflow(ctx: Context) -> Measurement:
+  d = EXP_D_K
+  grid = {c: seed_mean(v) for c, v in _nonfinite_grid(ctx, d).items()}
+  top = _outliers(max(OUTLIER_FACTORS))
+  low = lambda dtype, rule, inputs: grid[(dtype, ALL_LOW, rule, False, inputs)]
+  f32 = lambda rule, inputs: grid[("float32", ALL_F32, rule, False, inputs)]
+  stat = low("float16", "none", "iid")
+  subtracted = [x for c, x in grid.items() if c[3]]
+  return _nonfinite_measurement(
+      ctx, d, "nonfinite_fp16_unscaled_no_max_sub", stat,
+      f"Without max-subtraction at d_k = {d}, iid inputs, logits and softmax in the input dtype: {stat:.1%} of "
+      f"outputs are non-finite unscaled in float16 ({low('float16', 'sqrt', 'iid'):.1%} with 1/√d_k), "
+      f"{low('bfloat16', 'none', 'iid'):.1%} in bfloat16 and {f32('none', 'iid'):.1%} in float32; with {top} "
+      f"(first and last token) and 1/√d_k: {low('float16', 'sqrt', top):.1%} in float16, "
+      f"{low('bfloat16', 'sqrt', top):.1%} in bfloat16, {f32('sqrt', top):.1%} in float32. With max-subtraction "
+      f"the largest non-finite fraction over all {len(subtracted)} conditions is {max(subtracted):.1%} "
+      f"({seeds_text(ctx)}).")
+
+
+def _low_precision_nan_even_scaled(ctx: Context) -> Measurement:
+  d = LOW_PRECISION_D_K
+  grid = {c: seed_mean(v) for c, v in _nonfinite_grid(ctx, d).items()}
+  outliers = [_outliers(f) for f in OUTLIER_FACTORS]
+  stat = max(grid[(t, ALL_LOW, "sqrt", True, o)] for t in LOW_PRECISION for o in outliers)
+  scaled = {c: x for c, x in grid.items() if c[2] == "sqrt" and c[0] in LOW_PRECISION}
+  subtracted = [x for c, x in scaled.items() if c[3]]
+  worst = max((c for c in scaled if not c[3]), key=scaled.get)
+  return _nonfinite_measurement(
+      ctx, d, "nonfinite_low_precision_sqrt_outliers", stat,
+      f"With 1/√d_k at d_k = {d}, max-subtraction and {' or '.join(outliers)} (first and last token), float16 and "
+      f"bfloat16 attention computed in the input dtype give at most {stat:.1%} non-finite outputs; over all "
+      f"{len(subtracted)} low-precision 1/√d_k conditions with max-subtraction (iid or outliers, q·k and softmax in "
+      f"float32 or not) at most {max(subtracted):.1%}; without max-subtraction up to {scaled[worst]:.1%} "
+      f"({_condition_name(worst)}; {seeds_text(ctx)}).")
+
+
+def _rope_norms(ctx: Context) -> Measurement:
+  dims = [d for d in ctx.d_k if d % 2 == 0]
+  stride = max(1, 32768 // ctx.seq_len)
+  labels = ("0..T-1", f"0..{stride}(T-1)")
+
+  def one(d):
+    def compute(q, k):
+      rel = lambda y, x: jnp.max(jnp.abs(jnp.linalg.norm(y, axis=-1) / jnp.linalg.norm(x, axis=-1) - 1))
+
+      def rotated(positions):
+        rq, rk = rope_lib.apply_rope(q, positions), rope_lib.apply_rope(k, positions)
+        return jnp.maximum(rel(rq, q), rel(rk, k)), _logit_var(rq, rk, "sqrt")
+
+      change, var = jax.vmap(rotated)(jnp.arange(ctx.seq_len)[None, :] * jnp.asarray([[1], [stride]]))
+      return {"change": change, "var": var, "var_without": _logit_var(q, k, "sqrt")}
+    return ctx.per_seed("rope", lambda rng: _iid(rng, ctx, d)[:2], compute, d)
+
+  v = {d: one(d) for d in dims}
+  change = max(float(np.max(v[d]["change"])) for d in dims)
+  d = 64 if 64 in dims else dims[-1]
+  return Measurement(
+      {"max_rel_norm_change": change, "positions": labels, "vectors_per_seed": 2 * BATCH * ctx.seq_len * HEADS,
+       "logit_var_sqrt_without_rope": {d: mean_std(v[d]["var_without"], 4) for d in dims},
+       "logit_var_sqrt_with_rope": {lab: {d: mean_std(v[d]["var"][:, i], 4) for d in dims}
+                                    for i, lab in enumerate(labels)}},
+      f"Over {2 * BATCH * ctx.seq_len * HEADS} q and k vectors per seed at d_k {dims[0]}–{dims[-1]} and positions "
+      f"{' and '.join(labels)}, the largest relative change of a norm under RoPE is {change:.1e}; the 1/√d_k logit "
+      f"variance at d_k = {d} is {pm(v[d]['var_without'])} without and "
+      f"{pm(v[d]['var'][:, -1])} with RoPE ({seeds_text(ctx)}).")
+
+
+def _qk_norm_robust(ctx: Context) -> Measurement:
+  conditions = [f"entries of std {s:g}" for s in QK_STDS] + [_mixed_scales()]
+
+  def one(d):
+    shape = (2, BATCH, ctx.seq_len, 1, 1)  # a std for each token of q and of k
+
+    def draw(rng):
+      q, k, _ = _iid(rng, ctx, d)
+      mixed = _token_stds(rng, shape)
+      return q, k, np.stack([np.full(shape, s) for s in QK_STDS] + [mixed]).astype(np.float32)
+
+    def compute(q, k, stds):
+      return jax.vmap(lambda sd: {r: _logit_var(sd[0] * q, sd[1] * k, r) for r in ("sqrt", "qk_norm")})(stds)
+
+    per_seed = ctx.per_seed("qk_norm", draw, compute, d)  # {rule: [seeds, conditions]}
+    return {c: {r: x[:, i] for r, x in per_seed.items()} for i, c in enumerate(conditions)}
+
+  v = {d: one(d) for d in ctx.d_k}
+  dev = max(abs(seed_mean(v[d][c]["qk_norm"]) - 1) for d in ctx.d_k for c in conditions)
+  qk = [seed_mean(v[d][c]["qk_norm"]) for d in ctx.d_k for c in conditions]
+  d = 64 if 64 in ctx.d_k else ctx.d_k[0]
+  return Measurement(
+      {"max_rel_dev_qk_norm": round_sig(dev),
+       "logit_var": {c: {r: {dd: mean_std(v[dd][c][r], 4) for dd in ctx.d_k} for r in ("sqrt", "qk_norm")}
+                     for c in conditions}},
+      "For q, k with " + ", ".join(conditions) + f", the 1/√d_k logit variance at d_k = {d} is "
+      + ", ".join(f"{seed_mean(v[d][c]['sqrt']):.3g}" for c in conditions)
+      + f"; with QK-norm it is {span(qk)} over these conditions and d_k {ctx.d_k[0]}–{ctx.d_k[-1]} "
+      f"({seeds_text(ctx)}).")
+
+
+def _temperature_equivalence(ctx: Context) -> Measurement:
+  diffs = {}
+  for d in ctx.d_k:
+    worst = []
+    weights = jax.jit(lambda q, k: attention_lib.attention_weights(q, k, rule="sqrt"))
+    for rng in ctx.rngs("temperature", d):
+      q, k, _ = _iid(rng, ctx, d)
+      w = np.asarray(weights(q, k), np.float64)
+      z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+      t = math.sqrt(d)  # the temperature
+      e = np.exp(z / t - np.max(z / t, axis=-1, keepdims=True))
+      worst.append(float(np.max(np.abs(w - e / np.sum(e, axis=-1, keepdims=True)))))
+    diffs[d] = np.asarray(worst)
+  top = max(float(np.max(v)) for v in diffs.values())
+  return Measurement(
+      {"max_abs_diff": top, "max_abs_diff_by_d_k": {d: mean_std(v, 4) for d, v in diffs.items()}},
+      f"The library's softmax(q·k/√d_k) weights (float32) differ from a float64 numpy softmax(q·k/T) with "
+      f"T = √d_k by at most {top:.1e} at d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({n_seeds_text(ctx)}).")
+
+
+def _layernorm_not_enough(ctx: Context) -> Measurement:
+  v = _projected_logit_var(ctx)
+  log_d = np.log(np.asarray(ctx.d_k, np.float64))
+  slopes = np.asarray([np.polyfit(log_d, np.log([v["none"][d][i] for d in ctx.d_k]), 1)[0] if len(ctx.d_k) > 1
+                       else np.nan for i in range(ctx.num_seeds)])
+  lo, hi = ctx.d_k[0], ctx.d_k[-1]
+  width = _projection_width(ctx)
+  std = _sp_spec(width, lo).init_std
+  return Measurement(
+      {"var_exponent": round_sig(seed_mean(slopes)), "var_exponent_by_seed": mean_std(slopes, 4), "width": width,
+       "logit_var_none": {d: mean_std(x, 4) for d, x in v["none"].items()},
+       "logit_var_sqrt": {d: mean_std(x, 4) for d, x in v["sqrt"].items()}},
+      f"Tokens LayerNorm-ed over width {width} (raw: {_mixed_scales()}, offsets of std {TOKEN_OFFSET_STD:g}) and "
+      f"projected by W_q, W_k of "
+      f"std {std:.3g} (SP fan-in) give unscaled logit variance {seed_mean(v['none'][lo]):.3g} at d_k = {lo} and "
+      f"{seed_mean(v['none'][hi]):.4g} at d_k = {hi}: Var ∝ d_k^{pm(slopes, '.3f')}; with 1/√d_k it is "
+      f"{span([seed_mean(x) for x in v['sqrt'].values()])} ({seeds_text(ctx)}).")
+
+
+def _head_dim_constant(ctx: Context) -> Measurement:
+  d = FIXED_HEAD_DIM
+  rule = parametrization_lib.get_parametrization("sp").attention_rule()
+
+  def one(width):
+    heads = max(1, width // d)
+    mult, mult1 = _sp_spec(width, heads * d).multiplier, _sp_spec(width, width).multiplier
+
+    def draw(rng):
+      x = rng.standard_normal((BATCH, ctx.seq_len, width), dtype=np.float32)
+      return x, *_sp_weights(rng, width, heads * d), *_sp_weights(rng, width, width)
+
+    def compute(x, w_q, w_k, w_q1, w_k1):
+      q, k = ((mult * x @ w).reshape(BATCH, ctx.seq_len, heads, d) for w in (w_q, w_k))
+      q1, k1 = ((mult1 * x @ w).reshape(BATCH, ctx.seq_len, 1, width) for w in (w_q1, w_k1))
+      return {"fixed_d_k": jnp.std(attention_lib.attention_logits(q, k, rule=rule)),
+              "one_head": jnp.std(attention_lib.attention_logits(q1, k1, rule=rule))}
+
+    return heads, ctx.per_seed("head_dim_constant", draw, compute, width)
+
+  out = {w: one(w) for w in ctx.widths}
+  std = [seed_mean(v["fixed_d_k"]) for _, v in out.values()]
+  dev = (max(std) - min(std)) / float(np.mean(std))
+  one_head = [seed_mean(v["one_head"]) for _, v in out.values()]
+  return Measurement(
+      {"rel_spread_logit_std": round_sig(dev), "head_dim": d, "heads": {w: h for w, (h, _) in out.items()},
+       "logit_std_fixed_d_k": {w: mean_std(v["fixed_d_k"], 4) for w, (_, v) in out.items()},
+       "logit_std_one_head_d_k_eq_width": {w: mean_std(v["one_head"], 4) for w, (_, v) in out.items()}},
+      f"Unit-variance tokens through SP-initialized W_q, W_k with d_k = {d} and width/{d} heads give 1/√d_k logit "
+      f"std " + ", ".join(f"{seed_mean(v['fixed_d_k']):.4f} (width {w}, {h} head{'s' if h > 1 else ''})"
+                          for w, (h, v) in out.items())
+      + f": (max − min)/mean {dev:.2%}; one head with d_k = width gives "
+      f"{span(one_head, '.4f')} ({seeds_text(ctx)}).")
+
+
+RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
+    Claim("variance_is_dk", "note 1 §3; note 2 §2.1",
+          "q·k of independent zero-mean unit-variance vectors has variance d_k.",
+          Criterion("max_rel_dev", "largest |Var(q·k)/d_k − 1| over the measured d_k (iid unit-variance q, k, mean "
+                    "over seeds)", holds=("<", 0.05), fails=(">", 0.2)),
+          _variance_is_dk),
+    Claim("sqrt_normalizes", "note 1 §1, §3",
+          "Dividing by √d_k normalizes the logit variance to 1.0.",
+          Criterion("fraction_within_5pct", "fraction of input conditions (iid q, k of entry std "
+                    f"{', '.join(f'{s:g}' for s in SQRT_STDS)}; "
+                    "LayerNorm-ed tokens through fan-in-initialized W_q, W_k) in which the 1/√d_k logit variance is "
+                    f"within {RELATIVE_TOLERANCE:.0%} of 1 at every measured d_k", holds=(">", 0.99), fails=("<", 0.5)),
+          _sqrt_unit_variance),
+    Claim("d64_magnitudes", "note 1 §3",
+          "At d_k = 64 unscaled logits have std 8 and easily reach ±24 to ±30.",
+          Criterion("frac_beyond_24", "fraction of unscaled iid logits at d_k = 64 with |z| ≥ 24 (the low end of "
+                    "±24 to ±30; 'easily' = at least 1 in 100)", holds=(">=", 0.01), fails=("<", 0.001)),
+          _d64_magnitudes),
+    Claim("unscaled_one_hot", "note 1 §2; note 2 §2.1",
+          "Without scaling, large d_k drives softmax toward one-hot.",
+          Criterion("max_prob_none_at_largest_d_k", "mean max attention probability of unscaled iid logits at the "
+                    "largest measured d_k (1 = one-hot)", holds=(">", 0.9), fails=("<", 0.5)),
+          _one_hot),
+    Claim("gradients_vanish", "note 1 §3; note 2 §2",
+          "Without scaling the saturated softmax makes backpropagated attention gradients vanish.",
+          Criterion("grad_q_none_over_sqrt_at_largest_d_k", "|dL/dq| without scaling divided by |dL/dq| with "
+                    "1/√d_k at the largest measured d_k (same inputs and upstream gradient)", holds=("<", 0.1),
+                    fails=(">", 1.0)),
+          _gradients_vanish),
+    Claim("linear_uniform", "note 1 §3; note 2 §2.2", "Dividing by d_k instead of √d_k makes attention nearly "
+          "uniform.", _uniform_criterion("1/d_k"), _linear_uniform),
+    Claim("quadratic_uniform", "note 1 §5",
+          "Scaling by d_k² over-flattens attention into an uninformative uniform distribution.",
+          _uniform_criterion("1/d_k²"), _quadratic_uniform),
+    Claim("post_softmax_breaks", "note 1 §4 ⑤, §5",
+          "Applying the division after the softmax breaks the normalization.",
+          Criterion("max_output_rms_dev", "largest over the measured d_k of |RMS(softmax(q·k)·v/√d_k) / "
+                    "RMS(softmax(q·k/√d_k)·v) − 1| (iid inputs)", holds=(">", 0.25), fails=("<", 0.05)),
+          _post_softmax),
+    Claim("sqrt_flatter_at_128", "note 2 §4, follow-up 3",
+          "Going from d_k = 64 to 128 makes 1/√d_k attention more uniform, losing sharpness.",
+          Criterion("entropy_rise_beyond_noise", "rise of the 1/√d_k normalized attention entropy (iid q, k) from "
+                    "d_k = 64 to 128, mean over seeds less twice its sample std (needs 2 or more seeds)",
+                    holds=(">", 0.01), fails=("<", 0.002)),
+          _sqrt_flatter_at_128),
+    Claim("fp16_exp_overflow", "note 1 §2 (b), §4 ④",
+          "Without max-subtraction, exp overflows numerically.",
+          Criterion("nonfinite_fp16_unscaled_no_max_sub", "fraction of non-finite attention outputs without "
+                    f"max-subtraction for unscaled iid logits at d_k = {EXP_D_K} (the note's example), logits and "
+                    "softmax in float16", holds=(">", 0.01), fails=("<=", 0.0)),
+          _fp16_overflow),
+    Claim("low_precision_nan_even_scaled", "note 2 §2.3",
+          "Even with √d_k scaling, individual extreme tokens can overflow FP16/BF16 attention into NaN.",
+          Criterion("nonfinite_low_precision_sqrt_outliers", "largest fraction of non-finite attention outputs "
+                    "with 1/√d_k, max-subtraction, logits and softmax in float16 or bfloat16, with outlier tokens of "
+                    f"{' or '.join(f'{f:g}×' for f in OUTLIER_FACTORS)} the norm (d_k = {LOW_PRECISION_D_K})",
+                    holds=(">", 0.0), fails=("<=", 0.0)),
+          _low_precision_nan_even_scaled),
+    Claim("rope_changes_norms", "note 2 §2.4",
+          "RoPE changes the norms of Q and K, so scaling is still needed.",
+          Criterion("max_rel_norm_change", "largest relative change of |q| or |k| under RoPE over all measured "
+                    "vectors, positions and d_k", holds=(">", 0.01), fails=("<", 0.001)),
+          _rope_norms),
+    Claim("qk_norm_robust", "note 1 §3, §4",
+          "QK-norm replaces the unit-variance assumption with explicit normalization, making the scale robust.",
+          Criterion("max_rel_dev_qk_norm", "largest |Var − 1| of QK-norm logits over input scales (entry std "
+                    f"{', '.join(f'{s:g}' for s in QK_STDS)}, and {_mixed_scales()}) and the measured d_k",
+                    holds=("<", 0.1), fails=(">", 0.5)),
+          _qk_norm_robust),
+    Claim("scale_is_temperature", "note 1 §4 ③",
+          "Dividing by √d_k is a softmax temperature T = √d_k.",
+          Criterion("max_abs_diff", "largest |difference| between the library's 1/√d_k attention weights and an "
+                    "independent float64 numpy softmax(q·k/T) with T = √d_k", holds=("<", 1e-5), fails=(">", 1e-3)),
+          _temperature_equivalence),
+    Claim("layernorm_not_enough", "note 2 §2.4",
+          "LayerNorm does not solve the attention-score variance problem.",
+          Criterion("var_exponent", "exponent a of Var(unscaled q·k) ∝ d_k^a for LayerNorm-ed tokens projected by "
+                    "fan-in-initialized W_q, W_k (log-log fit over the measured d_k, mean over seeds)",
+                    holds=(">", 0.8), fails=("<", 0.2)),
+          _layernorm_not_enough),
+    Claim("head_dim_constant", "note 1 §4 (English)",
+          "Keeping d_k fixed while width grows with the head count preserves the attention scale.",
+          Criterion("rel_spread_logit_std", "(max − min)/mean across widths of the 1/√d_k logit std with d_k = "
+                    f"{FIXED_HEAD_DIM} and width/{FIXED_HEAD_DIM} heads (unit-variance tokens, SP fan-in W_q, W_k)",
+                    holds=("<", 0.05), fails=(">", 0.2)),
+          _head_dim_constant),
+)
+"""The claims random inputs can settle, in the order of the tables."""
