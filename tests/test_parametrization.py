@@ -61,7 +61,7 @@ _CLOSED_FORM = [
     ("umup", "hidden", 256, 1024, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
     ("umup", "hidden", 1024, 256, 256, _S(1.0, 0.03125, 0.03125, 0.03125)),
     ("umup", "attn_o", 256, 256, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
-    ("umup", "readout", 256, 100, 256, _S(1.0, 0.0625, 0.0625, 0.0625)),
+    ("umup", "readout", 256, 100, 256, _S(1.0, 1 / 256, 1.0, 1.0)),
     ("umup", "bias", 1, 1024, 256, _S(0.0, 1.0, 1.0, 1.0)),
     ("umup", "norm", 1, 256, 256, _S(0.0, 1.0, 1.0, 1.0, init_mean=1.0)),
     ("umup", "hidden", 64, 256, 64, _S(1.0, 0.125, 0.125, 0.125)),
@@ -150,12 +150,11 @@ def _umup_reference(kind, n_in, n_out, m):
   embedding  1     1         1/√n_out
   hidden     1     1/√n_in   1/√n_in
   attn_*     1     1/√n_in   1/√n_in
-  readout    1     1/√n_in   1/√n_in
+  readout    1     1/n_in    1
   bias/norm  0     1         1
   =========  ====  ========  ========
 
-  The readout row departs from the paper's (A = 1/n_in, Adam LR 1) to start with unit-scale logits; its
-  A · Adam LR = 1/n_in is the paper's, so the logits move by the same amount per update.
+  (``umup_scales="paper"``, the default; "covariance" gives the readout A = 1/√n_in and Adam LR 1/√n_in.)
 
   The model computes u-μP with unit-scaled operations whose backward pass rescales gradients to unit scale, so
   the SGD LR equals the Adam LR (``unit_scaling.optim.lr_scale_func_sgd`` with an unconstrained readout returns
@@ -167,7 +166,7 @@ def _umup_reference(kind, n_in, n_out, m):
   elif kind == "embedding":
     a, lr_adam, b = 1.0, 1.0 / math.sqrt(n_out), 1.0
   elif kind == "readout":
-    a, lr_adam, b = 1.0 / math.sqrt(n_in), 1.0 / math.sqrt(n_in), 1.0
+    a, lr_adam, b = 1.0 / n_in, 1.0, 1.0
   else:
     a, lr_adam, b = 1.0 / math.sqrt(n_in), 1.0 / math.sqrt(n_in), 1.0
   if kind in P.VECTOR_KINDS:
@@ -552,7 +551,7 @@ class ParamSpecsTest(chex.TestCase):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
     specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
     self.assertEqual(specs["block_0"]["mlp"]["fc_out"]["kernel"], P.LayerSpec(1.0, 0.125, 0.125, 0.125))
-    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 0.25, 0.25, 0.25))
+    self.assertEqual(specs["readout"]["kernel"], P.LayerSpec(1.0, 1 / 16, 1.0, 1.0))
 
   def test_unknown_kind_named(self):
     params = _contract_params()
