@@ -548,24 +548,39 @@ class PaperTrainingTest(parameterized.TestCase):
     self.assertLess(losses[-1], 0.5 * losses[0])
 
 
-class UnitScaleCheckScriptTest(absltest.TestCase):
+class UnitScaleCheckScriptTest(parameterized.TestCase):
   """scripts/unit_scale_check.py on a tiny grid: its table and summary agree with the measurements it saved."""
 
-  def test_tiny_grid(self):
+  @parameterized.parameters("paper", "covariance")
+  def test_tiny_grid(self, umup_scales):
     root = pathlib.Path(__file__).resolve().parents[1]
     out = pathlib.Path(self.create_tempdir().full_path) / "unit_scale.md"
-    subprocess.run([sys.executable, str(root / "scripts" / "unit_scale_check.py"), str(out), "--widths=16",
-                    "--depths=1,2", "--seq_lens=8"], check=True, cwd=root, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"})
-    runs = json.loads(out.with_suffix(".json").read_text())
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    script = [sys.executable, str(root / "scripts" / "unit_scale_check.py")]
+    subprocess.run([*script, f"--out={out}", "--widths=16", "--depths=1,2", "--seq_lens=8",
+                    f"--umup_scales={umup_scales}"], check=True, cwd=root, capture_output=True, env=env)
+    saved = json.loads(out.with_suffix(".json").read_text())
+    self.assertEqual(saved["umup_scales"], umup_scales)
+    runs = saved["runs"]
     self.assertEqual(sorted(runs), ["16/1/8", "16/2/8"])
     text = out.read_text()
+    self.assertIn(f"--umup_scales={umup_scales}", text)
     values = [v for scales in runs.values() for v in scales.values()]
-    self.assertIn(f"the smallest RMS is {min(values):.2f}", text)
-    self.assertIn(f"the largest {max(values):.2f}", text)
+    self.assertIn(f"the smallest RMS is {min(values):.3g}", text)
+    self.assertIn(f"the largest {max(values):.3g}", text)
     inside = all(0.5 <= v <= 2.0 for v in values)
     self.assertEqual("quantities are in [0.5, 2]" in text, inside)
     self.assertEqual(text.count("| **no** |") == 0, inside)
+    # --merge pools saved runs of the same setting (and refuses the other's).
+    merged = out.with_name("merged.md")
+    subprocess.run([*script, f"--out={merged}", f"--merge={out.with_suffix('.json')}",
+                    f"--umup_scales={umup_scales}"], check=True, cwd=root, capture_output=True, env=env)
+    self.assertEqual(merged.read_text().splitlines()[-2:], text.splitlines()[-2:])
+    other = "paper" if umup_scales == "covariance" else "covariance"
+    refused = subprocess.run([*script, f"--out={merged}", f"--merge={out.with_suffix('.json')}",
+                              f"--umup_scales={other}"], cwd=root, capture_output=True, env=env, text=True)
+    self.assertEqual(refused.returncode, 2)
+    self.assertIn(f"not {other!r}", refused.stderr)
 
 
 if __name__ == "__main__":
