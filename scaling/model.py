@@ -348,6 +348,18 @@ def unit_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScal
                                           rope_base=config.rope_base if config.positions == "rope" else None)
 
 
+def _model_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScales:
+  """``unit_scales`` under u-μP; otherwise no op scales (None per block and readout) and gradient scales 1."""
+  if config.parametrization.unit_scaled:
+    return unit_scales(config, batch, seq_len)
+  return unit.ModelScales((None,) * config.depth, 1.0, 1.0, 1.0, None)
+
+
+def _linear_scales(scales: unit.BlockScales | None, name: str) -> unit.LinearScales | None:
+  """The scales of the block's linear ``name`` (None without unit scaling)."""
+  return None if scales is None else getattr(scales, name)
+
+
 def _unit_norm(norm: Callable[[Array], Array], x: Array, grad_factor: float,
                probe: Callable[[Array], Array]) -> Array:
   """probe(norm(x)) with the probed output gradient × grad_factor, undone at the norm's input.
@@ -403,7 +415,7 @@ class Attention(nn.Module):
       q, kk, v = (layers.fused_dense(x, kernels, cfg.compute_dtype) if s is None
                   else layers.unit_fused_dense(x, kernels, s.query, cfg.compute_dtype))
     else:  # projections of different backward scales
-      q, kk, v = (_dense(cfg, f, kind, name, getattr(s, name))(x) for f, kind, name in projections)
+      q, kk, v = (_dense(cfg, f, kind, name, _linear_scales(s, name))(x) for f, kind, name in projections)
     q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
     self.sow("intermediates", "q_projected", q)  # before RoPE and any QK-norm (kept only when asked for)
     self.sow("intermediates", "k_projected", kk)
@@ -437,7 +449,7 @@ class Attention(nn.Module):
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return _dense(cfg, cfg.width, "attn_o", "out", None if s is None else s.out)(out)
+    return _dense(cfg, cfg.width, "attn_o", "out", _linear_scales(s, "out"))(out)
 
 
 class Mlp(nn.Module):
@@ -451,9 +463,9 @@ class Mlp(nn.Module):
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     s = self.scales
-    hidden = _dense(cfg, cfg.mlp_hidden, "hidden", "fc_in", None if s is None else s.fc_in)(x)
+    hidden = _dense(cfg, cfg.mlp_hidden, "hidden", "fc_in", _linear_scales(s, "fc_in"))(x)
     hidden = layers.probe(self, "act_hidden", nn.gelu(hidden) if s is None else unit.gelu(hidden))
-    return _dense(cfg, cfg.width, "hidden", "fc_out", None if s is None else s.fc_out)(hidden)
+    return _dense(cfg, cfg.width, "hidden", "fc_out", _linear_scales(s, "fc_out"))(hidden)
 
 
 class Block(nn.Module):
@@ -547,26 +559,25 @@ class Transformer(nn.Module):
     if t > cfg.max_len:
       raise ValueError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
-    s = unit_scales(cfg, b, t) if p.unit_scaled else None
-    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, grad_scale=s.embedding if s else 1.0,
-                           name="embed")(tokens)
+    s = _model_scales(cfg, b, t)
+    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, grad_scale=s.embedding, name="embed")(tokens)
     if embedded is not None:
       if embedded.shape != x.shape:
         raise ValueError(f"embedded must have shape {x.shape}, got {embedded.shape}")
       x = embedded.astype(dt)
     if cfg.positions == "learned":
-      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, grad_scale=s.positions if s else 1.0,
+      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, grad_scale=s.positions,
                                  name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, index=i, attn_mult=self.attn_mult, scales=s.blocks[i] if s else None, name=f"block_{i}")(x)
+      x = Block(cfg, index=i, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, grad_scale=s.ln_final if s else 1.0,
+      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, grad_scale=s.ln_final,
                       name="ln_final")(x)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    logits = _dense(cfg, cfg.vocab_size, "readout", "readout", s.readout if s else None, use_bias=False)(x)
+    logits = _dense(cfg, cfg.vocab_size, "readout", "readout", s.readout, use_bias=False)(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
