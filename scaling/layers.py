@@ -127,15 +127,21 @@ def _rows(x: Array) -> int:
   return max(1, x.size // x.shape[-1])
 
 
-class ScaledDense(nn.Module):
-  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization.
+DenseParts = tuple[Array, float, "Array | None", float]
 
-  Under a unit-scaled parametrization (u-μP) the product is ``scaling.unit_scaling.linear``: forward A, the
-  gradient of W × 1/√rows, the gradient of x × A (``constrained``) or × 1/√fan_out (not constrained: the MLP's
-  mirrored pair and the readout), times ``grad_input_factor`` (which undoes a backward scale of the op after
-  the layer that differs from its forward scale, so that the gradient of x stays the true one up to a constant);
-  the gradient of W × ``grad_weight_factor`` too (rows correlated with each other).
-  """
+
+def _dense_params(module: nn.Module, fan_in: int, features: int, kind: str, parametrization: param_lib.Parametrization,
+                  width: int, use_bias: bool) -> DenseParts:
+  """(kernel [fan_in, features], its multiplier, bias [features] or None, its multiplier) of a dense layer."""
+  kernel, mult = kind_param(module, "kernel", kind, (fan_in, features), parametrization, width)
+  bias, bmult = None, 1.0
+  if use_bias:
+    bias, bmult = kind_param(module, "bias", "bias", (features,), parametrization, width)
+  return kernel, mult, bias, bmult
+
+
+class ScaledDense(nn.Module):
+  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization."""
 
   features: int
   kind: str
@@ -143,29 +149,17 @@ class ScaledDense(nn.Module):
   width: int
   use_bias: bool = False
   dtype: Any = jnp.float32
-  constrained: bool = True
-  grad_input_factor: float = 1.0
-  grad_weight_factor: float = 1.0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """x [..., fan_in] -> [..., features] in ``dtype``."""
-    kernel, mult = kind_param(self, "kernel", self.kind, (x.shape[-1], self.features), self.parametrization,
-                              self.width)
-    if self.parametrization.unit_scaled:
-      rows = _rows(x)
-      grad_in = (mult if self.constrained else self.features**-0.5) * self.grad_input_factor
-      y = unit.linear(x.astype(self.dtype), kernel.astype(self.dtype), mult, grad_in,
-                      rows**-0.5 * self.grad_weight_factor)
-      if self.use_bias:
-        bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
-        y = y + unit.scale(bias.astype(self.dtype), bmult, rows**-0.5)
-      return y
-    y = scaled(jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype)), mult)
-    if self.use_bias:
-      bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
-      y = y + scaled(bias.astype(self.dtype), bmult)
-    return y
+    parts = _dense_params(self, x.shape[-1], self.features, self.kind, self.parametrization, self.width,
+                          self.use_bias)
+    return self._product(x, [parts])[0]
+
+  def _product(self, x: Array, parts: list[DenseParts]) -> list[Array]:
+    """The layer's product of x with its parameters (``fused_dense``)."""
+    return fused_dense(x, parts, self.dtype)
 
 
 class DenseKernel(nn.Module):
@@ -178,16 +172,23 @@ class DenseKernel(nn.Module):
   use_bias: bool = False
 
   @nn.compact
-  def __call__(self, fan_in: int) -> tuple[Array, float, Array | None, float]:
+  def __call__(self, fan_in: int) -> DenseParts:
     """(kernel [fan_in, features], its multiplier, bias [features] or None, its multiplier)."""
-    kernel, mult = kind_param(self, "kernel", self.kind, (fan_in, self.features), self.parametrization, self.width)
-    bias, bmult = None, 1.0
-    if self.use_bias:
-      bias, bmult = kind_param(self, "bias", "bias", (self.features,), self.parametrization, self.width)
-    return kernel, mult, bias, bmult
+    return _dense_params(self, fan_in, self.features, self.kind, self.parametrization, self.width, self.use_bias)
 
 
-def fused_dense(x: Array, parts: list[tuple[Array, float, Array | None, float]], dtype: Any) -> list[Array]:
+def _concat_split(x: Array, parts: list[DenseParts], dtype: Any,
+                  product: Callable[[Array, Array], Array]) -> list[tuple[Array, DenseParts]]:
+  """product(x, [W_1 … W_n]) split into the n parts' outputs, each with its part."""
+  kernel = jnp.concatenate([k.astype(dtype) for k, _, _, _ in parts], axis=1)
+  y = product(x.astype(dtype), kernel)
+  ends = [0]
+  for k, _, _, _ in parts:
+    ends.append(ends[-1] + k.shape[1])
+  return [(y[..., start:end], part) for part, start, end in zip(parts, ends[:-1], ends[1:])]
+
+
+def fused_dense(x: Array, parts: list[DenseParts], dtype: Any) -> list[Array]:
   """``ScaledDense`` of several layers of one input as one matmul: x @ [W_1 … W_n], split, each scaled by its A_i.
 
   Args:
@@ -198,34 +199,69 @@ def fused_dense(x: Array, parts: list[tuple[Array, float, Array | None, float]],
   Returns:
     [A_i·(x @ W_i) (+ A_bi·b_i)] for each part, each [..., features_i] in ``dtype``.
   """
-  kernel = jnp.concatenate([k.astype(dtype) for k, _, _, _ in parts], axis=1)
-  y = jnp.dot(x.astype(dtype), kernel)
-  ends = [0]
-  for k, _, _, _ in parts:
-    ends.append(ends[-1] + k.shape[1])
   out = []
-  for (_, mult, bias, bmult), start, end in zip(parts, ends[:-1], ends[1:]):
-    part = scaled(y[..., start:end], mult)
-    out.append(part if bias is None else part + scaled(bias.astype(dtype), bmult))
+  for y, (_, mult, bias, bmult) in _concat_split(x, parts, dtype, jnp.dot):
+    y = scaled(y, mult)
+    out.append(y if bias is None else y + scaled(bias.astype(dtype), bmult))
   return out
 
 
+def unit_fused_dense(x: Array, parts: list[DenseParts], scales: unit.LinearScales, dtype: Any) -> list[Array]:
+  """u-μP's linear of several layers of one input with the same scales as one ``unit_scaling.linear``.
+
+  Args:
+    x: [..., fan_in].
+    parts: ``DenseKernel`` outputs of each layer; their multipliers are not used (``scales.output`` is the op's
+      forward scale, the parametrization's A).
+    scales: the op's (output, grad-input, grad-weight) scales.
+    dtype: the compute dtype.
+
+  Returns:
+    [linear(x, W_i, *scales) (+ b_i with its gradient × 1/√rows)] for each part, each [..., features_i].
+  """
+  if not isinstance(scales, unit.LinearScales):
+    raise TypeError(f"scales must be a unit_scaling.LinearScales, got {scales!r}")
+  product = lambda x, kernel: unit.linear(x, kernel, *scales)
+  out = []
+  for y, (_, _, bias, bmult) in _concat_split(x, parts, dtype, product):
+    out.append(y if bias is None else y + unit.scale(bias.astype(dtype), bmult, _rows(x)**-0.5))
+  return out
+
+
+class UnitDense(ScaledDense):
+  """u-μP's linear layer: ``unit_scaling.linear`` with the given scales, parameters as ``ScaledDense``'s.
+
+  The forward scale is ``scales.output`` (the parametrization's multiplier A of the kind); the input and
+  weight gradients take ``scales.grad_input`` and ``scales.grad_weight``, a bias's gradient 1/√rows.
+  """
+
+  scales: unit.LinearScales | None = None
+
+  def _product(self, x: Array, parts: list[DenseParts]) -> list[Array]:
+    """``unit_fused_dense`` with the layer's scales."""
+    return unit_fused_dense(x, parts, self.scales, self.dtype)
+
+
 class ScaledEmbed(nn.Module):
-  """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the parametrization."""
+  """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the parametrization.
+
+  ``grad_scale`` multiplies the table's gradient (u-μP: ``unit_scaling.embedding_grad_scale``; 1 = none).
+  """
 
   num_embeddings: int
   features: int
   parametrization: param_lib.Parametrization
   width: int
   dtype: Any = jnp.float32
+  grad_scale: float = 1.0
 
   @nn.compact
   def __call__(self, ids: Array) -> Array:
     """ids int [...] -> [..., features] in ``dtype``."""
     table, mult = kind_param(self, "embedding", "embedding", (self.num_embeddings, self.features),
                              self.parametrization, self.width)
-    if self.parametrization.unit_scaled:  # each row's gradient sums ~ids.size / V rows: × √(V / ids.size)
-      table = unit.scale(table, 1.0, (self.num_embeddings / max(1, ids.size)) ** 0.5)
+    if self.grad_scale != 1.0:
+      table = unit.scale(table, 1.0, self.grad_scale)
     return scaled(jnp.take(table, ids, axis=0).astype(self.dtype), mult)
 
 
@@ -233,7 +269,8 @@ class Norm(nn.Module):
   """LayerNorm or RMSNorm over the last axis (in float32) with gain ``scale`` (and ``bias`` if use_bias).
 
   ``final=True`` marks the norm after the last block: its parameters are of the
-  kinds "final_norm" and "final_bias", which depth scaling leaves alone.
+  kinds "final_norm" and "final_bias", which depth scaling leaves alone. ``grad_scale``
+  multiplies the gradients of the gain and bias (u-μP: ``unit_scaling.norm_grad_scale``; 1 = none).
   """
 
   kind: str
@@ -243,6 +280,7 @@ class Norm(nn.Module):
   dtype: Any = jnp.float32
   eps: float = 1e-6
   final: bool = False
+  grad_scale: float = 1.0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -250,8 +288,7 @@ class Norm(nn.Module):
     gain_kind, bias_kind = ("final_norm", "final_bias") if self.final else ("norm", "bias")
     scale, mult = kind_param(self, "scale", gain_kind, (d,), self.parametrization, self.width)
     norm = rules_lib.layer_norm if self.kind == "layer" else rules_lib.rms_norm
-    grad_scale = (lambda v: unit.scale(v, 1.0, _rows(x) ** -0.5)) if self.parametrization.unit_scaled else (
-        lambda v: v)
+    grad_scale = (lambda v: v) if self.grad_scale == 1.0 else (lambda v: unit.scale(v, 1.0, self.grad_scale))
     y = norm(x.astype(jnp.float32), self.eps) * scaled(grad_scale(scale), mult)
     if self.use_bias:
       bias, bmult = kind_param(self, "bias", bias_kind, (d,), self.parametrization, self.width)

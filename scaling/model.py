@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -42,6 +42,7 @@ from scaling import parametrization as param_lib
 from scaling import rope as rope_lib
 from scaling import rules as rules_lib
 from scaling import unit_scaling as unit
+from scaling import unit_scaling_covariance as covariance_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -214,6 +215,10 @@ class ModelFamily(Options):
                               "[0.5, 1] (0.5: depth-muP, 1: CompleteP).", lower=0.0, upper=1.0)
   base_depth: int | None = option(None, "Depth at which the parametrization is tuned (depth scaling is 1 there); "
                                   "default: --depth (m_L = 1).", lower=1)
+  umup_scales: str = option("paper", "u-muP's op scales: paper (the fixed closed forms of Blake et al. 2024 and "
+                            "graphcore-research/unit-scaling) or covariance (this project's correction for positions "
+                            "correlated at init; scales change with T). Only umup reads it.",
+                            choices=param_lib.UMUP_SCALES)
 
   def validate(self):
     param_lib.check_depth_alpha(self.depth_alpha)
@@ -268,6 +273,8 @@ class ModelFamily(Options):
     depth_options = {}
     if self.depth_alpha:
       depth_options = dict(depth_alpha=self.depth_alpha, base_depth=self.base_depth or depth)
+    if name == "umup":
+      depth_options["umup_scales"] = self.umup_scales
     return param_lib.get_parametrization(name, base_width=self.base_width, base_head_dim=self.base_head_dim,
                                          zero_query=self.zero_query, zero_readout=self.zero_readout, depth=depth,
                                          **depth_options)
@@ -315,46 +322,63 @@ class ModelFamily(Options):
           raise ValueError(e if f"width {width}" in str(e) else f"width {width}: {e}") from None
 
 
-def _forward_factors(cfg: ModelConfig, seq_len: int) -> tuple[float, ...]:
-  """``unit_scaling.attention_correlation_factors`` of a u-μP model over T = seq_len."""
-  p = cfg.parametrization
-  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
-  return unit.attention_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, pre_ln=cfg.pre_ln,
-                                            learned_positions=cfg.positions == "learned", causal=cfg.causal)
+def unit_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScales:
+  """The unit scales of a u-μP model on [batch, seq_len] inputs, as its parametrization's ``umup_scales`` says.
 
+  Args:
+    config: a model whose parametrization is unit-scaled (u-μP).
+    batch: B.
+    seq_len: T.
 
-def _backward_factors(cfg: ModelConfig, seq_len: int) -> tuple[tuple[unit.BlockGradientFactors, ...], tuple[float, ...]]:
-  """``unit_scaling.gradient_correlation_factors`` of a u-μP model over T = seq_len."""
-  p = cfg.parametrization
-  taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)
-  return unit.gradient_correlation_factors(seq_len, taus, vocab_size=cfg.vocab_size, width=cfg.width,
-                                           head_dim=cfg.head_dim, attn_mult=p.attn_mult, pre_ln=cfg.pre_ln,
-                                           learned_positions=cfg.positions == "learned", causal=cfg.causal,
-                                           rope_base=cfg.rope_base if cfg.positions == "rope" else None)
-
-
-def _unit_norm(norm: Callable[[Array], Array], x: Array, gain_factor: float, grad_factor: float,
-               probe: Callable[[Array], Array]) -> Array:
-  """probe(norm(x)): probed output gradient × grad_factor, the gain's (and bias') gradient × gain_factor more.
-
-  The gradient of x stays the true one: the scales of the norm's output gradient are undone at its input.
+  Returns:
+    ``unit_scaling.paper_scales`` ("paper": the paper's fixed closed forms) or
+    ``unit_scaling_covariance.covariance_scales`` ("covariance": corrected for positions correlated at init).
   """
-  if gain_factor == 1.0 and grad_factor == 1.0:
+  p = config.parametrization
+  if not p.unit_scaled:
+    raise ValueError(f"unit scales need a unit-scaled parametrization (umup), got {p.name!r}")
+  shape = dict(batch=batch, seq_len=seq_len, width=config.width, mlp_hidden=config.mlp_hidden,
+               num_heads=config.num_heads, kv_heads=config.kv_heads, head_dim=config.head_dim,
+               vocab_size=config.vocab_size, max_len=config.max_len, depth=config.depth, attn_mult=p.attn_mult,
+               residual_mult=p.residual_mult, residual_attn_ratio=p.residual_attn_ratio, causal=config.causal)
+  if p.umup_scales == "paper":
+    return unit.paper_scales(**shape)
+  return covariance_lib.covariance_scales(**shape, pre_ln=config.pre_ln,
+                                          learned_positions=config.positions == "learned",
+                                          rope_base=config.rope_base if config.positions == "rope" else None)
+
+
+def _model_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScales:
+  """``unit_scales`` under u-μP; otherwise no op scales (None per block and readout) and gradient scales 1."""
+  if config.parametrization.unit_scaled:
+    return unit_scales(config, batch, seq_len)
+  return unit.ModelScales((None,) * config.depth, 1.0, 1.0, 1.0, None)
+
+
+def _linear_scales(scales: unit.BlockScales | None, name: str) -> unit.LinearScales | None:
+  """The scales of the block's linear ``name`` (None without unit scaling)."""
+  return None if scales is None else getattr(scales, name)
+
+
+def _unit_norm(norm: Callable[[Array], Array], x: Array, grad_factor: float,
+               probe: Callable[[Array], Array]) -> Array:
+  """probe(norm(x)) with the probed output gradient × grad_factor, undone at the norm's input.
+
+  The gradient of x stays the true one; the norm's gain (and bias) sees the gradient × grad_factor.
+  """
+  if grad_factor == 1.0:
     return probe(norm(x))
-  y = unit.scale(norm(unit.scale(x, 1.0, 1.0 / (gain_factor * grad_factor))), 1.0, gain_factor)
-  return unit.scale(probe(y), 1.0, grad_factor)
+  return unit.scale(probe(norm(unit.scale(x, 1.0, 1.0 / grad_factor))), 1.0, grad_factor)
 
 
-class AttentionUnitScales(NamedTuple):
-  """u-μP's scales of one attention (``Attention.unit_scales``)."""
-  forward: float
-  q_grad: float
-  k_grad: float
-  v_grad: float
-  w_v: float  # weight-gradient factors of the projections
-  w_o: float
-  w_q: float
-  w_k: float
+def _dense(cfg: ModelConfig, features: int, kind: str, name: str, scales: unit.LinearScales | None,
+           use_bias: bool | None = None) -> nn.Module:
+  """The model's dense layer: ``layers.UnitDense`` with u-μP's scales, else ``layers.ScaledDense``."""
+  use_bias = cfg.use_bias if use_bias is None else use_bias
+  if scales is not None:
+    return layers.UnitDense(features, kind, cfg.parametrization, cfg.width, use_bias, cfg.compute_dtype,
+                            scales=scales, name=name)
+  return layers.ScaledDense(features, kind, cfg.parametrization, cfg.width, use_bias, cfg.compute_dtype, name=name)
 
 
 class Attention(nn.Module):
@@ -366,32 +390,14 @@ class Attention(nn.Module):
   centring acts on the rotated vector. Sows the
   ``ATTENTION_METRICS`` of the logits and weights it used (NaN for those the
   blockwise path never forms). ``attn_mult``, when given (a value that may be traced, e.g. vmapped over a grid),
-  replaces the rule by the ``linear`` rule's α/d_head with α = attn_mult.
+  replaces the rule by the ``linear`` rule's α/d_head with α = attn_mult. ``scales`` (u-μP): the block's unit
+  scales; the projections and the attention then compute with them (``unit_scaling.attention``).
   """
 
   config: ModelConfig
   index: int = 0
   attn_mult: Any = None
-
-  def unit_scales(self, seq_len: int) -> AttentionUnitScales:
-    """u-μP's (forward, q-, k- and v-gradient scales, W_v-, W_o-, W_q- and W_k-gradient factors) of this attention.
-
-    The forward scale corrects u-μP's √(T / log T) for values correlated across positions
-    (``unit_scaling.attention_correlation_factors``); the q- and k-gradient scales are u-μP's for a gradient
-    independent across positions, × √d_head/α_attn (``unit_scaling.attention_qk_grad_scale``); they, the
-    v-gradient scale and the factors of the projections' weight gradients correct for gradients and inputs
-    correlated across positions (``unit_scaling.gradient_correlation_factors``).
-    """
-    cfg = self.config
-    rule = dict(mult=cfg.parametrization.attn_mult, causal=cfg.causal)
-    h = cfg.head_dim
-    correlation = _forward_factors(cfg, seq_len)[self.index]
-    f = _backward_factors(cfg, seq_len)[0][self.index]
-    return AttentionUnitScales(unit.attention_scale(seq_len, h, correlation=correlation, **rule),
-                               unit.attention_qk_grad_scale(seq_len, h, correlation=f.query, **rule),
-                               unit.attention_qk_grad_scale(seq_len, h, correlation=f.key, **rule),
-                               unit.attention_scale(seq_len, h, correlation=f.value, **rule),
-                               f.w_v, f.w_o, f.w_q, f.w_k)
+  scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -400,20 +406,16 @@ class Attention(nn.Module):
     p = cfg.parametrization
     b, t, _ = x.shape
     n, k, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
-    dense = lambda features, kind, name, factor=1.0, weight_factor=1.0: layers.ScaledDense(
-        features, kind, p, cfg.width, cfg.use_bias, cfg.compute_dtype, grad_input_factor=factor,
-        grad_weight_factor=weight_factor, name=name)
-    scales = self.unit_scales(t) if p.unit_scaled else None
-    if scales:  # u-μP's products carry their own backward scales
-      # The q, k, v projections undo the attention's backward scales that differ from its forward one.
-      q = dense(n * h, "attn_q", "query", scales.forward / scales.q_grad, scales.w_q)(x)
-      kk = dense(k * h, "attn_k", "key", scales.forward / scales.k_grad, scales.w_k)(x)
-      v = dense(k * h, "attn_v", "value", scales.forward / scales.v_grad, scales.w_v)(x)
-    else:  # one matmul for q, k and v; parameters, kinds and multipliers stay those of three layers
-      projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
+    s = self.scales
+    projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
+    if s is None or s.query == s.key == s.value:
+      # One matmul for q, k and v; parameters, kinds and multipliers stay those of three layers.
       kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
                  for f, kind, name in projections]
-      q, kk, v = layers.fused_dense(x, kernels, cfg.compute_dtype)
+      q, kk, v = (layers.fused_dense(x, kernels, cfg.compute_dtype) if s is None
+                  else layers.unit_fused_dense(x, kernels, s.query, cfg.compute_dtype))
+    else:  # projections of different backward scales
+      q, kk, v = (_dense(cfg, f, kind, name, _linear_scales(s, name))(x) for f, kind, name in projections)
     q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
     self.sow("intermediates", "q_projected", q)  # before RoPE and any QK-norm (kept only when asked for)
     self.sow("intermediates", "k_projected", kk)
@@ -443,47 +445,34 @@ class Attention(nn.Module):
       stats["attn_max_lse"] = metrics_lib.max_lse(lse)
       return out
 
-    if scales:
-      out = unit.attention(attend, q, kk, v, scales.forward, scales.q_grad, scales.k_grad, scales.v_grad)
-    else:
-      out = attend(q, kk, v)
+    out = attend(q, kk, v) if s is None else unit.attention(attend, q, kk, v, *s.attention)
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return dense(cfg.width, "attn_o", "out", 1.0, scales.w_o if scales else 1.0)(out)
+    return _dense(cfg, cfg.width, "attn_o", "out", _linear_scales(s, "out"))(out)
 
 
 class Mlp(nn.Module):
-  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (unit-scaled GELU under u-μP).
-
-  Under u-μP the weight gradients of fc_in and fc_out are corrected for inputs and gradients correlated across
-  positions (``unit_scaling.gradient_correlation_factors``).
-  """
+  """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (u-μP: its scales, the unit-scaled GELU)."""
 
   config: ModelConfig
   index: int = 0
+  scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
-    unit_scaled = cfg.parametrization.unit_scaled
-    f = _backward_factors(cfg, x.shape[-2])[0][self.index] if unit_scaled else None
-    fc_in, fc_out = (f.fc_in, f.fc_out) if f else (1.0, 1.0)
-    # Under u-μP fc_in and fc_out are a mirrored pair: each scales its input gradient by 1/√fan_out, and the
-    # product of the two equals the product of their forward scales (the MLP's input gradient is the true one).
-    dense = lambda features, name, factor: layers.ScaledDense(
-        features, "hidden", cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
-        constrained=not unit_scaled, grad_weight_factor=factor, name=name)
-    hidden = dense(cfg.mlp_hidden, "fc_in", fc_in)(x)
-    hidden = layers.probe(self, "act_hidden", unit.gelu(hidden) if unit_scaled else nn.gelu(hidden))
-    return dense(cfg.width, "fc_out", fc_out)(hidden)
+    s = self.scales
+    hidden = _dense(cfg, cfg.mlp_hidden, "hidden", "fc_in", _linear_scales(s, "fc_in"))(x)
+    hidden = layers.probe(self, "act_hidden", nn.gelu(hidden) if s is None else unit.gelu(hidden))
+    return _dense(cfg, cfg.width, "hidden", "fc_out", _linear_scales(s, "fc_out"))(hidden)
 
 
 class Block(nn.Module):
   """One transformer block: pre-LN x + s·f(LN(x)), or post-LN LN(x + s·f(x)) (Xiong et al. 2020).
 
-  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling). Under u-μP the
-  residual rule is u-μP's: (τ·f(x) + x)/√(1 + τ²) with the block's τ (``scaling.unit_scaling.residual_taus``),
+  s is the parametrization's residual multiplier m_L^−α (1 without depth scaling). Under u-μP (``scales``, the
+  block's ``unit_scaling.BlockScales``) the residual rule is u-μP's: (τ·f(x) + x)/√(1 + τ²) with the block's τ,
   the branch gradient scaled by τ/√(1 + τ²) and the skip's by 1/√(1 + τ²) in the backward pass.
   Activations are marked with ``layers.probe`` (``act_*``: sown into "activations", perturbable).
 
@@ -494,43 +483,41 @@ class Block(nn.Module):
   config: ModelConfig
   index: int = 0
   attn_mult: Any = None
+  scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
-    norm = lambda name: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias, cfg.compute_dtype,
-                                    name=name)
-    attn = Attention(cfg, index=self.index, attn_mult=self.attn_mult, name="attn")
-    mlp = Mlp(cfg, index=self.index, name="mlp")
-    p = cfg.parametrization
-    if p.unit_scaled:
-      taus = unit.residual_taus(cfg.depth, p.residual_mult, p.residual_attn_ratio)[self.index]
+    s = self.scales
+    norm = lambda name, grad_scale: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias,
+                                                cfg.compute_dtype, grad_scale=grad_scale, name=name)
+    attn = Attention(cfg, index=self.index, attn_mult=self.attn_mult, scales=s, name="attn")
+    mlp = Mlp(cfg, index=self.index, scales=s, name="mlp")
+    if s is not None:
+      taus = (s.tau_attn, s.tau_mlp)
       split = lambda x, i: unit.residual_split(x, taus[i])
       add = lambda f, skip, i: unit.residual_add(f, skip, taus[i])
+      ln_attn, ln_mlp, grad_a = norm("ln_attn", s.ln_attn), norm("ln_mlp", s.ln_mlp), s.attn_in_grad
     else:
-      branch = p.residual_multiplier()
+      branch = cfg.parametrization.residual_multiplier()
       split = lambda x, i: (x, x)
       add = lambda f, skip, i: skip + layers.scaled(f, branch)
+      ln_attn, ln_mlp, grad_a = norm("ln_attn", 1.0), norm("ln_mlp", 1.0), 1.0
     probe = lambda name, y: layers.probe(self, name, y)
     if cfg.pre_ln:
-      # Under u-μP the gains' gradients are corrected for rows correlated across positions, and the attention
-      # branch's input gradient is brought to unit scale (and back at the norm's input).
-      f = _backward_factors(cfg, x.shape[-2])[0][self.index] if p.unit_scaled else None
-      gain_a, gain_m, grad_a = (f.ln_attn, f.ln_mlp, f.attn_in_grad) if f else (1.0, 1.0, 1.0)
       r, skip = split(x, 0)
-      a = probe("act_attn_out", attn(_unit_norm(norm("ln_attn"), r, gain_a, grad_a,
-                                                functools.partial(probe, "act_attn_in"))))
+      a = probe("act_attn_out", attn(_unit_norm(ln_attn, r, grad_a, functools.partial(probe, "act_attn_in"))))
       x = probe("act_attn_resid", add(a, skip, 0))
       r, skip = split(x, 1)
-      m = probe("act_mlp_out", mlp(_unit_norm(norm("ln_mlp"), r, gain_m, 1.0, functools.partial(probe, "act_mlp_in"))))
+      m = probe("act_mlp_out", mlp(probe("act_mlp_in", ln_mlp(r))))
       x = add(m, skip, 1)
     else:
       r, skip = split(x, 0)
       a = probe("act_attn_out", attn(probe("act_attn_in", r)))
-      x = probe("act_attn_resid", norm("ln_attn")(add(a, skip, 0)))
+      x = probe("act_attn_resid", ln_attn(add(a, skip, 0)))
       r, skip = split(x, 1)
       m = probe("act_mlp_out", mlp(probe("act_mlp_in", r)))
-      x = norm("ln_mlp")(add(m, skip, 1))
+      x = ln_mlp(add(m, skip, 1))
     layers.record(self, "attn_out_rms", layers.rms(a))
     layers.record(self, "mlp_out_rms", layers.rms(m))
     layers.record(self, "resid_rms", layers.rms(x))
@@ -545,7 +532,8 @@ class Transformer(nn.Module):
   the Transformer Architecture"), GELU MLPs, untied input and output
   embeddings, and no dropout. Sows ``embed_rms`` (the first block's input) and
   ``readout_rms`` (the logits); ``apply_with_aux`` collects every sown value. ``attn_mult`` (optional, may be
-  traced): every layer's logit scale is α/d_head with α = attn_mult (``Attention``).
+  traced): every layer's logit scale is α/d_head with α = attn_mult (``Attention``). Under u-μP the unit scales
+  of every op are computed once here for the input's shape (``unit_scales``) and handed to each block.
   """
 
   config: ModelConfig
@@ -567,33 +555,29 @@ class Transformer(nn.Module):
     p = cfg.parametrization
     if tokens.ndim != 2:
       raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
-    t = tokens.shape[1]
+    b, t = tokens.shape
     if t > cfg.max_len:
       raise ValueError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
-    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, name="embed")(tokens)
-    # Under u-μP the backward factors correct the weight gradients of the embedding, the final norm's gain and
-    # the readout for rows correlated across positions (``unit_scaling.gradient_correlation_factors``).
-    readout_factor, final_factor, embed_factor = _backward_factors(cfg, t)[1] if p.unit_scaled else (1.0,) * 3
-    if embed_factor != 1.0:
-      x = unit.scale(x, 1.0, embed_factor)
+    s = _model_scales(cfg, b, t)
+    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, grad_scale=s.embedding, name="embed")(tokens)
     if embedded is not None:
       if embedded.shape != x.shape:
         raise ValueError(f"embedded must have shape {x.shape}, got {embedded.shape}")
       x = embedded.astype(dt)
     if cfg.positions == "learned":
-      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, name="pos_embed")(jnp.arange(t))[None]
+      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, grad_scale=s.positions,
+                                 name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, index=i, attn_mult=self.attn_mult, name=f"block_{i}")(x)
+      x = Block(cfg, index=i, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = _unit_norm(layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, name="ln_final"), x,
-                     final_factor, 1.0, lambda y: y)
+      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, grad_scale=s.ln_final,
+                      name="ln_final")(x)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    logits = layers.ScaledDense(cfg.vocab_size, "readout", p, cfg.width, False, dt, constrained=False,
-                                grad_weight_factor=readout_factor, name="readout")(x)
+    logits = _dense(cfg, cfg.vocab_size, "readout", "readout", s.readout, use_bias=False)(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits

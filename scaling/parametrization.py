@@ -108,25 +108,28 @@ kind       B           A         Adam      SGD
 embedding  1           1         1/√n_out  1/√n_out
 hidden     1           1/√n_in   1/√n_in   1/√n_in
 attn_*     1 (q: 0)    1/√n_in   1/√n_in   1/√n_in
-readout    1 (or 0)    1/√n_in   1/√n_in   1/√n_in
+readout    1 (or 0)    1/n_in    1         1
 bias       0           1         1         1
 norm       0 (mean 1)  1         1         1
 =========  ==========  ========  ========  =====
 
-The readout is unit-scaled like every other matrix: A = 1/√n_in makes the
-logits unit-scale at init, where unit_scaling's ``linear_readout`` (A = 1/n_in,
-Adam LR 1) leaves them at 1/√n_in. Its Adam LR 1/√n_in keeps A·C = 1/n_in,
-so an update moves the logits exactly as much as under that readout (μP's
-output rule, Tensor Programs V Table 3); the two differ only in the function at
-init, a Gaussian process of unit scale here instead of a vanishing one (Tensor
-Programs IV: a_{L+1} + b_{L+1} = 1/2 instead of 1).
+This is ``umup_scales="paper"``, the default. Under ``umup_scales="covariance"``
+(this project's correction, ``scaling.unit_scaling_covariance``) the readout is
+unit-scaled like every other matrix: A = 1/√n_in makes the logits unit-scale at
+init, where ``linear_readout``'s A = 1/n_in leaves them at 1/√n_in; its Adam and
+SGD LR 1/√n_in keep A·C = 1/n_in, so an update moves the logits exactly as much
+as under the paper's readout (μP's output rule, Tensor Programs V Table 3); the
+two differ only in the function at init, a Gaussian process of unit scale there
+instead of a vanishing one (Tensor Programs IV: a_{L+1} + b_{L+1} = 1/2 instead
+of 1).
 
 All u-μP factors are absolute (the paper drops base shapes), so ``width`` only
 enters through the fans. The embedding Adam LR 1/√n_out (n_out = d_model) is the
 paper's embedding rule (§4.4), a deliberate departure from μP's constant. The
 Adam column is the paper's; in-block parameters further get × 1/√L
 (``unit_scaling.optim.lr_scale_for_depth``). The model computes u-μP with the
-unit-scaled operations of ``scaling.unit_scaling``, whose backward pass rescales
+unit-scaled operations of ``scaling.unit_scaling`` (with the corrections of
+``scaling.unit_scaling_covariance`` under "covariance"), whose backward pass rescales
 gradients to unit scale, so the SGD column equals the Adam column
 (``lr_scale_func_sgd`` with an unconstrained readout). Attention logits:
 α_attn/d_head (``LinearScale(alpha=attn_mult)``, default α_attn = 1 as in the
@@ -455,22 +458,26 @@ class MuParametrization(Parametrization):
     return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
 
 
+UMUP_SCALES = ("paper", "covariance")
+
+
 @dataclasses.dataclass(frozen=True)
 class UnitMuParametrization(Parametrization):
   """u-μP (Blake et al. 2024): unit init, fan-based multipliers, no base shapes.
 
-  Forward multipliers 1/√n_in (hidden, attention, readout); Adam LR 1/√n_in
-  (hidden, attention, readout), 1/√n_out (embedding, the paper's §4.4 rule)
-  and 1 (biases, gains): the u-μP column of the paper's §4 ABC-multiplier
-  table and ``unit_scaling.optim.lr_scale_func_adam``, except for the readout,
-  which is unit-scaled at init with the same A·C = 1/n_in (module docstring); every
-  in-block parameter's LR is further × 1/√L (``lr_scale_for_depth``, L = the
-  model's depth). The model computes with unit-scaled operations
-  (``scaling.unit_scaling``), whose backward pass rescales gradients to unit
-  scale, so the SGD LRs equal the Adam ones (``lr_scale_func_sgd`` with an
-  unconstrained readout). Attention logits α_attn/d_head. Residual branches
-  are weighted by the τ rule (``scaling.unit_scaling.residual_taus``), not by
-  ``depth_alpha`` (which must stay 0).
+  Forward multipliers 1/√n_in (hidden, attention), 1/n_in (readout, unit_scaling's
+  ``linear_readout``); Adam LR 1/√n_in (hidden, attention), 1 (readout), 1/√n_out
+  (embedding, the paper's §4.4 rule) and 1 (biases, gains): the u-μP column of the
+  paper's §4 ABC-multiplier table and ``unit_scaling.optim.lr_scale_func_adam``. Under
+  ``umup_scales="covariance"`` the readout is unit-scaled at init instead, A = 1/√n_in
+  with Adam LR 1/√n_in (the same A·C = 1/n_in; module docstring). Every in-block
+  parameter's LR is further × 1/√L (``lr_scale_for_depth``, L = the model's depth).
+  The model computes with unit-scaled operations (``scaling.unit_scaling``; corrected
+  by ``scaling.unit_scaling_covariance`` under "covariance"), whose backward pass
+  rescales gradients to unit scale, so the SGD LRs equal the Adam ones
+  (``lr_scale_func_sgd`` with an unconstrained readout). Attention logits α_attn/d_head.
+  Residual branches are weighted by the τ rule (``scaling.unit_scaling.residual_taus``),
+  not by ``depth_alpha`` (which must stay 0).
 
   Attributes:
     attn_mult: α_attn, the numerator of the α_attn/d_head logit scale
@@ -479,12 +486,15 @@ class UnitMuParametrization(Parametrization):
       embedding's (the τ rule's ``residual_mult``, default 1).
     residual_attn_ratio: ratio of the attention branches' contribution to the
       MLP branches' (default 1).
+    umup_scales: "paper" (the paper's fixed op scales) or "covariance" (this
+      project's correction for positions correlated at init, ``UMUP_SCALES``).
   """
 
   name: str = dataclasses.field(default="umup", init=False)
   attn_mult: float = 1.0
   residual_mult: float = 1.0
   residual_attn_ratio: float = 1.0
+  umup_scales: str = "paper"
 
   def __post_init__(self):
     super().__post_init__()
@@ -492,6 +502,8 @@ class UnitMuParametrization(Parametrization):
       value = getattr(self, option)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{option} must be a finite positive number, got {value!r}")
+    if self.umup_scales not in UMUP_SCALES:
+      raise ValueError(f"umup_scales must be one of {', '.join(UMUP_SCALES)}; got {self.umup_scales!r}")
     if self.depth_alpha != 0:
       raise ValueError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
 
@@ -515,8 +527,9 @@ class UnitMuParametrization(Parametrization):
       return _vector(1.0, 1.0, init_mean=0.0)
     if kind == "norm":
       return _vector(1.0, 1.0, init_mean=1.0)
-    if kind == "readout":  # unit-scaled logits at init; A·C = 1/n_in as in μP's readout
-      return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=fan_in**-0.5)
+    if kind == "readout" and self.umup_scales == "paper":  # linear_readout: A = 1/n_in, Adam LR 1
+      return LayerSpec(init_std=1.0, multiplier=1.0 / fan_in, lr_adam=1.0, lr_sgd=1.0)
+    # (covariance: the readout too, unit-scaled logits at init with A·C = 1/n_in as in the paper's)
     return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=fan_in**-0.5, lr_sgd=fan_in**-0.5)
 
 
@@ -546,7 +559,8 @@ def get_parametrization(name: str, *, base_width: int = 64, base_head_dim: int =
     base_width: width at which the scheme is tuned (m = width / base_width).
     base_head_dim: head dim at which μP's α/d_head equals 1/√d_head.
     **options: ``zero_query`` and ``zero_readout`` (bools, every scheme);
-      ``attn_mult`` (u-μP's α_attn, a positive float).
+      ``attn_mult`` (u-μP's α_attn, a positive float); ``umup_scales`` (u-μP's
+      "paper" or "covariance" op scales).
 
   Returns:
     A frozen Parametrization.

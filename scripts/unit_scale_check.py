@@ -1,58 +1,91 @@
 """Measures the scale of a u-μP model at initialization and writes it as a Markdown table.
 
-  python scripts/unit_scale_check.py OUT.md [--widths=64,1024 --depths=2,16 --seq_lens=64,1024]
-  python scripts/unit_scale_check.py OUT.md --merge A.json B.json   # pool runs made separately
+  python scripts/unit_scale_check.py --out=OUT.md [--umup_scales=paper|covariance]
+      [--widths=64,1024 --depths=2,16 --seq_lens=64,1024]
+  python scripts/unit_scale_check.py --out=OUT.md --merge=A.json,B.json   # pool runs made separately
 
 For every (width, depth, sequence length) it initializes a u-μP model (4 heads, vocabulary 65, one sequence
-of random tokens, u-μP's cross-entropy) and records the RMS of every probed activation, of the gradient
-arriving at it and of every weight gradient. The table gives, per quantity (blocks pooled), the smallest and
-largest RMS over all blocks and models, and the model each comes from; rows outside [0.5, 2] are marked. Its last
-line is the verdict over all quantities (every one in [0.5, 2], or which are not) with the overall extremes.
-The measurements are also written to OUT.json, which ``--merge`` pools with others.
+of random tokens, u-μP's cross-entropy) with the op scales of --umup_scales (paper: the paper's fixed closed
+forms; covariance: corrected for positions correlated at init) and records the RMS of every probed
+activation, of the gradient arriving at it and of every weight gradient. The table gives, per quantity
+(blocks pooled), the smallest and largest RMS over all blocks and models, and the model each comes from;
+rows outside [0.5, 2] are marked. Its last lines are the verdict over all quantities (every one in [0.5, 2],
+or which are not) with the overall extremes, and the mean |ln RMS| over all measurements. The measurements
+are also written to OUT.json (with the setting), which ``--merge`` pools with others of the same setting.
 """
 
-import argparse
 import collections
+import dataclasses
 import json
+import math
 import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from scaling import model as model_lib
-from scaling import parametrization as param_lib
-from scaling import report
+from experiments import cli  # pylint: disable=wrong-import-position
+from scaling import config as config_lib  # pylint: disable=wrong-import-position
+from scaling import model as model_lib  # pylint: disable=wrong-import-position
+from scaling import parametrization as param_lib  # pylint: disable=wrong-import-position
+from scaling import report  # pylint: disable=wrong-import-position
+from scaling.config import option  # pylint: disable=wrong-import-position
 
 VOCAB = 65
+_UMUP_SCALES = {f.name: f for f in dataclasses.fields(model_lib.ModelFamily)}["umup_scales"]
 
 
-def model_scales(width: int, depth: int, seq_len: int, seed: int = 0) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class Options(config_lib.Options):
+  """The options of the unit-scale check."""
+
+  out: str = option("unit_scale.md", "Markdown table to write; the measurements go to the same path with .json.")
+  widths: tuple[int, ...] = option((64, 1024), "Model widths (4 heads).", lower=1)
+  depths: tuple[int, ...] = option((2, 16), "Numbers of blocks.", lower=1)
+  seq_lens: tuple[int, ...] = option((64, 1024), "Sequence lengths T (batch 1).", lower=1)
+  umup_scales: str = option(_UMUP_SCALES.default, _UMUP_SCALES.metadata["help"],
+                            choices=_UMUP_SCALES.metadata["choices"])
+  merge: tuple[str, ...] | None = option(None, "Pool these OUT.json files (of the same --umup_scales) instead of "
+                                         "measuring.")
+
+  def validate(self):
+    if any(width % 4 for width in self.widths):
+      raise ValueError(f"--widths must be multiples of the 4 heads, got {','.join(map(str, self.widths))}")
+
+
+def model_scales(width: int, depth: int, seq_len: int, seed: int = 0, umup_scales: str = "paper") -> dict[str, float]:
   """{"activation/NAME" | "gradient/NAME" | "weight gradient/NAME": RMS} of one u-μP model at init (per block)."""
   cfg = model_lib.ModelConfig(vocab_size=VOCAB, width=width, depth=depth, num_heads=4, head_dim=width // 4,
-                              max_len=seq_len, parametrization=param_lib.get_parametrization("umup"))
+                              max_len=seq_len,
+                              parametrization=param_lib.get_parametrization("umup", umup_scales=umup_scales))
   return model_lib.rms_at_init(cfg, seq_len, seed)
 
 
-def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("out")
-  ints = lambda s: [int(v) for v in s.split(",")]
-  parser.add_argument("--widths", type=ints, default=[64, 1024])
-  parser.add_argument("--depths", type=ints, default=[2, 16])
-  parser.add_argument("--seq_lens", type=ints, default=[64, 1024])
-  parser.add_argument("--merge", nargs="+", default=None, help="pool these OUT.json files instead of measuring")
-  args = parser.parse_args(argv[1:])
+def _load(paths: tuple[str, ...], umup_scales: str) -> dict[str, dict[str, float]]:
+  """The runs of several OUT.json files (ValueError when one was made with another setting)."""
   runs = {}
-  if args.merge:
-    for path in args.merge:
-      runs.update(json.loads(pathlib.Path(path).read_text()))
+  for path in paths:
+    saved = json.loads(pathlib.Path(path).read_text())
+    if saved.get("umup_scales") != umup_scales:
+      raise ValueError(f"--merge: {path} holds umup_scales={saved.get('umup_scales')!r}, not {umup_scales!r}")
+    runs.update(saved["runs"])
+  return runs
+
+
+def run(options: Options, out_dir: None) -> None:
+  """Measures (or pools) and writes the table."""
+  del out_dir
+  if options.merge:
+    runs = _load(options.merge, options.umup_scales)
   else:
-    for width in args.widths:
-      for depth in args.depths:
-        for seq_len in args.seq_lens:
-          runs[f"{width}/{depth}/{seq_len}"] = model_scales(width, depth, seq_len)
+    runs = {}
+    for width in options.widths:
+      for depth in options.depths:
+        for seq_len in options.seq_lens:
+          runs[f"{width}/{depth}/{seq_len}"] = model_scales(width, depth, seq_len, umup_scales=options.umup_scales)
           print(f"width {width} depth {depth} T {seq_len} measured", flush=True)
-    pathlib.Path(args.out).with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    saved = {"umup_scales": options.umup_scales, "runs": runs}
+    pathlib.Path(options.out).with_suffix(".json").write_text(json.dumps(saved, indent=1))
   pooled = collections.defaultdict(list)
   for point, scales in runs.items():
     for key, value in scales.items():
@@ -63,23 +96,32 @@ def main(argv: list[str]) -> int:
   for key in sorted(pooled):
     (lo, lo_at), (hi, hi_at) = min(pooled[key]), max(pooled[key])
     kind, name = key.split("/", 1)
-    cells.append([kind, f"`{name}`", f"{lo:.2f} ({lo_at})", f"{hi:.2f} ({hi_at})",
+    cells.append([kind, f"`{name}`", f"{lo:.3g} ({lo_at})", f"{hi:.3g} ({hi_at})",
                   "yes" if 0.5 <= lo and hi <= 2.0 else "**no**"])
-  heading = (f"RMS at initialization of u-μP models (widths {', '.join(map(str, widths))}; depths "
-             f"{', '.join(map(str, depths))}; sequence lengths {', '.join(map(str, seq_lens))}; batch 1, "
-             f"vocabulary {VOCAB}, random tokens; blocks pooled; in brackets width/depth/T of the extreme):")
+  heading = (f"RMS at initialization of u-μP models with `--umup_scales={options.umup_scales}` (widths "
+             f"{', '.join(map(str, widths))}; depths {', '.join(map(str, depths))}; sequence lengths "
+             f"{', '.join(map(str, seq_lens))}; batch 1, vocabulary {VOCAB}, random tokens; blocks pooled; in "
+             f"brackets width/depth/T of the extreme):")
   table = report.markdown_table(["quantity", "tensor", "min RMS", "max RMS", "in [0.5, 2]"], cells)
   values = [(value, key, point) for key, pairs in pooled.items() for value, point in pairs]
   (lo, lo_key, lo_at), (hi, hi_key, hi_at) = min(values), max(values)
   outside = [f"`{c[1][1:-1]}` ({c[0]})" for c in cells if c[-1] != "yes"]
   verdict = (f"all {len(cells)} quantities are in [0.5, 2]" if not outside
              else f"{len(outside)} of {len(cells)} quantities leave [0.5, 2]: {', '.join(outside)}")
-  summary = (f"- {verdict}; the smallest RMS is {lo:.2f} ({lo_key.replace('/', ' `', 1)}` at {lo_at}), the "
-             f"largest {hi:.2f} ({hi_key.replace('/', ' `', 1)}` at {hi_at}).")
-  pathlib.Path(args.out).write_text(f"{heading}\n\n{table}\n\n{summary}\n")
-  print(f"wrote {args.out}")
-  return 0
+  summary = (f"- {verdict}; the smallest RMS is {lo:.3g} ({lo_key.replace('/', ' `', 1)}` at {lo_at}), the "
+             f"largest {hi:.3g} ({hi_key.replace('/', ' `', 1)}` at {hi_at}).")
+  per_model = []
+  for point, scales in runs.items():
+    per_model.append((sum(abs(math.log(v)) for v in scales.values()) / len(scales), point))
+  deviation = (f"- mean |ln RMS| over every tensor of a model: {min(per_model)[0]:.3f} ({min(per_model)[1]}) to "
+               f"{max(per_model)[0]:.3f} ({max(per_model)[1]}).")
+  pathlib.Path(options.out).write_text(f"{heading}\n\n{table}\n\n{summary}\n{deviation}\n")
+  print(f"wrote {options.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  return cli.main(Options, run, argv, __doc__, needs_out_dir=False)
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv))
+  sys.exit(main())

@@ -642,7 +642,8 @@ class ReferenceLogitsTest(parameterized.TestCase):
        _mup_m2, 1.0),
       # u-μP: fan-based multipliers, logits α_attn/d = 1/8.
       ("umup_post_ln_rms_learned", {"parametrization": "umup", "pre_ln": False, "norm": "rms",
-                                    "positions": "learned"}, _umup, 1 / 8),
+                                    "positions": "learned",
+                                    "parametrization_options": (("umup_scales", "covariance"),)}, _umup, 1 / 8),
       # QK-norm keeps 1/√d; two blocks, no positions.
       ("sp_qk_norm_depth2_none", {"rule": "qk_norm", "depth": 2, "positions": "none"}, _ones, 1 / math.sqrt(8)),
       # QK-norm with LayerNorm over the head dim (after RoPE), with and without gains.

@@ -19,7 +19,7 @@ from scaling import parametrization as P
 _D, _V, _F = 8, 8, 16  # width 8 with base width 2: m = 4; V = D so only kinds tell embed from readout
 _MUP = P.get_parametrization("mup", base_width=2)
 _SP = P.get_parametrization("sp")
-_UMUP = P.get_parametrization("umup")
+_UMUP = P.get_parametrization("umup", umup_scales="covariance")
 
 # Paths of the contract, their layer kinds and their multipliers (Adam, SGD) under μP at m = 4, written by hand.
 _PATHS = {

@@ -151,12 +151,11 @@ def _umup_reference(kind, n_in, n_out, m):
   embedding  1     1         1/√n_out
   hidden     1     1/√n_in   1/√n_in
   attn_*     1     1/√n_in   1/√n_in
-  readout    1     1/√n_in   1/√n_in
+  readout    1     1/n_in    1
   bias/norm  0     1         1
   =========  ====  ========  ========
 
-  The readout row departs from the paper's (A = 1/n_in, Adam LR 1) to start with unit-scale logits; its
-  A · Adam LR = 1/n_in is the paper's, so the logits move by the same amount per update.
+  (``umup_scales="paper"``, the default; "covariance" gives the readout A = 1/√n_in and Adam LR 1/√n_in.)
 
   The model computes u-μP with unit-scaled operations whose backward pass rescales gradients to unit scale, so
   the SGD LR equals the Adam LR (``unit_scaling.optim.lr_scale_func_sgd`` with an unconstrained readout returns
@@ -167,6 +166,8 @@ def _umup_reference(kind, n_in, n_out, m):
     return _vector_spec(kind, 1.0, 1.0)
   if kind == "embedding":
     return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0 / math.sqrt(n_out), lr_sgd=1.0 / math.sqrt(n_out))
+  if kind == "readout":  # the paper's linear_readout: A = 1/n_in, Adam LR 1
+    return _S(init_std=1.0, multiplier=1.0 / n_in, lr_adam=1.0, lr_sgd=1.0)
   a = 1.0 / math.sqrt(n_in)
   return _S(init_std=1.0, multiplier=a, lr_adam=a, lr_sgd=a)
 
@@ -187,7 +188,7 @@ _EXPONENTS = {
     "sp": {"embedding": (0, 0, 0), "hidden": (-0.5, 0, 0), "readout": (-0.5, 0, 0), "vector": (0, 0, 0)},
     "ntk": {"embedding": (0, -0.5, 0), "hidden": (-0.5, -1.5, -1), "readout": (-0.5, -1, -1), "vector": (0, -0.5, 0)},
     "mup": {"embedding": (0, 0, 1), "hidden": (-0.5, -1, 0), "readout": (-1, -1, -1), "vector": (0, 0, 1)},
-    "umup": {"embedding": (0, -0.5, -0.5), "hidden": (-0.5, -1, -1.5), "readout": (-0.5, -1, -1.5),
+    "umup": {"embedding": (0, -0.5, -0.5), "hidden": (-0.5, -1, -1.5), "readout": (-1, -1, -2),
              "vector": (0, 0, 0)},
 }
 _SCALING_WIDTHS = (64, 128, 256, 512)  # base width 64: m = 1, 2, 4, 8
@@ -589,9 +590,13 @@ class ParamSpecsTest(chex.TestCase):
   def test_umup_and_shape_structs(self):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
     specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
-    # u-μP: fc_out [64, 16] A = 1/8 (A·B 1/8, A·C 1/64, A²·C 1/512); the readout [16, 12] A = 1/4.
+    # u-μP: fc_out [64, 16] A = 1/8 (A·B 1/8, A·C 1/64, A²·C 1/512); the readout [16, 12] A = 1/16, Adam LR 1
+    # (the paper's linear_readout).
     self.assertEqual(_effective(specs["block_0"]["mlp"]["fc_out"]["kernel"]), _Effective(0.125, 0.0, 1 / 64, 1 / 512))
-    self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(0.25, 0.0, 1 / 16, 1 / 64))
+    self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(1 / 16, 0.0, 1 / 16, 1 / 256))
+    # The covariance setting's readout: A = 1/√16 and Adam LR 1/√16 (A·C = 1/16 as in the paper).
+    covariance = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup", umup_scales="covariance"), 16)
+    self.assertEqual(_effective(covariance["readout"]["kernel"]), _Effective(0.25, 0.0, 1 / 16, 1 / 64))
 
   def test_unknown_kind_named(self):
     params = _contract_params()
