@@ -297,6 +297,8 @@ def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   at = f" at width {grid.depth_width}" if grid.axis != "width" else ""
   xs = ", ".join(map(str, grid.x_values()))
   rule_text = f", rules {', '.join(grid.rules)}" if grid.rules else ""
+  if "umup" in grid.parametrizations:
+    rule_text += f", u-μP op scales {config.model.umup_scales}"
   if config.swept.by_attn_mult:
     sweep_text = (f"{len(config.x_values)} attention multipliers α = 2^{config.x_values[0]:g} .. "
                   f"2^{config.x_values[-1]:g} of the logit scale α/d_head at learning rate "
