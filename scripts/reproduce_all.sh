@@ -9,4 +9,5 @@ out=${1:-runs}
 "$here/reproduce_width.sh" "$out"
 "$here/reproduce_training_claims.sh" "$out"
 "$here/reproduce_stability.sh" "$out"
+"$here/reproduce_umup.sh" "$out"
 "$here/reproduce_benchmarks.sh" "$out"

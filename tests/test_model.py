@@ -408,7 +408,17 @@ def _measured_multipliers(cfg, params, tokens):
       records.append((path_of(kernel), y, np.asarray(x, np.float64) @ np.asarray(kernel)))
     return out
 
-  with mock.patch.object(layers_lib, "fused_dense", recording_fused_dense), nn.intercept_methods(interceptor):
+  unit_fused = layers_lib.unit_fused_dense
+
+  def recording_unit_fused_dense(x, parts, scales, dtype):  # u-μP's fused q, k and v
+    out = unit_fused(x, parts, scales, dtype)
+    for (kernel, _, _, _), y in zip(parts, out):
+      records.append((path_of(kernel), y, np.asarray(x, np.float64) @ np.asarray(kernel)))
+    return out
+
+  with (mock.patch.object(layers_lib, "fused_dense", recording_fused_dense),
+        mock.patch.object(layers_lib, "unit_fused_dense", recording_unit_fused_dense),
+        nn.intercept_methods(interceptor)):
     model_lib.Transformer(cfg).apply({"params": params}, tokens)
   mult = {}
   for path, y, unscaled in records:
@@ -423,12 +433,15 @@ def _paper_effective_init_std(scheme, kind, fan_in, m):
   Embedding tables N(0, 1) with multiplier 1 in every scheme (SP: ``torch.nn.Embedding``; μP: input weights
   constant in width, TP5 Table 3; NTK and u-μP: unit init). Other matrices: fan-in init 1/√fan_in (SP; μP
   hidden, TP5 Table 3; NTK and u-μP as B = 1 with A = 1/√fan_in); μP's readout: TP5 Table 3's std 1/fan_in with
-  the constant of SP at the base width, i.e. √(fan_in/m) / fan_in (∝ 1/width).
+  the constant of SP at the base width, i.e. √(fan_in/m) / fan_in (∝ 1/width); u-μP's readout: unit_scaling's
+  ``linear_readout``, B = 1 with A = 1/fan_in (Blake et al. 2024, Table 2).
   """
   if kind == "embedding":
     return 1.0
   if scheme == "mup" and kind == "readout":
     return math.sqrt(fan_in / m) / fan_in
+  if scheme == "umup" and kind == "readout":
+    return 1.0 / fan_in
   return 1.0 / math.sqrt(fan_in)
 
 
@@ -467,7 +480,8 @@ class InitTest(parameterized.TestCase):
     self.assertFalse(np.isclose(1 / 32, 1 / 16, rtol=0.08))
 
   def test_measured_multipliers(self):
-    # μP at m = 2 (width 16 over base 8): the readout's 1/m; u-μP: 1/√fan_in for every matrix (fc_out: 1/√64).
+    # μP at m = 2 (width 16 over base 8): the readout's 1/m; u-μP: 1/√fan_in for every matrix (fc_out: 1/√64)
+    # except the readout, 1/fan_in (the paper's linear_readout; 1/√fan_in with the covariance correction).
     mup = _config(parametrization="mup", base_width=8, use_bias=True)
     mult = _measured_multipliers(mup, _params(mup), _tokens())
     self.assertLen(mult, 8)  # embedding, q, k, v, o, fc_in, fc_out, readout
@@ -476,8 +490,11 @@ class InitTest(parameterized.TestCase):
     umup = _config(parametrization="umup")
     mult = _measured_multipliers(umup, _params(umup), _tokens())
     self.assertAlmostEqual(mult["block_0/mlp/fc_out/kernel"], 0.125, places=5)
-    self.assertAlmostEqual(mult["readout/kernel"], 0.25, places=5)
+    self.assertAlmostEqual(mult["readout/kernel"], 1 / 16, places=5)
     self.assertAlmostEqual(mult["embed/embedding"], 1.0, places=5)
+    covariance = _config(parametrization="umup", parametrization_options={"umup_scales": "covariance"})
+    self.assertAlmostEqual(_measured_multipliers(covariance, _params(covariance), _tokens())["readout/kernel"], 0.25,
+                           places=5)
 
   def test_sp_init_closed_form(self):
     cfg = _config(width=64, num_heads=4, head_dim=16, vocab_size=128)
