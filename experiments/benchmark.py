@@ -6,7 +6,7 @@
 
 The suites live in scaling/studies/benchmarks/ (sweep.py, attention.py,
 train.py). Each prints a table and writes <suite>.json and <suite>.png (and
-<suite>.md, for README's generated sections) into --out_dir; --quick runs
+<suite>.md, for the generated sections of docs/benchmarks.md) into --out_dir; --quick runs
 each on tiny sizes (a smoke run, not a measurement). --seq_lens, --head_dims,
 --repeats and --max_call_s size the attention suite. The suites time
 compilation, so they run with JAX's persistent compilation cache off whatever

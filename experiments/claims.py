@@ -8,10 +8,10 @@ Each claim declares a criterion (a statistic and the thresholds for holds /
 does not hold; partly in between); the verdict is computed from the measured
 statistic. Random-input claims take about a minute; the training claims train
 grids of learning rates x seeds per rule and depth (quick mode: minutes on 2
-CPU cores; full mode: the README's sizes, hours on CPU). Writes claims.jsonl
+CPU cores; full mode: the sizes of docs/claims.md, hours on CPU). Writes claims.jsonl
 (per claim: id, source, claim, criterion, statistic, value, verdict, finding,
 numbers with spread over seeds, and the command that reproduces the row),
-claims.md, claims_readme.md (the tables README.md shows) and config.json.
+claims.md, claims_readme.md (the tables docs/claims.md shows) and config.json.
 """
 
 import sys

@@ -13,7 +13,7 @@ data of ``--text_file`` and measures
   at each of ``--learning_rates`` (one vmapped program per optimizer).
 
 Writes results.json and stability.md (two Markdown tables, for the generated
-README section: ``python scripts/update_readme.py stability runs/stability/stability.md``).
+docs/stability.md section: ``python scripts/update_readme.py stability runs/stability/stability.md``).
 """
 
 import sys

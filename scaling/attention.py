@@ -44,7 +44,7 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 # How ``dot_product_attention(..., implementation=None)`` chooses. Measured on a 2-core CPU (float32, fwd+bwd =
 # value and gradients w.r.t. q, k, v; median of interleaved calls) by timing these paths side by side, as
 #   nice -n 5 python -m experiments.benchmark --suite=attention
-# does; its table (README, "Benchmarks") is the check of the rule. Time relative to jax.nn.dot_product_attention:
+# does; its table (docs/benchmarks.md) is the check of the rule. Time relative to jax.nn.dot_product_attention:
 #
 #   (B, T = S, N, H)     mask    pass      dense   blockwise 64x64   128x128   256x256   512x256
 #   1, 128, 4, 64        causal  fwd+bwd   0.89    0.92              0.49      0.92      -

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every experiment behind README.md, in order (about an hour on 2 CPU cores).
+# Every experiment behind README.md and docs/, in order (about an hour on 2 CPU cores).
 # Usage: scripts/reproduce_all.sh [OUT_DIR]
 set -euo pipefail
 here="$(dirname "$0")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark suite (sweep, attention, train); the numbers in README.md's Benchmarks section.
+# Every benchmark suite (sweep, attention, train); the numbers in docs/benchmarks.md.
 # Usage: scripts/reproduce_benchmarks.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures every claim of the notes; writes the verdict tables into docs/claims.md and the headline into README.md.
 # Usage: scripts/reproduce_claims.sh [OUT_DIR] [TEXT_FILE] [MODE]   (defaults: runs/, tiny Shakespeare, full)
-# Full mode trains the training claims at the README's sizes (hours on a 2-core CPU); MODE=quick takes minutes.
+# Full mode trains the training claims at the sizes of docs/claims.md (hours on a 2-core CPU); MODE=quick takes minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs}

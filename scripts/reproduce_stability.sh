@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Output log Z with and without z-loss, and Adam, Adam with muP-scaled epsilon and Adam-atan2 over learning rates,
-# on character-level tiny Shakespeare; writes the tables into README.md (about 6 CPU-minutes).
+# on character-level tiny Shakespeare; writes the tables into docs/stability.md (about 6 CPU-minutes).
 # Usage: scripts/reproduce_stability.sh [OUT_DIR] [TEXT_FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."

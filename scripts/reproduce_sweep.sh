@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the d_k sweeps behind README.md: default, causal, pitfalls, float16 failure demo, width mode.
+# Reproduces the d_k sweeps behind docs/sweep.md: default, causal, pitfalls, float16 failure demo, width mode.
 # Usage: scripts/reproduce_sweep.sh [OUT_DIR]   (default runs/)
 set -euo pipefail
 cd "$(dirname "$0")/.."

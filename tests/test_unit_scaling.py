@@ -484,7 +484,7 @@ class ModelUnitScaleTest(parameterized.TestCase):
   character-level text): every activation, every activation gradient and every weight gradient, including the
   deep and long model (width 64, depth 16, T = 1024) where the gradient is most correlated across positions
   (the backward factors of ``unit_scaling_covariance.gradient_correlation_factors``). The width-1024 corners at
-  T = 1024 are measured by scripts/unit_scale_check.py (README, u-μP section).
+  T = 1024 are measured by scripts/unit_scale_check.py (docs/umup.md).
   """
 
   def _outside(self, scales, names):

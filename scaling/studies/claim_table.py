@@ -1,5 +1,5 @@
 """The claim table: every claim (the random-input claims, then the training claims) with its id, and the
-Markdown tables of their measured rows (``claims.md``, and ``claims_readme.md`` for README.md).
+Markdown tables of their measured rows (``claims.md``, and ``claims_readme.md`` for docs/claims.md).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
-  """The tables for README.md: the random-input claims, then the training claims (``Claim.training``)."""
+  """The tables for docs/claims.md: the random-input claims, then the training claims (``Claim.training``)."""
   training = {c.id for c in all_claims() if c.training}
   parts = []
   sizes = (f"mode {ctx.mode}: d_k {', '.join(map(str, ctx.d_k))}; {ctx.seq_len} tokens; batch {BATCH} × {HEADS} "

@@ -84,7 +84,7 @@ class ClaimsConfig(Options):
   """Which claims to measure and on what (the options of ``experiments.claims``)."""
 
   mode: str = option("quick", "Sizes: quick (random inputs at d_k 16, 64, 128, 1024 with 2 seeds; small training "
-                     "runs) or full (d_k 16..1024 with 4 seeds; the README's training runs).", choices=tuple(MODES))
+                     "runs) or full (d_k 16..1024 with 4 seeds; the training runs of docs/claims.md).", choices=tuple(MODES))
   ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).",
                                        choices=lambda: [c.id for c in all_claims()])
   d_k: tuple[int, ...] | None = option(None, "Head dimensions of the random-input claims (must include 64 and "

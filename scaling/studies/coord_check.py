@@ -327,7 +327,7 @@ def slope_table(slope_rows, steps: int) -> str:
 
 def slope_markdown(slope_rows, steps: int, heading: str) -> str:
   """``heading``, then the slopes as a Markdown table: one row per (parametrization, [α,] layer), one column per
-  step (for README.md's generated sections)."""
+  step (for the docs' generated sections)."""
   by_alpha = bool(slope_rows) and "depth_alpha" in slope_rows[0]
   keys = ("parametrization", "depth_alpha", "layer") if by_alpha else ("parametrization", "layer")
   grid: dict[tuple, dict[str, Any]] = {}

@@ -424,7 +424,7 @@ SUMMARY_METRICS = (("logit_std", "logit std"), ("max_prob", "max probability"),
 
 
 def summary_markdown(config: SweepConfig, rows: Sequence[dict[str, Any]], seconds: float) -> str:
-  """The sweep's headline numbers as Markdown (for README.md's generated section): a heading with the sizes and
+  """The sweep's headline numbers as Markdown (for the docs' generated section): a heading with the sizes and
   the measured wall time, then one row per (varying axes, rule, metric) with the mean over seeds per d_k."""
   axes = varying_axes(rows)
   d_ks = sorted({r["d_k"] for r in rows})

@@ -12,7 +12,7 @@ built-in synthetic recall task; the numbers say which (``data``). Runs are vmapp
 between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
 unscaled model, say, is trained once for all the claims that read it.
 
-``SIZES`` holds the sizes of each mode. "full" is the README's setting: width 64 with two heads of d_k 32,
+``SIZES`` holds the sizes of each mode. "full" is the setting of docs/claims.md: width 64 with two heads of d_k 32,
 sequences of 32, batch 8, 300 steps at depths 2 and 6 and 200 at depth 12, constant-rate Adam at 1e-4 .. 6.4e-3 in
 octaves and 1e-2, 3 seeds; q-k at widths 64 and 128 (at the learning rate nearest 1e-3); the μP transfer at widths 32,
 64 and 128 over 2^-13 .. 2^-4 in octaves for 300 cosine-scheduled steps (about 45 minutes on two CPU cores).

@@ -1,6 +1,6 @@
 """The figures and Markdown tables of ``scaling.studies.transfer``: final loss against the swept value per
 point, the optimum per point and its spread over the axis, the learning-rate sensitivity, the loss grid, and the
-"wider is better" comparison of runs (for README.md's generated sections).
+"wider is better" comparison of runs (for the docs' generated sections).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str, *, x:
                      keys: Sequence[str] | None = None) -> str:
   """``heading``, the optimum of every point as a Markdown table, and per curve (parametrization[, rule][, α])
   the spread (max − min) of its optimal swept value over the axis, in octaves, and whether it is within
-  ``TRANSFER_OCTAVES`` (for README.md's generated sections); with the learning-rate sensitivity (mean ± std over seeds) when the rows carry it."""
+  ``TRANSFER_OCTAVES`` (for the docs' generated sections); with the learning-rate sensitivity (mean ± std over seeds) when the rows carry it."""
   keys = key_columns(optimum_rows) if keys is None else tuple(keys)
   what = "log2 lr" if x == "log2_lr" else "log2 α"
   columns = [FIELD_NAMES[k] for k in keys] + [f"best {what} (grid)", "optimum (parabola)", "final loss",
@@ -159,7 +159,7 @@ def sensitivity_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str, *
                          keys: Sequence[str] | None = None) -> str:
   """``heading``, the learning-rate sensitivity (mean ± std over seeds) as a Markdown table with one row per curve
   (parametrization, rule, α) and one column per axis value, then per axis value the curve with the lowest mean
-  sensitivity and whether the same curve is lowest at every value (for README.md's generated sections)."""
+  sensitivity and whether the same curve is lowest at every value (for the docs' generated sections)."""
   keys = key_columns(optimum_rows) if keys is None else tuple(keys)
   x_name = _axis_field(keys)
   fields = [f for f in CURVE_FIELDS if f in keys]

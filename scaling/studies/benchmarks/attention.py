@@ -34,7 +34,7 @@ heads, to keep it to a minute or two on two cores) is run in a subprocess
 with a time limit.
 
 Writes ``attention.json`` (every measurement), ``attention.md`` (the timing
-table in Markdown, for README's generated section: ``python
+table in Markdown, for the generated section of docs/benchmarks.md: ``python
 scripts/update_readme.py attention <out_dir>/attention.md``) and
 ``attention.png`` (time against T, one line per implementation and head
 dimension; forward and forward+backward panels, causal) into the output

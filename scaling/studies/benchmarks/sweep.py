@@ -175,7 +175,7 @@ def run(bench: SweepBenchConfig, out_dir: pathlib.Path) -> dict:
 
 
 def readme_markdown(results: dict[str, Any]) -> str:
-  """The measurements of ``results`` (sweep.json) as Markdown for README.md's generated section."""
+  """The measurements of ``results`` (sweep.json) as Markdown for the docs' generated section."""
   c, t, rerun = results["config"], results["timings"], results["rerun"]
   configurations = len(c["d_k"]) * len(c["rules"] or sweep_lib.DEFAULT_RULES)
   lines = [f"**sweep**: the sweep ({len(c['d_k'])} head dims × {len(c['rules'] or sweep_lib.DEFAULT_RULES)} rules, "

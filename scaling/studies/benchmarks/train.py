@@ -315,7 +315,7 @@ _GRID_LABELS = {"vmapped": "vmapped grid", "one_at_a_time": "one run at a time",
 
 
 def readme_markdown(results: dict[str, Any]) -> str:
-  """The measurements of ``results`` (train.json) as Markdown for README.md's generated section."""
+  """The measurements of ``results`` (train.json) as Markdown for the docs' generated section."""
   thr, peak = results["throughput"], results["matmul_peak_flops_per_s"]
   m, g = thr["model"], results["grid"]
   lines = [f"**train**: a width-{m['width']}, depth-{m['depth']} model ({m['num_heads']} heads × {m['head_dim']}, "
