@@ -381,7 +381,16 @@ def _dense(cfg: ModelConfig, features: int, kind: str, name: str, scales: unit.L
   return layers.ScaledDense(features, kind, cfg.parametrization, cfg.width, use_bias, cfg.compute_dtype, name=name)
 
 
-class Attention(nn.Module):
+class BlockPart(nn.Module):
+  """The fields of a block and of its attention: the model, the block's index, α_attn and the block's unit scales."""
+
+  config: ModelConfig
+  index: int = 0
+  attn_mult: Any = None
+  scales: unit.BlockScales | None = None
+
+
+class Attention(BlockPart):
   """Multi-head (GQA) self-attention through ``scaling.attention_with_aux`` or the blockwise path.
 
   RoPE rotates q and k before the rule's ``prepare`` step; for QK-norm with
@@ -393,11 +402,6 @@ class Attention(nn.Module):
   replaces the rule by the ``linear`` rule's α/d_head with α = attn_mult. ``scales`` (u-μP): the block's unit
   scales; the projections and the attention then compute with them (``unit_scaling.attention``).
   """
-
-  config: ModelConfig
-  index: int = 0
-  attn_mult: Any = None
-  scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -468,7 +472,7 @@ class Mlp(nn.Module):
     return _dense(cfg, cfg.width, "hidden", "fc_out", _linear_scales(s, "fc_out"))(hidden)
 
 
-class Block(nn.Module):
+class Block(BlockPart):
   """One transformer block: pre-LN x + s·f(LN(x)), or post-LN LN(x + s·f(x)) (Xiong et al. 2020).
 
   s is the parametrization's residual multiplier m_L^−α (1 without depth scaling). Under u-μP (``scales``, the
@@ -479,11 +483,6 @@ class Block(nn.Module):
   Sows ``attn_out_rms`` and ``mlp_out_rms``, the RMS of the branch outputs f(·) (before the multiplier s and
   the residual add), and ``resid_rms``, the RMS of the block's output (the residual stream after the block).
   """
-
-  config: ModelConfig
-  index: int = 0
-  attn_mult: Any = None
-  scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
