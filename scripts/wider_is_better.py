@@ -1,4 +1,4 @@
-"""Writes the "wider is better" comparison of transfer runs as Markdown (for README.md's generated section).
+"""Writes the "wider is better" comparison of transfer runs as Markdown (for the generated section of docs/transfer.md).
 
   python scripts/wider_is_better.py OUT.md LABEL=RUN_DIR [LABEL=RUN_DIR ...]
 
