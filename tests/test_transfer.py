@@ -245,6 +245,15 @@ class ExperimentTest(parameterized.TestCase):
     self.assertEqual(config["config"]["optim"]["steps"], STEPS)
     self.assertEqual(config["config"]["grid"]["widths"], [16])
     self.assertEqual(config["dataset"]["name"], "recall")
+    self.assertNotIn("u-μP op scales", (out / "optimum.md").read_text())
+
+  def test_umup_heading_names_its_op_scales(self):
+    out = _tempdir(self) / "tr_umup"
+    flags = dict(FLAGS_TINY, parametrizations=["umup"], umup_scales="covariance")
+    code, _, _ = experiment_main.run_with(transfer_exp, flags, out)
+    self.assertEqual(code, 0)
+    self.assertIn("u-μP op scales covariance;", (out / "optimum.md").read_text().splitlines()[0])
+    self.assertEqual(json.loads((out / "config.json").read_text())["config"]["model"]["umup_scales"], "covariance")
 
   def test_text_file_alone_selects_the_text_task(self):
     stdout, out = experiment_main.assert_runs_on_text_file_alone(
