@@ -382,10 +382,9 @@ def _dense(cfg: ModelConfig, features: int, kind: str, name: str, scales: unit.L
 
 
 class BlockPart(nn.Module):
-  """The fields of a block and of its attention: the model, the block's index, α_attn and the block's unit scales."""
+  """The fields of a block and of its attention: the model, α_attn and the block's unit scales."""
 
   config: ModelConfig
-  index: int = 0
   attn_mult: Any = None
   scales: unit.BlockScales | None = None
 
@@ -460,7 +459,6 @@ class Mlp(nn.Module):
   """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (u-μP: its scales, the unit-scaled GELU)."""
 
   config: ModelConfig
-  index: int = 0
   scales: unit.BlockScales | None = None
 
   @nn.compact
@@ -490,8 +488,8 @@ class Block(BlockPart):
     s = self.scales
     norm = lambda name, grad_scale: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias,
                                                 cfg.compute_dtype, grad_scale=grad_scale, name=name)
-    attn = Attention(cfg, index=self.index, attn_mult=self.attn_mult, scales=s, name="attn")
-    mlp = Mlp(cfg, index=self.index, scales=s, name="mlp")
+    attn = Attention(cfg, attn_mult=self.attn_mult, scales=s, name="attn")
+    mlp = Mlp(cfg, scales=s, name="mlp")
     if s is not None:
       taus = (s.tau_attn, s.tau_mlp)
       split = lambda x, i: unit.residual_split(x, taus[i])
@@ -570,7 +568,7 @@ class Transformer(nn.Module):
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, index=i, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
+      x = Block(cfg, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
     if cfg.pre_ln:
       x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, grad_scale=s.ln_final,
                       name="ln_final")(x)

@@ -13,6 +13,7 @@ import pathlib
 import sys
 
 from scaling import report
+from scaling import results
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     return 2
   claims_dir, out = pathlib.Path(argv[1]), pathlib.Path(argv[2])
   try:
-    rows = [json.loads(line) for line in (claims_dir / "claims.jsonl").read_text().splitlines() if line.strip()]
+    rows = results.read_jsonl(claims_dir / "claims.jsonl")
     config = json.loads((claims_dir / "config.json").read_text())
     out.write_text(report.claims_headline(rows, config))
   except (OSError, ValueError) as e:

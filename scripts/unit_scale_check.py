@@ -22,14 +22,12 @@ import pathlib
 import re
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from experiments import cli  # pylint: disable=wrong-import-position
-from scaling import config as config_lib  # pylint: disable=wrong-import-position
-from scaling import model as model_lib  # pylint: disable=wrong-import-position
-from scaling import parametrization as param_lib  # pylint: disable=wrong-import-position
-from scaling import report  # pylint: disable=wrong-import-position
-from scaling.config import option  # pylint: disable=wrong-import-position
+from experiments import cli
+from scaling import config as config_lib
+from scaling import model as model_lib
+from scaling import parametrization as param_lib
+from scaling import report
+from scaling.config import option
 
 VOCAB = 65
 _UMUP_SCALES = {f.name: f for f in dataclasses.fields(model_lib.ModelFamily)}["umup_scales"]

@@ -28,7 +28,8 @@ def main(argv: list[str], root: pathlib.Path = ROOT) -> int:
   except (OSError, ValueError) as e:
     sys.stderr.write(f"error: {e}\n")
     return 2
-  shown = path.relative_to(root) if path.resolve().is_relative_to(pathlib.Path(root).resolve()) else path
+  resolved, base = path.resolve(), pathlib.Path(root).resolve()
+  shown = resolved.relative_to(base) if resolved.is_relative_to(base) else path
   print(f"{shown}: section {name!r} replaced by {source}")
   return 0
 

@@ -4,7 +4,7 @@
 
 Each RUN_DIR is the --out_dir of an ``experiments.transfer`` run at two or more widths; the table holds each
 width at its best learning rate, and one line per run says whether the wider model is worse beyond the seed
-spread (``scaling.studies.transfer.width_comparison_markdown`` states the criterion).
+spread (``scaling.studies.transfer_report.width_comparison_markdown`` states the criterion).
 """
 
 import json
@@ -12,7 +12,7 @@ import pathlib
 import sys
 
 from scaling import results
-from scaling.studies import transfer
+from scaling.studies import transfer_report
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
   heading = ("μP's final training loss per width at that width's best learning rate (mean of the last steps; "
              "criterion: the wider model is not worse if its mean loss is at most the narrower one's plus twice "
              "the standard error of the difference over seeds):")
-  pathlib.Path(argv[1]).write_text(transfer.width_comparison_markdown(runs, heading))
+  pathlib.Path(argv[1]).write_text(transfer_report.width_comparison_markdown(runs, heading))
   print(f"wrote {argv[1]}")
   return 0
 

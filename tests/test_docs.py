@@ -189,6 +189,15 @@ class UpdateReadmeTest(absltest.TestCase):
     after = {p.relative_to(self.root): p.read_bytes() for p in self.root.rglob("*.md") if p != other}
     self.assertEqual(after, self.before)
 
+  def test_relative_target(self):
+    other = self.root / "other.md"
+    other.write_text("<!-- BEGIN generated: t -->\nold\n<!-- END generated: t -->\n")
+    cwd = os.getcwd()
+    os.chdir(self.root)
+    self.addCleanup(os.chdir, cwd)
+    self.assertEqual(self.script.main(["update_readme.py", "t", self._source("new"), "other.md"], root=self.root), 0)
+    self.assertEqual(other.read_text(), "<!-- BEGIN generated: t -->\nnew\n<!-- END generated: t -->\n")
+
   def test_missing_source_exits_2(self):
     self.assertEqual(self.script.main(["update_readme.py", "claims", str(self.root / "absent.md")], root=self.root), 2)
     after = {p.relative_to(self.root): p.read_bytes() for p in self.root.rglob("*.md")}

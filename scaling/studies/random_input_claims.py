@@ -173,7 +173,7 @@ def _sqrt_unit_variance(ctx: Context) -> Measurement:
   ranges = {name: span([seed_mean(v) for v in by_d.values()], ".3g") for name, by_d in conditions.items()}
   return Measurement(
       {"fraction_within_5pct": round_sig(fraction), "within_5pct": within,
-       "var_sqrt": {name: {d: mean_std(v, 4) for d, v in by_d.items()} for name, by_d in conditions.items()}},
+       "var_sqrt": {name: by_d_k(by_d) for name, by_d in conditions.items()}},
       f"The 1/√d_k logit variance over d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({seeds_text(ctx)}) is "
       + "; ".join(f"{ranges[n]} for {n}" for n in conditions)
       + f": within {RELATIVE_TOLERANCE:.0%} of 1 in {sum(within.values())} of {len(within)} conditions.")
@@ -501,7 +501,7 @@ def _temperature_equivalence(ctx: Context) -> Measurement:
     diffs[d] = np.asarray(worst)
   top = max(float(np.max(v)) for v in diffs.values())
   return Measurement(
-      {"max_abs_diff": top, "max_abs_diff_by_d_k": {d: mean_std(v, 4) for d, v in diffs.items()}},
+      {"max_abs_diff": top, "max_abs_diff_by_d_k": by_d_k(diffs)},
       f"The library's softmax(q·k/√d_k) weights (float32) differ from a float64 numpy softmax(q·k/T) with "
       f"T = √d_k by at most {top:.1e} at d_k {ctx.d_k[0]}–{ctx.d_k[-1]} ({n_seeds_text(ctx)}).")
 
@@ -516,8 +516,8 @@ def _layernorm_not_enough(ctx: Context) -> Measurement:
   std = _sp_spec(width, lo).init_std
   return Measurement(
       {"var_exponent": round_sig(seed_mean(slopes)), "var_exponent_by_seed": mean_std(slopes, 4), "width": width,
-       "logit_var_none": {d: mean_std(x, 4) for d, x in v["none"].items()},
-       "logit_var_sqrt": {d: mean_std(x, 4) for d, x in v["sqrt"].items()}},
+       "logit_var_none": by_d_k(v["none"]),
+       "logit_var_sqrt": by_d_k(v["sqrt"])},
       f"Tokens LayerNorm-ed over width {width} (raw: {_mixed_scales()}, offsets of std {TOKEN_OFFSET_STD:g}) and "
       f"projected by W_q, W_k of "
       f"std {std:.3g} (SP fan-in) give unscaled logit variance {seed_mean(v['none'][lo]):.3g} at d_k = {lo} and "

@@ -151,7 +151,7 @@ def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads
     start = time.perf_counter()
     compiled = jax.jit(step).lower(*args).compile()
     row["compile_s"] = time.perf_counter() - start
-    planned, available = memory_lib.planned_bytes(compiled), resources.host_available_bytes()
+    planned, available = memory_lib.planned_bytes(compiled.memory_analysis()), resources.host_available_bytes()
     row["xla_planned_mib"] = None if planned is None else planned / 2**20
     fraction = memory_lib.MAX_MEMORY_FRACTION
     if planned is not None and available is not None and planned > fraction * available:

@@ -59,9 +59,8 @@ class MemoryConfig(Options):
                                       "available memory.", positive=True, upper=1.0)
 
 
-def planned_bytes(compiled: Any) -> float | None:
-  """Bytes of the temporary, argument and output buffers XLA plans for a compiled program; None if it does not say."""
-  analysis = compiled.memory_analysis()
+def planned_bytes(analysis: Any) -> float | None:
+  """Bytes of the temporary, argument and output buffers in a compiled program's ``memory_analysis()``; None if none."""
   if analysis is None:
     return None
   return float(analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes)
@@ -113,7 +112,7 @@ def measure_memory(config: MemoryConfig) -> dict:
                                    block_k=config.block_k)
   compiled = jax.jit(step).lower(*args).compile()
   analysis = compiled.memory_analysis()
-  planned = planned_bytes(compiled)
+  planned = planned_bytes(analysis)
   if analysis is not None:
     row["xla_temp_mib"] = analysis.temp_size_in_bytes / 2**20
     row["xla_planned_mib"] = planned / 2**20

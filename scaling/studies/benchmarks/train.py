@@ -60,7 +60,7 @@ from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.studies.benchmarks import timing
-from scaling.studies import transfer as transfer_lib
+from scaling.studies.grid import lr_grid
 
 EMBEDDING_TABLES = ("embed", "pos_embed")
 
@@ -190,7 +190,7 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
                                      max_len=config.grid_seq_len)
   steps = config.grid_steps
   opt = optim_lib.OptimizerConfig(steps=steps)
-  lrs, seeds = transfer_lib.lr_grid(config.grid_log2_lrs, config.grid_seeds)
+  lrs, seeds = lr_grid(config.grid_log2_lrs, config.grid_seeds)
 
   def vmapped():
     return train_lib.run_training(model_config, opt, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
