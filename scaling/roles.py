@@ -157,7 +157,7 @@ def _plain(tree: Any) -> Any:
   if nnx is not None and isinstance(tree, nnx.Module):
     tree = nnx.state(tree, nnx.Param)
   if nnx is not None and isinstance(tree, nnx.State):
-    tree = tree.to_pure_dict()
+    tree = nnx.to_pure_dict(tree)
   if isinstance(tree, Mapping) and set(tree) == {"params"}:
     tree = tree["params"]
   return tree
