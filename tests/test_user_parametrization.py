@@ -150,6 +150,40 @@ class TensorProgramsTablesTest(parameterized.TestCase):
     self.assertAlmostEqual(explicit.eps_factor("readout/bias", "mup"), 1.0)  # fixed: m = 1
 
 
+class InitTest(absltest.TestCase):
+
+  def test_rescale_keeps_the_initializer(self):
+    # Flax's truncated-normal init rescaled: std exactly B (μP hidden: 1/√256), the same draws up to one factor.
+    p = scaling.parametrize(_roles(), "mup")
+    params = _params()
+    params["fc_hidden"]["kernel"] = jax.random.truncated_normal(jax.random.key(5), -2.0, 2.0, (TARGET, TARGET))
+    new = p.rescale(params)
+    w, old = np.asarray(new["fc_hidden"]["kernel"]), np.asarray(params["fc_hidden"]["kernel"])
+    self.assertAlmostEqual(float(np.std(w)), 1 / 16, places=6)
+    ratio = (w - w.mean()) / (old - old.mean())
+    np.testing.assert_allclose(ratio, np.full_like(ratio, ratio.flat[0]), rtol=1e-3)
+    chex.assert_trees_all_equal(new["ln"], params["ln"])
+    zero = scaling.parametrize(_roles(), param_lib.get_parametrization("mup", zero_readout=True))
+    np.testing.assert_array_equal(zero.rescale(params)["readout"]["kernel"], 0.0)
+
+
+class AttentionTest(absltest.TestCase):
+
+  def test_attention_fn_in_flax_attention(self):
+    # μP's logits α·q·k/d_head with α = √base_head_dim (Tensor Programs V §4) in nn.MultiHeadDotProductAttention,
+    # against jax.nn.dot_product_attention with that scale on the module's own projections.
+    p = scaling.parametrize(_roles(), param_lib.get_parametrization("mup", base_head_dim=4))
+    module = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=32, attention_fn=p.attention_fn())
+    x = jax.random.normal(jax.random.key(6), (1, 5, 32))
+    variables = module.init(jax.random.key(7), x)
+    got = module.apply(variables, x)
+    w = variables["params"]
+    q, k, v = (jnp.einsum("btd,dnh->btnh", x, w[n]["kernel"]) + w[n]["bias"] for n in ("query", "key", "value"))
+    ctx = jax.nn.dot_product_attention(q, k, v, scale=math.sqrt(4) / 16)
+    want = jnp.einsum("btnh,nhd->btd", ctx, w["out"]["kernel"]) + w["out"]["bias"]
+    chex.assert_trees_all_close(got, want, atol=1e-5)
+
+
 def _train(model, params, opt, steps=20):
   """The losses of ``steps`` steps on one fixed regression batch."""
   x = jax.random.normal(jax.random.key(3), (16, D_IN))
