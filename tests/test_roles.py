@@ -58,6 +58,7 @@ class _NnxMlp(nnx.Module):
 
   def __init__(self, width, rngs):
     self.fc_in = nnx.Linear(5, width, rngs=rngs)
+    self.embed = nnx.Embed(50, width, rngs=rngs)
     self.ln = nnx.LayerNorm(width, rngs=rngs)
     self.attn = nnx.MultiHeadAttention(num_heads=width // 8, in_features=width, decode=False, rngs=rngs)
     self.out = nnx.Linear(width, 3, rngs=rngs)
@@ -199,7 +200,8 @@ class NnxRolesTest(absltest.TestCase):
     abstract = lambda w: nnx.eval_shape(lambda: _NnxMlp(w, nnx.Rngs(0)))
     roles = scaling.infer_kinds(abstract(16), abstract(32), overrides=scaling.FLAX_ATTENTION)
     got = {p: (r.kind, r.fans) for p, r in roles.items() if not p.endswith("bias")}
-    self.assertEqual(got, {"fc_in/kernel": ("input", (5, 32)), "ln/scale": ("norm", (1, 32)),
+    self.assertEqual(got, {"fc_in/kernel": ("input", (5, 32)), "embed/embedding": ("embedding", (50, 32)),
+                           "ln/scale": ("norm", (1, 32)),
                            "attn/query/kernel": ("attn_q", (32, 32)), "attn/key/kernel": ("attn_k", (32, 32)),
                            "attn/value/kernel": ("attn_v", (32, 32)), "attn/out/kernel": ("attn_o", (32, 32)),
                            "out/kernel": ("readout", (32, 3))})
