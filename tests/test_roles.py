@@ -169,6 +169,10 @@ class ErrorsTest(parameterized.TestCase):
       scaling.infer_kinds(base, delta)
     roles = scaling.infer_kinds(base, delta, overrides={"w/kernel": ("hidden", 2)})
     self.assertEqual(roles["w/kernel"].fans, (64, 4))
+    with self.assertRaisesRegex(ValueError, r"parameter 'w/kernel' as hidden: in_axes must be an integer in \[1, 2\]"):
+      scaling.infer_kinds(base, delta, overrides={"w/kernel": ("hidden", 3)})
+    with self.assertRaisesRegex(ValueError, "parameter 'w/kernel' as embedding: embedding parameter must be"):
+      scaling.infer_kinds(base, delta, overrides={"w/kernel": "embedding"})
 
   @parameterized.named_parameters(
       ("same_shapes", {"a": jnp.zeros((4, 4))}, {"a": jnp.zeros((4, 4))}, "same parameter shapes"),
