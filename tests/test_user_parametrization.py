@@ -170,7 +170,7 @@ class InitTest(absltest.TestCase):
 class AttentionTest(absltest.TestCase):
 
   def test_attention_fn_in_flax_attention(self):
-    # μP's logits α·q·k/d_head with α = √base_head_dim (Tensor Programs V §4) in nn.MultiHeadDotProductAttention,
+    # μP's logits α·q·k/d_head with α = √base_head_dim (Tensor Programs V §4) in Flax's attention module
     # against jax.nn.dot_product_attention with that scale on the module's own projections.
     p = scaling.parametrize(_roles(), param_lib.get_parametrization("mup", base_head_dim=4))
     module = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=32, attention_fn=p.attention_fn())
@@ -306,7 +306,7 @@ class DepthTest(absltest.TestCase):
 
   def test_completep(self):
     # CompleteP (Dey et al. 2025, Table 1) at 4× the base depth, α = 1: branches × 1/4, in-block Adam LRs
-    # × m_L^(α−1) = 1, ε × m_L^−α in the blocks; depth-μP (α = 1/2): Adam LRs × 1/2 in the blocks, none outside.
+    # × m_L^(α−1) = 1, ε × m_L^−α in the blocks; depth-μP (α = 1/2): Adam LRs × 1/2 in blocks, none outside.
     roles = _roles(blocks="fc_hidden/*")
     for alpha, adam in ((1.0, 1.0), (0.5, 0.5)):
       p = scaling.parametrize(roles, param_lib.get_parametrization("mup", depth_alpha=alpha, base_depth=2, depth=8))
