@@ -46,6 +46,8 @@ class TrainConfig(Options):
   """A training run (the options of ``experiments.train``)."""
 
   HIDDEN = ("num_seeds",)
+  NOT_IN_RESULTS = ("print_every", "checkpoint_every")
+  """Options that change no result file (left out of run.json and of the run directory's name)."""
 
   parametrization: str = option("sp", "Parametrization: init, multipliers and per-layer learning rates.",
                                 choices=param_lib.available_parametrizations)
@@ -123,7 +125,7 @@ CHECKPOINTS = "checkpoints"
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "timings.jsonl", "timings.json", "loss.png",
            "grad_norm.png", "attention.png", CHECKPOINTS)
 """The files ``run`` writes into the output folder (besides run.json)."""
-NOT_IN_RESULTS = ("print_every", "checkpoint_every")
+NOT_IN_RESULTS = TrainConfig.NOT_IN_RESULTS
 """Options that change no result file (left out of run.json, so a rerun may change them)."""
 
 
