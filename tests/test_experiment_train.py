@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -31,9 +32,17 @@ class MainTest(absltest.TestCase):
   def test_tiny_run_writes_everything(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "run"
     # The stability options ride along: z-loss, QK-norm with LayerNorm and no gains, Adam-atan2.
-    printed = _run_main(**TINY, steps=6, log_every=2, print_every=3, out_dir=str(out), z_loss=0.01, rule="qk_norm",
-                        qk_norm="layer", qk_norm_gains=False, optimizer="adam_atan2")
-    self.assertIn("step", printed)
+    with mock.patch.dict(os.environ, {"FORCE_COLOR": "1"}):  # rich draws as on a terminal: a progress bar
+      code, stdout, stderr = experiment_main.run_main(
+          train, **TINY, steps=6, log_every=2, print_every=3, out_dir=str(out), z_loss=0.01, rule="qk_norm",
+          qk_norm="layer", qk_norm_gains=False, optimizer="adam_atan2")
+    self.assertEqual(code, 0, stderr)
+    self.assertIn("\x1b[", stderr)  # the bar, drawn in place, with the step and loss, its count and ETA
+    self.assertRegex(stderr, r"train step 5 +loss")
+    self.assertIn("6/6", stderr)
+    self.assertIn("eta", stderr)
+    printed = stdout + stderr  # the step lines still print (above the bar)
+    self.assertIn("step      3/6", printed)
     self.assertIn("steps/s", printed)
     config = json.loads((out / "config.json").read_text())
     self.assertEqual(config["config"]["width"], 16)

@@ -192,7 +192,9 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   metrics = results.RowStream(out_dir / "metrics.jsonl", keep=lambda row: row["step"] < first)
   start = time.perf_counter()
   last_print = {"time": start, "step": first}
-  progress = {"initial_loss": initial_loss, "diverged": False}
+  progress = {"initial_loss": initial_loss, "diverged": False, "done": first}
+  # On a terminal a bar with ETA; off one the step lines below are the progress (whole lines, every print_every).
+  bar = report.Progress(steps - first, "train", lines=False)
 
   def callback(step: int, row: dict[str, Any]) -> None:
     now = time.perf_counter()
@@ -201,6 +203,8 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     if step == 0:
       progress["initial_loss"] = row["loss"]
     final = step == steps - 1
+    bar.update(f"step {step}  loss {row['loss']:.4f}", n=step + 1 - progress["done"])
+    progress["done"] = step + 1
     if step % config.log_every == 0 or final or diverged:
       metrics.write({**row, "step": step})
       results.append_timing(out_dir, {"step": step, "time": now - start, "resumed_from": first})
@@ -217,10 +221,11 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
       checkpoints.save(state, seed=seed, initial_loss=progress["initial_loss"])
 
   try:
-    result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
-                             log_every=math.gcd(config.log_every, config.print_every), callback=callback,
-                             divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
-                             initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
+    with bar:
+      result = train_lib.run_training(
+          model_config, config.optim, dataset, seed=seed, log_every=math.gcd(config.log_every, config.print_every),
+          callback=callback, divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
+          initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
     evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()
