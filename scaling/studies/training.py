@@ -32,6 +32,7 @@ from scaling import report
 from scaling import distributed
 from scaling import resources
 from scaling import results
+from scaling import tracking
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
@@ -39,6 +40,20 @@ from scaling.config import Seeds
 
 SUMMARY_COLUMNS = ("status", "steps_run", "initial_loss", "final_loss", "eval_loss", "eval_accuracy",
                    "steps_per_sec", "wall_time")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOutputConfig(results.OutputConfig):
+  """Where a training run writes, and the trackers that get its metrics too."""
+
+  log_to: tuple[str, ...] | None = option(None, "Also send the numbers of metrics.jsonl to these trackers, comma-separated: "
+                                   "tensorboard (event files in <out_dir>/tensorboard; pip install "
+                                   "'scaling[tensorboard]'), wandb (pip install 'scaling[wandb]'; WANDB_MODE=offline "
+                                   "needs no network).", choices=tuple(tracking.TRACKERS))
+
+  def validate(self):
+    super().validate()
+    tracking.check_available(self.log_to or ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +81,7 @@ class TrainConfig(Options):
   data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
   model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
-  output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
+  output: TrainOutputConfig = option(TrainOutputConfig("runs/train"), "Output and trackers.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
@@ -123,7 +138,7 @@ def write_plots(out_dir, rows: list[dict[str, Any]], depth: int) -> list[str]:
 
 CHECKPOINTS = "checkpoints"
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "timings.jsonl", "timings.json", "loss.png",
-           "grad_norm.png", "attention.png", CHECKPOINTS)
+           "grad_norm.png", "attention.png", CHECKPOINTS, tracking.TENSORBOARD_DIR, "wandb")
 """The files ``run`` writes into the output folder (besides run.json)."""
 NOT_IN_RESULTS = TrainConfig.NOT_IN_RESULTS
 """Options that change no result file (left out of run.json, so a rerun may change them)."""
@@ -190,6 +205,8 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
         f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}"
         + (f"; resuming from the checkpoint after {first} steps" if first else ""), flush=True)
   metrics = results.RowStream(out_dir / "metrics.jsonl", keep=lambda row: row["step"] < first)
+  trackers = tracking.Trackers(config.output.log_to or () if distributed.is_writer() else (), out_dir, out_dir.name,
+                               dataclasses.asdict(config))
   start = time.perf_counter()
   last_print = {"time": start, "step": first}
   progress = {"initial_loss": initial_loss, "diverged": False, "done": first}
@@ -207,6 +224,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     progress["done"] = step + 1
     if step % config.log_every == 0 or final or diverged:
       metrics.write({**row, "step": step})
+      trackers.log(step, results.to_jsonable(metrics.rows[-1]))
       results.append_timing(out_dir, {"step": step, "time": now - start, "resumed_from": first})
     if step % config.print_every == 0 or final or diverged:
       elapsed = now - last_print["time"]
@@ -238,6 +256,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     print(f"\ninterrupted; partial metrics.jsonl, plots and summary.json are in {out_dir}", file=sys.stderr)
     raise
   finally:
+    trackers.close()
     if checkpoints is not None:
       checkpoints.close()
   metrics.close()
