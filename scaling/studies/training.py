@@ -194,6 +194,10 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
   finished = _finished(out_dir)
+  if not distributed.agree(finished is not None):  # process 0 decides for the job
+    finished = None
+  elif finished is None:  # finished by process 0's files, which this process does not see
+    finished = {"status": "finished", "steps_run": steps}
   if finished is not None:  # its plots were written before its summary
     print(report.table([finished], SUMMARY_COLUMNS[:-2]))
     print(f"already finished in {out_dir} ({finished['status']} after {finished['steps_run']} steps); "
