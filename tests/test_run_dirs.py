@@ -31,7 +31,7 @@ class RunNameTest(chex.TestCase):
   def test_output_only_options_keep_the_name(self):
     base = results.run_name(training.TrainConfig())
     for config in (training.TrainConfig(print_every=7), training.TrainConfig(checkpoint_every=3),
-                   training.TrainConfig(output=results.OutputConfig("elsewhere", overwrite=True))):
+                   training.TrainConfig(output=training.TrainOutputConfig("elsewhere", overwrite=True, log_to=("tensorboard",)))):
       self.assertEqual(results.run_name(config), base)
 
   def test_hash_is_of_the_options_written_out(self):

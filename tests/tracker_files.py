@@ -3,6 +3,7 @@
 import json
 import pathlib
 import struct
+import time
 
 
 def _tfrecords(path):
@@ -49,17 +50,30 @@ def _leveldb_records(data, start=7, block=32768):
       return
 
 
-def wandb_history(folder):
-  """The history rows ({key: value}, W&B's own ``_``-keys left out) of the offline runs under ``folder``."""
+def _wandb_records(path):
   from wandb.proto import wandb_internal_pb2  # pylint: disable=g-import-not-at-top
 
+  data = pathlib.Path(path).read_bytes()
+  assert data[:4] == b":W&B", path
+  for payload in _leveldb_records(data):
+    record = wandb_internal_pb2.Record()
+    record.ParseFromString(payload)
+    yield record
+
+
+def wandb_history(folder, timeout=30.0):
+  """The history rows ({key: value}, W&B's own ``_``-keys left out) of the offline runs under ``folder``.
+
+  W&B's service may still be writing a run's file after ``finish`` returns: each file is read once it holds
+  the run's exit record (waiting up to ``timeout`` seconds).
+  """
   rows = []
   for path in sorted(pathlib.Path(folder).glob("wandb/offline-run-*/*.wandb")):
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", path
-    for payload in _leveldb_records(data):
-      record = wandb_internal_pb2.Record()
-      record.ParseFromString(payload)
+    deadline = time.monotonic() + timeout
+    while not any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(path)):
+      assert time.monotonic() < deadline, f"{path} has no exit record after {timeout} s"
+      time.sleep(0.05)
+    for record in _wandb_records(path):
       if record.WhichOneof("record_type") == "history":
         items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
         rows.append({k: v for k, v in items.items() if not k.startswith("_") or k == "_step"})
