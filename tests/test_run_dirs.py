@@ -1,6 +1,7 @@
 """Run directories: without --out_dir each configuration gets its own folder under runs/<experiment>/."""
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -30,14 +31,14 @@ class RunNameTest(chex.TestCase):
 
   def test_output_only_options_keep_the_name(self):
     base = results.run_name(training.TrainConfig())
+    output = training.TrainOutputConfig("elsewhere", overwrite=True, log_to=("tensorboard",))
     for config in (training.TrainConfig(print_every=7), training.TrainConfig(checkpoint_every=3),
-                   training.TrainConfig(output=training.TrainOutputConfig("elsewhere", overwrite=True, log_to=("tensorboard",)))):
+                   training.TrainConfig(output=output)):
       self.assertEqual(results.run_name(config), base)
 
   def test_hash_is_of_the_options_written_out(self):
     config = training.TrainConfig(width=32)
     # The hash covers exactly the options run.json records: written out here from the dataclass by hand.
-    import dataclasses  # pylint: disable=g-import-not-at-top
     options = dataclasses.asdict(config)
     for name in ("output", "cluster", "print_every", "checkpoint_every"):
       options.pop(name)

@@ -46,10 +46,10 @@ SUMMARY_COLUMNS = ("status", "steps_run", "initial_loss", "final_loss", "eval_lo
 class TrainOutputConfig(results.OutputConfig):
   """Where a training run writes, and the trackers that get its metrics too."""
 
-  log_to: tuple[str, ...] | None = option(None, "Also send the numbers of metrics.jsonl to these trackers, comma-separated: "
-                                   "tensorboard (event files in <out_dir>/tensorboard; pip install "
-                                   "'scaling[tensorboard]'), wandb (pip install 'scaling[wandb]'; WANDB_MODE=offline "
-                                   "needs no network).", choices=tuple(tracking.TRACKERS))
+  log_to: tuple[str, ...] | None = option(
+      None, "Also send the numbers of metrics.jsonl to these trackers, comma-separated: tensorboard (event files in "
+      "<out_dir>/tensorboard; pip install 'scaling[tensorboard]'), wandb (pip install 'scaling[wandb]'; "
+      "WANDB_MODE=offline needs no network).", choices=tuple(tracking.TRACKERS))
 
   def validate(self):
     super().validate()
