@@ -19,5 +19,10 @@ setuptools.setup(
         "orbax-checkpoint>=0.11",
         "rich>=13",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80"]},
+    extras_require={
+        "tensorboard": ["tensorboardX>=2.6"],
+        "wandb": ["wandb>=0.19.10"],
+        # The tests of the trackers read what they write, so the test extra installs both.
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80", "tensorboardX>=2.6", "wandb>=0.19.10"],
+    },
 )

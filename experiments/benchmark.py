@@ -24,6 +24,7 @@ from typing import Any, Callable, Collection
 
 from experiments import cli
 from scaling import config as config_lib
+from scaling import report
 from scaling import results
 from scaling.config import option
 from scaling.config import Options
@@ -72,12 +73,15 @@ def run(config: BenchmarkConfig, out_dir: pathlib.Path) -> dict:
   """Runs each suite, each printing its table, and writes summary.json."""
   results.make_dir(out_dir)
   summary = {}
-  for suite in dict.fromkeys(config.suite):
-    print(f"== suite {suite}", flush=True)
-    start = time.perf_counter()
-    with cli.persistent_compilation_cache(None):
-      summary[suite] = SUITES[suite][0](config.suite_config(suite), out_dir)
-    summary[suite]["wall_s"] = time.perf_counter() - start
+  suites = list(dict.fromkeys(config.suite))
+  with report.Progress(len(suites), "benchmark", every_s=0.0) as progress:
+    for suite in suites:
+      print(f"== suite {suite}", flush=True)
+      start = time.perf_counter()
+      with cli.persistent_compilation_cache(None):
+        summary[suite] = SUITES[suite][0](config.suite_config(suite), out_dir)
+      summary[suite]["wall_s"] = time.perf_counter() - start
+      progress.update(f"{suite} ({summary[suite]['wall_s']:.0f}s)")
   results.write_json(out_dir / "summary.json", summary)
   print(f"wrote {', '.join(f'{s}.json' for s in summary)} and summary.json to {out_dir}")
   return summary

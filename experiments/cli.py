@@ -15,6 +15,13 @@ ends with one line ``error: out of memory ...`` and exit status 1, after the
 files and folders this run created under ``--out_dir`` are removed (files that
 were there before are left alone). ``--help`` prints the options.
 
+Without ``--out_dir`` each configuration gets a directory of its own under the
+study's default folder (``runs/<experiment>/<changed options>-<hash>``, see
+``run_directory``): the same options resume and reuse what was finished, changed
+options start a new run, and ``runs/<experiment>/latest`` links the one used last.
+An ``--out_dir`` given keeps one folder per run: other options are refused there
+unless ``--overwrite``.
+
 Every entry point also has the options of the process (``ProcessOptions``),
 applied by ``main`` around the run: ``--compilation_cache_dir`` is JAX's
 persistent compilation cache (on by default, under the user's cache folder), so
@@ -38,6 +45,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from scaling import config as config_lib
 from scaling import data as data_lib
+from scaling import results
 from scaling.config import option
 
 CACHE_OFF = ("", "none")
@@ -191,6 +199,11 @@ def parse(cls: type, argv: Sequence[str]) -> Any:
 
 def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions]:
   """(the config of ``cls``, the ``ProcessOptions``) from command-line arguments; raises ``UsageError``."""
+  return _parse(cls, argv)[:2]
+
+
+def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str]]:
+  """(the config, the ``ProcessOptions``, the names of the flags given) from command-line arguments."""
   fv, specs = define_flags(cls)
   try:
     rest = fv(list(argv))
@@ -212,7 +225,7 @@ def parse_with_process(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOpti
     built[0].check_given({spec.name for spec in specs if fv[spec.name].present})
   except ValueError as e:
     raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
-  return built[0], built[1]
+  return built[0], built[1], {spec.name for spec in specs if fv[spec.name].present}
 
 
 class UsageError(Exception):
@@ -295,12 +308,20 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     print((doc or "").strip() + "\n\nflags:\n" + fv.get_help())
     return 0
   out_dir = before = None
+  own_dir = False
   try:
-    config, process = parse_with_process(cls, argv)
-    out_dir = pathlib.Path(config.output.out_dir) if needs_out_dir else None
+    config, process, given = _parse(cls, argv)
+    if needs_out_dir:
+      config, own_dir = run_directory(config, "out_dir" in given)
+      out_dir = pathlib.Path(config.output.out_dir)
     before = snapshot(out_dir)
+    if own_dir:
+      state = "resuming or reusing its results" if (out_dir / results.MANIFEST).exists() else "new"
+      print(f"run directory: {out_dir} ({state})", flush=True)
     with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)):
       run(config, out_dir)
+    if own_dir:
+      results.link_latest(out_dir)
   except UsageError as e:
     return fail(str(e))
   except data_lib.DataError as e:
@@ -308,6 +329,8 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
   except ValueError as e:
     return fail(str(e))
   except KeyboardInterrupt:
+    if own_dir:
+      results.link_latest(out_dir)
     return 130
   except Exception as e:  # pylint: disable=broad-except  (only allocation failures are handled here)
     if not out_of_memory(e):
@@ -316,3 +339,17 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     where = f"; removed what this run wrote to {out_dir}" if out_dir is not None else ""
     return fail(f"out of memory: {_first_line(e)}{where}; use smaller sizes", OUT_OF_MEMORY)
   return 0
+
+
+def run_directory(config: Any, given: bool) -> tuple[Any, bool]:
+  """(``config`` with the run's output directory, whether it is the configuration's own one).
+
+  An ``--out_dir`` given is used as it is. Without one, the study's default folder
+  (``runs/<experiment>``) holds one directory per configuration, named by
+  ``scaling.results.run_name``: the same options find their earlier run (resumed, its
+  finished results reused) and changed ones start a new directory.
+  """
+  if given:
+    return config, False
+  folder = results.run_dir(config.output.out_dir, config)
+  return dataclasses.replace(config, output=dataclasses.replace(config.output, out_dir=str(folder))), True

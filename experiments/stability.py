@@ -9,7 +9,7 @@ data of ``--text_file`` and measures
   start and end of training at ``--log_z_learning_rate``, with z-loss 0 and
   ``--z_loss``;
 * the final loss (mean over the last ``--final_window`` steps) of Adam,
-  Adam with ε scaled as μP prescribes (``--eps_scaling=mup``) and Adam-atan2
+  Adam with ε scaled as μP prescribes (train's ε scaling ``mup``) and Adam-atan2
   at each of ``--learning_rates`` (one vmapped program per optimizer).
 
 Writes results.json and stability.md (two Markdown tables, for the generated

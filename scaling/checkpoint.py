@@ -11,6 +11,11 @@ judged against.
 
 Orbax writes each checkpoint into a temporary folder and renames it when
 complete, so a run killed while saving leaves the previous checkpoint intact.
+In a job of several processes (``--distributed``) every process writes its
+shards of a checkpoint and process 0 renames the folder once all are written
+(orbax's barriers); which checkpoint a rerun resumes from is process 0's choice
+(``latest_step``), the same on every process even when one saw a save the
+others did not finish.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from scaling import distributed
 
 
 def _key_data(seed: int) -> np.ndarray:
@@ -41,8 +48,11 @@ class Checkpoints:
     self.manager = ocp.CheckpointManager(pathlib.Path(directory).absolute(), options=options)
 
   def latest_step(self) -> int | None:
-    """The number of updates of the newest complete checkpoint, or None."""
-    return self.manager.latest_step()
+    """The number of updates of the newest complete checkpoint, or None; in a job of several processes, the one
+    process 0 finds (``scaling.distributed.agree``), so that every process restores the same step."""
+    step = self.manager.latest_step()
+    step = distributed.agree(-1 if step is None else step)
+    return None if step < 0 else step
 
   def save(self, state: Any, *, seed: int, initial_loss: float) -> None:
     """Saves ``state`` (a ``scaling.train.TrainState``) at its step, with the data key and the step-0 loss.

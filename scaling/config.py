@@ -243,7 +243,7 @@ def to_dict(config: Any) -> dict[str, Any]:
 class Seeds(Options):
   """The seeds of a study: ``seed`` .. ``seed + num_seeds - 1`` (mean and spread are over them)."""
 
-  seed: int = option(0, "First seed (seeds are seed .. seed + num_seeds - 1).", lower=0)
+  seed: int = option(0, "First seed (a study of several seeds uses seed, seed + 1, ...).", lower=0)
   num_seeds: int = option(2, "Independent seeds.", lower=1)
 
   def validate(self):

@@ -19,6 +19,7 @@ import functools
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 from scaling.config import option
 from scaling.config import Options
@@ -61,6 +62,27 @@ def initialize(config: DistributedConfig) -> None:
 def is_writer() -> bool:
   """Whether this process writes result files: process 0 of a job (always true for a single process)."""
   return jax.process_index() == 0
+
+
+def agree(value: int) -> int:
+  """Process 0's ``value`` on every process of a job (``value`` itself in a single process).
+
+  A decision that each process could make differently from what it reads on
+  disk (the newest checkpoint, whether the run already finished) is made once,
+  by process 0, so that all processes restore the same state and run the same
+  collectives. Every process must call it at the same point.
+
+  Args:
+    value: this process's value (an integer, e.g. a step, -1 for none, or 0/1).
+
+  Returns:
+    Process 0's value.
+  """
+  if jax.process_count() == 1:
+    return int(value)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  return int(multihost_utils.broadcast_one_to_all(np.asarray(value, np.int64)))
 
 
 def initialized(run: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

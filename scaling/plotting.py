@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+from matplotlib import ticker  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from scaling import distributed  # noqa: E402
 
@@ -23,8 +24,10 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
   own = ax is None
   if own:
     fig, ax = plt.subplots(figsize=(6, 4))
-  for label, (x, y) in series.items():
-    ax.plot(x, y, marker="o", markersize=3, label=label)
+  for i, (label, (x, y)) in enumerate(series.items()):
+    # Each line its own marker and dash pattern, the markers hollow, so a line lying on another stays visible.
+    ax.plot(x, y, marker=MARKERS[i % len(MARKERS)], linestyle=LINESTYLES[i % len(LINESTYLES)],
+            markersize=4 + 1.5 * (i % 3), fillstyle="none", label=label)
     if errors and label in errors:
       lo = [a - b for a, b in zip(y, errors[label])]
       hi = [a + b for a, b in zip(y, errors[label])]
@@ -33,6 +36,7 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
     ax.set_xscale("log", base=2)
   if logy:
     ax.set_yscale("log")
+    label_log_y(ax)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   if title:
@@ -41,6 +45,27 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
   ax.legend(fontsize=8)
   if own:
     save_figure(fig, path)
+
+
+MARKERS = ("o", "s", "^", "v", "D", "x", "+", "P")
+LINESTYLES = ("-", "--", "-.", ":")
+"""The markers and dash patterns of a figure's lines, in order (8 and 4: 8 lines differ in both)."""
+
+
+def label_log_y(ax) -> None:
+  """Plain-number labels on the log y axis of ``ax``: under one decade of data, about six evenly spaced round values.
+
+  Matplotlib labels a log axis at its decades, and within one decade at a few minor ticks only (a loss from 2.6
+  to 4.2 gets "3×10⁰" and "4×10⁰"); here the ticks of a narrow range are round numbers in the range, labelled as
+  numbers, and a wider range keeps the decades with plain labels.
+  """
+  axis = ax.yaxis
+  lo, hi = sorted(ax.get_ylim())
+  if lo > 0 and hi / lo < 10:
+    axis.set_major_locator(ticker.MaxNLocator(nbins=6))
+    axis.set_minor_locator(ticker.NullLocator())
+    axis.set_minor_formatter(ticker.NullFormatter())
+  axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def grid_figure(nrows: int, ncols: int, *, width: float = 4.0, height: float = 3.2):

@@ -13,6 +13,7 @@ import math
 import pathlib
 import re
 import sys
+import time
 from typing import Any, Mapping, Sequence
 
 from rich import box
@@ -28,36 +29,70 @@ from rich.progress import TimeRemainingColumn
 class Progress:
   """A progress bar with elapsed time and ETA on stderr; ``update(label)`` marks one unit done.
 
-  Use as a context manager. On a terminal the bar redraws in place; elsewhere
-  (logs, CI) each update is printed as one line, so long runs show progress too.
+  Use as a context manager. On a terminal the bar redraws in place (a Progress
+  opened while another is live becomes a second bar of the same display). Elsewhere
+  (logs, CI) it prints whole lines, never wrapped, at a steady pace: after the
+  first unit, after the last, and otherwise at most one every ``every_s`` seconds,
+  so a long run shows progress without flooding its log.
   """
 
-  def __init__(self, total: int, name: str, stream: Any = None):
+  _live: list[Progress] = []
+  """The bars drawn now on a terminal, outermost first (a nested one draws into the outermost's display)."""
+
+  def __init__(self, total: int, name: str, stream: Any = None, *, every_s: float = 10.0,
+               terminal: bool | None = None, lines: bool = True):
+    """Args:
+      total: the number of units.
+      name: shown before each label.
+      stream: where to write (default stderr).
+      every_s: off a terminal, the fewest seconds between two lines (the first and last unit always print).
+      terminal: draw a live bar (True) or print lines (False); None asks the stream whether it is a terminal.
+      lines: off a terminal, print lines at all (False when the caller logs its own).
+    """
     self.total, self.name, self.done = total, name, 0
-    self.console = Console(file=stream or sys.stderr, highlight=False)
-    self.live = self.console.is_terminal
-    columns = (TextColumn(f"{name} {{task.description}}", markup=False), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    self._bar = RichProgress(*columns, console=self.console, disable=not self.live)
-    self._task = self._bar.add_task("", total=total)
+    self.every_s, self.lines = every_s, lines
+    self.console = Console(file=stream or sys.stderr, highlight=False, force_terminal=terminal)
+    self.live = self.console.is_terminal if terminal is None else terminal
+    self._last_line = -math.inf
+    self._started = time.monotonic()
+    self._owner = self.live and not Progress._live
+    if self.live and not self._owner:
+      self._bar = Progress._live[0]._bar
+    else:
+      columns = (TextColumn("{task.fields[name]} {task.description}", markup=False), BarColumn(),
+                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+      self._bar = RichProgress(*columns, console=self.console, disable=not self.live)
+    self._task = self._bar.add_task("", total=total, name=name)
 
   def __enter__(self) -> Progress:
-    self._bar.start()
+    if self._owner:
+      self._bar.start()
+    if self.live:
+      Progress._live.append(self)
     return self
 
   def __exit__(self, *exc) -> None:
-    self._bar.stop()
+    if self.live:
+      Progress._live.remove(self)
+    if self._owner:
+      self._bar.stop()
+    elif self.live:
+      self._bar.remove_task(self._task)
 
   def update(self, label: str = "", n: int = 1) -> None:
     """Marks ``n`` units done with a label for the one just finished."""
     self.done += n
     self._bar.update(self._task, advance=n, description=label)
-    if not self.live:
-      task = self._bar.tasks[0]
-      elapsed = task.elapsed or 0.0
-      eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
-      self.console.print(f"{self.name} [{self.done}/{self.total}] {label}  {elapsed:.1f}s elapsed, ~{eta:.1f}s left",
-                         markup=False)
+    now = time.monotonic()
+    due = self._last_line == -math.inf or self.done >= self.total or now - self._last_line >= self.every_s
+    if self.live or not self.lines or not due:
+      return
+    self._last_line = now
+    elapsed = now - self._started
+    eta = elapsed / self.done * max(self.total - self.done, 0) if self.done else float("nan")
+    self.console.file.write(f"{self.name} [{self.done}/{self.total}] {label}  {elapsed:.1f}s elapsed, "
+                            f"~{eta:.1f}s left\n")
+    self.console.file.flush()
 
 
 def _cell(value: Any, floatfmt: str) -> str:

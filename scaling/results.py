@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import math
 import os
 import pathlib
+import re
 import shutil
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
@@ -236,6 +238,8 @@ class GroupedRows:
       groups.setdefault(key(row), []).append(row)
     self.done = {k: groups[k] for k in self.plan if len(groups.get(k, ())) == self.plan[k]}
     self.dropped = len(found) - sum(len(g) for g in self.done.values())
+    self.reused = len(found) - self.dropped
+    """How many rows an earlier run left complete (kept, not computed again)."""
     if self.done != groups or self.torn or source != self.partial:
       write_jsonl(self.partial, self.rows())
 
@@ -354,6 +358,64 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
   return folder
 
 
+LATEST = "latest"
+"""The link in an experiment's folder of runs (``runs/<experiment>/latest``) to the run directory used last."""
+
+
+def _ignored(config: Any) -> tuple[str, ...]:
+  """The options of ``config`` that change no result (its class's ``NOT_IN_RESULTS``)."""
+  return tuple(getattr(type(config), "NOT_IN_RESULTS", ()))
+
+
+def run_name(config: Any, *, hash_length: int = 8) -> str:
+  """The name of ``config``'s own run directory: the options it changes from its defaults, then a hash of all.
+
+  The hash covers ``manifest(config)`` (every option that changes results; not the output group nor the
+  config's ``NOT_IN_RESULTS``), so equal options give the same name and any changed one another name. The
+  readable prefix lists the leaf options that differ from ``type(config)()`` (at most 96 characters, or
+  ``defaults``); it is only for people, the hash alone tells runs apart.
+
+  Args:
+    config: a study's config (an ``Options`` dataclass whose class builds with its defaults).
+    hash_length: hex digits of the SHA-256 of the options kept.
+
+  Returns:
+    A folder name such as ``rule=qk_norm,width=256-3f9a1c0e`` (list values joined by ``+``).
+  """
+  ignore = _ignored(config)
+  options = manifest(config, ignore)
+  digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:hash_length]
+  try:
+    defaults = _leaves(manifest(type(config)(), ignore))
+  except (TypeError, ValueError):
+    defaults = {}
+  show = lambda v: "+".join(map(str, v)) if isinstance(v, list) else str(v)
+  changed = [f"{k}={show(v)}" for k, v in _leaves(options).items() if k not in defaults or defaults[k] != v]
+  prefix = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", ",".join(changed))[:96].rstrip(",_") or "defaults"
+  return f"{prefix}-{digest}"
+
+
+def run_dir(root: str | os.PathLike, config: Any) -> pathlib.Path:
+  """``root / run_name(config)``: the directory of this configuration among an experiment's runs."""
+  return pathlib.Path(root) / run_name(config)
+
+
+def link_latest(folder: str | os.PathLike) -> pathlib.Path | None:
+  """Points ``<parent>/latest`` at ``folder`` (a relative link, replaced atomically); returns the link.
+
+  Does nothing (returns None) off process 0 or when ``folder`` does not exist.
+  """
+  folder = pathlib.Path(folder)
+  if not distributed.is_writer() or not folder.is_dir():
+    return None
+  link = folder.parent / LATEST
+  tmp = folder.parent / f".{LATEST}.{os.getpid()}.tmp"
+  tmp.unlink(missing_ok=True)
+  os.symlink(folder.name, tmp, target_is_directory=True)
+  os.replace(tmp, link)
+  return link
+
+
 def append_timing(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> None:
   """Appends one timing row to ``timings.jsonl``: wall times live there, never in the result files."""
   append_jsonl(pathlib.Path(out_dir) / "timings.jsonl", row)
@@ -363,10 +425,12 @@ def append_timing(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> None:
 class OutputConfig(Options):
   """Where a study writes its results."""
 
-  out_dir: str = option("runs", "Output directory (created if missing). Rerunning with the same options resumes "
-                        "an interrupted run in it; other options are refused unless --overwrite.")
-  overwrite: bool = option(False, "Start afresh: remove this study's results in --out_dir (also those made with "
-                           "other options) instead of resuming.")
+  out_dir: str = option("runs", "Output directory. Not given: a directory of its own per configuration under this "
+                        "default (options changed from the defaults plus a hash of all), so other options start a new "
+                        "run and the same options resume; <default>/latest links the last one. Given: created if "
+                        "missing; the same options resume, other options are refused unless --overwrite.")
+  overwrite: bool = option(False, "Start afresh: remove this study's results in the output directory (also those "
+                           "made with other options) instead of resuming.")
 
   def validate(self):
     if not self.out_dir:

@@ -1,18 +1,24 @@
 """Smoke tests of `python -m experiments.train`: outputs, divergence, interruption and rejection of bad flags."""
 
+import importlib.util
 import json
 import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
+import numpy as np
 
 import experiment_main
+import tracker_files
 from experiments import train
 from scaling import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+TRACK = {"log_to": "tensorboard"} if importlib.util.find_spec("tensorboardX") else {}
+"""The tiny run also writes TensorBoard event files where tensorboardX is installed (the test extra has it)."""
 TINY = dict(width=16, depth=1, num_heads=2, seq_len=12, batch_size=4, eval_batches=1)
 
 
@@ -31,9 +37,17 @@ class MainTest(absltest.TestCase):
   def test_tiny_run_writes_everything(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "run"
     # The stability options ride along: z-loss, QK-norm with LayerNorm and no gains, Adam-atan2.
-    printed = _run_main(**TINY, steps=6, log_every=2, print_every=3, out_dir=str(out), z_loss=0.01, rule="qk_norm",
-                        qk_norm="layer", qk_norm_gains=False, optimizer="adam_atan2")
-    self.assertIn("step", printed)
+    with mock.patch.dict(os.environ, {"FORCE_COLOR": "1"}):  # rich draws as on a terminal: a progress bar
+      code, stdout, stderr = experiment_main.run_main(
+          train, **TINY, steps=6, log_every=2, print_every=3, out_dir=str(out), z_loss=0.01, rule="qk_norm",
+          qk_norm="layer", qk_norm_gains=False, optimizer="adam_atan2", **TRACK)
+    self.assertEqual(code, 0, stderr)
+    self.assertIn("\x1b[", stderr)  # the bar, drawn in place, with the step and loss, its count and ETA
+    self.assertRegex(stderr, r"train step 5 +loss")
+    self.assertIn("6/6", stderr)
+    self.assertIn("eta", stderr)
+    printed = stdout + stderr  # the step lines still print (above the bar)
+    self.assertIn("step      3/6", printed)
     self.assertIn("steps/s", printed)
     config = json.loads((out / "config.json").read_text())
     self.assertEqual(config["config"]["width"], 16)
@@ -42,6 +56,12 @@ class MainTest(absltest.TestCase):
     self.assertEqual(config["dataset"]["name"], "recall")
     rows = _rows(out / "metrics.jsonl")
     self.assertEqual([r["step"] for r in rows], [0, 2, 4, 5])
+    if TRACK:  # the TensorBoard event file holds the numbers of metrics.jsonl, read back by a reader of our own
+      events = tracker_files.tensorboard_scalars(out / "tensorboard")
+      self.assertEqual(events["loss"], [(r["step"], np.float32(r["loss"])) for r in rows])
+      self.assertEqual(events["attn_entropy/0"], [(r["step"], np.float32(r["attn_entropy"][0])) for r in rows])
+      self.assertEqual(len(events), sum(len(v) if isinstance(v, list) else 1 for k, v in rows[0].items()
+                                        if k != "step" and v is not None))
     for key in ("step", "loss", "accuracy", "grad_norm", "layer_grad_norm", "attn_entropy", "attn_max_logit",
                 "learning_rate", "log_z_mean", "log_z_max", "z_loss"):
       self.assertIn(key, rows[0])

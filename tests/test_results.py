@@ -55,13 +55,40 @@ class ReportTest(absltest.TestCase):
 
   def test_progress_prints_a_line_per_update_off_a_terminal(self):
     buf = io.StringIO()
-    with report.Progress(3, "demo", stream=buf) as progress:
+    with report.Progress(3, "demo", stream=buf, every_s=0.0) as progress:
       progress.update("first")
       progress.update("second")
     lines = buf.getvalue().strip().splitlines()
     self.assertLen(lines, 2)
     self.assertTrue(lines[0].startswith("demo [1/3] first"), lines[0])
     self.assertIn("left", lines[1])
+    self.assertNotIn("\x1b", buf.getvalue())  # no terminal codes in a log
+
+  def test_progress_lines_are_whole_and_paced_off_a_terminal(self):
+    buf = io.StringIO()
+    labels = [f"point {i} " + "x" * 150 for i in range(5)]  # longer than 80 columns
+    with report.Progress(5, "demo", stream=buf, every_s=3600.0) as progress:
+      for label in labels:
+        progress.update(label)
+    lines = buf.getvalue().splitlines()
+    # The first and the last unit print; the three between fall within the pace; none is wrapped.
+    self.assertLen(lines, 2)
+    self.assertTrue(lines[0].startswith(f"demo [1/5] {labels[0]}  "), lines[0])
+    self.assertTrue(lines[1].startswith(f"demo [5/5] {labels[4]}  "), lines[1])
+
+  def test_progress_draws_a_bar_with_eta_on_a_terminal_and_nests(self):
+    buf = io.StringIO()
+    with report.Progress(2, "outer", stream=buf, terminal=True) as outer:
+      with report.Progress(3, "inner", stream=buf, terminal=True) as inner:  # one display, two bars
+        for _ in range(3):
+          inner.update("step")
+      outer.update("a")
+      outer.update("b")
+    text = buf.getvalue()
+    self.assertIn("\x1b[", text)  # drawn in place with terminal codes
+    for needle in ("outer", "inner", "eta", "2/2"):
+      self.assertIn(needle, text)
+    self.assertNotIn("[2/2]", text)  # not the lines printed off a terminal
 
 
 class MarkdownTableTest(absltest.TestCase):

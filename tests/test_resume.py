@@ -214,6 +214,7 @@ class KillAndResumeTest(chex.TestCase):
     code, stdout, err = experiment_main.run_main(sweep, out_dir=str(cut), **SWEEP)
     self.assertEqual(code, 0, err)
     self.assertIn("resuming: 1 of 2", stdout)
+    self.assertIn(f"4 configurations (2 reused from {cut}", stdout)  # 2 rules at d_k 2 before the kill
     for name in ("results.jsonl", "results.csv"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
     self.assertFalse((cut / "results.partial.jsonl").exists())

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -171,35 +172,53 @@ class SeveralDevicesTest(absltest.TestCase):
 
 
 class TwoProcessCheckpointTest(absltest.TestCase):
-  """A training run of 2 processes saves orbax checkpoints into its shared --out_dir and resumes from them."""
+  """A training run of 2 processes saves orbax checkpoints into its shared --out_dir; one process killed in the
+  middle of a save, both are rerun and resume from the last complete checkpoint, ending as an uninterrupted run."""
 
-  FLAGS = ["--width=16", "--depth=1", "--num_heads=2", "--seq_len=8", "--batch_size=2", "--steps=8", "--log_every=2",
+  FLAGS = ["--width=16", "--depth=1", "--num_heads=2", "--seq_len=8", "--batch_size=2", "--steps=12", "--log_every=2",
            "--checkpoint_every=4"]
 
-  def _run(self, out):
+  def _start(self, out, kill_at=None):
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "experiments.train", *self.FLAGS, "--distributed",
-                               f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}",
-                               f"--out_dir={out}"], env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in (0, 1)]
+    procs = []
+    for i in (0, 1):
+      flags = [*self.FLAGS, "--distributed", f"--coordinator_address=localhost:{port}", "--num_processes=2",
+               f"--process_id={i}", f"--out_dir={out}"]
+      main = ["-m", "experiments.train"] if kill_at is None or i == 0 else ["tests/kill_mid_save.py", str(kill_at)]
+      procs.append(subprocess.Popen([sys.executable, *main, *flags], env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True))
+    return procs
+
+  def _run(self, out):
+    procs = self._start(out)
     logs = [p.communicate(timeout=600)[0] for p in procs]
     for p, log in zip(procs, logs):
       self.assertEqual(p.returncode, 0, log[-3000:])
     return logs
 
-  def test_checkpoint_and_resume(self):
-    out = pathlib.Path(self.create_tempdir().full_path) / "run"
-    self._run(out)
-    self.assertTrue((out / "checkpoints" / "4").is_dir())
-    whole = (out / "metrics.jsonl").read_bytes()
-    # As if the job had been killed after step 5: the rows up to it are on disk, the newest checkpoint is step 4.
-    rows = [line for line in whole.decode().splitlines() if json.loads(line)["step"] <= 5]
-    (out / "metrics.jsonl").write_text("\n".join(rows) + "\n")
-    (out / "summary.json").unlink()
-    logs = self._run(out)
+  def test_kill_one_process_mid_save_and_resume_both(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    whole, cut = tmp / "whole", tmp / "cut"
+    self._run(whole)
+    self.assertEqual(sorted(p.name for p in (whole / "checkpoints").iterdir()), ["4", "8"])
+    # Process 1 dies (SIGKILL) while the checkpoint after 8 steps is being written; then the job is killed.
+    procs = self._start(cut, kill_at=8)
+    log1 = procs[1].communicate(timeout=600)[0]
+    self.assertEqual(procs[1].returncode, -signal.SIGKILL, log1[-3000:])
+    try:
+      procs[0].wait(timeout=5)
+    except subprocess.TimeoutExpired:  # waiting for its peer at a barrier, as a job would until its scheduler ends it
+      procs[0].send_signal(signal.SIGKILL)
+    procs[0].communicate()
+    self.assertFalse((cut / "checkpoints" / "8").exists())  # the interrupted save left no checkpoint
+    self.assertFalse((cut / "summary.json").exists())
+    logs = self._run(cut)
     for log in logs:
       self.assertIn("resuming from the checkpoint after 4 steps", log)
-    self.assertEqual((out / "metrics.jsonl").read_bytes(), whole)
+    self.assertEqual(sorted(p.name for p in (cut / "checkpoints").iterdir()), ["4", "8"])  # no temporary folder
+    for name in ("metrics.jsonl", "summary.json"):
+      self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertEqual(json.loads((cut / "summary.json").read_text())["status"], "completed")
 
 
 if __name__ == "__main__":

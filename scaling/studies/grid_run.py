@@ -72,7 +72,8 @@ def run_points(grid: WidthGrid, points: Sequence[dict[str, Any]], out_dir: pathl
   missing = set(stream.missing())
   todo = [point for point in points if grid.key(point) in missing]
   if len(todo) < len(plan):
-    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir}", flush=True)
+    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir} "
+          f"({stream.reused} rows reused)", flush=True)
   with report.Progress(len(todo), title) as progress:
     for point in todo:
       began = time.perf_counter()

@@ -502,7 +502,8 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   stream = results.GroupedRows(out_dir / "results.jsonl", plan, group_key)
   missing = set(stream.missing())
   if len(missing) < len(plan):
-    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} program shapes already in {out_dir}", flush=True)
+    print(f"resuming: {len(plan) - len(missing)} of {len(plan)} program shapes already in {out_dir} "
+          f"({stream.reused} configurations reused)", flush=True)
   with report.Progress(len(missing), "sweep") as progress:
     for mode in modes:
       for d_k in mode.d_k:
@@ -527,6 +528,7 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   print(report.table(rows, columns))
   seconds = time.perf_counter() - start
   results.write_text(out_dir / "summary.md", summary_markdown(config, rows, seconds))
-  print(f"\n{len(rows)} configurations in {seconds:.1f}s; wrote results.jsonl, results.csv, summary.md, "
+  reused = f"{stream.reused} reused from {out_dir}, " if stream.reused else ""
+  print(f"\n{len(rows)} configurations ({reused}{seconds:.1f}s); wrote results.jsonl, results.csv, summary.md, "
         f"config.json and {len(plots)} plots to {out_dir}")
   return rows

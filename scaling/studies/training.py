@@ -32,6 +32,7 @@ from scaling import report
 from scaling import distributed
 from scaling import resources
 from scaling import results
+from scaling import tracking
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
@@ -42,10 +43,26 @@ SUMMARY_COLUMNS = ("status", "steps_run", "initial_loss", "final_loss", "eval_lo
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainOutputConfig(results.OutputConfig):
+  """Where a training run writes, and the trackers that get its metrics too."""
+
+  log_to: tuple[str, ...] | None = option(
+      None, "Also send the numbers of metrics.jsonl to these trackers, comma-separated: tensorboard (event files in "
+      "<out_dir>/tensorboard; pip install 'scaling[tensorboard]'), wandb (pip install 'scaling[wandb]'; "
+      "WANDB_MODE=offline needs no network).", choices=tuple(tracking.TRACKERS))
+
+  def validate(self):
+    super().validate()
+    tracking.check_available(self.log_to or ())
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig(Options):
   """A training run (the options of ``experiments.train``)."""
 
   HIDDEN = ("num_seeds",)
+  NOT_IN_RESULTS = ("print_every", "checkpoint_every")
+  """Options that change no result file (left out of run.json and of the run directory's name)."""
 
   parametrization: str = option("sp", "Parametrization: init, multipliers and per-layer learning rates.",
                                 choices=param_lib.available_parametrizations)
@@ -64,7 +81,7 @@ class TrainConfig(Options):
   data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
   model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
   optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
-  output: results.OutputConfig = option(results.OutputConfig("runs/train"), "Output.")
+  output: TrainOutputConfig = option(TrainOutputConfig("runs/train"), "Output and trackers.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
   def validate(self):
@@ -121,9 +138,9 @@ def write_plots(out_dir, rows: list[dict[str, Any]], depth: int) -> list[str]:
 
 CHECKPOINTS = "checkpoints"
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "timings.jsonl", "timings.json", "loss.png",
-           "grad_norm.png", "attention.png", CHECKPOINTS)
+           "grad_norm.png", "attention.png", CHECKPOINTS, tracking.TENSORBOARD_DIR, "wandb")
 """The files ``run`` writes into the output folder (besides run.json)."""
-NOT_IN_RESULTS = ("print_every", "checkpoint_every")
+NOT_IN_RESULTS = TrainConfig.NOT_IN_RESULTS
 """Options that change no result file (left out of run.json, so a rerun may change them)."""
 
 
@@ -177,6 +194,10 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
   finished = _finished(out_dir)
+  if not distributed.agree(finished is not None):  # process 0 decides for the job
+    finished = None
+  elif finished is None:  # finished by process 0's files, which this process does not see
+    finished = {"status": "finished", "steps_run": steps}
   if finished is not None:  # its plots were written before its summary
     print(report.table([finished], SUMMARY_COLUMNS[:-2]))
     print(f"already finished in {out_dir} ({finished['status']} after {finished['steps_run']} steps); "
@@ -188,9 +209,13 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
         f"B={dataset.batch_size}) for {steps} steps; writing to {out_dir}"
         + (f"; resuming from the checkpoint after {first} steps" if first else ""), flush=True)
   metrics = results.RowStream(out_dir / "metrics.jsonl", keep=lambda row: row["step"] < first)
+  trackers = tracking.Trackers(config.output.log_to or () if distributed.is_writer() else (), out_dir, out_dir.name,
+                               dataclasses.asdict(config))
   start = time.perf_counter()
   last_print = {"time": start, "step": first}
-  progress = {"initial_loss": initial_loss, "diverged": False}
+  progress = {"initial_loss": initial_loss, "diverged": False, "done": first}
+  # On a terminal a bar with ETA; off one the step lines below are the progress (whole lines, every print_every).
+  bar = report.Progress(steps - first, "train", lines=False)
 
   def callback(step: int, row: dict[str, Any]) -> None:
     now = time.perf_counter()
@@ -199,8 +224,11 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     if step == 0:
       progress["initial_loss"] = row["loss"]
     final = step == steps - 1
+    bar.update(f"step {step}  loss {row['loss']:.4f}", n=step + 1 - progress["done"])
+    progress["done"] = step + 1
     if step % config.log_every == 0 or final or diverged:
       metrics.write({**row, "step": step})
+      trackers.log(step, results.to_jsonable(metrics.rows[-1]))
       results.append_timing(out_dir, {"step": step, "time": now - start, "resumed_from": first})
     if step % config.print_every == 0 or final or diverged:
       elapsed = now - last_print["time"]
@@ -215,10 +243,11 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
       checkpoints.save(state, seed=seed, initial_loss=progress["initial_loss"])
 
   try:
-    result = train_lib.run_training(model_config, config.optim, dataset, seed=seed,
-                             log_every=math.gcd(config.log_every, config.print_every), callback=callback,
-                             divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
-                             initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
+    with bar:
+      result = train_lib.run_training(
+          model_config, config.optim, dataset, seed=seed, log_every=math.gcd(config.log_every, config.print_every),
+          callback=callback, divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
+          initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
     evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()
@@ -231,6 +260,7 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
     print(f"\ninterrupted; partial metrics.jsonl, plots and summary.json are in {out_dir}", file=sys.stderr)
     raise
   finally:
+    trackers.close()
     if checkpoints is not None:
       checkpoints.close()
   metrics.close()

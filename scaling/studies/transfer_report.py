@@ -48,10 +48,25 @@ def _panel_title(key: tuple[Any, ...], fields: Sequence[str]) -> str:
   return ", ".join(names[f].format(v) for f, v in zip(fields, key))
 
 
+EDGE_LABEL = "at grid edge"
+"""The words beside an optimum at the smallest or largest swept value (the optimum table's "at grid edge")."""
+
+
+def mark_optimum(ax, x: float, y: float, color: Any, *, at_edge: bool) -> None:
+  """A star at a curve's optimum: filled inside the grid; hollow, labelled ``EDGE_LABEL``, at its edge (the true
+  optimum may lie outside the grid)."""
+  if at_edge:
+    ax.plot([x], [y], marker="*", markersize=13, markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.5,
+            linestyle="none")
+    ax.annotate(EDGE_LABEL, (x, y), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=7, color=color)
+  else:
+    ax.plot([x], [y], marker="*", markersize=11, color=color, markeredgecolor="black", linestyle="none")
+
+
 def write_figure(path, rows, optimum_rows, *, x: str = "log2_lr", keys: Sequence[str] | None = None) -> None:
   """Final loss against the swept value (log2 learning rate), one curve per axis value (width, depth, ...); one
   panel per curve key (parametrization, rule, α), at most four per row, shared y range; a star marks each
-  curve's optimum."""
+  curve's optimum, hollow and labelled "at grid edge" where the table says so."""
   keys = key_columns(rows) if keys is None else tuple(keys)
   x_name = _axis_field(keys)
   fields = [f for f in CURVE_FIELDS if f in keys]
@@ -74,8 +89,7 @@ def write_figure(path, rows, optimum_rows, *, x: str = "log2_lr", keys: Sequence
                        ylabel="final training loss" if j % ncols == 0 else "", title=_panel_title(key, fields), ax=ax)
     for line, best in zip(ax.get_lines(), stars):
       if best and best[0][x] is not None:
-        ax.plot([best[0][x]], [best[0]["final_loss"]], marker="*", markersize=11, color=line.get_color(),
-                markeredgecolor="black", linestyle="none")
+        mark_optimum(ax, best[0][x], best[0]["final_loss"], line.get_color(), at_edge=bool(best[0].get("at_edge")))
     if ylim is not None:
       ax.set_ylim(*ylim)
   for j in range(len(panels), nrows * ncols):
