@@ -74,12 +74,14 @@ class Criterion:
             f"{self.fails[0]} {self.fails[1]:g}, partly otherwise")
 
   def margin(self, value: float | None) -> dict[str, float] | None:
-    """The nearest threshold and the value's distance to it, relative to the threshold (None if not measured)."""
+    """The nearest threshold, the value's distance to it, and that distance relative to the larger of |threshold|
+    and the gap between the two thresholds (None if not measured)."""
     if value is None or not math.isfinite(float(value)):
       return None
     threshold = min((self.holds[1], self.fails[1]), key=lambda t: abs(float(value) - t))
+    scale = max(abs(threshold), abs(self.holds[1] - self.fails[1]), 1e-12)
     return {"threshold": threshold, "distance": float(value) - threshold,
-            "relative": abs(float(value) - threshold) / max(abs(threshold), 1e-12)}
+            "relative": abs(float(value) - threshold) / scale}
 
   def probes(self) -> tuple[float, ...]:
     """Values around both thresholds (the tests check that they reach ``holds`` and ``does not hold``)."""
@@ -123,7 +125,7 @@ class Claim:
     value = m.numbers[self.criterion.statistic]
     margin = self.criterion.margin(value)
     finding = m.finding
-    if margin is not None and margin["relative"] < KNIFE_EDGE:
+    if margin is not None and margin["relative"] < KNIFE_EDGE and (margin["distance"] or margin["threshold"]):
       finding += (f" Knife-edge: {self.criterion.statistic} = {float(value):.4g} is {margin['distance']:+.3g} from "
                   f"the threshold {margin['threshold']:g}.")
     return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
