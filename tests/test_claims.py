@@ -3,7 +3,9 @@ files, and a tiny run measures every random-input claim."""
 
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
 import tempfile
 from unittest import mock
 
@@ -399,6 +401,40 @@ class TinyRunTest(absltest.TestCase):
     ctx = claims.Context(mode="quick", d_k=(64, 128), num_seeds=2, seq_len=16)
     (alone,) = claims.run_claims(ctx, ("post_softmax_breaks",))
     self.assertEqual(json.loads(json.dumps(results.to_jsonable(alone))), self.rows["post_softmax_breaks"])
+
+
+class DeviceScriptTest(absltest.TestCase):
+  """scripts/device_claims.sh on a CPU: the paper-mode plan (--dry_run) and a tiny run that writes its tables."""
+
+  def _script(self, *args):
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([str(root / "scripts" / "device_claims.sh"), *args], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+
+  def _text(self, tmp: pathlib.Path) -> str:
+    text = tmp / "t.txt"
+    text.write_text("".join(np.random.default_rng(0).choice(list("abcdefgh \n"), 40000)))
+    return str(text)
+
+  def test_dry_run_plans_paper_mode_and_writes_nothing(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    out = tmp / "never"
+    done = self._script(str(out), self._text(tmp), "--dry_run")
+    self.assertEqual(done.returncode, 0, done.stderr)
+    self.assertRegex(done.stdout, r"mode paper: planned training: \d+ grids, \d+ runs, .* min")
+    self.assertFalse(out.exists())
+
+  def test_tiny_run_writes_the_tables(self):
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    out = tmp / "tiny"
+    done = self._script(str(out), self._text(tmp), "--mode=quick", "--d_k=64,128", "--seq_len=16",
+                        "--ids=variance_is_dk,cite_t5_fixed_sqrt")
+    self.assertEqual(done.returncode, 0, done.stderr)
+    readme = (out / "claims_readme.md").read_text()
+    self.assertIn("Random-input claims (mode quick", readme)
+    self.assertIn("Citation claims (checked against the source", readme)
+    self.assertIn(f"tables: {out}/claims_readme.md", done.stdout)
 
 
 class ClaimsFlagsTest(absltest.TestCase):

@@ -105,6 +105,8 @@ class ClaimsConfig(Options):
   seq_len: int | None = option(None, "Sequence length of the random-input claims; default: the mode's.", lower=2)
   text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
+  dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
+                         "(nothing is measured or written).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -147,13 +149,21 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
   return resources.largest(estimates)
 
 
-MATMUL_SIZE = 2048  # the square float32 matmul whose rate sets the time estimate
+MATMUL_SIZES = {"cpu": 1024}  # the square float32 matmul whose rate sets the time estimate, per backend
+MATMUL_SIZE = 8192  # on accelerators
 COMPILE_SECONDS = 20.0  # about one training grid's compilation on a 2-core CPU (measured at quick sizes)
 
 
+def matmul_size() -> int:
+  """The side of the timed matmul on the default backend."""
+  return MATMUL_SIZES.get(jax.default_backend(), MATMUL_SIZE)
+
+
 def device_flops() -> float:
-  """Floating-point operations per second of a jitted MATMUL_SIZE² float32 matmul on the default device (best of 5)."""
-  a = jnp.ones((MATMUL_SIZE, MATMUL_SIZE), jnp.float32)
+  """Floating-point operations per second of a jitted square float32 matmul (``matmul_size``) on the default device
+  (best of 5)."""
+  n = matmul_size()
+  a = jnp.ones((n, n), jnp.float32)
   f = jax.jit(lambda x: x @ x)
   f(a).block_until_ready()
   best = float("inf")
@@ -161,7 +171,7 @@ def device_flops() -> float:
     start = time.perf_counter()
     f(a).block_until_ready()
     best = min(best, time.perf_counter() - start)
-  return 2.0 * MATMUL_SIZE**3 / best
+  return 2.0 * n**3 / best
 
 
 def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
@@ -178,7 +188,7 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   members = sum(g[2] for g in grids)
   seconds = flops / rate + COMPILE_SECONDS * len(grids)
   return (f"planned training: {len(grids)} grids, {members} runs, {flops / 1e12:.3g} TFLOP; on {hardware()} at the "
-          f"measured {rate / 1e9:.3g} GFLOP/s of a {MATMUL_SIZE}² matmul: at least {seconds / 60:.1f} min "
+          f"measured {rate / 1e9:.3g} GFLOP/s of a {matmul_size()}² matmul: at least {seconds / 60:.1f} min "
           f"({flops / rate / 60:.1f} min of compute, about {COMPILE_SECONDS:g} s of compilation per grid)")
 
 
@@ -197,9 +207,12 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.text_file is not None:
     data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
-  resources.check(memory_estimate(ctx, config.ids),
-                  {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
-  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}", flush=True)
+  memory = memory_estimate(ctx, config.ids)
+  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}; largest program about {memory.total / 2**30:.3g} GiB "
+        f"{memory.where}", flush=True)
+  if config.dry_run:
+    return []
+  resources.check(memory, {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
   start = time.perf_counter()
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})

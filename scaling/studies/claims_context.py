@@ -1,7 +1,7 @@
 """What the claims about attention logit scaling are measured on, and how their measured values are worded.
 
-``Context`` holds the mode (``MODES``: the sizes of ``--mode=quick``, ``cpu_hour`` and ``paper``), the head dims, sequence
-length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
+``Context`` holds the mode (``MODES``: the sizes of ``--mode=quick``, ``cpu_hour`` and ``paper``), the head dims,
+sequence length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
 ``SWEEP_RULES``). The formatting helpers below turn per-seed values into the numbers and sentences of a
 ``scaling.studies.verdicts.Measurement``; the measurements themselves are in
 ``scaling.studies.random_input_claims`` and ``scaling.studies.training_claims``.

@@ -644,7 +644,8 @@ def _fp32_or_clamp_solves(ctx: Context) -> Measurement:
       {"max_nonfinite_fp32_or_clamp": round_sig(worst), "conditions": sorted(fixed), **_sweep_numbers(ctx)},
       f"Over outlier factors ×1–×300 at d_k = {LOW_PRECISION_D_K}, float32 attention (max-subtracted) and q·k "
       f"clamped to [−{CLAMP:g}, {CLAMP:g}] (float16 or bfloat16, with or without max-subtraction) give at most "
-      f"{worst:.1%} non-finite rows; at ×300, {len(broken)} of {len(sweep) - len(fixed)} other conditions have non-finite rows "
+      f"{worst:.1%} non-finite rows; at ×300, {len(broken)} of {len(sweep) - len(fixed)} other conditions have "
+      f"non-finite rows "
       f"({seeds_text(ctx)}).")
 
 

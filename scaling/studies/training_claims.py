@@ -1,29 +1,24 @@
 """Claims about training from the notes, measured by training small transformers (``Claim(training=True)``).
 
 The claims come from note 2 §4, follow-up 1 (``shared/seeds/004_383f650843b84e3b.txt``: without 1/√d_k scaling
-the loss is NaN within 100 steps, gradient norms decay below 1e-6, 6 layers converge slowly and worse, 12+ layers
-almost certainly diverge) and note 1 §3, §4 ② and ⑤ (``shared/seeds/000_ae59428f9015f76d.txt``: in training q and k
-become correlated; μP lets hyperparameters transfer across width; the division belongs before the softmax, here
-measured by what dividing after it does to training).
+the loss is NaN within 100 steps, attention gradient norms decay below 1e-6, 6 layers converge to a worse loss, very
+slowly, with an oscillating loss, or with a tiny learning rate and clipping, 12+ layers cannot converge), note 2 §2
+(dividing by d_k loses expressiveness, √d_k is optimal, LayerNorm and RMSNorm do not replace the scale) and note 1
+§2, §3, §4 ② and ⑤ (``shared/seeds/000_ae59428f9015f76d.txt``: with the scale gradients are stable; in training q
+and k become correlated; μP lets hyperparameters transfer across width; the division belongs before the softmax).
 
 Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
 built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
 (``scaling.train.run_training`` with a seed list, never stopped on divergence, every step recorded) and are shared
 between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
-unscaled model, say, is trained once for all the claims that read it.
+unscaled model, say, is trained once for all the claims that read it. ``planned_grids`` lists the grids the claims
+would train without training them (for the time estimate printed before a run).
 
-``SIZES`` holds the sizes of each mode. "full" is the setting of docs/claims.md: width 64 with two heads of d_k 32,
-sequences of 32, batch 8, 300 steps at depths 2 and 6 and 200 at depth 12, constant-rate Adam at 1e-4 .. 6.4e-3 in
-octaves and 1e-2, 3 seeds; q-k at widths 64 and 128 (at the learning rate nearest 1e-3); the μP transfer at widths 32,
-64 and 128 over 2^-13 .. 2^-4 in octaves for 300 cosine-scheduled steps (about 45 minutes on two CPU cores).
-"quick" keeps every claim but shrinks everything (all claims together train in about 6 minutes on two CPU cores):
-width 32 with two heads of d_k 16, sequences of 32, batch 8, 100 steps (60 at depth 12, so "within 100 steps"
-there means within 60), learning rates 1e-4, 1e-3 and 1e-2, the context's seeds (2 by default), q-k at widths 32
-and 64, and the μP transfer at widths 32 and 128 over 2^-12 .. 2^-4 in steps of two octaves for 100
-cosine-scheduled steps. "test" is tiny, for the unit tests only (one width and one rule for q-k, one width and μP
-only for the transfer).
+``SIZES`` holds the sizes of each mode (quick, cpu_hour, paper, and test for the unit tests); ``describe_sizes``
+puts them in words for the tables' headings.
 
-Divergence follows ``scaling.train``: a run diverges at a non-finite loss or one above 3 × its step-0 loss.
+Divergence follows ``scaling.train``: a run diverges at a non-finite loss or one above 3 × its step-0 loss; a run
+stalls when its final loss stays above ``stall_fraction`` (0.9) × its step-0 loss.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from typing import Any, Sequence
 
 import jax
@@ -61,7 +57,7 @@ _COMMON = dict(nan_window=100, stall_fraction=0.9, warmup_fraction=0.1, clip=1.0
                dtypes=("float32",))
 
 SIZES: dict[str, dict[str, Any]] = {
-    "paper": dict(_COMMON, width=512, num_heads=8, head_dim=64, seq_len=256, batch_size=16, num_seeds=3,
+    "paper": dict(_COMMON, width=512, num_heads=8, head_dim=64, seq_len=256, batch_size=8, num_seeds=3,
                   depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 2000, 6: 2000, 12: 2000},
                   log2_lrs=_OCTAVES_FROM_1E4[:6], tiny_log2_lrs=(math.log2(1e-5),),
                   fixed_step=500, qk_widths=(256, 512), transfer_widths=(128, 256, 512),
@@ -184,7 +180,8 @@ def describe_sizes(ctx: Any) -> str:
           f"{', '.join(str(s['steps'][d]) for d in depths)} steps of constant-rate Adam at {len(lrs)} learning rates "
           f"{lrs[0]:.3g} .. {lrs[-1]:.3g}; {len(seeds_of(ctx))} seeds; {' and '.join(s['dtypes'])}; depth "
           f"{s['depth_diverge']} pre- and post-LN, with and without a {s['warmup_fraction']:.0%} warmup; tiny learning "
-          f"rate {', '.join(f'{2.0 ** x:.3g}' for x in s['tiny_log2_lrs'])} with clipping at {s['clip']:g}; q-k at widths "
+          f"rate {', '.join(f'{2.0 ** x:.3g}' for x in s['tiny_log2_lrs'])} with clipping at {s['clip']:g}; q-k at "
+          f"widths "
           f"{', '.join(map(str, s['qk_widths']))} (learning rate {s['qk_lr']:g}); transfer at widths "
           f"{', '.join(map(str, s['transfer_widths']))}, learning rates 2^{t_lrs[0]:g} .. 2^{t_lrs[-1]:g} "
           f"({len(t_lrs)}), {s['transfer_steps']} cosine-scheduled steps")
@@ -310,7 +307,8 @@ def planned_grids(ctx: Any, claims: Sequence[Any] | None = None) -> list[tuple]:
   try:
     for claim in TRAINING_CLAIMS if claims is None else claims:
       try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+          warnings.simplefilter("ignore", RuntimeWarning)  # statistics of NaN records
           claim.measure(ctx)
       except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError):
         pass  # a measurement of NaN records may stop early; the grids it asked for are recorded
@@ -414,7 +412,8 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
       "per_depth": per_depth,
   }
   finding = (f"On the {data_name(ctx)}, {sum(hits)} of {total} unscaled runs (depths "
-             f"{', '.join(map(str, _depths(ctx)))}; {' and '.join(s['dtypes'])}; learning rates where the 1/√d_k runs stay finite) had a "
+             f"{', '.join(map(str, _depths(ctx)))}; {' and '.join(s['dtypes'])}; learning rates where the 1/√d_k runs "
+             f"stay finite) had a "
              f"non-finite loss within the first {min(s['nan_window'], max(s['steps'].values()))} steps "
              f"(fraction {_fmt(numbers['nan_fraction_none'])}).")
   return Measurement(numbers, finding)
@@ -460,7 +459,8 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
   finding = (f"On the {data_name(ctx)}, the smallest attention-path gradient norm (dL/dW_q, dL/dW_k; initial or "
              f"final parameters) of any unscaled run was {_fmt(none['min_attention_grad_norm'])}, with 1/√d_k "
              f"{_fmt(sqrt['min_attention_grad_norm'])}; the smallest global norm at any step was "
-             f"{_fmt(none['min_global_grad_norm_any_step'])} unscaled and {_fmt(sqrt['min_global_grad_norm_any_step'])} "
+             f"{_fmt(none['min_global_grad_norm_any_step'])} unscaled and "
+             f"{_fmt(sqrt['min_global_grad_norm_any_step'])} "
              f"with 1/√d_k.")
   return Measurement(numbers, finding)
 
