@@ -262,8 +262,8 @@ def test_tiny_lr_clipping_and_sqrt_optimal_on_written_grids(monkeypatch):
   grids = {}
 
   def fake(ctx, *, rule, depth, log2_lrs=None, clip=None, attn_mults=None, **kwargs):
-    if clip is not None:  # the tiny-rate grid: one converged, one stalled
-      return _fake_grid([2.0, 3.9], log2_lrs=(-12.0,))
+    if clip is not None:  # the tiny-rate grids: unscaled has one converged, one stalled; 1/√d_k both converged
+      return _fake_grid([2.0, 3.9] if rule == "none" else [2.0, 2.0], log2_lrs=(-12.0,))
     if attn_mults is not None:  # multipliers 2^-1, 2^0, 2^1 x 1/√d_k: a parabola with its vertex at log2 c = 0.5
       grids["mults"] = attn_mults
       c = np.array([-1.0, -1.0, 0.0, 0.0, 1.0, 1.0])
