@@ -214,7 +214,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     return []
   resources.check(memory, {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
   start = time.perf_counter()
-  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
   stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
