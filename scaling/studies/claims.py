@@ -208,11 +208,18 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
   memory = memory_estimate(ctx, config.ids)
-  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}; largest program about {memory.total / 2**30:.3g} GiB "
-        f"{memory.where}", flush=True)
+  values = {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode}
+  need = f"largest program about {memory.total / 2**30:.3g} GiB {memory.where}"
+  if config.dry_run:  # the plan of a run too large for this host is still shown (it may be meant for another)
+    try:
+      resources.check(memory, values)
+    except resources.ResourceError as e:
+      need += f" (this host: {e})"
+  else:
+    resources.check(memory, values)  # before planning, so that a run too large is refused at once
+  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}; {need}", flush=True)
   if config.dry_run:
     return []
-  resources.check(memory, {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
   start = time.perf_counter()
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})

@@ -278,7 +278,7 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
   if _PLAN is not None:  # planning: record the grid, train nothing
     if key not in _PLAN:
       _PLAN[key] = (model_config, steps, len(member_seeds), s["batch_size"], s["seq_len"])
-    nan = lambda *shape: np.full((steps, len(member_seeds), *shape), np.nan)
+    nan = lambda *shape: np.broadcast_to(np.float64(np.nan), (steps, len(member_seeds), *shape))  # no memory
     return GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
                    records={"loss": nan(), "grad_norm": nan(), **{k: nan(depth) for k in RECORD[2:]}},
                    final_params=None, wall_time=0.0)
