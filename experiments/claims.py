@@ -1,17 +1,25 @@
 """Measures the claims of the notes this project started from and decides each verdict from its criterion.
 
-  python -m experiments.claims                                  # every claim, quick mode (reduced sizes)
-  python -m experiments.claims --mode=full --text_file=../shared/data/tinyshakespeare.txt
+  python -m experiments.claims                                  # every claim, quick mode (minutes on 2 CPU cores)
+  python -m experiments.claims --mode=cpu_hour --text_file=../shared/data/tinyshakespeare.txt   # about an hour
+  python -m experiments.claims --mode=paper --dry_run            # the notes' setting: its plan and expected time
   python -m experiments.claims --ids=gradients_vanish,rope_changes_norms
 
-Each claim declares a criterion (a statistic and the thresholds for holds /
-does not hold; partly in between); the verdict is computed from the measured
-statistic. Random-input claims take about a minute; the training claims train
-grids of learning rates x seeds per rule and depth (quick mode: minutes on 2
-CPU cores; full mode: the sizes of docs/claims.md, hours on CPU). Writes claims.jsonl
-(per claim: id, source, claim, criterion, statistic, value, verdict, finding,
-numbers with spread over seeds, and the command that reproduces the row),
-claims.md, claims_readme.md (the tables docs/claims.md shows) and config.json.
+Each measured claim declares a criterion (a statistic, the thresholds for
+holds / does not hold, partly in between, and the reason the thresholds follow
+from the claim's words); the verdict is computed from the measured statistic.
+The notes' citations are checked against their sources instead (verdict
+"source agrees" or "source disagrees", with the passage quoted), never
+measured. Random-input claims take about a minute; the training claims train
+grids of learning rates x seeds per logit rule, depth and setup. Modes: quick
+(reduced sizes, minutes), cpu_hour (the largest sizes planned for an hour on 2
+CPU cores) and paper (the notes' setting, for an accelerator:
+scripts/device_claims.sh); the planned training and its expected time on the
+present device are printed before anything runs. Writes claims.jsonl (per
+claim: id, kind, source, claim, criterion, reason, statistic, value, verdict,
+margin, finding, numbers with spread over seeds, and the command that
+reproduces the row), claims.md, claims_readme.md (the tables docs/claims.md
+shows) and config.json.
 """
 
 import sys

@@ -196,7 +196,7 @@ def update_generated(root: str | pathlib.Path, name: str, content: str,
 
 
 HEADLINE_CLAIMS = ("variance_is_dk", "sqrt_normalizes", "unscaled_one_hot", "gradients_vanish", "linear_uniform",
-                   "fp16_exp_overflow", "train_depth12_diverges", "train_mup_lr_transfer")
+                   "fp16_exp_overflow", "train_depth12_cannot_converge", "train_mup_lr_transfer")
 """The claims that the README's headline answers in one line each (in this order; those the run measured)."""
 
 _HEADLINE_KEYS = ("id", "claim", "verdict", "criterion", "statistic", "value")

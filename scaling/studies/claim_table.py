@@ -7,18 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 from scaling import report
+from scaling.studies import citation_claims
 from scaling.studies import training_claims
 from scaling.studies.claims_context import BATCH
 from scaling.studies.claims_context import Context
+from scaling.studies.claims_context import hardware
 from scaling.studies.claims_context import HEADS
 from scaling.studies.claims_context import n_seeds_text
 from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS
+from scaling.studies.verdicts import CITATION
+from scaling.studies.verdicts import CitationClaim
 from scaling.studies.verdicts import Claim
 
 
-def all_claims() -> tuple[Claim, ...]:
-  """RANDOM_INPUT_CLAIMS, then ``scaling.studies.training_claims.TRAINING_CLAIMS`` (ValueError if an id repeats)."""
-  claims = RANDOM_INPUT_CLAIMS + training_claims.TRAINING_CLAIMS
+def all_claims() -> tuple[Claim | CitationClaim, ...]:
+  """RANDOM_INPUT_CLAIMS, ``scaling.studies.training_claims.TRAINING_CLAIMS``, then
+  ``scaling.studies.citation_claims.CITATION_CLAIMS`` (ValueError if an id repeats)."""
+  claims = RANDOM_INPUT_CLAIMS + training_claims.TRAINING_CLAIMS + citation_claims.CITATION_CLAIMS
   ids = [c.id for c in claims]
   duplicated = sorted({i for i in ids if ids.count(i) > 1})
   if duplicated:
@@ -26,24 +31,44 @@ def all_claims() -> tuple[Claim, ...]:
   return claims
 
 
+def _criterion_cell(row: dict[str, Any]) -> str:
+  """The criterion with the reason its thresholds follow from the claim's words."""
+  return f"{row['criterion']}. Why: {row['reason']}" if row.get("reason") else row["criterion"]
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-  """The claims as a Markdown table: claim, source, criterion, verdict, what we measured, reproduce."""
-  return report.markdown_table(
-      ("claim", "source", "criterion", "verdict", "what we measured", "reproduce"),
-      [(r["claim"], r["source"], r["criterion"], f"**{r['verdict']}**", r["finding"], f"`{r['command']}`")
-       for r in rows])
+  """Measured claims as a Markdown table (claim, source, criterion with its reason, verdict, what we measured,
+  reproduce), then citation claims in their own (claim, source, checked against, verdict, the source's passage)."""
+  measured = [r for r in rows if r.get("kind") != CITATION]
+  cited = [r for r in rows if r.get("kind") == CITATION]
+  parts = []
+  if measured:
+    parts.append(report.markdown_table(
+        ("claim", "source", "criterion", "verdict", "what we measured", "reproduce"),
+        [(r["claim"], r["source"], _criterion_cell(r), f"**{r['verdict']}**", r["finding"], f"`{r['command']}`")
+         for r in measured]))
+  if cited:
+    parts.append(report.markdown_table(
+        ("claim", "source", "checked against (not measured)", "verdict", "the source says"),
+        [(r["claim"], r["source"], r["numbers"]["reference"], f"**{r['verdict']}**", r["finding"]) for r in cited]))
+  return "\n\n".join(parts)
 
 
 def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
-  """The tables for docs/claims.md: the random-input claims, then the training claims (``Claim.training``)."""
+  """The tables for docs/claims.md: the random-input claims, the training claims (``Claim.training``), then the
+  citation claims; each heading states the mode, the sizes and the hardware."""
   training = {c.id for c in all_claims() if c.training}
   parts = []
+  where = f"hardware {hardware()}"
   sizes = (f"mode {ctx.mode}: d_k {', '.join(map(str, ctx.d_k))}; {ctx.seq_len} tokens; batch {BATCH} × {HEADS} "
-           f"heads; {n_seeds_text(ctx)} from {ctx.seed}")
+           f"heads; {n_seeds_text(ctx)} from {ctx.seed}; {where}")
   data = ctx.text_file or "the built-in synthetic task"
-  for title, selected in ((f"Random-input claims ({sizes}):", [r for r in rows if r["id"] not in training]),
-                          (f"Training claims (data: {data}; mode {ctx.mode}: {training_claims.describe_sizes(ctx)}):",
-                           [r for r in rows if r["id"] in training])):
+  measured = [r for r in rows if r.get("kind") != CITATION]
+  for title, selected in ((f"Random-input claims ({sizes}):", [r for r in measured if r["id"] not in training]),
+                          (f"Training claims (data: {data}; mode {ctx.mode}: {training_claims.describe_sizes(ctx)}; "
+                           f"{where}):", [r for r in measured if r["id"] in training]),
+                          ("Citation claims (checked against the source by reading it; not measured):",
+                           [r for r in rows if r.get("kind") == CITATION])):
     if selected:
       parts.append(f"{title}\n\n{markdown_table(selected)}")
   return "\n".join(parts)

@@ -11,10 +11,11 @@ formatted from them.
 
 The parts: the measurement context and the wording of measured values
 (``scaling.studies.claims_context``: ``Context``, and ``MODES``, the sizes of
-``--mode=quick`` and ``--mode=full``), the claims settled by random q, k, v
-(``scaling.studies.random_input_claims``), those settled by training small
-models (``scaling.studies.training_claims``), and the claim table of all of
-them with its Markdown (``scaling.studies.claim_table``). This module runs
+``--mode=quick``, ``--mode=cpu_hour`` and ``--mode=paper``), the claims settled by
+random q, k, v (``scaling.studies.random_input_claims``), those settled by
+training small models (``scaling.studies.training_claims``), the citations
+checked against their sources (``scaling.studies.citation_claims``), and the
+claim table of all of them with its Markdown (``scaling.studies.claim_table``). This module runs
 them: ``run_claims`` measures the selected claims, ``run`` is the study behind
 ``experiments.claims``; the public names of the parts stay importable from here.
 """
@@ -26,6 +27,9 @@ import pathlib
 import textwrap
 import time
 from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
 
 from scaling import data as data_lib
 from scaling import distributed
@@ -42,13 +46,18 @@ from scaling.studies.claim_table import readme_markdown
 from scaling.studies.claims_context import BATCH
 from scaling.studies.claims_context import Context
 from scaling.studies.claims_context import HEADS
+from scaling.studies.claims_context import hardware
 from scaling.studies.claims_context import MODES
+from scaling.studies.claims_context import RENAMED_MODES
 from scaling.studies.claims_context import SWEEP_RULES
 from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS  # pylint: disable=unused-import
+from scaling.studies.verdicts import CITATION
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
+from scaling.studies.verdicts import SOURCE_AGREES
+from scaling.studies.verdicts import SOURCE_DISAGREES
 
 
 def command(ctx: Context, claim_id: str) -> str:
@@ -83,8 +92,11 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
 class ClaimsConfig(Options):
   """Which claims to measure and on what (the options of ``experiments.claims``)."""
 
-  mode: str = option("quick", "Sizes: quick (random inputs at d_k 16, 64, 128, 1024 with 2 seeds; small training "
-                     "runs) or full (d_k 16..1024 with 4 seeds; the training runs of docs/claims.md).", choices=tuple(MODES))
+  mode: str = option("quick", "Sizes: quick (minutes on 2 CPU cores: random inputs at d_k 16, 64, 128, 1024 with 2 "
+                     "seeds; width-32 training runs), cpu_hour (d_k 16..1024 with 4 seeds; width-64 training runs, "
+                     "planned for about an hour on 2 CPU cores) or paper (the notes' setting: d_k 64, width 512, 8 "
+                     "heads, sequences of 256, depths 2/6/12, ~2000 steps, 3 seeds; for an accelerator).",
+                     choices=(*MODES, *RENAMED_MODES))
   ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).",
                                        choices=lambda: [c.id for c in all_claims()])
   d_k: tuple[int, ...] | None = option(None, "Head dimensions of the random-input claims (must include 64 and "
@@ -93,6 +105,8 @@ class ClaimsConfig(Options):
   seq_len: int | None = option(None, "Sequence length of the random-input claims; default: the mode's.", lower=2)
   text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
+  dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
+                         "(nothing is measured or written).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -104,6 +118,9 @@ class ClaimsConfig(Options):
     super().__post_init__()
 
   def validate(self):
+    if self.mode in RENAMED_MODES:
+      raise ValueError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
+                       "--mode=paper is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
       raise ValueError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
@@ -132,6 +149,49 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
   return resources.largest(estimates)
 
 
+MATMUL_SIZES = {"cpu": 1024}  # the square float32 matmul whose rate sets the time estimate, per backend
+MATMUL_SIZE = 8192  # on accelerators
+COMPILE_SECONDS = 20.0  # about one training grid's compilation on a 2-core CPU (measured at quick sizes)
+
+
+def matmul_size() -> int:
+  """The side of the timed matmul on the default backend."""
+  return MATMUL_SIZES.get(jax.default_backend(), MATMUL_SIZE)
+
+
+def device_flops() -> float:
+  """Floating-point operations per second of a jitted square float32 matmul (``matmul_size``) on the default device
+  (best of 5)."""
+  n = matmul_size()
+  a = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  best = float("inf")
+  for _ in range(5):
+    start = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2.0 * n**3 / best
+
+
+def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
+  """The planned training of the selected claims and its expected time on the present device, in words.
+
+  The compute is ``training_claims.training_flops`` of ``training_claims.planned_grids`` at the measured matmul rate
+  (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per grid.
+  """
+  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
+  if not selected:
+    return f"no training claims selected; {hardware()}"
+  grids = training_claims.planned_grids(ctx, selected)
+  flops, rate = training_claims.training_flops(grids), device_flops()
+  members = sum(g[2] for g in grids)
+  seconds = flops / rate + COMPILE_SECONDS * len(grids)
+  return (f"planned training: {len(grids)} grids, {members} runs, {flops / 1e12:.3g} TFLOP; on {hardware()} at the "
+          f"measured {rate / 1e9:.3g} GFLOP/s of a {matmul_size()}² matmul: at least {seconds / 60:.1f} min "
+          f"({flops / rate / 60:.1f} min of compute, about {COMPILE_SECONDS:g} s of compilation per grid)")
+
+
 OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
@@ -147,10 +207,21 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.text_file is not None:
     data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
-  resources.check(memory_estimate(ctx, config.ids),
-                  {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode})
+  memory = memory_estimate(ctx, config.ids)
+  values = {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode}
+  need = f"largest program about {memory.total / 2**30:.3g} GiB {memory.where}"
+  if config.dry_run:  # the plan of a run too large for this host is still shown (it may be meant for another)
+    try:
+      resources.check(memory, values)
+    except resources.ResourceError as e:
+      need += f" (this host: {e})"
+  else:
+    resources.check(memory, values)  # before planning, so that a run too large is refused at once
+  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}; {need}", flush=True)
+  if config.dry_run:
+    return []
   start = time.perf_counter()
-  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
   stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
@@ -175,9 +246,13 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
     print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
-    print(textwrap.fill(f"measured: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
+    if r.get("reason"):
+      print(textwrap.fill(f"why: {r['reason']}", 116, initial_indent=indent, subsequent_indent=indent))
+    label = "source" if r.get("kind") == CITATION else "measured"
+    print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
-  counts = {v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED)}
+  counts = {v: sum(r["verdict"] == v for r in rows)
+            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, SOURCE_AGREES, SOURCE_DISAGREES)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
         + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != NOT_MEASURED)
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")

@@ -1,7 +1,7 @@
 """What the claims about attention logit scaling are measured on, and how their measured values are worded.
 
-``Context`` holds the mode (``MODES``: the sizes of ``--mode=quick`` and ``--mode=full``), the head dims, sequence
-length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
+``Context`` holds the mode (``MODES``: the sizes of ``--mode=quick``, ``cpu_hour`` and ``paper``), the head dims,
+sequence length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
 ``SWEEP_RULES``). The formatting helpers below turn per-seed values into the numbers and sentences of a
 ``scaling.studies.verdicts.Measurement``; the measurements themselves are in
 ``scaling.studies.random_input_claims`` and ``scaling.studies.training_claims``.
@@ -9,6 +9,7 @@ length, seeds and text file, and caches measurements that several claims share (
 
 from __future__ import annotations
 
+import os
 import shlex
 import zlib
 from typing import Any, Callable
@@ -22,11 +23,23 @@ from scaling.studies import sweep as sweep_lib
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"d_k": (16, 64, 128, 1024), "seq_len": 128, "num_seeds": 2, "widths": (64, 256, 1024)},
-    "full": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 128, "num_seeds": 4,
-             "widths": (64, 256, 1024, 2048)},
+    "cpu_hour": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 128, "num_seeds": 4,
+                 "widths": (64, 256, 1024, 2048)},
+    "paper": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 256, "num_seeds": 4,
+              "widths": (64, 256, 512, 1024, 2048)},
 }
 """Sizes per mode: head dims and sequence length of the random-input sweeps, seeds, and the model widths of the
-fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name."""
+fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name; "cpu_hour" is the
+largest setting planned for about an hour on two CPU cores; "paper" the notes' sequences of 256 (its training sizes
+are ``scaling.studies.training_claims.SIZES["paper"]``)."""
+
+RENAMED_MODES = {"full": "cpu_hour"}  # old mode names, refused with a message naming the new one
+
+
+def hardware() -> str:
+  """The device the claims run on, in words (backend, device kind and count, host CPU cores)."""
+  devices = jax.devices()
+  return (f"{jax.default_backend()}: {len(devices)} × {devices[0].device_kind}, {os.cpu_count()} host CPU cores")
 
 BATCH, HEADS = 4, 2  # sequences and heads per seed (as the d_k sweep's defaults)
 SWEEP_RULES = ("none", "sqrt", "linear", "quadratic")
@@ -41,6 +54,9 @@ class Context:
 
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
                num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
+    if mode in RENAMED_MODES:
+      raise ValueError(f"mode {mode!r} is now --mode={RENAMED_MODES[mode]} (about an hour on 2 CPU cores; "
+                       "--mode=paper is the notes' setting)")
     if mode not in MODES:
       raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]
@@ -55,7 +71,7 @@ class Context:
     """The sizes this context measures at (JSON-ready)."""
     return {"mode": self.mode, "d_k": list(self.d_k), "seq_len": self.seq_len, "num_seeds": self.num_seeds,
             "seed": self.seed, "widths": list(self.widths), "batch": BATCH, "heads": HEADS,
-            "text_file": self.text_file}
+            "text_file": self.text_file, "hardware": hardware()}
 
   def overrides(self) -> list[str]:
     """The flags that differ from the mode's sizes (so that a command reproduces this context)."""

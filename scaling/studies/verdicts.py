@@ -23,6 +23,9 @@ from typing import Any, Callable
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 VERDICTS = (HOLDS, PARTLY, FAILS)
 NOT_MEASURED = "not measured"
+SOURCE_AGREES, SOURCE_DISAGREES = "source agrees", "source disagrees"  # the verdicts of citation claims
+MEASURED, CITATION = "measured", "checked against the source"  # the kinds of claims
+KNIFE_EDGE = 0.1  # a statistic within 10% (relative) of a threshold: the finding shows the margin
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -38,12 +41,14 @@ class Criterion:
     holds: (comparison, threshold): the claim holds when ``statistic <op> threshold``.
     fails: (comparison, threshold): the claim does not hold when ``statistic <op> threshold``
       (checked after ``holds``); otherwise it holds partly.
+    reason: one line on why the thresholds follow from the claim's words (written before the measurement).
   """
 
   statistic: str
   description: str
   holds: tuple[str, float]
   fails: tuple[str, float]
+  reason: str = ""
 
   def __post_init__(self):
     for name, (op, threshold) in (("holds", self.holds), ("fails", self.fails)):
@@ -67,6 +72,16 @@ class Criterion:
     """The criterion in words."""
     return (f"{self.description}: holds if {self.holds[0]} {self.holds[1]:g}, does not hold if "
             f"{self.fails[0]} {self.fails[1]:g}, partly otherwise")
+
+  def margin(self, value: float | None) -> dict[str, float] | None:
+    """The nearest threshold, the value's distance to it, and that distance relative to the larger of |threshold|
+    and the gap between the two thresholds (None if not measured)."""
+    if value is None or not math.isfinite(float(value)):
+      return None
+    threshold = min((self.holds[1], self.fails[1]), key=lambda t: abs(float(value) - t))
+    scale = max(abs(threshold), abs(self.holds[1] - self.fails[1]), 1e-12)
+    return {"threshold": threshold, "distance": float(value) - threshold,
+            "relative": abs(float(value) - threshold) / scale}
 
   def probes(self) -> tuple[float, ...]:
     """Values around both thresholds (the tests check that they reach ``holds`` and ``does not hold``)."""
@@ -97,13 +112,54 @@ class Claim:
   criterion: Criterion
   measure: Callable[[Any], Measurement]
   training: bool = False
+  kind = MEASURED
 
   def evaluate(self, ctx: Any) -> dict[str, Any]:
-    """Measures the claim and decides its verdict; returns the JSON-ready row."""
+    """Measures the claim and decides its verdict; returns the JSON-ready row.
+
+    A verdict within ``KNIFE_EDGE`` (relative) of a threshold says so in its finding, with the margin.
+    """
     m = self.measure(ctx)
     if self.criterion.statistic not in m.numbers:
       raise KeyError(f"claim {self.id}: the measurement lacks its statistic {self.criterion.statistic!r}")
     value = m.numbers[self.criterion.statistic]
-    return {"id": self.id, "source": self.source, "claim": self.text, "criterion": self.criterion.text,
-            "statistic": self.criterion.statistic, "value": value, "verdict": self.criterion.verdict(value),
-            "finding": m.finding, "numbers": m.numbers}
+    margin = self.criterion.margin(value)
+    finding = m.finding
+    if margin is not None and margin["relative"] < KNIFE_EDGE and (margin["distance"] or margin["threshold"]):
+      finding += (f" Knife-edge: {self.criterion.statistic} = {float(value):.4g} is {margin['distance']:+.3g} from "
+                  f"the threshold {margin['threshold']:g}.")
+    return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
+            "criterion": self.criterion.text, "reason": self.criterion.reason, "statistic": self.criterion.statistic,
+            "value": value, "verdict": self.criterion.verdict(value), "margin": margin, "finding": finding,
+            "numbers": m.numbers}
+
+
+@dataclasses.dataclass(frozen=True)
+class CitationClaim:
+  """A factual citation of the notes, checked against the cited source by reading it: never a measured verdict.
+
+  Attributes:
+    id, source, text: as ``Claim``'s.
+    reference: the work (and section) the claim is checked against.
+    passage: the passage of that source, quoted.
+    agrees: whether the source says what the note says it says.
+    check: one sentence on how the passage bears on the claim.
+  """
+
+  id: str
+  source: str
+  text: str
+  reference: str
+  passage: str
+  agrees: bool
+  check: str
+  training = False
+  kind = CITATION
+
+  def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
+    """The JSON-ready row: verdict ``SOURCE_AGREES`` or ``SOURCE_DISAGREES``, the quoted passage as its finding."""
+    return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
+            "criterion": f"checked against the source (not measured): {self.reference}", "reason": "",
+            "statistic": None, "value": None, "verdict": SOURCE_AGREES if self.agrees else SOURCE_DISAGREES,
+            "margin": None, "finding": f"“{self.passage}” ({self.reference}). {self.check}",
+            "numbers": {"reference": self.reference, "passage": self.passage}}
