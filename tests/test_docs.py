@@ -239,6 +239,12 @@ class HeadlineTest(absltest.TestCase):
     self.assertIn("  (`stat` = 35.7; holds if < 0.05, does not hold if > 0.2)", lines)
     self.assertTrue(all(len(l) <= 200 for l in lines))
 
+  def test_citations_counted_apart_from_measured_claims(self):
+    cited = {**_row("cite_x", "source disagrees", float("nan")), "kind": "checked against the source"}
+    text = report.claims_headline([*self.ROWS, cited], self.CONFIG)
+    self.assertIn("5 claims of the notes measured", text)
+    self.assertIn("partly **1**; 1 factual citations checked against their sources: source disagrees **1**.", text)
+
   def test_synthetic_task_and_not_measured(self):
     rows = [_row("variance_is_dk", "not measured", float("nan"))]
     text = report.claims_headline(rows, {"config": {"mode": "quick", "text_file": None}})
