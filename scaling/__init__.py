@@ -48,6 +48,8 @@ from scaling.train import train_step
 from scaling.train import TrainResult
 from scaling.train import TrainState
 from scaling.train import z_loss
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 from scaling.flax_attention import make_attention_fn
 
 __all__ = [name for name in dir() if not name.startswith("_")]

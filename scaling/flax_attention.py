@@ -28,6 +28,7 @@ from scaling import attention as attention_lib
 from scaling import dense_attention as dense_lib
 from scaling import logits as logits_lib
 from scaling import rules as rules_lib
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -148,23 +149,23 @@ def make_attention_fn(
 def _dropout_active(rate: float, deterministic: bool, rng: Array | None) -> bool:
   """Flax's test for applying dropout, with the rate and rng checked."""
   if not 0.0 <= rate < 1.0:
-    raise ValueError(f"dropout_rate must be in [0, 1), got {rate}")
+    raise ConfigError(f"dropout_rate must be in [0, 1), got {rate}")
   active = not deterministic and rate > 0.0
   if active and rng is None:
-    raise ValueError("dropout_rng is required when dropout_rate > 0 and deterministic is False")
+    raise ConfigError("dropout_rng is required when dropout_rate > 0 and deterministic is False")
   return active
 
 
 def _check_shapes(query: Array, key: Array, value: Array) -> tuple[int, ...]:
   """Checks Flax's [batch..., length, heads, depth] layouts; returns the batch shape."""
   if not query.ndim == key.ndim == value.ndim or query.ndim < 3:
-    raise ValueError("query, key and value must all be [batch..., length, heads, depth] with the same rank; got "
+    raise ConfigError("query, key and value must all be [batch..., length, heads, depth] with the same rank; got "
                      f"{query.shape}, {key.shape}, {value.shape}")
   batch_shape = query.shape[:-3]
   if key.shape[:-3] != batch_shape or value.shape[:-3] != batch_shape:
-    raise ValueError(f"query, key and value batch dims must match; got {query.shape}, {key.shape}, {value.shape}")
+    raise ConfigError(f"query, key and value batch dims must match; got {query.shape}, {key.shape}, {value.shape}")
   if key.shape[-3] != value.shape[-3] or key.shape[-2] != value.shape[-2]:
-    raise ValueError(f"key {key.shape} and value {value.shape} must agree in length and heads")
+    raise ConfigError(f"key {key.shape} and value {value.shape} must agree in length and heads")
   return batch_shape
 
 
@@ -181,7 +182,7 @@ def _flatten_batch_bnts(x: Array | None, batch_shape: tuple[int, ...]) -> Array 
     return x
   x, nb = jnp.asarray(x), len(batch_shape)
   if x.ndim > nb + 3:
-    raise ValueError(f"mask/bias of shape {x.shape} has more dims than [batch..., heads, q_length, kv_length]")
+    raise ConfigError(f"mask/bias of shape {x.shape} has more dims than [batch..., heads, q_length, kv_length]")
   if x.ndim <= 3:
     return x
   x = x.reshape((1,) * (nb + 3 - x.ndim) + x.shape)
@@ -219,7 +220,7 @@ def _matmul_precision(precision: Any) -> str:
       try:
         precision = jax.lax.DotAlgorithmPreset[precision.upper()]
       except KeyError:
-        raise ValueError(f"unknown precision {precision!r}") from None
+        raise ConfigError(f"unknown precision {precision!r}") from None
   if isinstance(precision, jax.lax.Precision):
     return precision.name.lower()
   if isinstance(precision, jax.lax.DotAlgorithmPreset):

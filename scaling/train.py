@@ -37,6 +37,7 @@ from scaling import model as model_lib
 from scaling import optim as optim_lib
 from scaling import sharding as sharding_lib
 from scaling import unit_scaling
+from scaling.validation import ConfigError
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -297,7 +298,7 @@ def evaluate(params: Any, model_config: model_lib.ModelConfig, dataset: Any, num
              seed: int | None = None) -> dict[str, float]:
   """Mean loss and accuracy over ``num_batches`` held-out batches of ``dataset``."""
   if num_batches < 1:
-    raise ValueError(f"num_batches must be positive, got {num_batches}")
+    raise ConfigError(f"num_batches must be positive, got {num_batches}")
   step = make_eval_step(model_config)
   rows = [jax.device_get(step(params, dataset.eval_batch(i, seed))) for i in range(num_batches)]
   return {k: float(np.mean([r[k] for r in rows])) for k in ("loss", "accuracy")}
@@ -457,11 +458,11 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   """
   steps = opt_config.steps
   if log_every < 1:
-    raise ValueError(f"log_every must be positive, got {log_every}")
+    raise ConfigError(f"log_every must be positive, got {log_every}")
   if not (math.isfinite(divergence_factor) and divergence_factor > 0):
-    raise ValueError(f"divergence_factor must be a positive number, got {divergence_factor}")
+    raise ConfigError(f"divergence_factor must be a positive number, got {divergence_factor}")
   if dataset.vocab_size > model_config.vocab_size:
-    raise ValueError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
+    raise ConfigError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
   grid = not isinstance(seed, (int, np.integer))
   first = 0 if state is None or grid else int(jax.device_get(state.step))
   donate = not keep_last_finite  # the state before a step is needed only to keep the last finite one
@@ -469,7 +470,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     state = jax.tree.map(jnp.copy, state)
   lean = tuple(dict.fromkeys(("loss", *record)))
   if first and initial_loss is None:
-    raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
+    raise ConfigError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
   start = time.perf_counter()
   mesh = sharding_lib.make_mesh()
   members = None
@@ -478,10 +479,10 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     lrs = (np.full(seeds.shape, opt_config.learning_rate, np.float32) if learning_rates is None
            else np.asarray(learning_rates, np.float32))
     if seeds.ndim != 1 or seeds.shape != lrs.shape or not seeds.size:
-      raise ValueError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
+      raise ConfigError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
     mults = None if attn_mults is None else np.asarray(attn_mults, np.float32)
     if mults is not None and mults.shape != seeds.shape:
-      raise ValueError(f"attn_mults must be 1-D like the seeds, got {mults.shape} and {seeds.shape}")
+      raise ConfigError(f"attn_mults must be 1-D like the seeds, got {mults.shape} and {seeds.shape}")
     (seeds, lrs, mults), members = sharding_lib.shard((seeds, lrs, mults), mesh)  # padding repeats the last one
     batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
     shape = (members,)
@@ -492,7 +493,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate)
   else:
     if learning_rates is not None or attn_mults is not None:
-      raise ValueError("learning_rates and attn_mults need a sequence of seeds (a grid)")
+      raise ConfigError("learning_rates and attn_mults need a sequence of seeds (a grid)")
     seeds = int(seed)
     shape = ()
     if mesh.size > 1 or shard_params:

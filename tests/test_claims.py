@@ -134,7 +134,8 @@ class ClaimListTest(absltest.TestCase):
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids must be one of variance_is_dk, sqrt_normalizes, "):
+    with self.assertRaisesRegex(ValueError, "ids 'variance_is_dk_typo' is not allowed \\(did you mean 'variance_is_dk'\\?\\); "
+                                "choices \\(23\\):\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
   def test_duplicate_id_is_refused(self):

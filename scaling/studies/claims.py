@@ -49,6 +49,7 @@ from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
+from scaling.validation import ConfigError
 
 
 def command(ctx: Context, claim_id: str) -> str:
@@ -67,7 +68,7 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
   claims = all_claims()
   unknown = sorted(set(ids or ()) - {c.id for c in claims})
   if unknown:
-    raise ValueError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
+    raise ConfigError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
   rows = []
   for claim in claims:
     if ids and claim.id not in ids:
@@ -105,7 +106,7 @@ class ClaimsConfig(Options):
 
   def validate(self):
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
-      raise ValueError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+      raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
   def context(self) -> Context:
     """The measurement context of these options."""

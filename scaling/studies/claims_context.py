@@ -18,6 +18,7 @@ import numpy as np
 
 from scaling.studies import stats
 from scaling.studies import sweep as sweep_lib
+from scaling.validation import ConfigError
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -42,7 +43,7 @@ class Context:
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
                num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
     if mode not in MODES:
-      raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+      raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]
     self.mode, self.seed, self.text_file = mode, int(seed), text_file
     self.d_k = tuple(sorted(set(d_k or sizes["d_k"])))
@@ -82,7 +83,7 @@ class Context:
     """ValueError unless the context's head dims include ``dims``."""
     missing = [d for d in dims if d not in self.d_k]
     if missing:
-      raise ValueError(f"this claim needs d_k {', '.join(map(str, missing))} among the context's d_k {self.d_k}")
+      raise ConfigError(f"this claim needs d_k {', '.join(map(str, missing))} among the context's d_k {self.d_k}")
 
   def sweep(self) -> dict[tuple[str, int], dict[str, np.ndarray]]:
     """{(rule, d_k): {metric: [num_seeds] values}}: the d_k sweep of ``SWEEP_RULES`` on iid q, k, v, per seed.
