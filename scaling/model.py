@@ -46,7 +46,9 @@ from scaling import unit_scaling_covariance as covariance_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
+from scaling import validation
 from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 Array = jax.Array
 
@@ -121,6 +123,8 @@ class ModelConfig:
   def __post_init__(self):
     for name in ("vocab_size", "width", "depth", "num_heads", "head_dim", "max_len", "block_q", "block_k"):
       check_positive_int(name, getattr(self, name))
+    for name in ("pre_ln", "use_bias", "causal", "qk_norm_gains"):
+      validation.check_bool(name, getattr(self, name))
     if self.num_kv_heads is not None:
       check_positive_int("num_kv_heads", self.num_kv_heads)
       if self.num_heads % self.num_kv_heads:
@@ -553,6 +557,8 @@ class Transformer(nn.Module):
     p = cfg.parametrization
     if tokens.ndim != 2:
       raise ConfigError(f"tokens must be [B, T], got shape {tokens.shape}")
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+      raise ConfigTypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     b, t = tokens.shape
     if t > cfg.max_len:
       raise ConfigError(f"sequence length {t} exceeds max_len {cfg.max_len}")
@@ -591,6 +597,8 @@ def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
 
 def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any) -> tuple[Array, dict[str, Any]]:
   """(logits [B, T, V], aux): the forward pass and its per-layer measurements (``gather_aux``)."""
+  if not isinstance(model, Transformer):
+    raise ConfigTypeError(f"model must be a scaling.Transformer, got {type(model).__name__}")
   logits, state = model.apply({"params": params}, tokens, mutable=[layers.METRICS], **kwargs)
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
@@ -611,8 +619,15 @@ def _cached_kinds(config: ModelConfig) -> Any:
   return layers.param_kinds(jax.eval_shape(functools.partial(_init_boxed, config=config), jax.random.PRNGKey(0)))
 
 
+def check_model_config(name: str, config: Any) -> None:
+  """ConfigTypeError unless ``config`` is a ModelConfig."""
+  if not isinstance(config, ModelConfig):
+    raise ConfigTypeError(f"{name} must be a scaling.ModelConfig, got {type(config).__name__}")
+
+
 def param_kinds(config: ModelConfig) -> Any:
   """The layer kind of every parameter, a tree of strings with the structure of ``init_params`` (no compute)."""
+  check_model_config("config", config)
   return jax.tree.map(lambda kind: kind, _cached_kinds(config))
 
 

@@ -45,6 +45,7 @@ from scaling import parametrization as param_lib
 from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.config import option
 from scaling.config import Options
+from scaling import validation
 from scaling.validation import check_positive_int
 from scaling.validation import ConfigError
 
@@ -265,7 +266,8 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
       weight decay with adam or adam_atan2, or ε scaling with an optimizer without ε.
   """
   if name not in OPTIMIZERS:
-    raise ConfigError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
+    raise ConfigError(validation.unknown_choice("optimizer", name, OPTIMIZERS))
+  validation.check_bool("nesterov", nesterov)
   _check_learning_rate(learning_rate)
   if schedule is not None and not callable(schedule):
     raise ConfigError(f"schedule must be a callable step -> factor, got {type(schedule).__name__}")

@@ -231,7 +231,7 @@ def optimizer_family(optimizer: str) -> str:
     return "adam"
   if optimizer == "sgd":
     return "sgd"
-  raise ConfigError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw', 'adam_atan2' or 'sgd'")
+  raise ConfigError(validation.unknown_choice("optimizer", optimizer, ("adam", "adamw", "adam_atan2", "sgd")))
 
 
 def check_kind(kind: Any) -> str:

@@ -257,6 +257,8 @@ def get_rule(rule: str | ScaleRule, **kwargs: Any) -> ScaleRule:
     raise ConfigError(validation.unknown_choice("logit-scale rule", rule, tuple(_REGISTRY))) from None
   try:
     return factory(**kwargs)
+  except ConfigError:  # an option the rule checked itself, named there
+    raise
   except TypeError as e:
     raise ConfigError(f"bad options for rule {rule!r}: {e}") from None
 

@@ -287,9 +287,19 @@ class ClaimsFlagsTest(absltest.TestCase):
 
   def test_unknown_mode_and_id(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(ids=["nope"]), "nope")):
-      code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), **flags)
-      experiment_main.assert_one_line_error(self, code, stdout, err, needle, out)
+    code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), mode="slow")
+    experiment_main.assert_one_line_error(self, code, stdout, err, "--mode", out)
+    # 23 ids: the error line names the value once, the ids follow on wrapped, indented lines
+    code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), ids=["nope", "head_dim_constan"])
+    self.assertEqual((code, stdout), (2, ""))
+    first, *rest = err.strip().splitlines()
+    self.assertEqual(first, "error: flag --ids=nope,head_dim_constan: 'nope' is not allowed; choices (23):")
+    self.assertGreater(len(rest), 3)
+    for line in rest:
+      self.assertTrue(line.startswith("  ") and len(line) <= 100, line)
+    listed = ", ".join(line.strip() for line in rest).replace(",,", ",").split(", ")
+    self.assertEqual(listed, [claim.id for claim in claims.all_claims()])
+    self.assertFalse(out.exists())
 
   def test_missing_text_file(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
