@@ -131,9 +131,12 @@ class ListParser(flags.ArgumentParser):
         value = _convert(self.spec.base_type, item)
       except (TypeError, ValueError):
         raise ValueError(f"{item!r} is not {_KINDS[self.spec.base_type]}") from None
+      allowed = self.spec.allowed()
+      if allowed is not None and value not in allowed:  # the item named once
+        raise ValueError(f"{item!r}: {validation.must_be_one_of(value, allowed, show_value=False)}")
       problem = self.spec.check_item(value)
-      if problem:  # names the item once
-        raise ValueError(problem if problem.startswith(repr(value)) else f"{item!r}: {problem}")
+      if problem:
+        raise ValueError(f"{item!r}: {problem}")
       if value in out:
         raise ValueError(f"{item!r} is given twice")
       out.append(value)
@@ -147,7 +150,7 @@ class ChoiceParser(flags.EnumParser):
 
   def parse(self, argument: str) -> str:
     if argument not in self.enum_values:
-      raise ValueError(validation.not_one_of(argument, self.enum_values))
+      raise ValueError(f"{argument!r}: {validation.must_be_one_of(argument, self.enum_values, show_value=False)}")
     return argument
 
 

@@ -89,7 +89,7 @@ class OptionSpec:
       return f"must be a string, got {value!r}"
     allowed = self.allowed()
     if allowed is not None and value not in allowed:
-      return validation.not_one_of(value, allowed)
+      return validation.must_be_one_of(value, allowed)
     if self.positive and not value > 0:
       return f"must be positive, got {value!r}"
     if self.lower is not None and value < self.lower:

@@ -27,12 +27,16 @@ from flax.linen import dtypes as flax_dtypes
 from scaling import attention as attention_lib
 from scaling import dense_attention as dense_lib
 from scaling import logits as logits_lib
+from scaling import metrics as metrics_lib
 from scaling import rules as rules_lib
+from scaling import validation
 from scaling.validation import ConfigError
 
 Array = jax.Array
 
 _SOW_NAME = "attention_weights"
+LOGIT_STATS = ("std", "absmax")
+"""The logit statistics ``sow_logit_stats`` sows, each [heads], as ``attention_logit_<name>``."""
 
 
 def make_attention_fn(
@@ -40,6 +44,7 @@ def make_attention_fn(
     *,
     logit_soft_cap: float | None = None,
     logit_clamp: float | None = None,
+    sow_logit_stats: bool = False,
     **rule_options: Any,
 ) -> Callable[..., Array]:
   """An ``attention_fn`` for Flax attention modules that scales the logits with ``rule``.
@@ -59,7 +64,8 @@ def make_attention_fn(
     entries as Flax's default attention.
   * ``module`` sows the weights (before dropout) as Flax does: linen into the
     ``'intermediates'`` collection, nnx as ``nnx.Intermediate``, both under
-    ``'attention_weights'``.
+    ``'attention_weights'``; with ``sow_logit_stats`` also the statistics of
+    the logits beside them (``attention_logit_std``, ``attention_logit_absmax``).
   * ``precision`` applies to every matmul (as ``jax.default_matmul_precision``).
 
   Differences from Flax's default: logits and softmax are always computed in
@@ -73,6 +79,11 @@ def make_attention_fn(
       ``scaling.ScaleRule`` object.
     logit_soft_cap: c > 0 replaces logits z by c·tanh(z/c) (Gemma 2).
     logit_clamp: c > 0 clips logits to [-c, c].
+    sow_logit_stats: when the module sows (``sow_weights=True``), also sow the
+      standard deviation and the largest |z| of each head's visible logits
+      (after scale, bias, soft cap and clamp; over all batch entries, queries
+      and keys), each [heads], as ``scaling.logit_stats_per_head`` computes them:
+      the quantities whose growth with d_k the logit-scale rules control.
     **rule_options: options of a named rule, e.g. ``tau`` for
       ``"temperature"``, ``alpha`` or ``base_head_dim`` for ``"linear"``.
 
@@ -86,6 +97,7 @@ def make_attention_fn(
     Vaswani et al. 2017, "Attention Is All You Need", §3.2.1 (the 1/√d_k default);
     Yang et al. 2022, "Tensor Programs V", §4 (the 1/d_k μP rule).
   """
+  validation.check_bool("sow_logit_stats", sow_logit_stats)
   rule_obj = rules_lib.get_rule(rule, **rule_options)
   # Validates the caps now rather than at the first call; the head dim does not matter for that.
   logits_lib.resolve_logit_options(1, scale=None, rule=rule_obj, logit_soft_cap=logit_soft_cap,
@@ -133,10 +145,15 @@ def make_attention_fn(
       if not (dropout or module is not None or v.shape[-1] != k.shape[-1]):
         out = attention_lib.dot_product_attention(q, k, v, bias4, mask4, is_causal=is_causal, **logit_kwargs)
         return out.reshape(batch_shape + out.shape[-3:])
-      weights = dense_lib.attention_weights(q, k, bias4, mask4, is_causal=is_causal, **logit_kwargs)
+      logits, weights, visible = dense_lib.attention_logits_and_weights(q, k, bias4, mask4, is_causal=is_causal,
+                                                                        **logit_kwargs)
       weights = weights.reshape(batch_shape + weights.shape[-3:]).astype(dtype)
       if module is not None:
-        _sow(module, weights)
+        _sow(module, _SOW_NAME, weights)
+        if sow_logit_stats:
+          stats = metrics_lib.logit_stats_per_head(logits, visible)
+          for name in LOGIT_STATS:
+            _sow(module, f"attention_logit_{name}", stats[name])
       if dropout:
         weights = _dropout(weights, dropout_rng, dropout_rate, broadcast_dropout, key.ndim, dtype)
       return _weighted_values(weights, value, precision)
@@ -228,14 +245,14 @@ def _matmul_precision(precision: Any) -> str:
   raise NotImplementedError(f"precision {precision!r} is not supported; use a jax.lax.Precision or DotAlgorithmPreset")
 
 
-def _sow(module: Any, weights: Array) -> None:
-  """Sows the weights where Flax's default attention does (linen 'intermediates', nnx ``Intermediate``)."""
+def _sow(module: Any, name: str, value: Array) -> None:
+  """Sows ``value`` where Flax's default attention sows its weights (linen 'intermediates', nnx ``Intermediate``)."""
   from flax import nnx  # imported here: flax.nnx is not otherwise loaded by this library
 
   if isinstance(module, nnx.Module):
-    module.sow(nnx.Intermediate, _SOW_NAME, weights)
+    module.sow(nnx.Intermediate, name, value)
   else:
-    module.sow("intermediates", _SOW_NAME, weights)
+    module.sow("intermediates", name, value)
 
 
 def _dropout(weights: Array, rng: Array, rate: float, broadcast: bool, key_ndim: int, dtype: Any) -> Array:

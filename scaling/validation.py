@@ -42,21 +42,33 @@ def wrapped(allowed: Sequence[Any]) -> str:
   return textwrap.fill(", ".join(str(a) for a in allowed), WRAP_COLUMNS, initial_indent="  ", subsequent_indent="  ")
 
 
-def _choices(head: str, value: Any, allowed: Sequence[Any], label: str) -> str:
-  names = ", ".join(str(a) for a in allowed)
-  if len(names) <= WRAP_COLUMNS - 20:
-    return f"{head}{suggestion(value, allowed)}; {label}: {names}"
-  return f"{head}{suggestion(value, allowed)}; {label} ({len(allowed)}):\n{wrapped(allowed)}"
+def _short(allowed: Sequence[Any]) -> bool:
+  return len(", ".join(str(a) for a in allowed)) <= WRAP_COLUMNS - 20
 
 
-def not_one_of(value: Any, allowed: Sequence[Any]) -> str:
-  """``"'v' is not allowed (did you mean 'w'?); choices: a, b"``: the value named once, a long list wrapped below."""
-  return _choices(f"{value!r} is not allowed", value, allowed, "choices")
+def must_be_one_of(value: Any, allowed: Sequence[Any], *, show_value: bool = True) -> str:
+  """``"must be one of a, b; got 'v' (did you mean 'w'?)"``; a long list goes on wrapped lines below.
+
+  Args:
+    value: the value given.
+    allowed: the choices.
+    show_value: False leaves out ``; got 'v'`` (for a message that names the value already).
+
+  Returns:
+    The text, to follow the option's name.
+  """
+  got = f"; got {value!r}" if show_value else ""
+  if _short(allowed):
+    return f"must be one of {', '.join(str(a) for a in allowed)}{got}{suggestion(value, allowed)}"
+  return f"must be one of the {len(allowed)} listed below{got}{suggestion(value, allowed)}\n{wrapped(allowed)}"
 
 
 def unknown_choice(what: str, value: Any, allowed: Sequence[Any]) -> str:
-  """``"unknown <what> 'v' (did you mean 'w'?); known: a, b"``: the value named once, a long list wrapped below."""
-  return _choices(f"unknown {what} {value!r}", value, allowed, "known")
+  """``"unknown <what> 'v' (did you mean 'w'?); known: a, b"``; a long list goes on wrapped lines below."""
+  head = f"unknown {what} {value!r}{suggestion(value, allowed)}"
+  if _short(allowed):
+    return f"{head}; known: {', '.join(str(a) for a in allowed)}"
+  return f"{head}; the {len(allowed)} known:\n{wrapped(allowed)}"
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any], what: str | None = None) -> Any:

@@ -134,8 +134,8 @@ class ClaimListTest(absltest.TestCase):
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids 'variance_is_dk_typo' is not allowed \\(did you mean 'variance_is_dk'\\?\\); "
-                                "choices \\(23\\):\n  variance_is_dk, sqrt_normalizes, "):
+    with self.assertRaisesRegex(ValueError, "ids must be one of the 23 listed below; got 'variance_is_dk_typo' "
+                                "\\(did you mean 'variance_is_dk'\\?\\)\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
   def test_duplicate_id_is_refused(self):
@@ -293,7 +293,7 @@ class ClaimsFlagsTest(absltest.TestCase):
     code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), ids=["nope", "head_dim_constan"])
     self.assertEqual((code, stdout), (2, ""))
     first, *rest = err.strip().splitlines()
-    self.assertEqual(first, "error: flag --ids=nope,head_dim_constan: 'nope' is not allowed; choices (23):")
+    self.assertEqual(first, "error: flag --ids=nope,head_dim_constan: 'nope': must be one of the 23 listed below")
     self.assertGreater(len(rest), 3)
     for line in rest:
       self.assertTrue(line.startswith("  ") and len(line) <= 100, line)
