@@ -71,13 +71,6 @@ def unknown_choice(what: str, value: Any, allowed: Sequence[Any]) -> str:
   return f"{head}; the {len(allowed)} known:\n{wrapped(allowed)}"
 
 
-def check_choice(name: str, value: Any, allowed: Sequence[Any], what: str | None = None) -> Any:
-  """``value`` if it is one of ``allowed``, else ConfigError naming ``name`` with a suggestion."""
-  if value not in allowed:
-    raise ConfigError(f"{name}: {unknown_choice(what or 'value', value, allowed)}")
-  return value
-
-
 def check_positive_int(name: str, value: Any) -> int:
   """``value`` as an int, or ConfigError unless it is a positive integer (bools are rejected)."""
   if isinstance(value, bool):
@@ -118,7 +111,9 @@ def check_number(name: str, value: Any, *, positive: bool = False, nonnegative: 
 
 
 def _dtype(x: Any) -> np.dtype:
-  return np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype)
+  """The dtype of an array, a tracer (never converted) or an array-like."""
+  dtype = getattr(x, "dtype", None)
+  return np.dtype(np.asarray(x).dtype if dtype is None else dtype)
 
 
 def check_floating(name: str, x: Any) -> None:

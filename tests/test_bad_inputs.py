@@ -280,6 +280,11 @@ class LibraryMisuseTest(parameterized.TestCase):
     expected = jax.nn.dot_product_attention(Q, KV, KV, jnp.zeros((4, 8, 8)), mask, local_window_size=(3, 0),
                                             key_value_seq_lengths=jnp.array([8, 5]))
     np.testing.assert_allclose(out, expected, atol=1e-6)
+    # traced arrays pass the checks without being read: lengths, bias and a scale under jit
+    traced = jax.jit(lambda lens, bias, s: scaling.dot_product_attention(
+        Q, KV, KV, bias, mask, scale=s, key_value_seq_lengths=lens, local_window_size=(3, 0), implementation="dense"))
+    np.testing.assert_allclose(traced(jnp.array([8, 5]), jnp.zeros((4, 8, 8)), jnp.float32(0.25)), expected,
+                               atol=1e-6)
 
 
 class BadInputTest(parameterized.TestCase):
