@@ -541,6 +541,10 @@ class Transformer(nn.Module):
   config: ModelConfig
   attn_mult: Any = None
 
+  def __post_init__(self):
+    check_model_config("config", self.config)
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, tokens: Array, *, embedded: Array | None = None) -> Array:
     """Runs the model.

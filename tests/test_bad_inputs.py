@@ -232,6 +232,7 @@ LIBRARY_CASES = (
      "rule must be a ScaleRule object"),
     ("model_config_gqa", lambda: scaling.ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
     ("param_kinds_config", lambda: scaling.param_kinds(3), TypeError, "config must be a scaling.ModelConfig"),
+    ("transformer_config", lambda: scaling.Transformer("gpt2"), TypeError, "config must be a scaling.ModelConfig"),
     ("apply_with_aux_model", lambda: scaling.apply_with_aux(3, {}, jnp.ones((1, 8), jnp.int32)), TypeError,
      "model must be a scaling.Transformer"),
     ("make_dataset_name", lambda: scaling.make_dataset("recal", seq_len=8, batch_size=2), ValueError, "recal"),
