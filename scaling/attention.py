@@ -277,5 +277,7 @@ def _cudnn(query, key, value, bias, mask, opts: LogitOptions, *, return_weights,
   reason = _cudnn_unsupported(opts, return_weights=return_weights)
   if reason is not None:
     raise ConfigError(reason)
+  if jax.default_backend() != "gpu":
+    raise ConfigError(f"implementation='cudnn' needs a GPU; the default backend is {jax.default_backend()!r}")
   return jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
                                       **kwargs)

@@ -167,6 +167,8 @@ _CFG = dict(vocab_size=16, width=32, depth=1, num_heads=2, head_dim=16)
 LIBRARY_CASES = (
     ("dpa_implementation", lambda: scaling.dot_product_attention(Q, KV, KV, implementation="fast"), ValueError,
      "implementation must be None or one of"),
+    *((("dpa_cudnn_without_gpu", lambda: scaling.dot_product_attention(Q, KV, KV, implementation="cudnn"),
+         ValueError, "implementation='cudnn' needs a GPU"),) if jax.default_backend() != "gpu" else ()),
     ("dpa_return_weights", lambda: scaling.dot_product_attention(Q, KV, KV, return_weights=1), TypeError,
      "return_weights must be True or False"),
     ("blockwise_block_q", lambda: scaling.blockwise_attention(Q, KV, KV, block_q=0), ValueError, "block_q"),
