@@ -29,7 +29,7 @@ ATTENTION_LAYERS = (
     ("logits",),
     ("dense_attention", "blockwise"),
     ("pallas_attention",),
-    ("attention",),
+    ("attention", "metrics"),
     ("flax_attention",),
 )
 
