@@ -20,11 +20,11 @@ import jax
 import numpy as np
 
 WRAP_COLUMNS = 100
-"""Lists of allowed names longer than this go on wrapped lines of their own after the message."""
+"""A list of allowed names over ``WRAP_COLUMNS - 20`` characters goes below the message, wrapped at this width."""
 
 
 class ConfigError(ValueError):
-  """Bad input from the caller (an argument, an option, a file): reported as one line, no traceback."""
+  """Bad input from the caller (an argument, an option, a file): one line, no traceback (long lists wrapped below)."""
 
 
 class ConfigTypeError(ConfigError, TypeError):
