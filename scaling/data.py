@@ -65,6 +65,7 @@ import numpy as np
 from flax import struct
 
 from scaling import resources
+from scaling import validation
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
@@ -596,7 +597,7 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
       file) for a missing, directory, empty, binary or too short text file.
   """
   if name not in DATASET_NAMES:
-    raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    raise ConfigError(validation.unknown_choice("dataset", name, DATASET_NAMES))
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not -2**31 <= seed < 2**31:
     raise ConfigError(f"seed must be a 32-bit signed integer, got {seed!r}")
   seed = int(seed)

@@ -43,10 +43,10 @@ from scaling import rope as rope_lib
 from scaling import rules as rules_lib
 from scaling import unit_scaling as unit
 from scaling import unit_scaling_covariance as covariance_lib
+from scaling import validation
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
-from scaling import validation
 from scaling.validation import ConfigError
 from scaling.validation import ConfigTypeError
 
@@ -134,15 +134,15 @@ class ModelConfig:
     if self.mlp_hidden < 1:
       raise ConfigError(f"mlp_ratio * width must be at least 1, got {self.mlp_ratio} * {self.width}")
     if self.positions not in POSITIONS:
-      raise ConfigError(f"positions must be one of {', '.join(POSITIONS)}; got {self.positions!r}")
+      raise ConfigError(f"positions {validation.must_be_one_of(self.positions, POSITIONS)}")
     if self.positions == "rope" and self.head_dim % 2:
       raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
     if self.norm not in NORMS:
-      raise ConfigError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
+      raise ConfigError(f"norm {validation.must_be_one_of(self.norm, NORMS)}")
     if self.dtype not in DTYPES:
-      raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}")
+      raise ConfigError(f"dtype {validation.must_be_one_of(self.dtype, DTYPES)}")
     if self.attention not in ATTENTION_IMPLEMENTATIONS:
-      raise ConfigError(f"attention must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}; got {self.attention!r}")
+      raise ConfigError(f"attention {validation.must_be_one_of(self.attention, ATTENTION_IMPLEMENTATIONS)}")
     if self.logit_soft_cap is not None and not (math.isfinite(self.logit_soft_cap) and self.logit_soft_cap > 0):
       raise ConfigError(f"logit_soft_cap must be a positive finite number or None, got {self.logit_soft_cap!r}")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):

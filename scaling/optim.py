@@ -42,10 +42,10 @@ import jax.numpy as jnp
 import optax
 
 from scaling import parametrization as param_lib
+from scaling import validation
 from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.config import option
 from scaling.config import Options
-from scaling import validation
 from scaling.validation import check_positive_int
 from scaling.validation import ConfigError
 
@@ -279,7 +279,7 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   elif name in ("adam", "adam_atan2"):
     raise ConfigError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
   if eps_scaling not in EPS_SCALINGS:
-    raise ConfigError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
+    raise ConfigError(f"eps_scaling {validation.must_be_one_of(eps_scaling, EPS_SCALINGS)}")
   if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
     raise ConfigError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
   _check_unit_interval("b1", b1)

@@ -505,7 +505,7 @@ class UnitMuParametrization(Parametrization):
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{option} must be a finite positive number, got {value!r}")
     if self.umup_scales not in UMUP_SCALES:
-      raise ConfigError(f"umup_scales must be one of {', '.join(UMUP_SCALES)}; got {self.umup_scales!r}")
+      raise ConfigError(f"umup_scales {validation.must_be_one_of(self.umup_scales, UMUP_SCALES)}")
     if self.depth_alpha != 0:
       raise ConfigError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
 
