@@ -153,15 +153,15 @@ def check_attention_args(query_shape: tuple[int, ...], key_shape: tuple[int, ...
   for name, x in (("query_seq_lengths", query_seq_lengths), ("key_value_seq_lengths", key_value_seq_lengths)):
     if x is None:
       continue
-    if not jnp.issubdtype(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype, jnp.integer):
-      raise validation.ConfigTypeError(f"{name} must be integers, got dtype {getattr(x, 'dtype', type(x).__name__)}")
+    validation.check_integer_array(name, x)
     if np.ndim(x) > 1 or np.size(x) != b:
       raise ConfigError(f"{name} must be [B] = [{b}] (one length per batch element), got shape {np.shape(x)}")
     if not isinstance(x, jax.core.Tracer) and np.any(np.asarray(x) < 0):
       raise ConfigError(f"{name} must be >= 0, got {np.asarray(x).tolist()}")
   if local_window_size is not None:
-    window = local_window_size if isinstance(local_window_size, (tuple, list)) else (local_window_size,)
-    if len(window) not in (1, 2) or not all(
+    pair = isinstance(local_window_size, (tuple, list))
+    window = local_window_size if pair else (local_window_size,)
+    if len(window) != (2 if pair else 1) or not all(
         isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0 for w in window):
       raise ConfigError("local_window_size must be an int >= 0 or a (left, right) pair of them, "
                         f"got {local_window_size!r}")

@@ -122,6 +122,12 @@ def check_floating(name: str, x: Any) -> None:
     raise ConfigTypeError(f"{name} must have a floating dtype, got {_dtype(x)}")
 
 
+def check_integer_array(name: str, x: Any) -> None:
+  """ConfigTypeError unless array ``x`` has an integer dtype."""
+  if not jax.numpy.issubdtype(_dtype(x), jax.numpy.integer):
+    raise ConfigTypeError(f"{name} must be integers, got dtype {_dtype(x)}")
+
+
 def check_bool_array(name: str, x: Any, hint: str = "") -> None:
   """ConfigTypeError unless array ``x`` is boolean."""
   if _dtype(x) != np.bool_:

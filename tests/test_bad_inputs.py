@@ -147,6 +147,7 @@ ATTENTION_CASES = (
     ("window_negative", {}, dict(local_window_size=-1), ValueError, "local_window_size must be an int >= 0"),
     ("window_float", {}, dict(local_window_size=1.5), ValueError, "local_window_size"),
     ("window_triple", {}, dict(local_window_size=(1, 2, 3)), ValueError, "local_window_size"),
+    ("window_one_tuple", {}, dict(local_window_size=(1,)), ValueError, "(left, right) pair"),
     ("causal_string", {}, dict(is_causal="yes"), TypeError, "is_causal must be True or False"),
     ("rule_typo", {}, dict(rule="lineer"), ValueError, "unknown logit-scale rule 'lineer' (did you mean 'linear'?)"),
     ("rule_int", {}, dict(rule=3), TypeError, "rule must be a name or a ScaleRule"),
