@@ -1,10 +1,20 @@
 """Installs the `scaling` library and the `experiments` entry points."""
 
+import pathlib
+import re
+
 import setuptools
+
+
+def read_version() -> str:
+  """``__version__`` of scaling/__init__.py, read as text (importing scaling would need its dependencies)."""
+  text = (pathlib.Path(__file__).parent / "scaling" / "__init__.py").read_text()
+  return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
 
 setuptools.setup(
     name="scaling",
-    version="0.1.0",
+    version=read_version(),
     description="Attention logit scaling: rules, metrics, parametrizations and experiments.",
     packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*"]),
     python_requires=">=3.10",

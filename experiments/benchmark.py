@@ -31,6 +31,7 @@ from scaling.config import Options
 from scaling.studies.benchmarks import attention as attention_bench
 from scaling.studies.benchmarks import sweep as sweep_bench
 from scaling.studies.benchmarks import train as train_bench
+from scaling.validation import ConfigError
 
 SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] = {
     "sweep": (sweep_bench.run, sweep_bench.SweepBenchConfig(), sweep_bench.QUICK),
@@ -53,16 +54,16 @@ class BenchmarkConfig(Options):
   output: results.OutputConfig = option(results.OutputConfig("runs/benchmark"), "Output.")
 
   def check_given(self, given: Collection[str]) -> None:
-    """ValueError naming an attention-suite option typed without the attention suite, or with --quick."""
+    """ConfigError naming an attention-suite option typed without the attention suite, or with --quick."""
     typed = [name for name in attention_bench.COMMAND_LINE if name in given]
     if typed and ("attention" not in self.suite or self.quick):
       why = "--quick sets its own sizes" if self.quick else "--suite does not include attention"
-      raise ValueError(f"--{typed[0]} sizes the attention suite, but {why}")
+      raise ConfigError(f"--{typed[0]} sizes the attention suite, but {why}")
 
   def suite_config(self, suite: str) -> Options:
     """The config ``suite`` runs with: its quick sizes with --quick, else its defaults (attention: the flags)."""
     if suite not in SUITES:
-      raise ValueError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
+      raise ConfigError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
     _, default, quick = SUITES[suite]
     if self.quick:
       return quick

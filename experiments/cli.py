@@ -7,8 +7,9 @@ included), builds the config, so that every check the declaration and the
 config's ``validate`` make runs before any work, and calls
 ``run(config, out_dir)``; a study checks what needs its data (dataset, model
 shapes) before it creates ``out_dir`` (``scaling.results.make_dir``), so bad
-input leaves nothing behind. Bad input ends with one line ``error: ...`` on stderr
-and exit status 2; so does a configuration that ``scaling.resources`` estimates
+input leaves nothing behind. Bad input (a flag, or a ``scaling.ConfigError`` raised
+by the library or a study) ends with one line ``error: ...`` on stderr and exit
+status 2, while any other exception, a bug, keeps its traceback; so does a configuration that ``scaling.resources`` estimates
 to need more memory than is available (checked by each study before it writes).
 An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
 ends with one line ``error: out of memory ...`` and exit status 1, after the
@@ -46,6 +47,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from scaling import config as config_lib
 from scaling import data as data_lib
 from scaling import results
+from scaling import validation
 from scaling.config import option
 
 CACHE_OFF = ("", "none")
@@ -137,6 +139,9 @@ class ListParser(flags.ArgumentParser):
         value = _convert(self.spec.base_type, item)
       except (TypeError, ValueError):
         raise ValueError(f"{item!r} is not {_KINDS[self.spec.base_type]}") from None
+      allowed = self.spec.allowed()
+      if allowed is not None and value not in allowed:  # the item named once
+        raise ValueError(f"{item!r}: {validation.must_be_one_of(value, allowed, show_value=False)}")
       problem = self.spec.check_item(value)
       if problem:
         raise ValueError(f"{item!r}: {problem}")
@@ -146,6 +151,15 @@ class ListParser(flags.ArgumentParser):
     if not out:
       raise ValueError("the list is empty")
     return out
+
+
+class ChoiceParser(flags.EnumParser):
+  """absl's enum parser whose error names the value once and suggests the closest choice."""
+
+  def parse(self, argument: str) -> str:
+    if argument not in self.enum_values:
+      raise ValueError(f"{argument!r}: {validation.must_be_one_of(argument, self.enum_values, show_value=False)}")
+    return argument
 
 
 _KINDS = {int: "an integer", float: "a number", str: "a name"}
@@ -182,7 +196,9 @@ def define_flags(cls: type) -> tuple[flags.FlagValues, list[config_lib.OptionSpe
     elif spec.base_type is bool:
       flags.DEFINE_boolean(name, default, help_text, **common)
     elif spec.allowed() is not None:
-      flags.DEFINE_enum(name, default, list(spec.allowed()), help_text, **common)
+      flag = flags.EnumFlag(name, default, help_text, list(spec.allowed()))
+      flag.parser = ChoiceParser(flag.parser.enum_values)
+      flags.DEFINE_flag(flag, **common)
     elif spec.base_type is int:
       flags.DEFINE_integer(name, default, help_text, lower_bound=spec.lower, **common)
     elif spec.base_type is float:
@@ -207,8 +223,9 @@ def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str
   fv, specs = define_flags(cls)
   try:
     rest = fv(list(argv))
-  except flags.Error as e:
-    raise UsageError(str(e).splitlines()[0]) from None
+  except flags.Error as e:  # the first line, and the wrapped list of choices indented below it
+    lines = str(e).splitlines()
+    raise UsageError("\n".join(lines[:1] + [line for line in lines[1:] if line.startswith("  ")])) from None
   if len(rest) > 1:
     raise UsageError(f"unexpected positional arguments: {' '.join(rest[1:])}")
   built = []
@@ -326,7 +343,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     return fail(str(e))
   except data_lib.DataError as e:
     return fail(f"--text_file: {e}")
-  except ValueError as e:
+  except validation.ConfigError as e:  # bad input; any other exception is a bug and keeps its traceback
     return fail(str(e))
   except KeyboardInterrupt:
     if own_dir:

@@ -5,6 +5,8 @@ claims of the notes, the coordinate check, learning-rate transfer, training
 runs) live in ``scaling.studies``.
 """
 
+__version__ = "0.1.0"  # the one place the version is written; setup.py reads it from here
+
 from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.attention import dot_product_attention
 from scaling.blockwise import blockwise_attention
@@ -53,6 +55,8 @@ from scaling.train import train_step
 from scaling.train import TrainResult
 from scaling.train import TrainState
 from scaling.train import z_loss
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 from scaling.flax_attention import make_attention_fn
 from scaling.user_parametrization import parametrize
 from scaling.user_parametrization import ReadoutDense

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from scaling.validation import ConfigError
+
 DEFAULT_A = 1.27
 DEFAULT_B = 1.0
 
@@ -45,10 +47,10 @@ def scale_by_adam_atan2(b1: float = 0.9, b2: float = 0.999, a: float = DEFAULT_A
   """
   for name, value in (("b1", b1), ("b2", b2)):
     if not 0 <= value < 1:
-      raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+      raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
   for name, value in (("a", a), ("b", b)):
     if not value > 0:
-      raise ValueError(f"{name} must be positive, got {value!r}")
+      raise ConfigError(f"{name} must be positive, got {value!r}")
 
   def init_fn(params):
     return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params),

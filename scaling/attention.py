@@ -35,6 +35,7 @@ from scaling.logits import LogitOptions
 from scaling.logits import masked_softmax  # pylint: disable=unused-import
 from scaling.logits import resolve_logit_options  # pylint: disable=unused-import
 from scaling.logits import shape_logits  # pylint: disable=unused-import
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -221,11 +222,15 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     residual and/or weights when requested.
   """
   query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  logits_lib.check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
+                                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                                  local_window_size=local_window_size)
+  logits_lib.check_flags(return_residual=return_residual, return_weights=return_weights)
   opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                           logit_clamp=logit_clamp, float32_softmax=float32_softmax,
                                           subtract_max=subtract_max)
   if implementation is not None and implementation not in IMPLEMENTATIONS:
-    raise ValueError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
+    raise ConfigError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
   blocks = {}
   if implementation is None:
     choice = select_implementation(query.shape, key.shape, opts, dtype=query.dtype, return_weights=return_weights,
@@ -246,7 +251,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                         float32_softmax=float32_softmax, subtract_max=subtract_max, **mask_kwargs)
     if implementation == "blockwise":
       if return_weights:
-        raise ValueError("implementation='blockwise' does not return weights")
+        raise ConfigError("implementation='blockwise' does not return weights")
       out = blockwise_lib.blockwise_attention(query, key, value, bias, mask, return_residual=return_residual,
                                               **logit_kwargs, **blocks)
     else:
@@ -259,10 +264,10 @@ def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, scale, rule, i
             return_weights, **mask_kwargs):
   """The Pallas kernel (its default blocks) on batched inputs, where it covers the options."""
   if return_weights:
-    raise ValueError("implementation='pallas' does not return weights")
+    raise ConfigError("implementation='pallas' does not return weights")
   reason = pallas_lib.supports(opts, bias=bias, mask=mask, **mask_kwargs)
   if reason is not None:
-    raise ValueError(f"implementation='pallas' does not support {reason}")
+    raise ConfigError(f"implementation='pallas' does not support {reason}")
   return pallas_lib.pallas_attention(query, key, value, scale=scale, rule=rule, is_causal=is_causal,
                                      return_residual=return_residual)
 
@@ -271,6 +276,8 @@ def _cudnn(query, key, value, bias, mask, opts: LogitOptions, *, return_weights,
   """Dispatch to jax.nn's cuDNN flash attention where our options allow it."""
   reason = _cudnn_unsupported(opts, return_weights=return_weights)
   if reason is not None:
-    raise ValueError(reason)
+    raise ConfigError(reason)
+  if jax.default_backend() != "gpu":
+    raise ConfigError(f"implementation='cudnn' needs a GPU; the default backend is {jax.default_backend()!r}")
   return jax.nn.dot_product_attention(query, key, value, bias, mask, scale=opts.scale, implementation="cudnn",
                                       **kwargs)

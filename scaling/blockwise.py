@@ -55,6 +55,7 @@ from jax import lax
 from scaling import logits as logits_lib
 from scaling import masking as masking_lib
 from scaling import rules as rules_lib
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -164,7 +165,7 @@ def _check_broadcast(x: Array, full: tuple[int, int, int, int], name: str) -> No
   """Each axis of a [B|1, N|1, T|1, S|1] array must be 1 or the full size."""
   for size, want, axis in zip(x.shape, full, "BNTS"):
     if size not in (1, want):
-      raise ValueError(f"{name} of shape {x.shape} does not broadcast to [B, N, T, S] = {full} (axis {axis})")
+      raise ConfigError(f"{name} of shape {x.shape} does not broadcast to [B, N, T, S] = {full} (axis {axis})")
 
 
 def _pad_ts(x: Array, plan: Plan, value) -> Array:
@@ -391,16 +392,19 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
              logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True):
   """Validates the arguments and builds the plan and the blocked, padded operands."""
   if not float32_softmax or not subtract_max:
-    raise ValueError("blockwise attention always computes the softmax in float32 and subtracts the running "
+    raise ConfigError("blockwise attention always computes the softmax in float32 and subtracts the running "
                      "maximum; float32_softmax=False and subtract_max=False exist only on the dense path")
   for name, v in (("block_q", block_q), ("block_k", block_k)):
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-      raise ValueError(f"{name} must be a positive integer, got {v!r}")
+      raise ConfigError(f"{name} must be a positive integer, got {v!r}")
   query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  logits_lib.check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
+                                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                                  local_window_size=local_window_size)
   b, t, n, h = query.shape
   s = key.shape[1]
   if t == 0 or s == 0:
-    raise ValueError(f"query and key lengths must be positive, got T={t}, S={s}")
+    raise ConfigError(f"query and key lengths must be positive, got T={t}, S={s}")
   opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                           logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
   plan = make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k, is_causal=is_causal,
@@ -419,7 +423,7 @@ def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=12
     if x is not None:
       x = jnp.asarray(x)
       if x.size != b or not jnp.issubdtype(x.dtype, jnp.integer):
-        raise ValueError(f"{name} must be {b} integers (one per batch element), got shape {x.shape} {x.dtype}")
+        raise ConfigError(f"{name} must be {b} integers (one per batch element), got shape {x.shape} {x.dtype}")
       x = x.reshape(b).astype(jnp.int32)
     lens.append(x)
   query, key = opts.rule.prepare(query, key)

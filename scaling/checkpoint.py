@@ -28,6 +28,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from scaling import distributed
+from scaling.validation import ConfigError
 
 
 def _key_data(seed: int) -> np.ndarray:
@@ -84,7 +85,7 @@ class Checkpoints:
     """
     step = self.latest_step() if step is None else step
     if step is None:
-      raise ValueError(f"no checkpoint in {self.manager.directory}")
+      raise ConfigError(f"no checkpoint in {self.manager.directory}")
     abstract = {"train_state": jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                                             target),
                 "data_key": _key_data(seed)}
@@ -92,7 +93,7 @@ class Checkpoints:
                                                              meta=ocp.args.JsonRestore()))
     key = np.asarray(out["state"]["data_key"])
     if out["meta"]["seed"] != seed or not np.array_equal(key, np.asarray(_key_data(seed))):
-      raise ValueError(f"the checkpoint at step {step} was made with seed {out['meta']['seed']}, not {seed}")
+      raise ConfigError(f"the checkpoint at step {step} was made with seed {out['meta']['seed']}, not {seed}")
     return out["state"]["train_state"], dict(out["meta"])
 
   def close(self) -> None:

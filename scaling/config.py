@@ -20,6 +20,9 @@ import types
 import typing
 from typing import Any, Callable, ClassVar, Collection, Sequence
 
+from scaling import validation
+from scaling.validation import ConfigError
+
 Choices = Sequence[str] | Callable[[], Sequence[str]]
 
 
@@ -86,7 +89,7 @@ class OptionSpec:
       return f"must be a string, got {value!r}"
     allowed = self.allowed()
     if allowed is not None and value not in allowed:
-      return f"must be one of {', '.join(allowed)}; got {value!r}"
+      return validation.must_be_one_of(value, allowed)
     if self.positive and not value > 0:
       return f"must be positive, got {value!r}"
     if self.lower is not None and value < self.lower:
@@ -100,19 +103,19 @@ class OptionSpec:
     if value is None:
       if self.optional:
         return
-      raise ValueError(f"{self.name} must be given")
+      raise ConfigError(f"{self.name} must be given")
     if self.is_list:
       if not isinstance(value, tuple):
-        raise ValueError(f"{self.name} must be a tuple, got {type(value).__name__}")
+        raise ConfigError(f"{self.name} must be a tuple, got {type(value).__name__}")
       if not value:
-        raise ValueError(f"{self.name} must not be empty")
+        raise ConfigError(f"{self.name} must not be empty")
       items = value
     else:
       items = (value,)
     for item in items:
       problem = self.check_item(item)
       if problem:
-        raise ValueError(f"{self.name} {problem}")
+        raise ConfigError(f"{self.name} {problem}")
 
 
 def _unwrap(hint: Any) -> tuple[type, bool, bool]:
@@ -178,7 +181,7 @@ class Options:
         object.__setattr__(self, spec.name, value)
       if is_group(spec):
         if not isinstance(value, spec.base_type):
-          raise ValueError(f"{spec.name} must be a {spec.base_type.__name__}, got {type(value).__name__}")
+          raise ConfigError(f"{spec.name} must be a {spec.base_type.__name__}, got {type(value).__name__}")
         continue
       if spec.base_type is float and value is not None:  # ints are accepted where floats are declared
         value = tuple(map(_as_float, value)) if spec.is_list else _as_float(value)
@@ -248,7 +251,7 @@ class Seeds(Options):
 
   def validate(self):
     if self.seed + self.num_seeds > 2**31 - 1:
-      raise ValueError(f"seed + num_seeds must stay below 2**31, got {self.seed} + {self.num_seeds}")
+      raise ConfigError(f"seed + num_seeds must stay below 2**31, got {self.seed} + {self.num_seeds}")
 
   @property
   def seeds(self) -> tuple[int, ...]:

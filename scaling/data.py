@@ -65,9 +65,11 @@ import numpy as np
 from flax import struct
 
 from scaling import resources
+from scaling import validation
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
+from scaling.validation import ConfigError
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -83,7 +85,7 @@ character), its UTF-32 copy, the int64 search indices and the int32 ids on the h
 _MIN_DEFAULT_VOCAB = 64
 
 
-class DataError(ValueError):
+class DataError(ConfigError):
   """A text file that cannot serve as data: missing, a directory, unreadable, empty, binary or too short."""
 
 
@@ -156,7 +158,7 @@ def recall_split(seq_len: int, num_pairs: int | None, num_queries: int | None) -
   if num_pairs is None and num_queries is None:
     num_queries = max(1, slots // 2)
     if slots < 2:
-      raise ValueError(f"recall needs seq_len >= 3 (one pair and one query), got seq_len={seq_len}")
+      raise ConfigError(f"recall needs seq_len >= 3 (one pair and one query), got seq_len={seq_len}")
   if num_queries is None:
     num_queries = max(1, slots - check_positive_int("num_pairs", num_pairs))
   if num_pairs is None:
@@ -171,11 +173,11 @@ def check_recall(seq_len: int, vocab_size: int, num_pairs: int, num_queries: int
     check_positive_int(name, value)
   needed = 2 * (num_pairs + num_queries) - 1
   if seq_len < needed:
-    raise ValueError(
+    raise ConfigError(
         f"recall with num_pairs={num_pairs} and num_queries={num_queries} needs "
         f"seq_len >= 2*(num_pairs+num_queries)-1 = {needed}, got seq_len={seq_len}")
   if vocab_size < recall_min_vocab(num_pairs):
-    raise ValueError(
+    raise ConfigError(
         f"recall with num_pairs={num_pairs} needs vocab_size >= {recall_min_vocab(num_pairs)} "
         f"(pad + {num_pairs} distinct keys + values), got vocab_size={vocab_size}")
 
@@ -235,17 +237,17 @@ def check_induction(seq_len: int, vocab_size: int, prefix_len: int, distinct: bo
   for name, value in (("seq_len", seq_len), ("vocab_size", vocab_size), ("prefix_len", prefix_len)):
     check_positive_int(name, value)
   if not isinstance(distinct, (bool, np.bool_)):
-    raise ValueError(f"distinct must be a bool, got {distinct!r}")
+    raise ConfigError(f"distinct must be a bool, got {distinct!r}")
   if prefix_len < 2:
-    raise ValueError(f"induction needs prefix_len >= 2, got prefix_len={prefix_len}")
+    raise ConfigError(f"induction needs prefix_len >= 2, got prefix_len={prefix_len}")
   if seq_len < prefix_len + 1:
-    raise ValueError(
+    raise ConfigError(
         f"induction with prefix_len={prefix_len} needs seq_len >= prefix_len+1 = {prefix_len + 1} "
         f"(at least one scored position in the repeat), got seq_len={seq_len}")
   needed = induction_min_vocab(prefix_len, distinct)
   if vocab_size < needed:
     why = f"{prefix_len} distinct prefix tokens" if distinct else "two tokens"
-    raise ValueError(f"induction with prefix_len={prefix_len} and distinct={bool(distinct)} needs "
+    raise ConfigError(f"induction with prefix_len={prefix_len} and distinct={bool(distinct)} needs "
                      f"vocab_size >= {needed} ({why}), got vocab_size={vocab_size}")
 
 
@@ -338,7 +340,7 @@ def encode(text: str, vocab: Sequence[str]) -> np.ndarray:
   vocab = tuple(vocab)
   table = np.array([ord(c) for c in vocab], np.uint32)
   if len(table) > 1 and not np.all(table[1:] > table[:-1]):
-    raise ValueError("vocab must be sorted distinct single characters (use build_vocab)")
+    raise ConfigError("vocab must be sorted distinct single characters (use build_vocab)")
   codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
   ids = np.searchsorted(table, codes)
   if len(table):
@@ -347,7 +349,7 @@ def encode(text: str, vocab: Sequence[str]) -> np.ndarray:
     bad = np.ones(codes.shape, bool)
   if np.any(bad):
     first = int(np.argmax(bad))
-    raise ValueError(f"character {text[first]!r} at index {first} is not in the vocabulary")
+    raise ConfigError(f"character {text[first]!r} at index {first} is not in the vocabulary")
   return ids.astype(np.int32)
 
 
@@ -356,7 +358,7 @@ def decode(ids: Any, vocab: Sequence[str]) -> str:
   vocab = tuple(vocab)
   flat = np.asarray(ids).reshape(-1)
   if flat.size and (flat.min() < 0 or flat.max() >= len(vocab)):
-    raise ValueError(f"ids must lie in [0, {len(vocab)}), got range [{flat.min()}, {flat.max()}]")
+    raise ConfigError(f"ids must lie in [0, {len(vocab)}), got range [{flat.min()}, {flat.max()}]")
   return "".join(vocab[i] for i in flat.tolist())
 
 
@@ -378,7 +380,7 @@ def text_batch(key: Array, tokens: Array, *, batch_size: int, seq_len: int,
   """
   n = tokens.shape[0]
   if n < seq_len + 1:
-    raise ValueError(f"{n} tokens are too few for one window of seq_len+1 = {seq_len + 1}")
+    raise ConfigError(f"{n} tokens are too few for one window of seq_len+1 = {seq_len + 1}")
   hi = n if hi is None else hi
   starts = jax.random.randint(key, (batch_size, 1), lo, hi - seq_len)
   windows = jnp.asarray(tokens)[starts + jnp.arange(seq_len + 1)]
@@ -422,7 +424,7 @@ class Dataset:
     """Calls the compiled sampler with int32 step and seed (one compilation per configuration)."""
     seed = self.seed if seed is None else seed
     if isinstance(step, (int, np.integer)) and not 0 <= step < 2**31:
-      raise ValueError(f"step must be in [0, 2**31), got {step}")
+      raise ConfigError(f"step must be in [0, 2**31), got {step}")
     # The default seed is not part of the compiled configuration.
     return _draw(self.replace(seed=0), jnp.asarray(step, jnp.int32), jnp.asarray(seed, jnp.int32),
                  jnp.asarray(stream, jnp.int32))
@@ -526,7 +528,7 @@ def _check_opts(name: str, opts: dict[str, Any], allowed: Sequence[str]) -> None
   extra = sorted(set(opts) - set(allowed))
   if extra:
     allowed_text = ", ".join(allowed) if allowed else "none"
-    raise ValueError(f"unknown option(s) {', '.join(extra)} for dataset {name!r} "
+    raise ConfigError(f"unknown option(s) {', '.join(extra)} for dataset {name!r} "
                      f"(allowed: {allowed_text})")
 
 
@@ -538,7 +540,7 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
   batch_size = check_positive_int("batch_size", batch_size)
   if (isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float))
       or not 0.0 < val_fraction < 1.0):
-    raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
+    raise ConfigError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
   name = os.fspath(text_file)
   text = load_text(name)
   chars = build_vocab(text)
@@ -558,7 +560,7 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
   if vocab_size is None:
     vocab_size = len(chars)
   elif check_positive_int("vocab_size", vocab_size) < len(chars):
-    raise ValueError(f"vocab_size={vocab_size} is smaller than the {len(chars)} distinct "
+    raise ConfigError(f"vocab_size={vocab_size} is smaller than the {len(chars)} distinct "
                      f"characters of {name!r}")
   return TextDataset(seq_len=seq_len, batch_size=batch_size, vocab_size=int(vocab_size),
                      seed=seed, tokens=jnp.asarray(ids), num_train=n_train, chars=chars,
@@ -595,18 +597,18 @@ def make_dataset(name: str = "recall", *, seq_len: int, batch_size: int,
       file) for a missing, directory, empty, binary or too short text file.
   """
   if name not in DATASET_NAMES:
-    raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    raise ConfigError(validation.unknown_choice("dataset", name, DATASET_NAMES))
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not -2**31 <= seed < 2**31:
-    raise ValueError(f"seed must be a 32-bit signed integer, got {seed!r}")
+    raise ConfigError(f"seed must be a 32-bit signed integer, got {seed!r}")
   seed = int(seed)
   if name == "text":
     if text_file is None:
-      raise ValueError("dataset 'text' needs text_file")
+      raise ConfigError("dataset 'text' needs text_file")
     _check_opts(name, opts, ("val_fraction",))
     return load_text_dataset(text_file, seq_len=seq_len, batch_size=batch_size,
                              vocab_size=vocab_size, seed=seed, **opts)
   if text_file is not None:
-    raise ValueError(f"text_file is only used by dataset 'text', not {name!r}")
+    raise ConfigError(f"text_file is only used by dataset 'text', not {name!r}")
   seq_len = check_positive_int("seq_len", seq_len)
   batch_size = check_positive_int("batch_size", batch_size)
   if vocab_size is not None:
@@ -666,14 +668,14 @@ class DataConfig(Options):
 
   def validate(self):
     if self.text_file is not None and self.task not in (None, "text"):
-      raise ValueError(f"--text_file selects --task=text, but --task={self.task} was given")
+      raise ConfigError(f"--text_file selects --task=text, but --task={self.task} was given")
     if self.text_file is None and self.task == "text":
-      raise ValueError("--task=text needs --text_file")
+      raise ConfigError("--task=text needs --text_file")
     name = self.name
     if name != "recall" and (self.num_pairs is not None or self.num_queries is not None):
-      raise ValueError("--num_pairs and --num_queries only apply to --task=recall")
+      raise ConfigError("--num_pairs and --num_queries only apply to --task=recall")
     if name != "induction" and self.prefix_len is not None:
-      raise ValueError("--prefix_len only applies to --task=induction")
+      raise ConfigError("--prefix_len only applies to --task=induction")
 
   @property
   def name(self) -> str:
@@ -692,4 +694,4 @@ class DataConfig(Options):
     except DataError:
       raise
     except ValueError as e:
-      raise ValueError(f"--task={self.name} with --seq_len={self.seq_len}: {e}") from None
+      raise ConfigError(f"--task={self.name} with --seq_len={self.seq_len}: {e}") from None

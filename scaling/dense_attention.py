@@ -59,6 +59,9 @@ def _checked_attend(query, key, value, bias, mask, *, scale=None, rule=None, is_
                     float32_softmax=True, subtract_max=True):
   """Validates the arguments and attends: (batched, mask [B|1, N|1, T, S] or None, *``_attend_grouped``)."""
   query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  logits_lib.check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
+                                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                                  local_window_size=local_window_size)
   b, t, n, h = query.shape
   opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                           logit_clamp=logit_clamp, float32_softmax=float32_softmax,

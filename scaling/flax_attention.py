@@ -27,11 +27,16 @@ from flax.linen import dtypes as flax_dtypes
 from scaling import attention as attention_lib
 from scaling import dense_attention as dense_lib
 from scaling import logits as logits_lib
+from scaling import metrics as metrics_lib
 from scaling import rules as rules_lib
+from scaling import validation
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
 _SOW_NAME = "attention_weights"
+LOGIT_STATS = ("std", "absmax")
+"""The logit statistics ``sow_logit_stats`` sows, each [heads], as ``attention_logit_<name>``."""
 
 
 def make_attention_fn(
@@ -39,6 +44,7 @@ def make_attention_fn(
     *,
     logit_soft_cap: float | None = None,
     logit_clamp: float | None = None,
+    sow_logit_stats: bool = False,
     **rule_options: Any,
 ) -> Callable[..., Array]:
   """An ``attention_fn`` for Flax attention modules that scales the logits with ``rule``.
@@ -58,7 +64,8 @@ def make_attention_fn(
     entries as Flax's default attention.
   * ``module`` sows the weights (before dropout) as Flax does: linen into the
     ``'intermediates'`` collection, nnx as ``nnx.Intermediate``, both under
-    ``'attention_weights'``.
+    ``'attention_weights'``; with ``sow_logit_stats`` also the statistics of
+    the logits beside them (``attention_logit_std``, ``attention_logit_absmax``).
   * ``precision`` applies to every matmul (as ``jax.default_matmul_precision``).
 
   Differences from Flax's default: logits and softmax are always computed in
@@ -72,6 +79,11 @@ def make_attention_fn(
       ``scaling.ScaleRule`` object.
     logit_soft_cap: c > 0 replaces logits z by c·tanh(z/c) (Gemma 2).
     logit_clamp: c > 0 clips logits to [-c, c].
+    sow_logit_stats: when the module sows (``sow_weights=True``), also sow the
+      standard deviation and the largest |z| of each head's visible logits
+      (after scale, bias, soft cap and clamp; over all batch entries, queries
+      and keys), each [heads], as ``scaling.logit_stats_per_head`` computes them:
+      the quantities whose growth with d_k the logit-scale rules control.
     **rule_options: options of a named rule, e.g. ``tau`` for
       ``"temperature"``, ``alpha`` or ``base_head_dim`` for ``"linear"``.
 
@@ -85,6 +97,7 @@ def make_attention_fn(
     Vaswani et al. 2017, "Attention Is All You Need", §3.2.1 (the 1/√d_k default);
     Yang et al. 2022, "Tensor Programs V", §4 (the 1/d_k μP rule).
   """
+  validation.check_bool("sow_logit_stats", sow_logit_stats)
   rule_obj = rules_lib.get_rule(rule, **rule_options)
   # Validates the caps now rather than at the first call; the head dim does not matter for that.
   logits_lib.resolve_logit_options(1, scale=None, rule=rule_obj, logit_soft_cap=logit_soft_cap,
@@ -132,10 +145,15 @@ def make_attention_fn(
       if not (dropout or module is not None or v.shape[-1] != k.shape[-1]):
         out = attention_lib.dot_product_attention(q, k, v, bias4, mask4, is_causal=is_causal, **logit_kwargs)
         return out.reshape(batch_shape + out.shape[-3:])
-      weights = dense_lib.attention_weights(q, k, bias4, mask4, is_causal=is_causal, **logit_kwargs)
+      logits, weights, visible = dense_lib.attention_logits_and_weights(q, k, bias4, mask4, is_causal=is_causal,
+                                                                        **logit_kwargs)
       weights = weights.reshape(batch_shape + weights.shape[-3:]).astype(dtype)
       if module is not None:
-        _sow(module, weights)
+        _sow(module, _SOW_NAME, weights)
+        if sow_logit_stats:
+          stats = metrics_lib.logit_stats_per_head(logits, visible)
+          for name in LOGIT_STATS:
+            _sow(module, f"attention_logit_{name}", stats[name])
       if dropout:
         weights = _dropout(weights, dropout_rng, dropout_rate, broadcast_dropout, key.ndim, dtype)
       return _weighted_values(weights, value, precision)
@@ -148,23 +166,23 @@ def make_attention_fn(
 def _dropout_active(rate: float, deterministic: bool, rng: Array | None) -> bool:
   """Flax's test for applying dropout, with the rate and rng checked."""
   if not 0.0 <= rate < 1.0:
-    raise ValueError(f"dropout_rate must be in [0, 1), got {rate}")
+    raise ConfigError(f"dropout_rate must be in [0, 1), got {rate}")
   active = not deterministic and rate > 0.0
   if active and rng is None:
-    raise ValueError("dropout_rng is required when dropout_rate > 0 and deterministic is False")
+    raise ConfigError("dropout_rng is required when dropout_rate > 0 and deterministic is False")
   return active
 
 
 def _check_shapes(query: Array, key: Array, value: Array) -> tuple[int, ...]:
   """Checks Flax's [batch..., length, heads, depth] layouts; returns the batch shape."""
   if not query.ndim == key.ndim == value.ndim or query.ndim < 3:
-    raise ValueError("query, key and value must all be [batch..., length, heads, depth] with the same rank; got "
+    raise ConfigError("query, key and value must all be [batch..., length, heads, depth] with the same rank; got "
                      f"{query.shape}, {key.shape}, {value.shape}")
   batch_shape = query.shape[:-3]
   if key.shape[:-3] != batch_shape or value.shape[:-3] != batch_shape:
-    raise ValueError(f"query, key and value batch dims must match; got {query.shape}, {key.shape}, {value.shape}")
+    raise ConfigError(f"query, key and value batch dims must match; got {query.shape}, {key.shape}, {value.shape}")
   if key.shape[-3] != value.shape[-3] or key.shape[-2] != value.shape[-2]:
-    raise ValueError(f"key {key.shape} and value {value.shape} must agree in length and heads")
+    raise ConfigError(f"key {key.shape} and value {value.shape} must agree in length and heads")
   return batch_shape
 
 
@@ -181,7 +199,7 @@ def _flatten_batch_bnts(x: Array | None, batch_shape: tuple[int, ...]) -> Array 
     return x
   x, nb = jnp.asarray(x), len(batch_shape)
   if x.ndim > nb + 3:
-    raise ValueError(f"mask/bias of shape {x.shape} has more dims than [batch..., heads, q_length, kv_length]")
+    raise ConfigError(f"mask/bias of shape {x.shape} has more dims than [batch..., heads, q_length, kv_length]")
   if x.ndim <= 3:
     return x
   x = x.reshape((1,) * (nb + 3 - x.ndim) + x.shape)
@@ -219,7 +237,7 @@ def _matmul_precision(precision: Any) -> str:
       try:
         precision = jax.lax.DotAlgorithmPreset[precision.upper()]
       except KeyError:
-        raise ValueError(f"unknown precision {precision!r}") from None
+        raise ConfigError(f"unknown precision {precision!r}") from None
   if isinstance(precision, jax.lax.Precision):
     return precision.name.lower()
   if isinstance(precision, jax.lax.DotAlgorithmPreset):
@@ -227,14 +245,14 @@ def _matmul_precision(precision: Any) -> str:
   raise NotImplementedError(f"precision {precision!r} is not supported; use a jax.lax.Precision or DotAlgorithmPreset")
 
 
-def _sow(module: Any, weights: Array) -> None:
-  """Sows the weights where Flax's default attention does (linen 'intermediates', nnx ``Intermediate``)."""
+def _sow(module: Any, name: str, value: Array) -> None:
+  """Sows ``value`` where Flax's default attention sows its weights (linen 'intermediates', nnx ``Intermediate``)."""
   from flax import nnx  # imported here: flax.nnx is not otherwise loaded by this library
 
   if isinstance(module, nnx.Module):
-    module.sow(nnx.Intermediate, _SOW_NAME, weights)
+    module.sow(nnx.Intermediate, name, value)
   else:
-    module.sow("intermediates", _SOW_NAME, weights)
+    module.sow("intermediates", name, value)
 
 
 def _dropout(weights: Array, rng: Array, rate: float, broadcast: bool, key_ndim: int, dtype: Any) -> Array:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from scaling import parametrization as param_lib
 from scaling import rules as rules_lib
 from scaling import unit_scaling as unit
+from scaling.validation import ConfigTypeError
 
 Array = jax.Array
 
@@ -220,7 +221,7 @@ def unit_fused_dense(x: Array, parts: list[DenseParts], scales: unit.LinearScale
     [linear(x, W_i, *scales) (+ b_i with its gradient × 1/√rows)] for each part, each [..., features_i].
   """
   if not isinstance(scales, unit.LinearScales):
-    raise TypeError(f"scales must be a unit_scaling.LinearScales, got {scales!r}")
+    raise ConfigTypeError(f"scales must be a unit_scaling.LinearScales, got {scales!r}")
   product = lambda x, kernel: unit.linear(x, kernel, *scales)
   out = []
   for y, (_, _, bias, bmult) in _concat_split(x, parts, dtype, product):

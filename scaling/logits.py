@@ -1,6 +1,9 @@
 """The pieces every attention implementation shares: logit options, input checks, logit shaping and the softmax.
 
-This is the bottom of the attention modules: it imports only ``scaling.rules``.
+This is the bottom of the attention modules: it imports only ``scaling.rules`` and
+``scaling.validation``. Every public attention function calls ``check_qkv`` and
+``check_attention_args`` first, so misuse raises a ``scaling.ConfigError`` naming
+the argument before anything is traced.
 The dense (``scaling.dense_attention``), blockwise (``scaling.blockwise``) and
 Pallas (``scaling.pallas_attention``) implementations build on it, and the
 dispatcher ``scaling.attention`` on them, so the same options give the same
@@ -17,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling import rules as rules_lib
+from scaling import validation
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -46,15 +51,19 @@ def resolve_logit_options(
 ) -> LogitOptions:
   """Validates the scalar options and turns (scale, rule) into one rule and one factor."""
   if scale is not None and rule is not None:
-    raise ValueError("give either `scale` or `rule`, not both")
+    raise ConfigError("give either `scale` or `rule`, not both")
+  if scale is not None:
+    validation.check_number("scale", scale, nonnegative=True)
+  validation.check_bool("float32_softmax", float32_softmax)
+  validation.check_bool("subtract_max", subtract_max)
   rule_obj = rules_lib.get_rule("sqrt" if rule is None else rule)
   if scale is not None:
     s, w = _as_scalar(scale), 1.0
   else:
     s, w = _as_scalar(rule_obj.logit_scale(head_dim)), _as_scalar(rule_obj.weight_scale(head_dim))
   for name, v in (("logit_soft_cap", logit_soft_cap), ("logit_clamp", logit_clamp)):
-    if v is not None and not (np.isfinite(v) and v > 0):
-      raise ValueError(f"{name} must be a positive finite number, got {v}")
+    if v is not None and not (np.isfinite(validation.check_number(name, v)) and v > 0):
+      raise ConfigError(f"{name} must be a positive finite number, got {v}")
   return LogitOptions(rule_obj, s, w, logit_soft_cap, logit_clamp, bool(float32_softmax), bool(subtract_max))
 
 
@@ -73,21 +82,115 @@ def is_unit_scale(x: float | Array) -> bool:
 
 
 def check_qkv(query: Array, key: Array, value: Array) -> tuple[Array, Array, Array, bool]:
-  """Validates shapes; adds a batch axis to unbatched [T, N, H] inputs. Returns (q, k, v, batched)."""
+  """Validates ranks, sizes, dtypes and GQA grouping; adds a batch axis to unbatched [T, N, H] inputs.
+
+  Returns:
+    ``(query, key, value, batched)``, the arrays 4-D [B, T|S, N|K, H].
+
+  Raises:
+    ConfigError: a rank, size or grouping that does not fit [B, T, N, H], [B, S, K, H], [B, S, K, H].
+    ConfigTypeError: a non-floating dtype, or dtypes that differ.
+  """
+  shapes = tuple(np.shape(x) for x in (query, key, value))
+  if not len(shapes[0]) == len(shapes[1]) == len(shapes[2]) or len(shapes[0]) not in (3, 4):
+    raise ConfigError("query, key and value must all be [B, T, N, H] or [T, N, H] (key and value [B, S, K, H]); "
+                      f"got shapes {shapes[0]}, {shapes[1]}, {shapes[2]}")
   query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
-  if not query.ndim == key.ndim == value.ndim or query.ndim not in (3, 4):
-    raise ValueError(
-        f"query, key and value must all be [B, T, N, H] or [T, N, H]; got {query.shape}, {key.shape}, {value.shape}")
+  for name, x in (("query", query), ("key", key), ("value", value)):
+    validation.check_floating(name, x)
+    if 0 in x.shape:
+      raise ConfigError(f"{name} must have no empty axis, got shape {x.shape}")
+  if not query.dtype == key.dtype == value.dtype:
+    raise validation.ConfigTypeError(
+        f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
   batched = query.ndim == 4
   if not batched:
     query, key, value = query[None], key[None], value[None]
   if key.shape != value.shape:
-    raise ValueError(f"key and value must have the same shape, got {key.shape} and {value.shape}")
+    raise ConfigError(f"key and value must have the same shape [B, S, K, H], got {key.shape} and {value.shape}")
   if query.shape[0] != key.shape[0] or query.shape[-1] != key.shape[-1]:
-    raise ValueError(f"query {query.shape} and key {key.shape} must agree in batch and head_dim")
+    raise ConfigError(f"query {query.shape} and key {key.shape} must agree in batch B and head_dim H")
   if query.shape[2] % key.shape[2]:
-    raise ValueError(f"query heads ({query.shape[2]}) must be a multiple of key heads ({key.shape[2]})")
+    raise ConfigError(f"query heads N ({query.shape[2]}) must be a multiple of key heads K ({key.shape[2]}) "
+                      f"for GQA; got query {query.shape} and key {key.shape}")
   return query, key, value, batched
+
+
+def check_attention_args(query_shape: tuple[int, ...], key_shape: tuple[int, ...], bias: Any = None, mask: Any = None,
+                         *, batched: bool = True, is_causal: Any = False, query_seq_lengths: Any = None,
+                         key_value_seq_lengths: Any = None, local_window_size: Any = None) -> None:
+  """Checks bias, mask, sequence lengths, window and ``is_causal`` against checked 4-D query and key shapes.
+
+  Args:
+    query_shape: [B, T, N, H] (from ``check_qkv``).
+    key_shape: [B, S, K, H].
+    bias: floating, broadcastable to [B, N, T, S] ([N, T, S] for unbatched inputs).
+    mask: boolean, broadcastable likewise.
+    batched: whether the caller's inputs had a batch axis.
+    is_causal: a bool.
+    query_seq_lengths: integers [B] (a scalar or [1] for unbatched inputs), each >= 0.
+    key_value_seq_lengths: likewise.
+    local_window_size: None, an int >= 0 or a (left, right) pair of them.
+
+  Raises:
+    ConfigError or ConfigTypeError naming the argument.
+  """
+  b, t, n, _ = query_shape
+  full = (b, n, t, key_shape[1])
+  layout = "[B, N, T, S]" if batched else "[N, T, S]"
+  for name, x in (("bias", bias), ("mask", mask)):
+    if x is None:
+      continue
+    if name == "bias":
+      validation.check_floating("bias", x)
+    else:
+      validation.check_bool_array("mask", x, " (True = attend); pass additive masks as bias")
+    shape = np.shape(x)
+    if len(shape) > 4:
+      raise ConfigError(f"{name} must have at most 4 dimensions, got shape {shape}")
+    validation.check_broadcasts(name, shape, full if batched else full[1:], layout)
+  validation.check_bool("is_causal", is_causal)
+  for name, x in (("query_seq_lengths", query_seq_lengths), ("key_value_seq_lengths", key_value_seq_lengths)):
+    if x is None:
+      continue
+    validation.check_integer_array(name, x)
+    if np.ndim(x) > 1 or np.size(x) != b:
+      raise ConfigError(f"{name} must be [B] = [{b}] (one length per batch element), got shape {np.shape(x)}")
+    if not isinstance(x, jax.core.Tracer) and np.any(np.asarray(x) < 0):
+      raise ConfigError(f"{name} must be >= 0, got {np.asarray(x).tolist()}")
+  if local_window_size is not None:
+    pair = isinstance(local_window_size, (tuple, list))
+    window = local_window_size if pair else (local_window_size,)
+    if len(window) != (2 if pair else 1) or not all(
+        isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0 for w in window):
+      raise ConfigError("local_window_size must be an int >= 0 or a (left, right) pair of them, "
+                        f"got {local_window_size!r}")
+
+
+def check_flags(**flags: Any) -> None:
+  """ConfigTypeError naming the first of ``flags`` (name=value) that is not a bool."""
+  for name, value in flags.items():
+    validation.check_bool(name, value)
+
+
+def check_scores(name: str, x: Any, mask: Any = None, *, rank: int | None = None, layout: str = "[..., S]") -> None:
+  """Checks an array of logits or weights (floating, ``rank`` axes or at least one) and a boolean mask for it.
+
+  Args:
+    name: the argument's name.
+    x: the logits or weights.
+    mask: None, or boolean broadcastable to ``x``'s shape.
+    rank: the number of axes ``x`` must have (None: at least one).
+    layout: the axes meant, for the message (e.g. "[B, N, T, S]").
+
+  Raises:
+    ConfigError or ConfigTypeError naming ``name`` or ``mask``.
+  """
+  validation.check_rank(name, x, (rank,) if rank else range(1, 64), layout)
+  validation.check_floating(name, x)
+  if mask is not None:
+    validation.check_bool_array("mask", mask, " (True = visible)")
+    validation.check_broadcasts("mask", np.shape(mask), np.shape(x), f"{name}'s shape {layout}")
 
 
 def shape_logits(logits: Array, bias: Array | None, opts: LogitOptions) -> Array:
@@ -109,6 +212,7 @@ def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = Tr
   With ``subtract_max=False`` the exponentials are taken of the raw logits, which
   overflows in low precision: it exists only to demonstrate that failure.
   """
+  check_scores("logits", logits, mask)
   if subtract_max:
     # jax.nn.softmax has a custom JVP (y·(g − Σ y·g)), so its backward keeps only the weights;
     # with `where` it gives 0 to masked entries and to fully masked rows.

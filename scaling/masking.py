@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from scaling.validation import ConfigError
+
 Array = jax.Array
 
 
@@ -33,7 +35,7 @@ def ensure_4d(x: Any, name: str) -> Array | None:
     return None
   x = jnp.asarray(x)
   if x.ndim > 4:
-    raise ValueError(f"{name} must have at most 4 dimensions, got shape {x.shape}")
+    raise ConfigError(f"{name} must have at most 4 dimensions, got shape {x.shape}")
   return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
@@ -51,7 +53,7 @@ def ensure_bool_mask(mask: Any) -> Array | None:
   """
   mask = ensure_4d(mask, "mask")
   if mask is not None and mask.dtype != jnp.bool_:
-    raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
+    raise ConfigError(f"mask must be boolean (True = attend), got dtype {mask.dtype}; pass additive masks as bias")
   return mask
 
 
@@ -69,11 +71,11 @@ def window_bounds(local_window_size: int | tuple[int, int] | None) -> tuple[int,
   """
   if local_window_size is None:
     return None
-  if isinstance(local_window_size, int):
-    return local_window_size, local_window_size
+  if not isinstance(local_window_size, (tuple, list)):
+    return int(local_window_size), int(local_window_size)
   window = tuple(int(w) for w in local_window_size)
   if len(window) != 2:
-    raise ValueError(f"local_window_size must be an int or a (left, right) pair, got {local_window_size!r}")
+    raise ConfigError(f"local_window_size must be an int or a (left, right) pair, got {local_window_size!r}")
   return window
 
 

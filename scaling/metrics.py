@@ -22,10 +22,13 @@ from typing import Any
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from scaling import blockwise as blockwise_lib
 from scaling import dense_attention as dense_lib
+from scaling import logits as logits_lib
 from scaling import masking as masking_lib
+from scaling import validation
 
 Array = jax.Array
 
@@ -70,17 +73,20 @@ def softmax_distribution(weights: Array, mask: Array | None = None) -> Array:
 
 def row_entropy(p: Array) -> Array:
   """Entropy in nats of each row of a distribution p [..., S]; 0·log 0 = 0."""
+  logits_lib.check_scores("p", p)
   p = p.astype(jnp.float32)
   return -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
 
 
 def softmax_jacobian(p: Array) -> Array:
   """The softmax Jacobian ∂p/∂z = diag(p) − ppᵀ for each row p [..., S]; returns [..., S, S]."""
+  logits_lib.check_scores("p", p)
   return jnp.einsum("...i,ij->...ij", p, jnp.eye(p.shape[-1], dtype=p.dtype)) - p[..., :, None] * p[..., None, :]
 
 
 def softmax_jacobian_fro_norm(p: Array) -> Array:
   """Frobenius norm of diag(p) − ppᵀ per row, in closed form: √(Σp² − 2Σp³ + (Σp²)²)."""
+  logits_lib.check_scores("p", p)
   p = p.astype(jnp.float32)
   s2 = jnp.sum(p * p, axis=-1)
   s3 = jnp.sum(p * p * p, axis=-1)
@@ -199,6 +205,7 @@ def logit_stats_per_head(logits: Array, mask: Array | None = None) -> dict[str, 
     dict with ``mean``, ``var``, ``std``, ``absmax``, each [N] (population
     statistics over all visible entries of the head).
   """
+  logits_lib.check_scores("logits", logits, mask, rank=4, layout="[B, N, T, S]")
   stats = finalize_sums(metric_sums(logits=logits, mask=mask))
   return {k.removeprefix("logit_"): v for k, v in stats.items()}
 
@@ -217,6 +224,7 @@ def weight_stats_per_head(weights: Array, mask: Array | None = None) -> dict[str
     ``saturated_frac`` (rows with max p > 0.99), ``softmax_jacobian_norm``
     (Frobenius norm of diag(p) − ppᵀ).
   """
+  logits_lib.check_scores("weights", weights, mask, rank=4, layout="[B, N, T, S]")
   return finalize_sums(metric_sums(weights=weights, mask=mask))
 
 
@@ -276,12 +284,26 @@ def attention_metrics_per_head(query: Array, key: Array, value: Array, cotangent
     ``grad_norm_logits`` [N]: Frobenius norms over positions and head_dim (over
     T and S for the logits), averaged over the batch.
   """
+  check_metric_inputs(query, key, value, cotangent)
   sums, grads = _block_sums(query, key, value, cotangent, bias, mask, input_grads=True, **attention_kwargs)
   return {**finalize_sums(sums), **_input_grad_norms(*grads)}
 
 
+def check_metric_inputs(query: Array, key: Array, value: Array, cotangent: Array) -> None:
+  """ConfigError unless q, k, v are batched [B, T, N, H], [B, S, K, H], [B, S, K, H] and the cotangent is like the output."""
+  validation.check_rank("query", query, (4,), "[B, T, N, H]")
+  query, _, value, _ = logits_lib.check_qkv(query, key, value)
+  expected = query.shape[:3] + value.shape[3:]
+  if np.shape(cotangent) != expected:
+    raise validation.ConfigError(f"cotangent must have the output's shape [B, T, N, H] = {expected}, "
+                                 f"got {np.shape(cotangent)}")
+  validation.check_floating("cotangent", cotangent)
+
+
 def average_heads(per_head: dict[str, Array]) -> dict[str, Array]:
   """Averages each per-head metric over its head axis (the last one)."""
+  if not isinstance(per_head, dict):
+    raise validation.ConfigTypeError(f"per_head must be a dict of per-head arrays, got {type(per_head).__name__}")
   return {k: jnp.mean(v, axis=-1) for k, v in per_head.items()}
 
 
@@ -307,6 +329,7 @@ def blockwise_attention_metrics_per_head(query: Array, key: Array, value: Array,
   Returns:
     The same dict of per-head arrays as ``attention_metrics_per_head``.
   """
+  check_metric_inputs(query, key, value, cotangent)
   b, t, n, h = query.shape
   attend = lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, block_q=block_q, block_k=block_k, rule=rule,
                                                              is_causal=is_causal)

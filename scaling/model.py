@@ -43,9 +43,12 @@ from scaling import rope as rope_lib
 from scaling import rules as rules_lib
 from scaling import unit_scaling as unit
 from scaling import unit_scaling_covariance as covariance_lib
+from scaling import validation
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 Array = jax.Array
 
@@ -120,33 +123,35 @@ class ModelConfig:
   def __post_init__(self):
     for name in ("vocab_size", "width", "depth", "num_heads", "head_dim", "max_len", "block_q", "block_k"):
       check_positive_int(name, getattr(self, name))
+    for name in ("pre_ln", "use_bias", "causal", "qk_norm_gains"):
+      validation.check_bool(name, getattr(self, name))
     if self.num_kv_heads is not None:
       check_positive_int("num_kv_heads", self.num_kv_heads)
       if self.num_heads % self.num_kv_heads:
-        raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
     if not (isinstance(self.mlp_ratio, (int, float)) and math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0):
-      raise ValueError(f"mlp_ratio must be a positive number, got {self.mlp_ratio!r}")
+      raise ConfigError(f"mlp_ratio must be a positive number, got {self.mlp_ratio!r}")
     if self.mlp_hidden < 1:
-      raise ValueError(f"mlp_ratio * width must be at least 1, got {self.mlp_ratio} * {self.width}")
+      raise ConfigError(f"mlp_ratio * width must be at least 1, got {self.mlp_ratio} * {self.width}")
     if self.positions not in POSITIONS:
-      raise ValueError(f"positions must be one of {', '.join(POSITIONS)}; got {self.positions!r}")
+      raise ConfigError(f"positions {validation.must_be_one_of(self.positions, POSITIONS)}")
     if self.positions == "rope" and self.head_dim % 2:
-      raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+      raise ConfigError(f"RoPE needs an even head_dim, got {self.head_dim}")
     if self.norm not in NORMS:
-      raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
+      raise ConfigError(f"norm {validation.must_be_one_of(self.norm, NORMS)}")
     if self.dtype not in DTYPES:
-      raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}")
+      raise ConfigError(f"dtype {validation.must_be_one_of(self.dtype, DTYPES)}")
     if self.attention not in ATTENTION_IMPLEMENTATIONS:
-      raise ValueError(f"attention must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}; got {self.attention!r}")
+      raise ConfigError(f"attention {validation.must_be_one_of(self.attention, ATTENTION_IMPLEMENTATIONS)}")
     if self.logit_soft_cap is not None and not (math.isfinite(self.logit_soft_cap) and self.logit_soft_cap > 0):
-      raise ValueError(f"logit_soft_cap must be a positive finite number or None, got {self.logit_soft_cap!r}")
+      raise ConfigError(f"logit_soft_cap must be a positive finite number or None, got {self.logit_soft_cap!r}")
     if not (math.isfinite(self.rope_base) and self.rope_base > 0):
-      raise ValueError(f"rope_base must be positive, got {self.rope_base!r}")
+      raise ConfigError(f"rope_base must be positive, got {self.rope_base!r}")
     if not isinstance(self.parametrization, param_lib.Parametrization):
-      raise ValueError(f"parametrization must be a Parametrization object (scaling.get_parametrization), "
+      raise ConfigError(f"parametrization must be a Parametrization object (scaling.get_parametrization), "
                        f"got {self.parametrization!r}")
     if self.rule is not None and not isinstance(self.rule, rules_lib.ScaleRule):
-      raise ValueError(f"rule must be a ScaleRule object (scaling.get_rule) or None, got {self.rule!r}")
+      raise ConfigError(f"rule must be a ScaleRule object (scaling.get_rule) or None, got {self.rule!r}")
     # The parametrization's depth factors (residual multiplier, in-block LRs) use the model's depth.
     object.__setattr__(self, "parametrization", self.parametrization.with_depth(self.depth))
 
@@ -223,14 +228,14 @@ class ModelFamily(Options):
   def validate(self):
     param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
-      raise ValueError("--tau only applies to --rule=temperature")
+      raise ConfigError("--tau only applies to --rule=temperature")
     changed = [flag for flag, on in (("--qk_norm", self.qk_norm != "rms"),
                                      ("--noqk_norm_gains", not self.qk_norm_gains)) if on]
     if changed and self.rule != "qk_norm":
-      raise ValueError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to --rule=qk_norm")
+      raise ConfigError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to --rule=qk_norm")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if self.num_kv_heads is not None and self.head_dim is None and heads % self.num_kv_heads:
-      raise ValueError(f"--num_heads={heads} must be a multiple of --num_kv_heads={self.num_kv_heads}")
+      raise ConfigError(f"--num_heads={heads} must be a multiple of --num_kv_heads={self.num_kv_heads}")
 
   def heads(self, width: int) -> tuple[int, int]:
     """(num_heads N, head_dim H) at ``width`` (ValueError naming the options when the width does not divide)."""
@@ -238,11 +243,11 @@ class ModelFamily(Options):
       return self.num_heads, self.head_dim
     if self.head_dim is not None:
       if width % self.head_dim:
-        raise ValueError(f"width {width} is not a multiple of --head_dim={self.head_dim}")
+        raise ConfigError(f"width {width} is not a multiple of --head_dim={self.head_dim}")
       return width // self.head_dim, self.head_dim
     n = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if width % n:
-      raise ValueError(f"width {width} is not divisible into --num_heads={n} heads; pass --head_dim or --num_heads")
+      raise ConfigError(f"width {width} is not divisible into --num_heads={n} heads; pass --head_dim or --num_heads")
     return n, width // n
 
   def with_base_width(self, widths: Sequence[int]) -> ModelFamily:
@@ -261,11 +266,11 @@ class ModelFamily(Options):
   def base_head_dim(self) -> int:
     """The head dim at the base width (where μP's α/d_head equals 1/√d_head)."""
     if self.base_width is None:
-      raise ValueError("base_width is not set (use with_base_width)")
+      raise ConfigError("base_width is not set (use with_base_width)")
     try:
       return self.heads(self.base_width)[1]
     except ValueError as e:
-      raise ValueError(f"--base_width={self.base_width}: {e}") from None
+      raise ConfigError(f"--base_width={self.base_width}: {e}") from None
 
   def parametrization(self, name: str, depth: int | None = None) -> param_lib.Parametrization:
     """The named parametrization at this family's base width, base head dim and base depth, for ``depth`` blocks."""
@@ -309,7 +314,7 @@ class ModelFamily(Options):
     try:
       return ModelConfig(**fields)
     except ValueError as e:
-      raise ValueError(f"width {width} (--num_heads={num_heads}, --head_dim={head_dim}): {e}") from None
+      raise ConfigError(f"width {width} (--num_heads={num_heads}, --head_dim={head_dim}): {e}") from None
 
   def check(self, parametrizations: Sequence[str], widths: Sequence[int], *, vocab_size: int, max_len: int) -> None:
     """Raises ValueError (naming the width) unless every (parametrization, width) gives a valid model."""
@@ -319,7 +324,7 @@ class ModelFamily(Options):
         try:
           self.model_config(name, width, vocab_size=vocab_size, max_len=max_len)
         except ValueError as e:
-          raise ValueError(e if f"width {width}" in str(e) else f"width {width}: {e}") from None
+          raise ConfigError(e if f"width {width}" in str(e) else f"width {width}: {e}") from None
 
 
 def unit_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScales:
@@ -336,7 +341,7 @@ def unit_scales(config: ModelConfig, batch: int, seq_len: int) -> unit.ModelScal
   """
   p = config.parametrization
   if not p.unit_scaled:
-    raise ValueError(f"unit scales need a unit-scaled parametrization (umup), got {p.name!r}")
+    raise ConfigError(f"unit scales need a unit-scaled parametrization (umup), got {p.name!r}")
   shape = dict(batch=batch, seq_len=seq_len, width=config.width, mlp_hidden=config.mlp_hidden,
                num_heads=config.num_heads, kv_heads=config.kv_heads, head_dim=config.head_dim,
                vocab_size=config.vocab_size, max_len=config.max_len, depth=config.depth, attn_mult=p.attn_mult,
@@ -536,6 +541,10 @@ class Transformer(nn.Module):
   config: ModelConfig
   attn_mult: Any = None
 
+  def __post_init__(self):
+    check_model_config("config", self.config)
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, tokens: Array, *, embedded: Array | None = None) -> Array:
     """Runs the model.
@@ -551,16 +560,18 @@ class Transformer(nn.Module):
     cfg = self.config
     p = cfg.parametrization
     if tokens.ndim != 2:
-      raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
+      raise ConfigError(f"tokens must be [B, T], got shape {tokens.shape}")
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+      raise ConfigTypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     b, t = tokens.shape
     if t > cfg.max_len:
-      raise ValueError(f"sequence length {t} exceeds max_len {cfg.max_len}")
+      raise ConfigError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
     s = _model_scales(cfg, b, t)
     x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, grad_scale=s.embedding, name="embed")(tokens)
     if embedded is not None:
       if embedded.shape != x.shape:
-        raise ValueError(f"embedded must have shape {x.shape}, got {embedded.shape}")
+        raise ConfigError(f"embedded must have shape {x.shape}, got {embedded.shape}")
       x = embedded.astype(dt)
     if cfg.positions == "learned":
       x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, grad_scale=s.positions,
@@ -590,6 +601,8 @@ def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
 
 def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any) -> tuple[Array, dict[str, Any]]:
   """(logits [B, T, V], aux): the forward pass and its per-layer measurements (``gather_aux``)."""
+  if not isinstance(model, Transformer):
+    raise ConfigTypeError(f"model must be a scaling.Transformer, got {type(model).__name__}")
   logits, state = model.apply({"params": params}, tokens, mutable=[layers.METRICS], **kwargs)
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
@@ -610,8 +623,15 @@ def _cached_kinds(config: ModelConfig) -> Any:
   return layers.param_kinds(jax.eval_shape(functools.partial(_init_boxed, config=config), jax.random.PRNGKey(0)))
 
 
+def check_model_config(name: str, config: Any) -> None:
+  """ConfigTypeError unless ``config`` is a ModelConfig."""
+  if not isinstance(config, ModelConfig):
+    raise ConfigTypeError(f"{name} must be a scaling.ModelConfig, got {type(config).__name__}")
+
+
 def param_kinds(config: ModelConfig) -> Any:
   """The layer kind of every parameter, a tree of strings with the structure of ``init_params`` (no compute)."""
+  check_model_config("config", config)
   return jax.tree.map(lambda kind: kind, _cached_kinds(config))
 
 

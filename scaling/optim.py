@@ -47,10 +47,12 @@ import jax.numpy as jnp
 import optax
 
 from scaling import parametrization as param_lib
+from scaling import validation
 from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.config import option
 from scaling.config import Options
 from scaling.validation import check_positive_int
+from scaling.validation import ConfigError
 
 Schedule = Callable[[Any], Any]
 
@@ -110,7 +112,7 @@ def scale_by_parametrization(parametrization: param_lib.Parametrization, width: 
       parameter whose kind is unknown or whose tree differs from ``kinds``.
   """
   if not isinstance(parametrization, param_lib.Parametrization):
-    raise ValueError(f"parametrization must be a Parametrization object, got {parametrization!r}")
+    raise ConfigError(f"parametrization must be a Parametrization object, got {parametrization!r}")
   width = check_positive_int("width", width)
   param_lib.optimizer_family(optimizer)
   return scale_by_multipliers(lambda params: lr_multipliers(params, kinds, parametrization, width, optimizer))
@@ -131,7 +133,8 @@ def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.Gradient
     An optax GradientTransformation.
   """
   if not callable(multipliers_of):
-    raise TypeError(f"multipliers_of must be a function params -> tree of floats, got {multipliers_of!r}")
+    raise validation.ConfigTypeError(
+        f"multipliers_of must be a function params -> tree of floats, got {multipliers_of!r}")
 
   def init_fn(params):
     return ScaleByParametrizationState(
@@ -213,12 +216,12 @@ def warmup_cosine_schedule(peak: float, warmup: int, total: int, *, end_value: f
   """
   for name, value in (("peak", peak), ("end_value", end_value)):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-      raise ValueError(f"{name} must be a finite non-negative number, got {value!r}")
+      raise ConfigError(f"{name} must be a finite non-negative number, got {value!r}")
   if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-    raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    raise ConfigError(f"warmup must be a non-negative integer, got {warmup!r}")
   total = check_positive_int("total", total)
   if warmup >= total:
-    raise ValueError(f"warmup ({warmup}) must be smaller than total ({total})")
+    raise ConfigError(f"warmup ({warmup}) must be smaller than total ({total})")
   return optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=float(peak), warmup_steps=warmup, decay_steps=total, end_value=float(end_value))
 
@@ -228,7 +231,7 @@ def _check_unit_interval(name: str, value: float, *, closed_low: bool = True) ->
   ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
   ok = ok and (value >= 0 if closed_low else value > 0) and value < 1
   if not ok:
-    raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
 
 
 def _check_learning_rate(learning_rate: Any) -> None:
@@ -236,15 +239,15 @@ def _check_learning_rate(learning_rate: Any) -> None:
   if callable(learning_rate):
     return
   if isinstance(learning_rate, bool):
-    raise ValueError(f"learning_rate must be a number, array or schedule, got {learning_rate!r}")
+    raise ConfigError(f"learning_rate must be a number, array or schedule, got {learning_rate!r}")
   if isinstance(learning_rate, (int, float)):
     if not math.isfinite(learning_rate) or learning_rate < 0:
-      raise ValueError(f"learning_rate must be finite and non-negative, got {learning_rate!r}")
+      raise ConfigError(f"learning_rate must be finite and non-negative, got {learning_rate!r}")
     return
   if not hasattr(learning_rate, "shape"):
-    raise ValueError(f"learning_rate must be a number, array or schedule, got {type(learning_rate).__name__}")
+    raise ConfigError(f"learning_rate must be a number, array or schedule, got {type(learning_rate).__name__}")
   if jnp.ndim(learning_rate) != 0:
-    raise ValueError(f"learning_rate must be a scalar, got shape {jnp.shape(learning_rate)}")
+    raise ConfigError(f"learning_rate must be a scalar, got shape {jnp.shape(learning_rate)}")
 
 
 def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
@@ -308,11 +311,11 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
       weight decay with adam or adam_atan2, or ε scaling with an optimizer without ε.
   """
   if name not in OPTIMIZERS:
-    raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
+    raise ConfigError(validation.unknown_choice("optimizer", name, OPTIMIZERS))
   if eps_scaling not in EPS_SCALINGS:
-    raise ValueError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
+    raise ConfigError(f"eps_scaling {validation.must_be_one_of(eps_scaling, EPS_SCALINGS)}")
   if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
-    raise ValueError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
+    raise ConfigError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
   decay_kinds = tuple(decay_kinds)
   for kind in decay_kinds:
     param_lib.check_kind(kind)
@@ -346,26 +349,27 @@ def assemble_optimizer(name: str, learning_rate: float | jax.Array | Schedule, s
       optimizer without ε.
   """
   if name not in OPTIMIZERS:
-    raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
+    raise ConfigError(validation.unknown_choice("optimizer", name, OPTIMIZERS))
+  validation.check_bool("nesterov", nesterov)
   _check_learning_rate(learning_rate)
   if schedule is not None and not callable(schedule):
-    raise ValueError(f"schedule must be a callable step -> factor, got {type(schedule).__name__}")
+    raise ConfigError(f"schedule must be a callable step -> factor, got {type(schedule).__name__}")
   if isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
     if not math.isfinite(weight_decay) or weight_decay < 0:
-      raise ValueError(f"weight_decay must be finite and non-negative, got {weight_decay!r}")
+      raise ConfigError(f"weight_decay must be finite and non-negative, got {weight_decay!r}")
     if name in ("adam", "adam_atan2") and weight_decay != 0:
-      raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
+      raise ConfigError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
   elif name in ("adam", "adam_atan2"):
-    raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
+    raise ConfigError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
   if eps_factors is not None and name in ("sgd", "adam_atan2"):
-    raise ValueError(f"per-parameter epsilon applies to adam and adamw only; {name} has no epsilon")
+    raise ConfigError(f"per-parameter epsilon applies to adam and adamw only; {name} has no epsilon")
   _check_unit_interval("b1", b1)
   _check_unit_interval("b2", b2)
   if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
-    raise ValueError(f"eps must be finite and non-negative, got {eps!r}")
+    raise ConfigError(f"eps must be finite and non-negative, got {eps!r}")
   _check_unit_interval("momentum", momentum)
   if nesterov and momentum == 0:
-    raise ValueError("nesterov=True needs momentum > 0")
+    raise ConfigError("nesterov=True needs momentum > 0")
   mask = decay
 
   def tail(learning_rate):
@@ -409,7 +413,7 @@ def set_learning_rate(state: optax.InjectHyperparamsState, learning_rate: Any) -
   """
   hyperparams = getattr(state, "hyperparams", None)
   if not isinstance(hyperparams, dict) or "learning_rate" not in hyperparams:
-    raise ValueError("state has no injected learning_rate; build the optimizer with make_optimizer")
+    raise ConfigError("state has no injected learning_rate; build the optimizer with make_optimizer")
   old = hyperparams["learning_rate"]
   new = jnp.asarray(learning_rate, dtype=jnp.result_type(old))
   return state._replace(hyperparams={**hyperparams, "learning_rate": new})
@@ -450,16 +454,16 @@ class OptimizerConfig(Options):
 
   def validate(self):
     if self.optimizer in ("adam", "adam_atan2") and self.weight_decay:
-      raise ValueError("--weight_decay needs --optimizer=adamw or sgd")
+      raise ConfigError("--weight_decay needs --optimizer=adamw or sgd")
     if self.momentum and self.optimizer != "sgd":
-      raise ValueError("--momentum only applies to --optimizer=sgd")
+      raise ConfigError("--momentum only applies to --optimizer=sgd")
     if self.eps_scaling != "none" and self.optimizer in ("sgd", "adam_atan2"):
-      raise ValueError(f"--eps_scaling only applies to --optimizer=adam or adamw (--optimizer={self.optimizer} has "
+      raise ConfigError(f"--eps_scaling only applies to --optimizer=adam or adamw (--optimizer={self.optimizer} has "
                        "no epsilon)")
     if self.learning_rate > FLOAT32_MAX:
-      raise ValueError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
+      raise ConfigError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
-      raise ValueError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
+      raise ConfigError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
 
   @property
   def warmup(self) -> int:

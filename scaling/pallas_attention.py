@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from scaling import logits as logits_lib
 from scaling import blockwise as blockwise_lib
 from scaling import rules as rules_lib
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -176,11 +177,12 @@ def pallas_attention(query: Array, key: Array, value: Array, *, scale: float | N
     ``return_residual``.
   """
   query, key, value, batched = logits_lib.check_qkv(query, key, value)
+  logits_lib.check_attention_args(query.shape, key.shape, batched=batched, is_causal=is_causal)
   opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=None,
                                           logit_clamp=None, float32_softmax=True, subtract_max=True)
   reason = supports(opts)
   if reason is not None:
-    raise ValueError(f"pallas attention does not support {reason}")
+    raise ConfigError(f"pallas attention does not support {reason}")
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
   plan = blockwise_lib.make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k,

@@ -194,7 +194,9 @@ from typing import Any, Iterable, Sequence
 import jax
 
 from scaling import rules
+from scaling import validation
 from scaling.validation import check_positive_int
+from scaling.validation import ConfigError
 
 LAYER_KINDS = ("embedding", "input", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm",
                "final_norm", "final_bias", "fixed")
@@ -213,7 +215,7 @@ def check_depth_alpha(value: Any) -> float:
   """Returns ``value`` as a float if it is 0 or in [0.5, 1], else raises ValueError."""
   ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
   if not ok or not (value == 0 or 0.5 <= value <= 1):
-    raise ValueError(f"depth_alpha must be {DEPTH_ALPHAS}, got {value!r}")
+    raise ConfigError(f"depth_alpha must be {DEPTH_ALPHAS}, got {value!r}")
   return float(value)
 
 
@@ -247,13 +249,13 @@ def optimizer_family(optimizer: str) -> str:
     return "adam"
   if optimizer == "sgd":
     return "sgd"
-  raise ValueError(f"unknown optimizer {optimizer!r}; expected 'adam', 'adamw', 'adam_atan2' or 'sgd'")
+  raise ConfigError(validation.unknown_choice("optimizer", optimizer, ("adam", "adamw", "adam_atan2", "sgd")))
 
 
 def check_kind(kind: Any) -> str:
   """Returns ``kind`` if it is one of LAYER_KINDS, else raises ValueError."""
   if not isinstance(kind, str) or kind not in LAYER_KINDS:
-    raise ValueError(f"unknown layer kind {kind!r}; known: {', '.join(LAYER_KINDS)}")
+    raise ConfigError(f"unknown layer kind {kind!r}; known: {', '.join(LAYER_KINDS)}")
   return kind
 
 
@@ -309,7 +311,7 @@ class Parametrization:
     check_depth_alpha(self.depth_alpha)
     for option in ("zero_query", "zero_readout"):
       if not isinstance(getattr(self, option), bool):
-        raise ValueError(f"{option} must be a bool, got {getattr(self, option)!r}")
+        raise ConfigError(f"{option} must be a bool, got {getattr(self, option)!r}")
 
   @property
   def unit_scaled(self) -> bool:
@@ -553,11 +555,11 @@ class UnitMuParametrization(Parametrization):
     for option in ("attn_mult", "residual_mult", "residual_attn_ratio"):
       value = getattr(self, option)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{option} must be a finite positive number, got {value!r}")
+        raise ConfigError(f"{option} must be a finite positive number, got {value!r}")
     if self.umup_scales not in UMUP_SCALES:
-      raise ValueError(f"umup_scales must be one of {', '.join(UMUP_SCALES)}; got {self.umup_scales!r}")
+      raise ConfigError(f"umup_scales {validation.must_be_one_of(self.umup_scales, UMUP_SCALES)}")
     if self.depth_alpha != 0:
-      raise ValueError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
+      raise ConfigError("depth_alpha must be 0 under umup: u-μP weights its residual branches by its own τ rule")
 
   @property
   def unit_scaled(self) -> bool:
@@ -621,12 +623,12 @@ def get_parametrization(name: str, *, base_width: int = 64, base_head_dim: int =
     ValueError: unknown name or option, or an invalid value.
   """
   if not isinstance(name, str) or name not in _SCHEMES:
-    raise ValueError(f"unknown parametrization {name!r}; known: {', '.join(_SCHEMES)}")
+    raise ConfigError(validation.unknown_choice("parametrization", name, tuple(_SCHEMES)))
   cls = _SCHEMES[name]
   allowed = _options_of(cls)
   unknown = sorted(set(options) - set(allowed))
   if unknown:
-    raise ValueError(
+    raise ConfigError(
         f"unknown option(s) {', '.join(unknown)} for parametrization {name!r}; allowed: {', '.join(allowed)}")
   return cls(base_width=base_width, base_head_dim=base_head_dim, **options)
 
@@ -666,9 +668,9 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[i
   try:
     dims = tuple(operator.index(d) for d in shape)
   except TypeError:
-    raise ValueError(f"shape must be a sequence of integers, got {shape!r}") from None
+    raise ConfigError(f"shape must be a sequence of integers, got {shape!r}") from None
   if any(d <= 0 for d in dims):
-    raise ValueError(f"{kind} parameter has an empty or negative axis: shape {dims}")
+    raise ConfigError(f"{kind} parameter has an empty or negative axis: shape {dims}")
   if kind in VECTOR_KINDS or (kind == "fixed" and len(dims) < 2):
     return 1, math.prod(dims)
   if in_axes is not None and len(dims) >= 2:
@@ -677,10 +679,10 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[i
     return math.prod(dims[:in_axes]), math.prod(dims[in_axes:])
   if kind == "embedding":
     if len(dims) != 2:
-      raise ValueError(f"embedding parameter must be [V, D], got shape {dims}")
+      raise ConfigError(f"embedding parameter must be [V, D], got shape {dims}")
     return dims[0], dims[1]
   if len(dims) < 2:
-    raise ValueError(f"{kind} parameter must have at least 2 axes, got shape {dims}")
+    raise ConfigError(f"{kind} parameter must have at least 2 axes, got shape {dims}")
   if kind == "attn_o":
     return math.prod(dims[:-1]), dims[-1]
   return dims[0], math.prod(dims[1:])
@@ -705,13 +707,13 @@ def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width
   """
   check_positive_int("width", width)
   if jax.tree.structure(params) != jax.tree.structure(kinds):
-    raise ValueError("params and kinds must have the same tree structure (kinds from scaling.model.param_kinds)")
+    raise ConfigError("params and kinds must have the same tree structure (kinds from scaling.model.param_kinds)")
 
   def spec(path, leaf, kind):
     try:
       fan_in, fan_out = fans(kind, getattr(leaf, "shape", ()))
       return parametrization.layer(kind, fan_in, fan_out, width)
     except ValueError as e:
-      raise ValueError(f"parameter {'/'.join(path_names(path))!r}: {e}") from None
+      raise ConfigError(f"parameter {'/'.join(path_names(path))!r}: {e}") from None
 
   return jax.tree_util.tree_map_with_path(spec, params, kinds)

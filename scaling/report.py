@@ -24,6 +24,8 @@ from rich.progress import Progress as RichProgress
 from rich.progress import TextColumn
 from rich.progress import TimeElapsedColumn
 from rich.progress import TimeRemainingColumn
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 
 class Progress:
@@ -132,7 +134,7 @@ def replace_generated(text: str, name: str, content: str) -> str:
   replaced by ``content`` (ValueError unless both markers occur once, in order)."""
   begin, end = f"<!-- BEGIN generated: {name} -->", f"<!-- END generated: {name} -->"
   if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-    raise ValueError(f"expected one {begin!r} followed by one {end!r}")
+    raise ConfigError(f"expected one {begin!r} followed by one {end!r}")
   head, rest = text.split(begin)
   _, tail = rest.split(end)
   return f"{head}{begin}\n{content.strip()}\n{end}{tail}"
@@ -182,12 +184,12 @@ def update_generated(root: str | pathlib.Path, name: str, content: str,
     The file written; nothing outside the section's markers changes.
   """
   if not isinstance(name, str) or not name:
-    raise TypeError(f"name must be a non-empty string, got {name!r}")
+    raise ConfigTypeError(f"name must be a non-empty string, got {name!r}")
   if not isinstance(content, str):
-    raise TypeError(f"content must be a string, got {type(content).__name__}")
+    raise ConfigTypeError(f"content must be a string, got {type(content).__name__}")
   if target is None:
     if name not in GENERATED_SECTIONS:
-      raise ValueError(f"unknown generated section {name!r}; known: {', '.join(GENERATED_SECTIONS)}")
+      raise ConfigError(f"unknown generated section {name!r}; known: {', '.join(GENERATED_SECTIONS)}")
     path = pathlib.Path(root) / GENERATED_SECTIONS[name]
   else:
     path = pathlib.Path(target)
@@ -227,16 +229,16 @@ def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
     ``HEADLINE_CLAIMS`` that the run measured: its verdict, the claim, the statistic measured and the thresholds.
   """
   if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
-    raise ValueError("rows must be a non-empty list of claim rows (the lines of claims.jsonl)")
+    raise ConfigError("rows must be a non-empty list of claim rows (the lines of claims.jsonl)")
   for row in rows:
     missing = [k for k in _HEADLINE_KEYS if not isinstance(row, Mapping) or k not in row]
     if missing:
-      raise ValueError(f"rows: a row lacks {', '.join(missing)} (expected the rows of claims.jsonl)")
+      raise ConfigError(f"rows: a row lacks {', '.join(missing)} (expected the rows of claims.jsonl)")
     if not isinstance(row["verdict"], str) or not row["verdict"]:
-      raise ValueError(f"rows: claim {row['id']!r} has no verdict")
+      raise ConfigError(f"rows: claim {row['id']!r} has no verdict")
   options = config.get("config") if isinstance(config, Mapping) else None
   if not isinstance(options, Mapping) or "mode" not in options:
-    raise ValueError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
+    raise ConfigError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
   # A row's kind (claims.jsonl): "measured", or a claim checked against its source (never a measured verdict).
   measured = [r for r in rows if r.get("kind", "measured") == "measured"]
   cited = [r for r in rows if r.get("kind", "measured") != "measured"]

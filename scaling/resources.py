@@ -26,6 +26,8 @@ import math
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from scaling.validation import ConfigError
+
 F32 = 4  # bytes of a float32 (parameters, optimizer state and attention logits are float32)
 
 DENSE_SWEEP_COPIES = 6
@@ -49,7 +51,7 @@ READOUT_COPIES = 3
 """B × T × V float32 arrays of the readout (logits, softmax, their gradient)."""
 
 
-class ResourceError(ValueError):
+class ResourceError(ConfigError):
   """A configuration that needs more memory than is available (one line naming the options)."""
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from scaling import distributed
 from scaling.config import option
 from scaling.config import Options
+from scaling.validation import ConfigError
 
 
 def to_jsonable(x: Any) -> Any:
@@ -127,9 +128,9 @@ def make_dir(path: str | os.PathLike) -> pathlib.Path:
   try:
     p.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise ValueError(f"--out_dir={path}: cannot create directory ({e.strerror or e})") from None
+    raise ConfigError(f"--out_dir={path}: cannot create directory ({e.strerror or e})") from None
   if not os.access(p, os.W_OK):
-    raise ValueError(f"--out_dir={path}: directory is not writable")
+    raise ConfigError(f"--out_dir={path}: directory is not writable")
   return p
 
 
@@ -345,7 +346,7 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
     old, new = _leaves(have), _leaves(want)
     diff = [f"--{k}={_show(new.get(k))} (was {_show(old.get(k))})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)] or ["an unreadable run.json"]
-    raise ValueError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
+    raise ConfigError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
                      f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or add --overwrite")
   for name in outputs if distributed.is_writer() else ():
     target = folder / name
@@ -434,4 +435,4 @@ class OutputConfig(Options):
 
   def validate(self):
     if not self.out_dir:
-      raise ValueError("out_dir must not be empty")
+      raise ConfigError("out_dir must not be empty")

@@ -11,16 +11,36 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from scaling import validation
+from scaling.validation import ConfigError
+
 Array = jax.Array
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0) -> Array:
   """Angular frequencies θ_p = base^(−2p/H) for p < H/2, float32 [H/2]."""
   if head_dim % 2:
-    raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    raise ConfigError(f"RoPE needs an even head_dim, got {head_dim}")
   if not base > 0:
-    raise ValueError(f"RoPE base must be positive, got {base}")
+    raise ConfigError(f"RoPE base must be positive, got {base}")
   return base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+
+
+def check_rope_inputs(x: Array, positions: Array | None, base: float) -> None:
+  """ConfigError naming the argument unless x is floating [..., T, N, H] with H even and positions fit [T] or [B, T]."""
+  validation.check_rank("x", x, range(3, 64), "[B, T, N, H] or [T, N, H]")
+  validation.check_floating("x", x)
+  if x.shape[-1] % 2:
+    raise ConfigError(f"RoPE needs an even head_dim H, got x of shape {x.shape}")
+  validation.check_number("base", base, positive=True)
+  if positions is not None:
+    shape, t = jnp.shape(positions), x.shape[-3]
+    if not 1 <= len(shape) <= x.ndim - 2 or shape[-1] != t:
+      raise ConfigError(f"positions must be [T] or [B, T] with T = {t} (x is {x.shape}), got shape {shape}")
+    validation.check_broadcasts("positions", shape[:-1], x.shape[:-3], "x's batch axes")
+    dtype = jnp.asarray(positions).dtype
+    if not (jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)):
+      raise validation.ConfigTypeError(f"positions must be integers or floats, got dtype {dtype}")
 
 
 def apply_rope(x: Array, positions: Array | None = None, *, base: float = 10000.0) -> Array:
@@ -34,6 +54,7 @@ def apply_rope(x: Array, positions: Array | None = None, *, base: float = 10000.
   Returns:
     An array like x, computed in float32 and cast back to x's dtype.
   """
+  check_rope_inputs(x, positions, base)
   t, h = x.shape[-3], x.shape[-1]
   freqs = rope_frequencies(h, base)
   if positions is None:

@@ -30,6 +30,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from scaling import validation
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
+
 Array = jax.Array
 
 
@@ -86,9 +90,11 @@ class LinearScale(ScaleRule):
 
   def __post_init__(self):
     if self.alpha is not None and self.base_head_dim is not None:
-      raise ValueError("LinearScale takes alpha or base_head_dim, not both")
-    if self.base_head_dim is not None and self.base_head_dim <= 0:
-      raise ValueError(f"base_head_dim must be positive, got {self.base_head_dim}")
+      raise ConfigError("LinearScale takes alpha or base_head_dim, not both")
+    if self.alpha is not None:
+      validation.check_number("alpha", self.alpha, positive=True)
+    if self.base_head_dim is not None:
+      validation.check_number("base_head_dim", self.base_head_dim, positive=True)
 
   @property
   def effective_alpha(self) -> float:
@@ -117,8 +123,7 @@ class TemperatureScale(ScaleRule):
   tau: float = struct.field(pytree_node=False, default=1.0)
 
   def __post_init__(self):
-    if not (math.isfinite(self.tau) and self.tau > 0):
-      raise ValueError(f"temperature tau must be finite and positive, got {self.tau}")
+    validation.check_number("temperature tau", self.tau, positive=True)
 
   def logit_scale(self, head_dim: int) -> float:
     del head_dim
@@ -149,7 +154,7 @@ class FixedScale(ScaleRule):
 def as_fixed_scale(rule: ScaleRule, head_dim: int) -> FixedScale:
   """The FixedScale equal to ``rule`` at ``head_dim``; rules with a prepare step cannot be converted."""
   if rule.has_prepare:
-    raise ValueError(f"{type(rule).__name__} transforms q and k and has no FixedScale equivalent")
+    raise ConfigError(f"{type(rule).__name__} transforms q and k and has no FixedScale equivalent")
   return FixedScale(float(rule.logit_scale(head_dim)), float(rule.weight_scale(head_dim)))
 
 
@@ -192,7 +197,7 @@ class QKNorm(ScaleRule):
 
   def __post_init__(self):
     if self.norm not in ("rms", "layer"):
-      raise ValueError(f"QKNorm norm must be 'rms' or 'layer', got {self.norm!r}")
+      raise ConfigError(f"QKNorm norm must be 'rms' or 'layer', got {self.norm!r}")
 
   def prepare(self, query: Array, key: Array) -> tuple[Array, Array]:
     fn = rms_norm if self.norm == "rms" else layer_norm
@@ -225,9 +230,11 @@ _REGISTRY: dict[str, Callable[..., ScaleRule]] = {}
 def register_rule(name: str, factory: Callable[..., ScaleRule], *, overwrite: bool = False) -> None:
   """Registers ``factory`` (a ScaleRule subclass or function returning one) under ``name``."""
   if not name or not isinstance(name, str):
-    raise ValueError(f"rule name must be a non-empty string, got {name!r}")
+    raise ConfigError(f"rule name must be a non-empty string, got {name!r}")
+  if not callable(factory):
+    raise ConfigTypeError(f"factory must be a ScaleRule subclass or a function returning one, got {factory!r}")
   if name in _REGISTRY and not overwrite:
-    raise ValueError(f"rule {name!r} is already registered; pass overwrite=True to replace it")
+    raise ConfigError(f"rule {name!r} is already registered; pass overwrite=True to replace it")
   _REGISTRY[name] = factory
 
 
@@ -240,18 +247,20 @@ def get_rule(rule: str | ScaleRule, **kwargs: Any) -> ScaleRule:
   """Returns a rule object from a registered name (with options) or a rule object."""
   if isinstance(rule, ScaleRule):
     if kwargs:
-      raise ValueError("options can only be given with a rule name, not a rule object")
+      raise ConfigError("options can only be given with a rule name, not a rule object")
     return rule
   if not isinstance(rule, str):
-    raise TypeError(f"rule must be a name or a ScaleRule, got {type(rule).__name__}")
+    raise ConfigTypeError(f"rule must be a name or a ScaleRule, got {type(rule).__name__}")
   try:
     factory = _REGISTRY[rule]
   except KeyError:
-    raise ValueError(f"unknown logit-scale rule {rule!r}; known: {', '.join(_REGISTRY)}") from None
+    raise ConfigError(validation.unknown_choice("logit-scale rule", rule, tuple(_REGISTRY))) from None
   try:
     return factory(**kwargs)
+  except ConfigError:  # an option the rule checked itself, named there
+    raise
   except TypeError as e:
-    raise ValueError(f"bad options for rule {rule!r}: {e}") from None
+    raise ConfigError(f"bad options for rule {rule!r}: {e}") from None
 
 
 for _name, _factory in (

@@ -24,6 +24,8 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from scaling.validation import ConfigError
+
 AXIS = "data"
 """The name of the mesh axis that independent work is spread over."""
 
@@ -61,7 +63,7 @@ def pad(tree: Any, multiple: int | None = None) -> tuple[Any, int]:
   leaves = jax.tree.leaves(tree)
   n = int(np.shape(leaves[0])[0])
   if n < 1 or any(np.shape(x)[0] != n for x in leaves):
-    raise ValueError(f"pad needs leaves with the same positive leading length, got {[np.shape(x) for x in leaves]}")
+    raise ConfigError(f"pad needs leaves with the same positive leading length, got {[np.shape(x) for x in leaves]}")
   size = padded_size(n, multiple)
 
   def one(x):

@@ -37,6 +37,9 @@ from scaling import model as model_lib
 from scaling import optim as optim_lib
 from scaling import sharding as sharding_lib
 from scaling import unit_scaling
+from scaling import validation
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -89,6 +92,11 @@ def z_loss(logits: Array, weights: Array, coefficient: float) -> Array:
   Returns:
     The scalar c · Σ w · (log Z)² / Σ w (0 when all weights are 0).
   """
+  validation.check_rank("logits", logits, (3,), "[B, T, V]")
+  validation.check_floating("logits", logits)
+  if jnp.shape(weights) != jnp.shape(logits)[:2]:
+    raise ConfigError(f"weights must be [B, T] = {jnp.shape(logits)[:2]} like the logits, got {jnp.shape(weights)}")
+  validation.check_number("coefficient", coefficient, nonnegative=True)
   weights = weights.astype(jnp.float32)
   total = jnp.maximum(jnp.sum(weights), 1e-8)
   return coefficient * jnp.sum(weights * jnp.square(log_partition(logits))) / total
@@ -196,6 +204,8 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
     the readout over the scored tokens) and ``z_loss``. ``loss`` is the
     cross-entropy; the gradient is that of loss + z_loss (``opt_config.z_loss``).
   """
+  if not isinstance(state, TrainState):
+    raise ConfigTypeError(f"state must be a TrainState, got {type(state).__name__}")
   if state.attn_mult is not None:
     model = model.clone(attn_mult=state.attn_mult)
   grad_fn = jax.value_and_grad(functools.partial(loss_fn, model=model, z_loss_coefficient=opt_config.z_loss),
@@ -221,6 +231,9 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       **aux["layers"],
   }
   if metrics is not None:
+    unknown = [name for name in metrics if name not in values]
+    if unknown:
+      raise ConfigError(f"metrics: {validation.unknown_choice('metric', unknown[0], tuple(values))}")
     values = {name: values[name] for name in metrics}
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), values
 
@@ -297,7 +310,7 @@ def evaluate(params: Any, model_config: model_lib.ModelConfig, dataset: Any, num
              seed: int | None = None) -> dict[str, float]:
   """Mean loss and accuracy over ``num_batches`` held-out batches of ``dataset``."""
   if num_batches < 1:
-    raise ValueError(f"num_batches must be positive, got {num_batches}")
+    raise ConfigError(f"num_batches must be positive, got {num_batches}")
   step = make_eval_step(model_config)
   rows = [jax.device_get(step(params, dataset.eval_batch(i, seed))) for i in range(num_batches)]
   return {k: float(np.mean([r[k] for r in rows])) for k in ("loss", "accuracy")}
@@ -407,6 +420,23 @@ class TrainResult:
     return self.divergence_step is not None
 
 
+def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any) -> None:
+  """ConfigError or ConfigTypeError naming the first argument of ``run_training`` that cannot be used."""
+  for name, value, kind in (("model_config", model_config, model_lib.ModelConfig),
+                            ("opt_config", opt_config, optim_lib.OptimizerConfig)):
+    if not isinstance(value, kind):
+      raise ConfigTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+  if not all(hasattr(dataset, a) for a in ("batch", "vocab_size")):
+    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset), got {type(dataset).__name__}")
+  for name in ("callback", "after_step"):
+    if args[name] is not None and not callable(args[name]):
+      raise ConfigTypeError(f"{name} must be callable or None, got {args[name]!r}")
+  if args["learning_rates"] is not None:
+    lrs = np.asarray(args["learning_rates"], np.float64)
+    if not np.all(np.isfinite(lrs) & (lrs > 0)):
+      raise ConfigError(f"learning_rates must be finite and positive, got {lrs.tolist()}")
+
+
 def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, dataset: Any, *,
           seed: int | Sequence[int] = 0, learning_rates: Sequence[float] | None = None,
           attn_mults: Sequence[float] | None = None, log_every: int = 1,
@@ -455,13 +485,15 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   Returns:
     A TrainResult.
   """
+  check_run_args(model_config, opt_config, dataset, callback=callback, after_step=after_step,
+                 learning_rates=learning_rates)
   steps = opt_config.steps
   if log_every < 1:
-    raise ValueError(f"log_every must be positive, got {log_every}")
+    raise ConfigError(f"log_every must be positive, got {log_every}")
   if not (math.isfinite(divergence_factor) and divergence_factor > 0):
-    raise ValueError(f"divergence_factor must be a positive number, got {divergence_factor}")
+    raise ConfigError(f"divergence_factor must be a positive number, got {divergence_factor}")
   if dataset.vocab_size > model_config.vocab_size:
-    raise ValueError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
+    raise ConfigError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
   grid = not isinstance(seed, (int, np.integer))
   first = 0 if state is None or grid else int(jax.device_get(state.step))
   donate = not keep_last_finite  # the state before a step is needed only to keep the last finite one
@@ -469,7 +501,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     state = jax.tree.map(jnp.copy, state)
   lean = tuple(dict.fromkeys(("loss", *record)))
   if first and initial_loss is None:
-    raise ValueError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
+    raise ConfigError(f"resuming after {first} updates needs the step-0 loss (initial_loss)")
   start = time.perf_counter()
   mesh = sharding_lib.make_mesh()
   members = None
@@ -478,10 +510,10 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     lrs = (np.full(seeds.shape, opt_config.learning_rate, np.float32) if learning_rates is None
            else np.asarray(learning_rates, np.float32))
     if seeds.ndim != 1 or seeds.shape != lrs.shape or not seeds.size:
-      raise ValueError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
+      raise ConfigError(f"seeds and learning_rates must be 1-D of the same length, got {seeds.shape} and {lrs.shape}")
     mults = None if attn_mults is None else np.asarray(attn_mults, np.float32)
     if mults is not None and mults.shape != seeds.shape:
-      raise ValueError(f"attn_mults must be 1-D like the seeds, got {mults.shape} and {seeds.shape}")
+      raise ConfigError(f"attn_mults must be 1-D like the seeds, got {mults.shape} and {seeds.shape}")
     (seeds, lrs, mults), members = sharding_lib.shard((seeds, lrs, mults), mesh)  # padding repeats the last one
     batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
     shape = (members,)
@@ -492,7 +524,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate)
   else:
     if learning_rates is not None or attn_mults is not None:
-      raise ValueError("learning_rates and attn_mults need a sequence of seeds (a grid)")
+      raise ConfigError("learning_rates and attn_mults need a sequence of seeds (a grid)")
     seeds = int(seed)
     shape = ()
     if mesh.size > 1 or shard_params:
@@ -538,6 +570,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     if kept is not None:
       kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
     for name in record:
+      if name not in metrics:
+        raise ConfigError(f"record: {validation.unknown_choice('metric', name, tuple(metrics))}")
       records[name].append(metrics[name])
     if logged or new.any():
       if not logged and not donate:  # every metric of the diverging step, from the state before it

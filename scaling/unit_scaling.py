@@ -39,6 +39,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from scaling.validation import ConfigError
+
 Array = jax.Array
 
 # GELU of a unit normal: output scale and gradient scale of unit_scaling.functional.gelu at mult = 1
@@ -116,7 +118,7 @@ def _check_sizes(**sizes: int) -> None:
   """ValueError naming the first argument that is not a positive integer."""
   for name, value in sizes.items():
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+      raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 def unit_linear_scales(fan_in: int, fan_out: int, batch: int, *, constrained: bool = True) -> LinearScales:

@@ -28,6 +28,7 @@ from scaling import model as model_lib
 from scaling import parametrization as param_lib
 from scaling import report
 from scaling.config import option
+from scaling.validation import ConfigError
 
 VOCAB = 65
 _UMUP_SCALES = {f.name: f for f in dataclasses.fields(model_lib.ModelFamily)}["umup_scales"]
@@ -48,7 +49,7 @@ class Options(config_lib.Options):
 
   def validate(self):
     if any(width % 4 for width in self.widths):
-      raise ValueError(f"--widths must be multiples of the 4 heads, got {','.join(map(str, self.widths))}")
+      raise ConfigError(f"--widths must be multiples of the 4 heads, got {','.join(map(str, self.widths))}")
 
 
 def model_scales(width: int, depth: int, seq_len: int, seed: int = 0, umup_scales: str = "paper") -> dict[str, float]:
@@ -60,12 +61,12 @@ def model_scales(width: int, depth: int, seq_len: int, seed: int = 0, umup_scale
 
 
 def _load(paths: tuple[str, ...], umup_scales: str) -> dict[str, dict[str, float]]:
-  """The runs of several OUT.json files (ValueError when one was made with another setting)."""
+  """The runs of several OUT.json files (ConfigError when one was made with another setting)."""
   runs = {}
   for path in paths:
     saved = json.loads(pathlib.Path(path).read_text())
     if saved.get("umup_scales") != umup_scales:
-      raise ValueError(f"--merge: {path} holds umup_scales={saved.get('umup_scales')!r}, not {umup_scales!r}")
+      raise ConfigError(f"--merge: {path} holds umup_scales={saved.get('umup_scales')!r}, not {umup_scales!r}")
     runs.update(saved["runs"])
   return runs
 

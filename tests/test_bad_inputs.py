@@ -18,6 +18,11 @@ from experiments import coord_check
 from experiments import sweep
 from experiments import train
 from experiments import transfer
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scaling
+from scaling import model as model_lib
 from scaling import resources
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,7 +52,13 @@ CASES = (
      "blockwise attention logits"),
     ("sweep_huge_width", sweep, dict(parametrization="sp", width=HUGE, d_k=16), f"--width={HUGE}"),
     ("sweep_huge_seeds", sweep, dict(num_seeds=HUGE), f"--num_seeds={HUGE}"),
+    ("sweep_rule_typo_named_once", sweep, dict(rules="sqrt,lineer"),
+     "--rules=sqrt,lineer: 'lineer': must be one of none, sqrt, linear, quadratic, temperature, qk_norm, "
+     "post_softmax, param (did you mean 'linear'?)"),
     # train
+    ("train_rule_typo", train, dict(rule="lineer"), "--rule=lineer: 'lineer': must be one of default, none, sqrt,"),
+    ("train_optimizer_typo", train, dict(optimizer="adamm"),
+     "--optimizer=adamm: 'adamm': must be one of adam, adamw, sgd, adam_atan2 (did you mean 'adam'?)"),
     ("train_huge_width", train, dict(width=HUGE, steps=1), f"--width={HUGE}"),
     ("train_huge_seq_len", train, dict(seq_len=HUGE), "dense attention logits"),
     ("train_huge_vocab", train, dict(vocab_size=100 * HUGE), "readout logits"),
@@ -102,6 +113,185 @@ CASES = (
     ("memory_fraction_above_1", attention_memory, dict(max_memory_fraction=2.0), "--max_memory_fraction"),
     ("memory_unknown_impl", attention_memory, dict(impl="foo"), "--impl"),
 )
+
+
+# Misuse of the library: (name, call, exception type, text the message must hold: the argument's name and more).
+# Each check fires before anything is traced, so no case compiles a program.
+Q, KV = jnp.ones((2, 8, 4, 16)), jnp.ones((2, 8, 2, 16))  # B = 2, T = S = 8, N = 4, K = 2, H = 16
+BNTS = jnp.ones((2, 4, 8, 8))
+ATTENTION = (("dot_product_attention", scaling.dot_product_attention),
+             ("blockwise_attention", scaling.blockwise_attention),
+             ("attention_with_aux", scaling.attention_with_aux))
+ATTENTION_CASES = (
+    # (name, args after q, k, v, kwargs, exception, needle)
+    ("int_inputs", dict(query=jnp.ones((2, 8, 4, 16), jnp.int32)), {}, TypeError, "query must have a floating dtype"),
+    ("mixed_dtypes", dict(key=KV.astype(jnp.bfloat16)), {}, TypeError, "one dtype"),
+    ("rank_2", dict(query=jnp.ones((8, 16)), key=jnp.ones((8, 16)), value=jnp.ones((8, 16))), {}, ValueError,
+     "got shapes (8, 16)"),
+    ("gqa_heads", dict(query=jnp.ones((2, 8, 3, 16))), {}, ValueError, "query heads N (3) must be a multiple of key heads K (2)"),
+    ("batch", dict(key=jnp.ones((3, 8, 2, 16)), value=jnp.ones((3, 8, 2, 16))), {}, ValueError, "batch B"),
+    ("value_shape", dict(value=jnp.ones((2, 9, 2, 16))), {}, ValueError, "key and value must have the same shape"),
+    ("empty_length", dict(query=jnp.ones((2, 0, 4, 16))), {}, ValueError, "query must have no empty axis"),
+    ("bias_shape", {}, dict(bias=jnp.ones((2, 4, 8, 7))), ValueError, "bias of shape (2, 4, 8, 7) does not broadcast"),
+    ("bias_kv_heads", {}, dict(bias=jnp.ones((2, 2, 8, 8))), ValueError, "bias of shape (2, 2, 8, 8)"),
+    ("bias_rank_5", {}, dict(bias=jnp.ones((1, 2, 4, 8, 8))), ValueError, "bias must have at most 4 dimensions"),
+    ("bias_bool", {}, dict(bias=jnp.ones((8, 8), bool)), TypeError, "bias must have a floating dtype"),
+    ("mask_float", {}, dict(mask=jnp.ones((8, 8))), TypeError, "mask must be boolean"),
+    ("mask_shape", {}, dict(mask=jnp.ones((8, 7), bool)), ValueError, "mask of shape (8, 7)"),
+    ("mask_heads", {}, dict(mask=jnp.ones((2, 3, 8, 8), bool)), ValueError, "mask of shape (2, 3, 8, 8)"),
+    ("lengths_size", {}, dict(query_seq_lengths=jnp.array([3, 4, 5])), ValueError, "query_seq_lengths must be [B] = [2]"),
+    ("lengths_float", {}, dict(key_value_seq_lengths=jnp.array([3.0, 4.0])), TypeError,
+     "key_value_seq_lengths must be integers"),
+    ("lengths_negative", {}, dict(key_value_seq_lengths=np.array([3, -1])), ValueError,
+     "key_value_seq_lengths must be >= 0"),
+    ("window_negative", {}, dict(local_window_size=-1), ValueError, "local_window_size must be an int >= 0"),
+    ("window_float", {}, dict(local_window_size=1.5), ValueError, "local_window_size"),
+    ("window_triple", {}, dict(local_window_size=(1, 2, 3)), ValueError, "local_window_size"),
+    ("window_one_tuple", {}, dict(local_window_size=(1,)), ValueError, "(left, right) pair"),
+    ("causal_string", {}, dict(is_causal="yes"), TypeError, "is_causal must be True or False"),
+    ("rule_typo", {}, dict(rule="lineer"), ValueError, "unknown logit-scale rule 'lineer' (did you mean 'linear'?)"),
+    ("rule_int", {}, dict(rule=3), TypeError, "rule must be a name or a ScaleRule"),
+    ("scale_string", {}, dict(scale="a"), TypeError, "scale must be a number"),
+    ("scale_nan", {}, dict(scale=float("nan")), ValueError, "scale must be finite"),
+    ("scale_negative", {}, dict(scale=-1.0), ValueError, "scale must be >= 0"),
+    ("soft_cap_string", {}, dict(logit_soft_cap="x"), TypeError, "logit_soft_cap must be a number"),
+)
+
+
+def _attention_cases():
+  for fn_name, fn in ATTENTION:
+    for name, arrays, kwargs, kind, needle in ATTENTION_CASES:
+      yield (f"{fn_name}_{name}", fn, arrays, kwargs, kind, needle)
+
+
+_CFG = dict(vocab_size=16, width=32, depth=1, num_heads=2, head_dim=16)
+LIBRARY_CASES = (
+    ("dpa_implementation", lambda: scaling.dot_product_attention(Q, KV, KV, implementation="fast"), ValueError,
+     "implementation must be None or one of"),
+    *((("dpa_cudnn_without_gpu", lambda: scaling.dot_product_attention(Q, KV, KV, implementation="cudnn"),
+         ValueError, "implementation='cudnn' needs a GPU"),) if jax.default_backend() != "gpu" else ()),
+    ("dpa_return_weights", lambda: scaling.dot_product_attention(Q, KV, KV, return_weights=1), TypeError,
+     "return_weights must be True or False"),
+    ("blockwise_block_q", lambda: scaling.blockwise_attention(Q, KV, KV, block_q=0), ValueError, "block_q"),
+    ("blockwise_block_k_bool", lambda: scaling.blockwise_attention(Q, KV, KV, block_k=True), ValueError, "block_k"),
+    ("tile_count_block_q", lambda: scaling.blockwise_tile_count(Q, KV, KV, block_q=-1), ValueError, "block_q"),
+    ("logits_rank", lambda: scaling.attention_logits(jnp.ones((8, 16)), jnp.ones((8, 16))), ValueError, "query"),
+    ("weights_gqa", lambda: scaling.attention_weights(jnp.ones((2, 8, 3, 16)), KV), ValueError, "query heads N (3)"),
+    ("masked_softmax_mask_float", lambda: scaling.masked_softmax(jnp.ones((4, 8)), jnp.ones((4, 8))), TypeError,
+     "mask must be boolean"),
+    ("masked_softmax_mask_shape", lambda: scaling.masked_softmax(jnp.ones((4, 8)), jnp.ones((4, 7), bool)),
+     ValueError, "mask of shape (4, 7)"),
+    ("masked_softmax_int", lambda: scaling.masked_softmax(jnp.ones((4, 8), jnp.int32), None), TypeError,
+     "logits must have a floating dtype"),
+    ("logit_stats_rank", lambda: scaling.logit_stats_per_head(jnp.ones((4, 8))), ValueError,
+     "logits must be [B, N, T, S]"),
+    ("logit_stats_mask_float", lambda: scaling.logit_stats_per_head(BNTS, BNTS), TypeError, "mask must be boolean"),
+    ("weight_stats_mask_shape", lambda: scaling.weight_stats_per_head(BNTS, jnp.ones((2, 4, 8, 7), bool)),
+     ValueError, "mask of shape (2, 4, 8, 7)"),
+    ("row_entropy_int", lambda: scaling.row_entropy(jnp.ones((8, 8), jnp.int32)), TypeError, "p must have a floating"),
+    ("row_entropy_scalar", lambda: scaling.row_entropy(jnp.ones(())), ValueError, "p must be [..., S]"),
+    ("jacobian_scalar", lambda: scaling.softmax_jacobian(jnp.ones(())), ValueError, "p must be [..., S]"),
+    ("jacobian_norm_int", lambda: scaling.softmax_jacobian_fro_norm(jnp.ones((3,), jnp.int32)), TypeError, "p must"),
+    ("metrics_cotangent", lambda: scaling.attention_metrics_per_head(Q, KV, KV, jnp.ones((2, 8, 4, 15))), ValueError,
+     "cotangent must have the output's shape"),
+    ("metrics_unbatched", lambda: scaling.attention_metrics_per_head(Q[0], KV[0], KV[0], Q[0]), ValueError,
+     "query must be [B, T, N, H]"),
+    ("average_heads_array", lambda: scaling.average_heads(jnp.ones(3)), TypeError, "per_head must be a dict"),
+    ("rope_odd", lambda: scaling.apply_rope(jnp.ones((2, 8, 4, 15))), ValueError, "even head_dim"),
+    ("rope_rank", lambda: scaling.apply_rope(jnp.ones((8, 16))), ValueError, "x must be [B, T, N, H]"),
+    ("rope_int", lambda: scaling.apply_rope(jnp.ones((2, 8, 4, 16), jnp.int32)), TypeError, "x must have a floating"),
+    ("rope_positions", lambda: scaling.apply_rope(Q, jnp.arange(7)), ValueError, "positions must be [T] or [B, T]"),
+    ("rope_positions_batch", lambda: scaling.apply_rope(Q, jnp.ones((3, 8))), ValueError, "positions of shape"),
+    ("rope_base", lambda: scaling.apply_rope(Q, base=0.0), ValueError, "base must be positive"),
+    ("get_rule_typo", lambda: scaling.get_rule("quadratik"), ValueError, "did you mean 'quadratic'?"),
+    ("get_rule_option", lambda: scaling.get_rule("linear", foo=1), ValueError, "bad options for rule 'linear'"),
+    ("get_rule_base_head_dim", lambda: scaling.get_rule("linear", base_head_dim=-3), ValueError,
+     "base_head_dim must be positive"),
+    ("get_rule_tau_string", lambda: scaling.get_rule("temperature", tau="a"), TypeError, "tau must be a number"),
+    ("register_rule_factory", lambda: scaling.register_rule("not_callable", 3), TypeError, "factory must be"),
+    ("get_parametrization_typo", lambda: scaling.get_parametrization("mupp"), ValueError,
+     "unknown parametrization 'mupp' (did you mean 'mup'?)"),
+    ("get_parametrization_option", lambda: scaling.get_parametrization("mup", foo=1), ValueError, "foo"),
+    ("make_optimizer_name", lambda: scaling.make_optimizer("adamm", 1e-3, scaling.get_parametrization("sp"), 32, {}),
+     ValueError, "unknown optimizer 'adamm' (did you mean 'adam'?)"),
+    ("make_optimizer_nesterov", lambda: scaling.make_optimizer("sgd", 1e-3, scaling.get_parametrization("sp"), 32, {},
+                                                               momentum=0.9, nesterov="yes"), TypeError, "nesterov"),
+    ("make_optimizer_parametrization", lambda: scaling.make_optimizer("adam", 1e-3, "mup", 32, {}), ValueError,
+     "parametrization must be a Parametrization object"),
+    ("scale_by_parametrization_optimizer",
+     lambda: scaling.scale_by_parametrization(scaling.get_parametrization("sp"), 32, {}, optimizer="adamm"),
+     ValueError, "unknown optimizer 'adamm'"),
+    ("optimizer_config_typo", lambda: scaling.OptimizerConfig(optimizer="adamm"), ValueError,
+     "optimizer must be one of adam, adamw, sgd, adam_atan2; got 'adamm' (did you mean 'adam'?)"),
+    ("optimizer_config_lr", lambda: scaling.OptimizerConfig(learning_rate=-1.0), ValueError, "learning_rate"),
+    ("optimizer_config_steps", lambda: scaling.OptimizerConfig(steps=2.5), ValueError, "steps must be an integer"),
+    ("data_config_task", lambda: scaling.DataConfig(task="recal"), ValueError, "(did you mean 'recall'?)"),
+    ("data_config_seq_len", lambda: scaling.DataConfig(seq_len=0), ValueError, "seq_len"),
+    ("model_family_rule", lambda: scaling.ModelFamily(rule="lineer"), ValueError,
+     "got 'lineer' (did you mean 'linear'?)"),
+    ("model_config_width", lambda: scaling.ModelConfig(**{**_CFG, "width": 0}), ValueError, "width"),
+    ("model_config_causal", lambda: scaling.ModelConfig(**_CFG, causal="yes"), TypeError, "causal must be True"),
+    ("model_config_rule_name", lambda: scaling.ModelConfig(**_CFG, rule="sqrt"), ValueError,
+     "rule must be a ScaleRule object"),
+    ("model_config_gqa", lambda: scaling.ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
+    ("param_kinds_config", lambda: scaling.param_kinds(3), TypeError, "config must be a scaling.ModelConfig"),
+    ("transformer_config", lambda: scaling.Transformer("gpt2"), TypeError, "config must be a scaling.ModelConfig"),
+    ("apply_with_aux_model", lambda: scaling.apply_with_aux(3, {}, jnp.ones((1, 8), jnp.int32)), TypeError,
+     "model must be a scaling.Transformer"),
+    ("make_dataset_name", lambda: scaling.make_dataset("recal", seq_len=8, batch_size=2), ValueError,
+     "unknown dataset 'recal' (did you mean 'recall'?)"),
+    ("model_config_dtype", lambda: scaling.ModelConfig(**_CFG, dtype="bfloat61"), ValueError,
+     "dtype must be one of float32, bfloat16, float16; got 'bfloat61' (did you mean 'bfloat16'?)"),
+    ("make_dataset_batch_size", lambda: scaling.make_dataset("recall", seq_len=8, batch_size="2"), ValueError,
+     "batch_size"),
+    ("z_loss_weights", lambda: scaling.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 4)), 0.1), ValueError,
+     "weights must be [B, T]"),
+    ("z_loss_coefficient", lambda: scaling.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
+     "coefficient must be >= 0"),
+    ("run_training_model", lambda: scaling.run_training("m", scaling.OptimizerConfig(), None), TypeError,
+     "model_config must be a ModelConfig"),
+    ("run_training_dataset", lambda: scaling.run_training(scaling.ModelConfig(**_CFG), scaling.OptimizerConfig(), "d"),
+     TypeError, "dataset must be"),
+    ("train_step_state", lambda: scaling.train_step(3, {}, model=None, optimizer=None, opt_config=None), TypeError,
+     "state must be a TrainState"),
+    ("make_attention_fn_rule", lambda: scaling.make_attention_fn(rule="lineer"), ValueError, "did you mean 'linear'"),
+)
+
+
+class LibraryMisuseTest(parameterized.TestCase):
+  """Each misuse raises scaling's own ConfigError (a ValueError; ConfigTypeError also a TypeError) naming the argument."""
+
+  def _check(self, call, kind, needle):
+    with self.assertRaises(kind) as caught:
+      call()
+    self.assertIsInstance(caught.exception, scaling.ConfigError)
+    if kind is TypeError:
+      self.assertIsInstance(caught.exception, scaling.ConfigTypeError)
+    self.assertIn(needle, str(caught.exception))
+
+  @parameterized.named_parameters(*_attention_cases())
+  def test_attention(self, fn, arrays, kwargs, kind, needle):
+    qkv = dict(query=Q, key=KV, value=KV, **{})
+    qkv.update(arrays)
+    self._check(lambda: fn(qkv["query"], qkv["key"], qkv["value"], **kwargs), kind, needle)
+
+  @parameterized.named_parameters(*LIBRARY_CASES)
+  def test_library(self, call, kind, needle):
+    self._check(call, kind, needle)
+
+  def test_good_inputs_pass_the_checks(self):
+    # The same shapes, well formed, reach the computation (jax.nn as the reference): the checks refuse no good input.
+    mask = jnp.tril(jnp.ones((8, 8), bool))
+    out = scaling.dot_product_attention(Q, KV, KV, jnp.zeros((4, 8, 8)), mask, local_window_size=(3, np.int64(0)),
+                                        key_value_seq_lengths=np.array([8, 5]), implementation="dense")
+    expected = jax.nn.dot_product_attention(Q, KV, KV, jnp.zeros((4, 8, 8)), mask, local_window_size=(3, 0),
+                                            key_value_seq_lengths=jnp.array([8, 5]))
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    # traced arrays pass the checks without being read: lengths, bias and a scale under jit
+    traced = jax.jit(lambda lens, bias, s: scaling.dot_product_attention(
+        Q, KV, KV, bias, mask, scale=s, key_value_seq_lengths=lens, local_window_size=(3, 0), implementation="dense"))
+    np.testing.assert_allclose(traced(jnp.array([8, 5]), jnp.zeros((4, 8, 8)), jnp.float32(0.25)), expected,
+                               atol=1e-6)
 
 
 class BadInputTest(parameterized.TestCase):
@@ -170,6 +360,33 @@ class AllocationFailureTest(absltest.TestCase):
     self.assertLen(stderr.strip().splitlines(), 1, stderr)
     self.assertTrue(stderr.startswith("error: out of memory"), stderr)
     self.assertFalse(out.exists())
+
+  def _main_raising(self, error):
+    def run(config, out_dir):
+      raise error
+
+    return lambda argv: cli.main(benchmark.BenchmarkConfig, run, argv)
+
+  def test_config_error_from_a_study_is_one_line(self):
+    out = str(pathlib.Path(self.create_tempdir().full_path) / "out")
+    module = type("module", (), {"__name__": "prog", "main": staticmethod(
+        self._main_raising(scaling.ConfigError("--width=3 is too small for --num_heads=4")))})
+    code, stdout, stderr = experiment_main.run_main(module, out_dir=out)
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "error: --width=3 is too small", out)
+
+  def test_value_error_from_a_bug_keeps_its_traceback(self):
+    # A ValueError that is not a ConfigError is a bug inside a study: it propagates (absl prints the traceback).
+    main = self._main_raising(ValueError("operands could not be broadcast together"))
+    with self.assertRaisesRegex(ValueError, "operands could not be broadcast"):
+      main(["prog", f"--out_dir={self.create_tempdir().full_path}"])
+    proc = subprocess.run([sys.executable, "-c", "import scaling, sys; from experiments import cli, benchmark\n"
+                           "def run(config, out_dir): raise ValueError('a bug')\n"
+                           "sys.exit(cli.main(benchmark.BenchmarkConfig, run, ['prog', '--out_dir=/dev/null/x']))"],
+                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+                          timeout=120)
+    self.assertEqual(proc.returncode, 1, proc.stderr)
+    self.assertIn("Traceback", proc.stderr)
+    self.assertIn("ValueError: a bug", proc.stderr)
 
   def test_other_errors_are_not_swallowed(self):
     def run(config, out_dir):

@@ -160,7 +160,8 @@ class ClaimListTest(absltest.TestCase):
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids must be one of variance_is_dk, sqrt_normalizes, "):
+    with self.assertRaisesRegex(ValueError, "ids must be one of the 23 listed below; got 'variance_is_dk_typo' "
+                                "\\(did you mean 'variance_is_dk'\\?\\)\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
   def test_duplicate_id_is_refused(self):
@@ -446,10 +447,21 @@ class ClaimsFlagsTest(absltest.TestCase):
 
   def test_unknown_mode_and_id(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(ids=["nope"]), "nope"),
-                          (dict(mode="full"), "--mode=full is now --mode=cpu_hour")):
+    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(mode="full"), "--mode=full is now --mode=cpu_hour")):
       code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), **flags)
       experiment_main.assert_one_line_error(self, code, stdout, err, needle, out)
+    # every id: the error line names the value once, the ids follow on wrapped, indented lines
+    code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), ids=["nope", "head_dim_constan"])
+    self.assertEqual((code, stdout), (2, ""))
+    first, *rest = err.strip().splitlines()
+    self.assertEqual(first, "error: flag --ids=nope,head_dim_constan: 'nope': must be one of the "
+                     f"{len(claims.all_claims())} listed below")
+    self.assertGreater(len(rest), 3)
+    for line in rest:
+      self.assertTrue(line.startswith("  ") and len(line) <= 100, line)
+    listed = ", ".join(line.strip() for line in rest).replace(",,", ",").split(", ")
+    self.assertEqual(listed, [claim.id for claim in claims.all_claims()])
+    self.assertFalse(out.exists())
 
   def test_missing_text_file(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"

@@ -81,9 +81,11 @@ class EpsScalingFlagTest(parameterized.TestCase):
     config = cli.parse(training.TrainConfig, ["prog", f"--flagfile={path}"])
     self.assertEqual((config.optim.eps_scaling, config.optim.steps), ("mup", 3))
 
-  @parameterized.parameters((["--eps_scaling=true"], "--eps_scaling=true: value should be one of <none|mup>"),
-                            (["--eps_scaling=False"], "--eps_scaling=False: value should be one of <none|mup>"),
-                            (["--eps_scaling=yes"], "--eps_scaling=yes: value should be one of <none|mup>"),
+  @parameterized.parameters((["--eps_scaling=true"], "--eps_scaling=true: 'true': must be one of none, mup"),
+                            (["--eps_scaling=False"], "--eps_scaling=False: 'False': must be one of none, mup"),
+                            (["--eps_scaling=yes"], "--eps_scaling=yes: 'yes': must be one of none, mup"),
+                            (["--eps_scaling=mp"], "--eps_scaling=mp: 'mp': must be one of none, mup (did you mean "
+                             "'mup'?)"),
                             (["--eps_scaling"], "Missing value for flag --eps_scaling"),
                             (["-eps_scaling"], "Missing value for flag -eps_scaling"),
                             (["--noeps_scaling"], "Unknown command line flag 'noeps_scaling'"))
@@ -104,7 +106,7 @@ class EpsScalingFlagTest(parameterized.TestCase):
 
   def test_main_prints_one_line(self):
     out = self.create_tempdir().full_path + "/out"
-    for flag, needle in ((True, "Missing value for flag --eps_scaling"), ("true", "value should be one of <none|mup>")):
+    for flag, needle in ((True, "Missing value for flag --eps_scaling"), ("true", "'true': must be one of none, mup")):
       code, stdout, stderr = experiment_main.run_main(train_main, out_dir=out, eps_scaling=flag)  # the flag last
       experiment_main.assert_one_line_error(self, code, stdout, stderr, needle, out)
 

@@ -61,6 +61,16 @@ def _prescaled_flax(factor, flavour="linen"):
   return fn
 
 
+def _numpy_logit_stats(x, wq, bq, wk, bk, scale, visible):
+  """Per-head population std and max |z| of the visible logits s·q·k of projections x·W + b, in float64 numpy."""
+  x, wq, bq, wk, bk = (np.asarray(a, np.float64) for a in (x, wq, bq, wk, bk))
+  q, k = np.einsum("btd,dnh->btnh", x, wq) + bq, np.einsum("btd,dnh->btnh", x, wk) + bk
+  z = scale * np.einsum("btnh,bsnh->bnts", q, k)
+  vis = np.broadcast_to(np.asarray(visible, bool), z.shape)
+  per_head = [z[:, n][vis[:, n]] for n in range(z.shape[1])]
+  return np.array([v.std() for v in per_head]), np.array([np.abs(v).max() for v in per_head])
+
+
 def _rms(x, eps=1e-6):
   return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -106,6 +116,23 @@ class LinenModuleTest(chex.TestCase, parameterized.TestCase):
     chex.assert_trees_all_close(y_ours, y_ref, **TOL)
     chex.assert_trees_all_close(st_ours, st_ref, **TOL)
     chex.assert_shape(st_ours["intermediates"]["attention_weights"][0], (2, HEADS, 6, 6))
+
+  def test_sown_logit_stats_match_numpy(self):
+    x = _inputs()
+    ours, _ = self._pair(flax_attention.make_attention_fn("linear", alpha=3.0, sow_logit_stats=True))
+    params = ours.init(jax.random.key(1), x)
+    mask = _mask("causal_padding", x)
+    y, state = ours.apply(params, x, mask=mask, sow_weights=True, mutable=["intermediates"])
+    sown = state["intermediates"]
+    p = params["params"]
+    std, absmax = _numpy_logit_stats(x, p["query"]["kernel"], p["query"]["bias"], p["key"]["kernel"],
+                                     p["key"]["bias"], 3.0 / HEAD_DIM, mask)
+    np.testing.assert_allclose(sown["attention_logit_std"][0], std, rtol=1e-5)
+    np.testing.assert_allclose(sown["attention_logit_absmax"][0], absmax, rtol=1e-5)
+    self.assertGreater(float(np.ptp(std)), 1e-3)  # heads differ: the statistics are per head
+    # the weights are still sown beside them, and the output is unchanged by sowing
+    chex.assert_shape(sown["attention_weights"][0], (2, HEADS, 6, 6))
+    chex.assert_trees_all_close(y, ours.apply(params, x, mask=mask), **TOL)
 
   @parameterized.named_parameters(
       ("linear", "linear", {}, math.sqrt(HEAD_DIM) / HEAD_DIM),
@@ -172,6 +199,16 @@ class NnxModuleTest(chex.TestCase, parameterized.TestCase):
     w_ours, w_ref = (jax.tree.leaves(s[1])[0] for s in sown)
     chex.assert_shape(w_ours, (2, HEADS, 6, 6))
     chex.assert_trees_all_close(w_ours, w_ref, **TOL)
+
+  def test_sown_logit_stats_match_numpy(self):
+    x = _inputs()
+    m = self._module(flax_attention.make_attention_fn("sqrt", sow_logit_stats=True))
+    y, state = nnx.capture(m, nnx.Intermediate)(x, mask=_mask("causal", x), sow_weights=True)
+    std, absmax = _numpy_logit_stats(x, m.query.kernel[...], m.query.bias[...], m.key.kernel[...], m.key.bias[...],
+                                     HEAD_DIM ** -0.5, _mask("causal", x))
+    np.testing.assert_allclose(state["attention_logit_std"].get_value()[0], std, rtol=1e-5)
+    np.testing.assert_allclose(state["attention_logit_absmax"].get_value()[0], absmax, rtol=1e-5)
+    chex.assert_shape(state["attention_weights"].get_value()[0], (2, HEADS, 6, 6))
 
   def test_temperature_rule_equals_flax_on_prescaled_query(self):
     x = _inputs()
@@ -275,6 +312,8 @@ class ErrorTest(parameterized.TestCase):
       flax_attention.make_attention_fn("temperature", tau=-1.0)
     with self.assertRaisesRegex(ValueError, "logit_soft_cap must be a positive"):
       flax_attention.make_attention_fn("sqrt", logit_soft_cap=0.0)
+    with self.assertRaisesRegex(TypeError, "sow_logit_stats must be True or False"):
+      flax_attention.make_attention_fn("sqrt", sow_logit_stats="yes")
 
   def test_bad_call_arguments(self):
     q, k, v = _qkv()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import subprocess
+import sys
 import textwrap
 
 from absl.testing import absltest
@@ -27,7 +29,7 @@ ATTENTION_LAYERS = (
     ("logits",),
     ("dense_attention", "blockwise"),
     ("pallas_attention",),
-    ("attention",),
+    ("attention", "metrics"),
     ("flax_attention",),
 )
 
@@ -311,6 +313,15 @@ class ScalingImportsTest(absltest.TestCase):
                  "BLOCKWISE_MIN_KV_LEN", "LARGE_BLOCKS_MIN_KV_LEN", "DENSE_MAX_LOGITS", "CUDNN_DTYPES",
                  "CUDNN_MAX_HEAD_DIM"):
       self.assertTrue(hasattr(attention, name), name)
+
+  def test_version_is_written_once_and_setup_reads_it(self):
+    self.assertRegex(scaling.__version__, r"^\d+\.\d+\.\d+([ab]\d+|rc\d+)?$")  # PEP 440 release
+    root = pathlib.Path(scaling.__file__).parents[1]
+    proc = subprocess.run([sys.executable, "setup.py", "--version"], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    self.assertEqual(proc.stdout.strip().splitlines()[-1], scaling.__version__)
+    self.assertNotIn(scaling.__version__, (root / "setup.py").read_text())  # not typed there a second time
 
 
 if __name__ == "__main__":

@@ -600,6 +600,7 @@ class OptimizerConfigTest(chex.TestCase):
       ({"schedule": "cosine", "warmup_steps": 12, "steps": 10}, "warmup_steps=12 must be smaller"),
       # Bounds from the field declarations.
       ({"optimizer": "lion"}, "optimizer must be one of adam, adamw, sgd"),
+      ({"optimizer": "adamm"}, "adam_atan2; got 'adamm' \\(did you mean 'adam'\\?\\)"),
       ({"schedule": "linear"}, "schedule must be one of constant, cosine"),
       ({"learning_rate": 0.0}, "learning_rate must be positive"),
       ({"learning_rate": -1e-3}, "learning_rate must be positive"),

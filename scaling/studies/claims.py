@@ -58,6 +58,7 @@ from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
 from scaling.studies.verdicts import SOURCE_AGREES
 from scaling.studies.verdicts import SOURCE_DISAGREES
+from scaling.validation import ConfigError
 
 
 def command(ctx: Context, claim_id: str) -> str:
@@ -76,7 +77,7 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
   claims = all_claims()
   unknown = sorted(set(ids or ()) - {c.id for c in claims})
   if unknown:
-    raise ValueError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
+    raise ConfigError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
   rows = []
   for claim in claims:
     if ids and claim.id not in ids:
@@ -122,7 +123,7 @@ class ClaimsConfig(Options):
       raise ValueError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
                        "--mode=paper is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
-      raise ValueError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+      raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
   def context(self) -> Context:
     """The measurement context of these options."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from scaling.studies import stats
 from scaling.studies import sweep as sweep_lib
+from scaling.validation import ConfigError
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -58,7 +59,7 @@ class Context:
       raise ValueError(f"mode {mode!r} is now --mode={RENAMED_MODES[mode]} (about an hour on 2 CPU cores; "
                        "--mode=paper is the notes' setting)")
     if mode not in MODES:
-      raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+      raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]
     self.mode, self.seed, self.text_file = mode, int(seed), text_file
     self.d_k = tuple(sorted(set(d_k or sizes["d_k"])))
@@ -98,7 +99,7 @@ class Context:
     """ValueError unless the context's head dims include ``dims``."""
     missing = [d for d in dims if d not in self.d_k]
     if missing:
-      raise ValueError(f"this claim needs d_k {', '.join(map(str, missing))} among the context's d_k {self.d_k}")
+      raise ConfigError(f"this claim needs d_k {', '.join(map(str, missing))} among the context's d_k {self.d_k}")
 
   def sweep(self) -> dict[tuple[str, int], dict[str, np.ndarray]]:
     """{(rule, d_k): {metric: [num_seeds] values}}: the d_k sweep of ``SWEEP_RULES`` on iid q, k, v, per seed.

@@ -73,6 +73,7 @@ from scaling.studies import grid_run
 from scaling.studies import stats
 from scaling.studies.grid import GridStudy
 from scaling.studies.grid import WidthGrid
+from scaling.validation import ConfigError
 
 # train_step metrics measured once per model, and those measured per block [depth] (layer "block_{i}/<name>").
 _MODEL_RMS = {"embed_rms": "embed", "readout_rms": "readout"}
@@ -132,7 +133,7 @@ def fit_slope(widths: Sequence[float], values: Sequence[float]) -> tuple[float, 
   x = np.asarray(widths, np.float64)
   y = np.asarray(values, np.float64)
   if x.shape != y.shape or x.ndim != 1:
-    raise ValueError(f"widths and values must be 1-D of the same length, got {x.shape} and {y.shape}")
+    raise ConfigError(f"widths and values must be 1-D of the same length, got {x.shape} and {y.shape}")
   if (len(np.unique(x)) < 2 or not np.all(np.isfinite(y)) or np.any(y <= 0) or np.any(x <= 0)):
     return float("nan"), float("nan")
   lx, ly = np.log2(x), np.log2(y)
@@ -160,15 +161,15 @@ class CoordCheckConfig(GridStudy):
 
   def validate(self):
     if self.grid.axis in ("batch", "steps"):
-      raise ValueError(f"--axis={self.grid.axis} only applies to experiments.transfer; the coordinate check varies "
+      raise ConfigError(f"--axis={self.grid.axis} only applies to experiments.transfer; the coordinate check varies "
                        "the width or the depth")
     if self.grid.rules is not None:
-      raise ValueError("--rules only applies to experiments.transfer; the coordinate check takes one --rule")
+      raise ConfigError("--rules only applies to experiments.transfer; the coordinate check takes one --rule")
     self.grid.check_unused(self)
     if self.grid.by_depth and len(self.grid.depth_values) < 2:
-      raise ValueError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
+      raise ConfigError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
     if not self.grid.by_depth and len(self.grid.widths) < 2:
-      raise ValueError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
+      raise ConfigError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
 
   @property
   def layers(self) -> tuple[str, ...]:

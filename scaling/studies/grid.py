@@ -21,6 +21,7 @@ from scaling import parametrization as param_lib
 from scaling import rules as rules_lib
 from scaling.config import option
 from scaling.config import Options
+from scaling.validation import ConfigError
 
 
 AXES = ("width", "depth", "batch", "steps")
@@ -83,17 +84,17 @@ class WidthGrid(Options):
     for axis, names in own.items():
       for name in names:
         if self.axis != axis and getattr(self, name) is not None:
-          raise ValueError(f"--{name} only applies to --axis={axis} (--axis={self.axis} varies {varies[self.axis]})")
+          raise ConfigError(f"--{name} only applies to --axis={axis} (--axis={self.axis} varies {varies[self.axis]})")
     if self.axis == "width" and self.width is not None:
-      raise ValueError("--width only applies to --axis=depth, batch or steps (--axis=width varies --widths at --depth)")
+      raise ConfigError("--width only applies to --axis=depth, batch or steps (--axis=width varies --widths at --depth)")
     for axis, name in (("batch", "batch_sizes"), ("steps", "step_counts")):
       if self.axis == axis and getattr(self, name) is None:
-        raise ValueError(f"--axis={axis} needs --{name}")
+        raise ConfigError(f"--axis={axis} needs --{name}")
     for alpha in self.depth_alphas or ():
       try:
         param_lib.check_depth_alpha(alpha)
       except ValueError as e:
-        raise ValueError(f"--depth_alphas: {e}") from None
+        raise ConfigError(f"--depth_alphas: {e}") from None
 
   def check_unused(self, config: Any, given: Collection[str] | None = None) -> None:
     """ValueError if a study ``config`` on another axis than the width is given --widths, or on the depth axis
@@ -106,13 +107,13 @@ class WidthGrid(Options):
       return name in given if given is not None else value not in defaults
 
     if self.rules is not None and typed("rule", config.model.rule, model_default.rule, model_lib.ModelFamily().rule):
-      raise ValueError("--rule does not apply with --rules (each point trains every rule of --rules)")
+      raise ConfigError("--rule does not apply with --rules (each point trains every rule of --rules)")
     if self.axis == "width":
       return
     if typed("widths", self.widths, default_option(config, "grid").widths, WidthGrid().widths):
-      raise ValueError(f"--widths only applies to --axis=width; --axis={self.axis} trains every point at --width")
+      raise ConfigError(f"--widths only applies to --axis=width; --axis={self.axis} trains every point at --width")
     if self.by_depth and typed("depth", config.model.depth, model_default.depth, model_lib.ModelFamily().depth):
-      raise ValueError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
+      raise ConfigError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
 
   def shown_values(self, values: dict[str, Any]) -> dict[str, Any]:
     """Option values (``resources.option_values``) as this axis uses them, to name in messages: on the depth, batch
@@ -242,7 +243,7 @@ class WidthGrid(Options):
         self.family(model).check(self.parametrizations, self.widths, vocab_size=dataset.vocab_size,
                                  max_len=dataset.seq_len)
       except ValueError as e:
-        raise ValueError(f"--widths: {e}") from None
+        raise ConfigError(f"--widths: {e}") from None
       return
     for point in self.points(model):
       try:
@@ -250,7 +251,7 @@ class WidthGrid(Options):
         self.model_config(model, point, dataset)
       except ValueError as e:
         flag = ("--depth_alphas" if point.get("depth_alpha") else "--widths" if self.axis == "width" else "--width")
-        raise ValueError(f"{flag}: {self.label(point)}: {e}") from None
+        raise ConfigError(f"{flag}: {self.label(point)}: {e}") from None
 
 
 def lr_grid(log2_lrs: Sequence[float], seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from scaling.studies import stats
 from scaling.studies.grid import key_columns
+from scaling.validation import ConfigError
 
 
 def summarize_grid(losses: np.ndarray, log2_lrs: Sequence[float], num_seeds: int, last: int,
@@ -37,9 +38,9 @@ def summarize_grid(losses: np.ndarray, log2_lrs: Sequence[float], num_seeds: int
   losses = np.asarray(losses, np.float64)
   steps, m = losses.shape
   if m != len(log2_lrs) * num_seeds:
-    raise ValueError(f"losses have {m} members, expected {len(log2_lrs)} x {num_seeds}")
+    raise ConfigError(f"losses have {m} members, expected {len(log2_lrs)} x {num_seeds}")
   if not 1 <= last <= steps:
-    raise ValueError(f"last must be in [1, {steps}], got {last}")
+    raise ConfigError(f"last must be in [1, {steps}], got {last}")
   diverged = ~np.all(np.isfinite(losses), axis=0)
   final = np.where(diverged, np.nan, np.mean(losses[-last:], axis=0)).reshape(len(log2_lrs), num_seeds)
   initial = losses[0].reshape(len(log2_lrs), num_seeds)

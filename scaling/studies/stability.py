@@ -22,6 +22,8 @@ from scaling import results
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 OPTIMIZERS = (("adam", "adam", "none"), ("adam, eps_scaling=mup", "adam", "mup"), ("adam_atan2", "adam_atan2", "none"))
 """(label, --optimizer, --eps_scaling) of the compared optimizers."""
@@ -48,7 +50,7 @@ class StabilityConfig(Options):
 
   def validate(self):
     if self.final_window > self.optim.steps:
-      raise ValueError(f"--final_window={self.final_window} exceeds --steps={self.optim.steps}")
+      raise ConfigError(f"--final_window={self.final_window} exceeds --steps={self.optim.steps}")
 
 
 def _final(values: np.ndarray, window: int) -> np.ndarray:
@@ -67,7 +69,7 @@ def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
     What results.json holds: the config, what was trained, the log Z rows and the optimizer rows.
   """
   if not isinstance(config, StabilityConfig):
-    raise TypeError(f"config must be a StabilityConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"config must be a StabilityConfig, got {type(config).__name__}")
   dataset = config.data.make(config.seed)
   family = config.model.with_base_width([config.width])
   model_config = family.model_config(config.parametrization, config.width, vocab_size=dataset.vocab_size,

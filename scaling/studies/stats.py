@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from scaling.validation import ConfigError
+
 
 def finite_or_none(x: float | None) -> float | None:
   """``x`` as a float when it is finite, else None (for JSON: a diverged or undefined value)."""
@@ -32,7 +34,7 @@ def round_sig(x: float | None, digits: int = 4) -> float | None:
     The rounded float.
   """
   if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
-    raise ValueError(f"digits must be a positive integer, got {digits!r}")
+    raise ConfigError(f"digits must be a positive integer, got {digits!r}")
   if x is None:
     return None
   x = float(x)

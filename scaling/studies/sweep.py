@@ -43,6 +43,7 @@ from scaling import sharding as sharding_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.studies import stats
+from scaling.validation import ConfigError
 
 Array = jax.Array
 
@@ -115,22 +116,22 @@ class SweepConfig(Options):
 
   def validate(self):
     if (self.parametrization is None) != (self.width is None):
-      raise ValueError("--parametrization and --width go together (width mode); give both or neither")
+      raise ConfigError("--parametrization and --width go together (width mode); give both or neither")
     if self.parametrization is None and self.zero_query:
-      raise ValueError("--zero_query needs --parametrization and --width")
+      raise ConfigError("--zero_query needs --parametrization and --width")
     if self.parametrization is not None and len(self.qk_std) > 1:
-      raise ValueError("--qk_std sets iid q, k; width mode draws them from projections, so give at most one value")
+      raise ConfigError("--qk_std sets iid q, k; width mode draws them from projections, so give at most one value")
     if PARAM_RULE in self.rules and self.parametrization is None:
-      raise ValueError(f"rule {PARAM_RULE!r} needs --parametrization and --width (width mode)")
+      raise ConfigError(f"rule {PARAM_RULE!r} needs --parametrization and --width (width mode)")
     if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
-      raise ValueError("blockwise attention always uses a float32 online softmax with max-subtraction; "
+      raise ConfigError("blockwise attention always uses a float32 online softmax with max-subtraction; "
                        "the float32_softmax/subtract_max failure demos need attention='dense'")
     if self.tau != 1.0 and "temperature" not in self.rules:
-      raise ValueError(f"--tau={self.tau:g} only applies to the 'temperature' rule, which --rules leaves out")
+      raise ConfigError(f"--tau={self.tau:g} only applies to the 'temperature' rule, which --rules leaves out")
     if self.base_head_dim is not None and "linear" not in self.rules and self.parametrization is None:
-      raise ValueError("--base_head_dim only applies to the 'linear' rule or width mode")
+      raise ConfigError("--base_head_dim only applies to the 'linear' rule or width mode")
     if self.base_width != 64 and self.parametrization is None:
-      raise ValueError("--base_width only applies in width mode (--parametrization and --width)")
+      raise ConfigError("--base_width only applies in width mode (--parametrization and --width)")
 
   def modes(self) -> list[SweepConfig]:
     """One config per program shape: (parametrization, width) in width mode × sequence length × dtype.

@@ -37,6 +37,7 @@ from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
 from scaling.config import Seeds
+from scaling.validation import ConfigError
 
 SUMMARY_COLUMNS = ("status", "steps_run", "initial_loss", "final_loss", "eval_loss", "eval_accuracy",
                    "steps_per_sec", "wall_time")
@@ -86,7 +87,7 @@ class TrainConfig(Options):
 
   def validate(self):
     if self.divergence_factor <= 1:
-      raise ValueError(f"--divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
+      raise ConfigError(f"--divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
                        "count as diverged)")
 
   def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
@@ -96,7 +97,7 @@ class TrainConfig(Options):
       return family.model_config(self.parametrization, self.width, vocab_size=dataset.vocab_size,
                                  max_len=dataset.seq_len)
     except ValueError as e:
-      raise ValueError(f"--width={self.width}: {e}") from None
+      raise ConfigError(f"--width={self.width}: {e}") from None
 
 
 def memory_estimate(config: TrainConfig, dataset: data_lib.Dataset,

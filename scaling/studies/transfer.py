@@ -98,6 +98,7 @@ from scaling.studies.transfer_report import sensitivity_markdown
 from scaling.studies.transfer_report import width_comparison_markdown  # pylint: disable=unused-import
 from scaling.studies.transfer_report import write_figure
 from scaling.studies.transfer_report import write_sensitivity_figure
+from scaling.validation import ConfigError
 
 
 GRIDS = ("lr", "attn_mult")
@@ -153,13 +154,13 @@ class TransferConfig(GridStudy):
   def validate(self):
     shortest = min(self.grid.step_counts) if self.grid.axis == "steps" else self.optim.steps
     if self.average_last is not None and self.average_last > shortest:
-      raise ValueError(f"--average_last={self.average_last} exceeds --steps={shortest}")
+      raise ConfigError(f"--average_last={self.average_last} exceeds --steps={shortest}")
     self.grid.check_unused(self)
     if self.swept.by_attn_mult:
       if self.grid.rules is not None or self.model.rule != model_lib.DEFAULT_RULE:
-        raise ValueError("--grid=attn_mult sweeps the linear rule's α; it takes no --rules or --rule")
+        raise ConfigError("--grid=attn_mult sweeps the linear rule's α; it takes no --rules or --rule")
       if "umup" in self.grid.parametrizations:
-        raise ValueError("--grid=attn_mult: umup sets its attention multiplier itself; use sp, ntk or mup")
+        raise ConfigError("--grid=attn_mult: umup sets its attention multiplier itself; use sp, ntk or mup")
 
   @property
   def x_field(self) -> str:

@@ -20,6 +20,8 @@ import math
 import operator
 from typing import Any, Callable
 
+from scaling.validation import ConfigError
+
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 VERDICTS = (HOLDS, PARTLY, FAILS)
 NOT_MEASURED = "not measured"
@@ -53,9 +55,9 @@ class Criterion:
   def __post_init__(self):
     for name, (op, threshold) in (("holds", self.holds), ("fails", self.fails)):
       if op not in _OPS:
-        raise ValueError(f"{name}: unknown comparison {op!r}; use one of {', '.join(_OPS)}")
+        raise ConfigError(f"{name}: unknown comparison {op!r}; use one of {', '.join(_OPS)}")
       if not math.isfinite(threshold):
-        raise ValueError(f"{name}: threshold must be finite, got {threshold!r}")
+        raise ConfigError(f"{name}: threshold must be finite, got {threshold!r}")
 
   def verdict(self, value: float | None) -> str:
     """The verdict for a measured value of the statistic (``NOT_MEASURED`` when it is missing or NaN)."""

@@ -70,6 +70,8 @@ from scaling.studies.benchmarks.implementations import IMPLEMENTATIONS
 from scaling.studies.benchmarks.implementations import make_inputs
 from scaling.studies.benchmarks.implementations import make_step
 from scaling.studies.benchmarks.implementations import MODES
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 # Goals reported (never asserted): the default at least as fast as jax.nn everywhere, and blockwise
 # forward+backward at T >= PEAK_TARGET_MIN_LEN reaching PEAK_TARGET of the measured matmul peak.
@@ -111,7 +113,7 @@ class AttentionBenchConfig(Options):
     for shape in self.extra_shapes:
       if (not isinstance(shape, tuple) or len(shape) != 4
           or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)):
-        raise ValueError(f"extra_shapes must hold (B, T, N, d_k) tuples of positive integers, got {shape!r}")
+        raise ConfigError(f"extra_shapes must hold (B, T, N, d_k) tuples of positive integers, got {shape!r}")
 
 
 QUICK = AttentionBenchConfig(seq_lens=(128, 256), head_dims=(32,), repeats=2, extra_shapes=(), peak_matmul_size=256,
@@ -322,7 +324,7 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
     Everything written to attention.json.
   """
   if not isinstance(config, AttentionBenchConfig):
-    raise TypeError(f"config must be an AttentionBenchConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"config must be an AttentionBenchConfig, got {type(config).__name__}")
   wall_start = time.perf_counter()
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from scaling import attention as attention_lib
 from scaling import blockwise as blockwise_lib
+from scaling.validation import ConfigError
 
 IMPLEMENTATIONS = ("ours", "dense", "blockwise", "jax_nn", "flax")
 MODES = ("fwd", "fwd+bwd")
@@ -65,7 +66,7 @@ def attention_fn(impl: str, *, causal: bool, block_q: int = BLOCK_Q,
       mask = jnp.tril(jnp.ones((t, s), bool))[None, None] if causal else None
       return nn.dot_product_attention(q, k, v, mask=mask, deterministic=True)
     return flax_attention
-  raise ValueError(f"unknown implementation impl={impl!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+  raise ConfigError(f"unknown implementation impl={impl!r}; choose from {', '.join(IMPLEMENTATIONS)}")
 
 
 def make_step(impl: str, mode: str, **kwargs) -> Callable[..., Any]:
@@ -84,7 +85,7 @@ def make_step(impl: str, mode: str, **kwargs) -> Callable[..., Any]:
     return lambda q, k, v, ct: fn(q, k, v)
   if mode == "fwd+bwd":
     return jax.value_and_grad(lambda q, k, v, ct: jnp.vdot(fn(q, k, v), ct), argnums=(0, 1, 2))
-  raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+  raise ConfigError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
 
 
 def make_inputs(batch: int, seq_len: int, num_heads: int, head_dim: int, seed: int = 0) -> tuple[jax.Array, ...]:
@@ -108,7 +109,7 @@ def attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int, *, 
     The FLOP count.
   """
   if mode not in MODES:
-    raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    raise ConfigError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
   flops = 4.0 * batch * num_heads * seq_len * seq_len * head_dim
   if causal:
     flops /= 2

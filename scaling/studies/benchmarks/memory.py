@@ -37,6 +37,7 @@ from scaling.config import option
 from scaling.config import Options
 from scaling.studies import benchmarks
 from scaling.studies.benchmarks import implementations
+from scaling.validation import ConfigTypeError
 
 MAX_MEMORY_FRACTION = 0.6
 """Measurements whose XLA-planned buffers exceed this fraction of the available memory are skipped."""
@@ -104,7 +105,7 @@ def measure_memory(config: MemoryConfig) -> dict:
     skipped, the baseline and peak RSS, their difference and the seconds taken.
   """
   if not isinstance(config, MemoryConfig):
-    raise TypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
   row = dataclasses.asdict(config)
   row["rss_at_start_mib"] = _maxrss_mib()
   args = implementations.make_inputs(config.batch, config.seq_len, config.num_heads, config.head_dim, config.seed)
@@ -148,7 +149,7 @@ def launch(config: MemoryConfig, timeout_s: float):
     (the process, the row's known fields, the start time).
   """
   if not isinstance(config, MemoryConfig):
-    raise TypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
   cmd = [sys.executable, "-m", "experiments.attention_memory",
          *(f"--{name}={value}" for name, value in dataclasses.asdict(config).items())]
   if os.path.exists("/bin/sh"):

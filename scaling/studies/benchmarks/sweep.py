@@ -32,6 +32,7 @@ from scaling.config import Options
 from scaling.studies import benchmarks
 from scaling.studies.benchmarks import timing
 from scaling.studies import sweep as sweep_lib
+from scaling.validation import ConfigTypeError
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,7 +127,7 @@ def run(bench: SweepBenchConfig, out_dir: pathlib.Path) -> dict:
     The headline numbers: both speedups, the vmapped cold time and the rerun's wall-time ratio.
   """
   if not isinstance(bench, SweepBenchConfig):
-    raise TypeError(f"bench must be a SweepBenchConfig, got {type(bench).__name__}")
+    raise ConfigTypeError(f"bench must be a SweepBenchConfig, got {type(bench).__name__}")
   config = bench.sweep
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
              "load_average": [os.getloadavg()[0]]}

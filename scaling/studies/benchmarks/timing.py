@@ -8,6 +8,8 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
+from scaling.validation import ConfigError
+
 
 def time_call(fn: Callable[..., Any], args: Sequence[Any]) -> float:
   """Seconds of one ``fn(*args)``, until its outputs are ready."""
@@ -34,9 +36,9 @@ def measure_matmul_peak(size: int, repeats: int = 5) -> dict:
     {"size", "seconds" (the fastest call), "gflops"}.
   """
   if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-    raise ValueError(f"size must be a positive integer, got {size!r}")
+    raise ConfigError(f"size must be a positive integer, got {size!r}")
   if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-    raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
   a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in jax.random.split(jax.random.PRNGKey(1)))
   dot = jax.jit(jnp.dot).lower(a, b).compile()
   jax.block_until_ready(dot(a, b))

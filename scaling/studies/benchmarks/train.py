@@ -61,6 +61,7 @@ from scaling.config import option
 from scaling.config import Options
 from scaling.studies.benchmarks import timing
 from scaling.studies.grid import lr_grid
+from scaling.validation import ConfigTypeError
 
 EMBEDDING_TABLES = ("embed", "pos_embed")
 
@@ -265,7 +266,7 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
     The headline numbers: steps/s and fraction of peak, the grid's speedups and its per-step ratio.
   """
   if not isinstance(config, TrainBenchConfig):
-    raise TypeError(f"config must be a TrainBenchConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"config must be a TrainBenchConfig, got {type(config).__name__}")
   load_before = os.getloadavg()[0]
   peak = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
   thr = throughput(config, peak)
