@@ -263,7 +263,7 @@ def _check_mult(m: Any) -> float:
   """Returns the width multiplier ``m`` as a float if it is finite and positive, else raises ValueError."""
   ok = isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m) and m > 0
   if not ok:
-    raise ValueError(f"width multiplier m must be a finite positive number, got {m!r}")
+    raise ConfigError(f"width multiplier m must be a finite positive number, got {m!r}")
   return float(m)
 
 
@@ -675,7 +675,7 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[i
     return 1, math.prod(dims)
   if in_axes is not None and len(dims) >= 2:
     if isinstance(in_axes, bool) or not isinstance(in_axes, int) or not 0 < in_axes < len(dims):
-      raise ValueError(f"in_axes must be an integer in [1, {len(dims) - 1}] for shape {dims}, got {in_axes!r}")
+      raise ConfigError(f"in_axes must be an integer in [1, {len(dims) - 1}] for shape {dims}, got {in_axes!r}")
     return math.prod(dims[:in_axes]), math.prod(dims[in_axes:])
   if kind == "embedding":
     if len(dims) != 2:

@@ -46,6 +46,8 @@ import jax
 
 from scaling import layers
 from scaling import parametrization as param_lib
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 # The attention projections of flax.linen.MultiHeadDotProductAttention and flax.nnx.MultiHeadAttention.
 FLAX_ATTENTION = {"*/query/kernel": "attn_q", "*/key/kernel": "attn_k", "*/value/kernel": "attn_v",
@@ -132,7 +134,7 @@ class Roles(Mapping[str, Role]):
     def leaf_fn(path, leaf):
       key = path_key(path)
       if key not in self._roles:
-        raise ValueError(f"parameter {key!r} has no role (known: {', '.join(list(self._roles)[:8])}, ...); infer "
+        raise ConfigError(f"parameter {key!r} has no role (known: {', '.join(list(self._roles)[:8])}, ...); infer "
                          "the roles from the same model")
       return fn(key, self._roles[key], leaf)
     return jax.tree_util.tree_map_with_path(leaf_fn, params)
@@ -174,7 +176,7 @@ def _leaves(tree: Any, name: str) -> tuple[dict[str, tuple[tuple[int, ...], str 
     kind = leaf.kind if isinstance(leaf, layers.Kinded) else None
     value = leaf.unbox() if _is_box(leaf) else leaf
     if not hasattr(value, "shape"):
-      raise TypeError(f"{name}: parameter {path_key(path)!r} is a {type(value).__name__}, not an array or "
+      raise ConfigTypeError(f"{name}: parameter {path_key(path)!r} is a {type(value).__name__}, not an array or "
                       "jax.ShapeDtypeStruct; pass params, jax.eval_shape(...) of them, or an nnx Module")
     out[path_key(path)] = (tuple(int(d) for d in value.shape), kind)
   treedef = jax.tree.structure(jax.tree.map(lambda x: 0, tree, is_leaf=_is_box))
@@ -193,7 +195,7 @@ def _override(path: str, overrides: Mapping[str, Any]) -> tuple[str, int | None]
       try:
         return param_lib.check_kind(kind), in_axes
       except ValueError as e:
-        raise ValueError(f"overrides[{pattern!r}] (matching {path!r}): {e}") from None
+        raise ConfigError(f"overrides[{pattern!r}] (matching {path!r}): {e}") from None
   return None
 
 
@@ -207,7 +209,7 @@ def _kernel_in_axes(path: str, shape: tuple[int, ...], grown: tuple[int, ...]) -
     return 1
   if module in _SPLIT_BEFORE_LAST or not any(axis < rank - 2 for axis in grown):
     return rank - 1  # DenseGeneral over trailing axes (MHA's out), or Conv [..., in, out] with fixed spatial axes
-  raise ValueError(
+  raise ConfigError(
       f"parameter {path!r} {list(shape)}: cannot tell its input axes from its shape (axes {list(grown)} grow); "
       f"pass overrides={{{path!r}: (kind, in_axes)}} with in_axes the number of its leading input axes")
 
@@ -217,12 +219,12 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
   """The role of one parameter from its base, delta and target shapes (or its override or Kinded kind)."""
   base, delta, target = shapes
   if not len(base) == len(delta) == len(target):
-    raise ValueError(f"parameter {path!r} has rank {len(base)}, {len(delta)} and {len(target)} in base, delta and "
+    raise ConfigError(f"parameter {path!r} has rank {len(base)}, {len(delta)} and {len(target)} in base, delta and "
                      "target: they must be the same model at different widths")
   grown = tuple(i for i, (b, d) in enumerate(zip(base, delta)) if b != d)
   moved = [i for i, (b, t) in enumerate(zip(base, target)) if b != t and i not in grown]
   if moved:
-    raise ValueError(f"parameter {path!r}: axes {moved} differ between base {list(base)} and target {list(target)} "
+    raise ConfigError(f"parameter {path!r}: axes {moved} differ between base {list(base)} and target {list(target)} "
                      f"but not between base and delta {list(delta)}; the delta must change every width-like axis")
   in_block = blocks is None or _match(path, blocks)
   found = _override(path, overrides)
@@ -243,7 +245,7 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
     return Role(kind, target, base, grown, None, in_block)
   if name == "embedding":
     if len(target) != 2 or 0 in grown:
-      raise ValueError(f"parameter {path!r}: an embedding table [vocab, features] whose vocabulary axis grows "
+      raise ConfigError(f"parameter {path!r}: an embedding table [vocab, features] whose vocabulary axis grows "
                        f"(base {list(base)}, delta {list(delta)}); keep the vocabulary fixed or pass "
                        f"overrides={{{path!r}: kind}}")
     if not grown:
@@ -264,7 +266,7 @@ def _checked(path: str, role: Role) -> Role:
     param_lib.fans(role.kind, role.base_shape, role.in_axes)
     param_lib.fans(role.kind, role.shape, role.in_axes)
   except ValueError as e:
-    raise ValueError(f"parameter {path!r} as {role.kind}: {e}") from None
+    raise ConfigError(f"parameter {path!r} as {role.kind}: {e}") from None
   return role
 
 
@@ -312,22 +314,22 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping
   (b, _), (d, _), (t, treedef) = trees
   if not set(b) == set(d) == set(t):
     diff = sorted((set(b) | set(d) | set(t)) - (set(b) & set(d) & set(t)))
-    raise ValueError(f"base, delta and target have different parameters: {', '.join(diff[:6])}; they must be the "
+    raise ConfigError(f"base, delta and target have different parameters: {', '.join(diff[:6])}; they must be the "
                      "same model at different widths")
   if all(b[p][0] == d[p][0] for p in b):
-    raise ValueError("base and delta have the same parameter shapes: build the delta model at another width")
+    raise ConfigError("base and delta have the same parameter shapes: build the delta model at another width")
   roles = {}
   for path in t:
     marked = next((tree[path][1] for tree in (t, b, d) if tree[path][1] is not None), None)
     roles[path] = _role(path, (b[path][0], d[path][0], t[path][0]), marked, overrides, blocks)
   if tied_embedding is not None:
     if tied_embedding not in roles or roles[tied_embedding].kind != "embedding":
-      raise ValueError(f"tied_embedding={tied_embedding!r} is not an embedding of the model; embeddings: "
+      raise ConfigError(f"tied_embedding={tied_embedding!r} is not an embedding of the model; embeddings: "
                        f"{', '.join(p for p, r in roles.items() if r.kind == 'embedding') or 'none'}")
   elif not any(r.kind == "readout" for r in roles.values()):
     embeddings = [p for p, r in roles.items() if r.kind == "embedding"]
     if embeddings:
-      raise ValueError(
+      raise ConfigError(
           f"the model has no readout (no kernel whose fan-in grows and fan-out is fixed) but has the embedding "
           f"{embeddings[0]!r}: if it is also the readout (tied, Embed.attend), pass "
           f"tied_embedding={embeddings[0]!r} and multiply the tied logits by the readout multiplier "
@@ -338,5 +340,5 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping
 def check_roles(roles: Any) -> Roles:
   """Returns ``roles`` if it is a ``Roles`` (from ``infer_kinds``), else raises TypeError."""
   if not isinstance(roles, Roles):
-    raise TypeError(f"roles must be the Roles that scaling.infer_kinds returns, got {type(roles).__name__}")
+    raise ConfigTypeError(f"roles must be the Roles that scaling.infer_kinds returns, got {type(roles).__name__}")
   return roles

@@ -16,6 +16,8 @@ import os
 import pathlib
 from typing import Any, Mapping, Sequence
 
+from scaling.validation import ConfigError
+
 TRACKERS = {"tensorboard": "tensorboardX", "wandb": "wandb"}
 """Tracker name (a value of --log_to) -> the package it needs (the extra of the same name installs it)."""
 
@@ -31,9 +33,9 @@ def check_available(names: Sequence[str]) -> None:
   """
   for name in names:
     if name not in TRACKERS:
-      raise ValueError(f"--log_to: unknown tracker {name!r}; known: {', '.join(TRACKERS)}")
+      raise ConfigError(f"--log_to: unknown tracker {name!r}; known: {', '.join(TRACKERS)}")
     if importlib.util.find_spec(TRACKERS[name]) is None:
-      raise ValueError(f"--log_to={name} needs the {TRACKERS[name]} package: pip install "
+      raise ConfigError(f"--log_to={name} needs the {TRACKERS[name]} package: pip install "
                        f"'scaling[{name}]' (or pip install {TRACKERS[name]})")
 
 

@@ -44,6 +44,8 @@ from scaling import flax_attention
 from scaling import optim
 from scaling import parametrization as param_lib
 from scaling import roles as roles_lib
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 FORWARD = ("fold", "readout", "model")
 _HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
@@ -90,7 +92,7 @@ class UserParametrization:
     """The multiplier of the logits ``x @ E.T`` of a tied embedding E (the readout's A at its fans and m)."""
     path = self.roles.tied_embedding
     if path is None:
-      raise ValueError("the model has no tied embedding (infer_kinds(..., tied_embedding=path))")
+      raise ConfigError("the model has no tied embedding (infer_kinds(..., tied_embedding=path))")
     role = self.roles[path]
     vocab, features = role.shape
     m = features / role.base_shape[1]
@@ -198,9 +200,9 @@ class UserParametrization:
       An optax GradientTransformation (state ``optax.InjectHyperparamsState``).
     """
     if eps_scaling not in optim.EPS_SCALINGS:
-      raise ValueError(f"eps_scaling must be one of {', '.join(optim.EPS_SCALINGS)}; got {eps_scaling!r}")
+      raise ConfigError(f"eps_scaling must be one of {', '.join(optim.EPS_SCALINGS)}; got {eps_scaling!r}")
     if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
-      raise ValueError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
+      raise ConfigError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
     decay_kinds = tuple(param_lib.check_kind(kind) for kind in decay_kinds)
     factors = {path: self.eps_factor(path, eps_scaling) for path in self.roles}
     eps_factors = None
@@ -215,7 +217,7 @@ class UserParametrization:
 
   def _check_path(self, path: str) -> str:
     if path not in self.roles:
-      raise ValueError(f"no parameter {path!r}; parameters: {', '.join(self.roles)}")
+      raise ConfigError(f"no parameter {path!r}; parameters: {', '.join(self.roles)}")
     return path
 
 
@@ -241,20 +243,20 @@ def parametrize(roles: roles_lib.Roles, parametrization: str | param_lib.Paramet
   if isinstance(parametrization, str):
     parametrization = param_lib.get_parametrization(parametrization)
   if not isinstance(parametrization, param_lib.Parametrization):
-    raise TypeError(f"parametrization must be a name or a Parametrization, got {parametrization!r}")
+    raise ConfigTypeError(f"parametrization must be a name or a Parametrization, got {parametrization!r}")
   if forward not in FORWARD:
-    raise ValueError(f"forward must be one of {', '.join(FORWARD)}; got {forward!r}")
+    raise ConfigError(f"forward must be one of {', '.join(FORWARD)}; got {forward!r}")
   if parametrization.unit_scaled and forward != "model":
-    raise ValueError("u-μP's multipliers are the scales of its unit-scaled ops (forward and backward): build the "
+    raise ConfigError("u-μP's multipliers are the scales of its unit-scaled ops (forward and backward): build the "
                      "model from scaling.unit_scaling's ops and pass forward='model'")
   kinds = [role.kind for role in roles.values()]
   if parametrization.zero_query and "attn_q" not in kinds:
-    raise ValueError("zero_query needs to know the query projections: infer_kinds(..., "
+    raise ConfigError("zero_query needs to know the query projections: infer_kinds(..., "
                      "overrides=scaling.FLAX_ATTENTION) or overrides={'<pattern>': 'attn_q'}")
   if parametrization.depth_alpha:
     outside = [p for p, r in roles.items() if r.kind in _HIDDEN_LIKE and not r.in_block]
     if outside:
-      raise ValueError(f"depth scaling: hidden matrix {outside[0]!r} is outside the blocks; widen "
+      raise ConfigError(f"depth scaling: hidden matrix {outside[0]!r} is outside the blocks; widen "
                        "infer_kinds(..., blocks=...) or give it another kind by overrides")
   return UserParametrization(roles, parametrization, forward)
 

@@ -160,7 +160,7 @@ class ClaimListTest(absltest.TestCase):
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids must be one of the 23 listed below; got 'variance_is_dk_typo' "
+    with self.assertRaisesRegex(ValueError, "ids must be one of the 48 listed below; got 'variance_is_dk_typo' "
                                 "\\(did you mean 'variance_is_dk'\\?\\)\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
