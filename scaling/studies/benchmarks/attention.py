@@ -130,7 +130,7 @@ def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads
       head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
       subtract_max=True), is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
-                      else attention_lib.blockwise_blocks(seq_len, seq_len))
+                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
   rows, active = {}, {}
   for impl in IMPLEMENTATIONS:
     row = {"batch": batch, "seq_len": seq_len, "num_heads": num_heads, "head_dim": head_dim, "causal": causal,
