@@ -31,7 +31,7 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertIn("matmul peak", printed)
     data = json.loads((out / "attention.json").read_text())
     for key in ("config", "machine", "flop_convention", "timings", "table", "memory", "long_run", "targets",
-                "wall_s"):
+                "wall_s", "load_average"):
       self.assertIn(key, data)
     self.assertEqual(set(result), set(data))
     self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
@@ -59,7 +59,7 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertLen([line for line in table if line.startswith("| 2 | 256 | 4 | 1 |")], 4)
     self.assertTrue(any(line.startswith("- default path within 1.1x of the fastest forced configuration: met in ")
                         for line in table))
-    self.assertIn("GFLOP/s float32 matmul peak measured in the same run", "\n".join(table))
+    self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
     self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-1])
     for row in data["timings"]:

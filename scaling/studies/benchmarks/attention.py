@@ -308,7 +308,7 @@ def _table_order(item) -> tuple:
 
 
 def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = None,
-             memory: list[dict] = ()) -> str:
+             memory: list[dict] = (), load: str = "") -> str:
   """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals."""
   cases: dict[tuple, dict[str, dict]] = {}
   for r in timings:
@@ -331,7 +331,7 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
   text = report.markdown_table(columns, rows) + (
       f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); best forced = the fastest of "
       f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; blockwise / "
-      f"peak = its GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run.\n")
+      f"peak = its GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run{load}.\n")
   if targets is not None:
     text += "\n" + _goals_markdown(targets)
   for r in memory:
@@ -396,6 +396,7 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   if not isinstance(config, AttentionBenchConfig):
     raise TypeError(f"config must be an AttentionBenchConfig, got {type(config).__name__}")
   wall_start = time.perf_counter()
+  load_start = os.getloadavg()[0]
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -471,9 +472,11 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
       "long_run": long_run,
       "targets": targets,
       "wall_s": time.perf_counter() - wall_start,
+      "load_average": [load_start, os.getloadavg()[0]],
   }
   results_lib.write_json(out_dir / "attention.json", results)
-  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run]))
+  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run],
+                                                 load=timing.load_note(results)))
   _plot(out_dir / "attention.png", timings, config)
   print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json, attention.md and attention.png to "
         f"{out_dir}")
