@@ -88,21 +88,24 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   1, 512, 4, 128       causal  fwd+bwd   0.73    0.69
 #
 # Those tables hold B·N at 4; with more heads, batch or GQA groups the [B, K, G, bq, bk] tile that each step's
-# exp, mask and rescale sweep grows with B·N. Side by side (fwd+bwd, causal, H = 64, median ms of 7-11 interleaved
-# calls; 1-minute load average 3.5-11, the machine shared):
+# exp, mask and rescale sweep grows with B·N. Side by side (fwd+bwd, causal, H = 64, median ms of 5-11 interleaved
+# calls, one row per run; 1-minute load average 3.5-12, the machine shared):
 #
 #   (B, T = S, N, K)     64x128   64x256   128x128  128x256  256x256  128x512  256x512
 #   1, 2048, 8, 2        -        299      327      301      -        404      443
 #   1, 2048, 8, 2        -        -        -        344      512      518      509
+#   1, 2048, 8, 2        -        531      352      327      375      -        576
 #   1, 2048, 8, 1        -        308      344      319      -        -        505
 #   1, 2048, 8, 8        -        -        -        372      619      911      870
 #   2, 2048, 4, 4        -        -        -        683      693      -        1044
 #   1, 2048, 4, 4        -        -        -        192      211      274      388
+#   2, 4096, 8, 2        3590     4411     2866     3492     5348     -        6747
 #   4, 512, 8, 2         100      106      180      244      414      -        -
 #
 # so the fastest tiles hold B·N·bq·bk near TILE_MAX_ELEMENTS (1 MiB of float32, one core's L2 cache):
-# ``blockwise_blocks`` starts from BLOCKS or LARGE_BLOCKS and halves block_k down to 256, then block_q down to
-# MIN_BLOCKS[0], then block_k down to MIN_BLOCKS[1], until the tile fits. (At B·N = 4 it turns LARGE_BLOCKS into
+# ``blockwise_blocks`` starts from BLOCKS or LARGE_BLOCKS and halves block_k down to 256, then block_q down to 128,
+# then block_k down to MIN_BLOCKS[1], then block_q down to MIN_BLOCKS[0], until the tile fits (at B·N = 16 that is
+# 128x128, not 64x256: the last row). (At B·N = 4 it turns LARGE_BLOCKS into
 # 256x256: 1.1x the best tile on the loaded machine, where 256x512 took 2x, but 1.5x slower than 256x512 in the quiet
 # table above; the rule follows the loaded measurements, which cover GQA, batch and more heads.)
 #
@@ -187,13 +190,13 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -
     key_shape: [B, S, K, H] (or [S, K, H]).
 
   Returns:
-    BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to MIN_BLOCKS[0], block_k
-    to MIN_BLOCKS[1]) until the B·N·bq·bk tile holds at most TILE_MAX_ELEMENTS.
+    BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to
+    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until the B·N·bq·bk tile holds at most TILE_MAX_ELEMENTS.
   """
   q_len, kv_len, heads = query_shape[-3], key_shape[-3], query_shape[-2]
   rows = heads * (query_shape[0] if len(query_shape) == 4 else 1)
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
-  for axis, floor in ((1, max(256, MIN_BLOCKS[1])), (0, MIN_BLOCKS[0]), (1, MIN_BLOCKS[1])):
+  for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
     while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:
       block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
   return min(block_q, q_len), min(block_k, kv_len)

@@ -261,10 +261,11 @@ class DispatchTest(parameterized.TestCase):
   @parameterized.parameters(  # (B, T, N, S) -> blocks, written out from the rule's table in scaling.attention
       ((1, 2048, 2, 2048), (256, 512)),  # B·N·256·512 = 2**18: at the limit, LARGE_BLOCKS
       ((1, 2048, 4, 2048), (256, 256)),  # one over: block_k halves first
-      ((1, 2048, 8, 2048), (128, 256)),  # then block_q
+      ((1, 2048, 8, 2048), (128, 256)),  # then block_q to 128
+      ((2, 4096, 8, 4096), (128, 128)),  # then block_k to 128
       ((2, 2048, 4, 1024), (128, 256)),  # batch counts like heads
       ((1, 2048, 8, 1023), (128, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN: BLOCKS, 8·128·128 fits
-      ((4, 512, 8, 512), (64, 128)),  # 32·128·128 does not: block_q halves
+      ((4, 512, 8, 512), (64, 128)),  # 32·128·128 does not: block_q halves last
       ((8, 512, 16, 512), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
       ((1, 100, 2, 4096), (100, 512)),  # capped at T
   )
