@@ -58,6 +58,9 @@ class QuickSuiteTest(absltest.TestCase):
     self.assertGreater(thr["steps_per_s"], 0)
     self.assertAlmostEqual(thr["flops_per_s"], thr["flops_per_step"]["total"] * thr["steps_per_s"], delta=1.0)
     self.assertGreater(thr["fraction_of_peak"], 0)
+    self.assertEqual(data["matmul_peak_flops_per_s"], max(data["matmul_peak_before_after"]))
+    for v in (thr, *thr["variants"].values()):
+      self.assertAlmostEqual(v["fraction_of_peak"], v["flops_per_s"] / data["matmul_peak_flops_per_s"])
     self.assertEqual(set(data["timings"]), {"vmapped", "one_at_a_time"})
     for timing in data["timings"].values():
       self.assertGreater(timing["cold_s"], 0)
