@@ -88,6 +88,28 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   4, 512, 8, 64        none    fwd+bwd   1.12    0.69
 #   1, 512, 4, 128       causal  fwd+bwd   0.73    0.69
 #
+# Those tables hold B·N at 4; with more heads, batch or GQA groups the [B, K, G, bq, bk] tile that each step's
+# exp, mask and rescale sweep grows with B·N. Side by side (fwd+bwd, causal, H = 64, median ms of 5-11 interleaved
+# calls, one row per run; 1-minute load average 3.5-12, the machine shared):
+#
+#   (B, T = S, N, K)     64x128   64x256   128x128  128x256  256x256  128x512  256x512
+#   1, 2048, 8, 2        -        299      327      301      -        404      443
+#   1, 2048, 8, 2        -        -        -        344      512      518      509
+#   1, 2048, 8, 2        -        531      352      327      375      -        576
+#   1, 2048, 8, 1        -        308      344      319      -        -        505
+#   1, 2048, 8, 8        -        -        -        372      619      911      870
+#   2, 2048, 4, 4        -        -        -        683      693      -        1044
+#   1, 2048, 4, 4        -        -        -        192      211      274      388
+#   2, 4096, 8, 2        3590     4411     2866     3492     5348     -        6747
+#   4, 512, 8, 2         100      106      180      244      414      -        -
+#
+# so the fastest tiles hold B·N·bq·bk near TILE_MAX_ELEMENTS (1 MiB of float32, one core's L2 cache):
+# ``blockwise_blocks`` starts from BLOCKS or LARGE_BLOCKS and halves block_k down to 256, then block_q down to 128,
+# then block_k down to MIN_BLOCKS[1], then block_q down to MIN_BLOCKS[0], until the tile fits (at B·N = 16 that is
+# 128x128, not 64x256: the last row). (At B·N = 4 it turns LARGE_BLOCKS into
+# 256x256: 1.1x the best tile on the loaded machine, where 256x512 took 2x, but 1.5x slower than 256x512 in the quiet
+# table above; the rule follows the loaded measurements, which cover GQA, batch and more heads.)
+#
 # Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
 # (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
 # there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in
@@ -99,6 +121,8 @@ DENSE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
+TILE_MAX_ELEMENTS = 2**18
+MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
 CUDNN_MAX_HEAD_DIM = 128
@@ -156,12 +180,26 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
   if not is_causal and not has_local_window and b * n * t * s <= DENSE_MAX_LOGITS:
     return Choice("dense", reason=f"no tiles to skip and B·N·T·S = {b * n * t * s} <= {DENSE_MAX_LOGITS}")
-  return Choice("blockwise", *blockwise_blocks(t, s), reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}")
+  return Choice("blockwise", *blockwise_blocks(query_shape, key_shape), reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}")
 
 
-def blockwise_blocks(q_len: int, kv_len: int) -> tuple[int, int]:
-  """(block_q, block_k) of the measured rule above for T = ``q_len``, S = ``kv_len`` (capped at T and S)."""
+def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -> tuple[int, int]:
+  """(block_q, block_k) of the measured rule above, capped at T and S.
+
+  Args:
+    query_shape: [B, T, N, H] (or [T, N, H]).
+    key_shape: [B, S, K, H] (or [S, K, H]).
+
+  Returns:
+    BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to
+    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until the B·N·bq·bk tile holds at most TILE_MAX_ELEMENTS.
+  """
+  q_len, kv_len, heads = query_shape[-3], key_shape[-3], query_shape[-2]
+  rows = heads * (query_shape[0] if len(query_shape) == 4 else 1)
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
+  for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
+    while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:
+      block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
   return min(block_q, q_len), min(block_k, kv_len)
 
 

@@ -25,24 +25,41 @@ class AttentionBenchTest(absltest.TestCase):
       result = attention.run(attention.QUICK, out)
     printed = buf.getvalue()
     self.assertIn("ratio_to_jax_nn", printed)
+    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 128x128\) [0-9.]+ ms; best forced "
+                              r"\((dense|blockwise 128x128|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
+                              r"ours / jax.nn [0-9.]+")
     self.assertIn("matmul peak", printed)
     data = json.loads((out / "attention.json").read_text())
     for key in ("config", "machine", "flop_convention", "timings", "table", "memory", "long_run", "targets",
-                "wall_s"):
+                "wall_s", "load_average"):
       self.assertIn(key, data)
     self.assertEqual(set(result), set(data))
     self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
-    cells = {(r["seq_len"], r["causal"], r["mode"], r["impl"]) for r in data["timings"] if r["status"] == "ok"}
-    self.assertEqual(cells, {(t, c, m, i) for t in (128, 256) for c in (True, False) for m in implementations.MODES
-                             for i in implementations.IMPLEMENTATIONS})
-    chosen = {(r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
+    cells = {(r["batch"], r["seq_len"], r["num_kv_heads"], r["causal"], r["mode"], r["impl"])
+             for r in data["timings"] if r["status"] == "ok"}
+    impls = (*implementations.IMPLEMENTATIONS, "blockwise 64x128")  # and the one forced tile of QUICK
+    shapes = ((1, 256, 4), (2, 256, 1))  # (B, T, K): the grid, then the GQA case (N = 4)
+    self.assertEqual(cells, {(*shape, c, m, i) for shape in shapes for c in (True, False)
+                             for m in implementations.MODES for i in impls})
+    chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
     # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
-    self.assertEqual(chosen, {(128, True): "dense", (128, False): "dense", (256, True): "blockwise 128x128",
-                              (256, False): "dense"})
+    self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128", (1, 256, False): "dense",
+                              (2, 256, True): "blockwise 128x128", (2, 256, False): "dense"})
+    for r in data["timings"]:
+      if r["impl"] == "ours":
+        forced = [o["ms"] for o in data["timings"] if o["impl"] in ("dense", "blockwise", "blockwise 64x128")
+                  and all(o[k] == r[k] for k in ("batch", "seq_len", "num_kv_heads", "causal", "mode"))]
+        self.assertLen(forced, 3)
+        self.assertAlmostEqual(r["best_forced_ms"], min(forced))
+        self.assertAlmostEqual(r["ratio_to_best_forced"], r["ms"] / min(forced))
     table = (out / "attention.md").read_text().splitlines()
-    self.assertTrue(table[0].startswith("| B | T | N | d_k | mask | pass | ours ms (ratio) |"), table[0])
-    self.assertLen([line for line in table if line.startswith("| 1 |")], 8)  # 2 T x 2 maskings x 2 passes
-    self.assertIn("GFLOP/s float32 matmul peak measured in the same run", "\n".join(table))
+    self.assertTrue(table[0].startswith("| B | T | N | K | d_k | mask | pass | ours ms (ratio) | ours runs | best "
+                                        "forced (ours / it) |"), table[0])
+    self.assertLen([line for line in table if line.startswith("| 1 | 256 | 4 | 4 |")], 4)  # 2 maskings x 2 passes
+    self.assertLen([line for line in table if line.startswith("| 2 | 256 | 4 | 1 |")], 4)
+    self.assertTrue(any(line.startswith("- default path within 1.1x of the fastest forced configuration: met in ")
+                        for line in table))
+    self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
     self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-1])
     for row in data["timings"]:
@@ -59,6 +76,7 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertEqual(data["long_run"]["seq_len"], 2048)
     self.assertTrue(data["targets"]["blockwise_long_sequence_runs"]["met"])
     self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 8)
+    self.assertLen(data["targets"]["default_within_1.1x_of_best_forced"]["per_size"], 8)
     self.assertGreater((out / "attention.png").stat().st_size, 1000)
 
 

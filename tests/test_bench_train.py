@@ -11,7 +11,17 @@ from absl.testing import absltest
 import jax
 
 from scaling import model as model_lib
+from scaling.studies.benchmarks import profile
 from scaling.studies.benchmarks import train as bench_train
+
+
+class ProfileCategoryTest(absltest.TestCase):
+
+  def test_categories_of_xla_names(self):
+    for name, want in (("ynn_fusion.52", "matmul"), ("dot.3", "matmul"), ("onednn_fusion", "matmul"),
+                       ("copy_bitcast_fusion.2", "layout"), ("transpose_copy_fusion", "layout"),
+                       ("multiply_tanh_fusion", "other"), ("add_concatenate_fusion.3", "other")):
+      self.assertEqual(profile.category(name), want, name)
 
 
 class FlopsTest(absltest.TestCase):
@@ -48,6 +58,9 @@ class QuickSuiteTest(absltest.TestCase):
     self.assertGreater(thr["steps_per_s"], 0)
     self.assertAlmostEqual(thr["flops_per_s"], thr["flops_per_step"]["total"] * thr["steps_per_s"], delta=1.0)
     self.assertGreater(thr["fraction_of_peak"], 0)
+    self.assertEqual(data["matmul_peak_flops_per_s"], max(data["matmul_peak_before_after"]))
+    for v in (thr, *thr["variants"].values()):
+      self.assertAlmostEqual(v["fraction_of_peak"], v["flops_per_s"] / data["matmul_peak_flops_per_s"])
     self.assertEqual(set(data["timings"]), {"vmapped", "one_at_a_time"})
     for timing in data["timings"].values():
       self.assertGreater(timing["cold_s"], 0)
@@ -68,6 +81,18 @@ class QuickSuiteTest(absltest.TestCase):
     self.assertIn(f"{thr['variants']['every_metric']['fraction_of_peak']:.2f}", markdown)
     self.assertIn(f"**{data['per_step']['loop_over_vmapped']:.2f}×**", markdown)
     self.assertTrue((out / "train.png").stat().st_size > 1000)
+    prof = data["profile"]
+    self.assertEqual(set(prof["categories"]), {"matmul", "layout", "other"})
+    self.assertAlmostEqual(sum(c["share"] for c in prof["categories"].values()), 1.0, places=6)
+    self.assertAlmostEqual(sum(c["ms_per_call"] for c in prof["categories"].values()), prof["op_ms_per_call"],
+                           places=6)
+    self.assertGreater(prof["categories"]["matmul"]["ms_per_call"], 0)  # the model's dense layers are dots
+    top = [r["ms_per_call"] for r in prof["top_ops"]]
+    self.assertEqual(top, sorted(top, reverse=True))
+    for r in prof["top_ops"]:
+      self.assertAlmostEqual(r["share"], r["ms_per_call"] / prof["op_ms_per_call"], places=6)
+      self.assertLessEqual(r["ms_per_call"], prof["categories"][r["category"]]["ms_per_call"] + 1e-9)
+    self.assertIn(f"matmul {prof['categories']['matmul']['share']:.0%}", markdown)
 
 
 if __name__ == "__main__":

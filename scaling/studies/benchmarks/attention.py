@@ -7,10 +7,15 @@ For each sequence length T (= S), head dimension d_k and masking (causal or
 not) it times the forward pass and the forward+backward pass (value and
 gradients w.r.t. q, k, v) of the five implementations of
 ``scaling.studies.benchmarks.implementations`` (batch 1, ``num_heads`` heads,
-float32; ``extra_shapes`` adds (B, T, N, d_k) cases, both maskings); for
-``ours`` the path the rule of ``scaling.attention.select_implementation``
-chose is recorded, and ``blockwise`` runs with the blocks that rule picks
-for the shape.
+float32; ``extra_shapes`` adds (B, T, N, d_k) cases, and the GQA grid
+``gqa_groups`` × ``gqa_seq_lens`` cases of batch ``gqa_batch`` with
+``gqa_num_heads`` query heads over gqa_num_heads / group key/value heads,
+both maskings); for ``ours`` the path the rule of
+``scaling.attention.select_implementation`` chose is recorded, and
+``blockwise`` runs with the blocks that rule picks for the shape. Blockwise
+also runs forced to each tile of ``tile_candidates``: per case the default's
+time is printed against the fastest forced configuration (dense or blockwise
+with any of those tiles) and against jax.nn's.
 
 Timing: every function is compiled ahead of time (compilation excluded) and
 called once to warm up; then the implementations are called in turn,
@@ -74,12 +79,16 @@ from scaling.validation import ConfigError
 from scaling.validation import ConfigTypeError
 
 # Goals reported (never asserted): the default at least as fast as jax.nn everywhere, and blockwise
-# forward+backward at T >= PEAK_TARGET_MIN_LEN reaching PEAK_TARGET of the measured matmul peak.
+# forward+backward at T >= PEAK_TARGET_MIN_LEN reaching PEAK_TARGET of the measured matmul peak, and the default
+# within BEST_FORCED_TARGET of the fastest forced configuration.
 PEAK_TARGET = 0.45
 PEAK_TARGET_MIN_LEN = 2048
+BEST_FORCED_TARGET = 1.1
+FORCED = ("dense", "blockwise")
+"""The forced configurations the default is compared with (and blockwise at each of ``tile_candidates``)."""
 
 
-COMMAND_LINE = ("seq_lens", "head_dims", "repeats", "max_call_s")
+COMMAND_LINE = ("seq_lens", "head_dims", "repeats", "max_call_s", "gqa_groups", "gqa_seq_lens")
 """The options of ``AttentionBenchConfig`` that ``python -m experiments.benchmark`` has flags for."""
 
 
@@ -95,6 +104,13 @@ class AttentionBenchConfig(Options):
   causal: tuple[bool, ...] = option((True, False), "Maskings timed (causal or not).")
   extra_shapes: tuple[tuple[int, int, int, int], ...] = ((4, 512, 8, 64), (1, 2048, 8, 64))
   """(B, T, N, d_k) cases timed besides the grid of ``seq_lens`` × ``head_dims`` (both maskings)."""
+  gqa_groups: tuple[int, ...] = option((1, 4, 8), "Attention suite: GQA groups N/K of the GQA grid.", lower=1)
+  gqa_seq_lens: tuple[int, ...] = option((256, 1024, 4096, 8192), "Attention suite: T of the GQA grid.", lower=1)
+  gqa_batch: int = option(2, "Batch of the GQA grid.", lower=1)
+  gqa_num_heads: int = option(8, "Query heads N of the GQA grid.", lower=1)
+  gqa_head_dim: int = option(64, "Head dimension of the GQA grid.", lower=1)
+  tile_candidates: tuple[tuple[int, int], ...] = ((64, 128), (128, 128), (128, 256), (256, 256), (256, 512))
+  """(block_q, block_k) tiles blockwise is also forced to, for the best forced configuration of each case."""
   block_q: int = option(BLOCK_Q, "Blockwise query block of the memory measurements.", lower=1)
   block_k: int = option(BLOCK_K, "Blockwise key block of the memory measurements.", lower=1)
   max_call_s: float = option(8.0, "Attention suite: skip a size when one call would take longer (seconds).",
@@ -110,46 +126,63 @@ class AttentionBenchConfig(Options):
   seed: int = option(0, "Seed of the random inputs.", lower=0)
 
   def validate(self):
+    for group in self.gqa_groups:
+      if self.gqa_num_heads % group:
+        raise ValueError(f"gqa_groups must divide gqa_num_heads = {self.gqa_num_heads}, got {group}")
+    for tile in self.tile_candidates:
+      if (not isinstance(tile, tuple) or len(tile) != 2
+          or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in tile)):
+        raise ValueError(f"tile_candidates must hold (block_q, block_k) pairs of positive integers, got {tile!r}")
     for shape in self.extra_shapes:
       if (not isinstance(shape, tuple) or len(shape) != 4
           or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)):
         raise ConfigError(f"extra_shapes must hold (B, T, N, d_k) tuples of positive integers, got {shape!r}")
 
 
-QUICK = AttentionBenchConfig(seq_lens=(128, 256), head_dims=(32,), repeats=2, extra_shapes=(), peak_matmul_size=256,
-                             memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048, long_timeout_s=120.0,
-                             memory_timeout_s=120.0, parallel_subprocesses=True)
-"""Tiny sizes for a smoke run (T 128 and 256, one head dim, no extra shapes, 2 repeats, memory at T = 1024,
-the long run at T = 2048), not a measurement."""
+QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, extra_shapes=(), gqa_groups=(4,),
+                             gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
+                             peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
+                             long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
+"""Tiny sizes for a smoke run (T 256, one head dim, no extra shapes, one GQA case, one forced tile,
+2 repeats, memory at T = 1024, the long run at T = 2048), not a measurement."""
 
 
-def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads: int, head_dim: int, causal: bool,
-               mode: str, previous: dict[str, tuple[int, float]]) -> list[dict]:
-  """Times all implementations at one case, interleaved; updates ``previous`` {impl: (T, s)}."""
-  args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed)
+def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, int], causal: bool, mode: str,
+               previous: dict[str, tuple[int, float]]) -> list[dict]:
+  """Times all implementations (and blockwise at each forced tile) at one (B, T, N, K, d_k) case, interleaved.
+
+  Updates ``previous`` {impl: (T, s)}.
+  """
+  batch, seq_len, num_heads, num_kv_heads, head_dim = shape
+  args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed, num_kv_heads=num_kv_heads)
   flops = attention_flops(batch, seq_len, num_heads, head_dim, causal=causal, mode=mode)
   choice = attention_lib.select_implementation(args[0].shape, args[1].shape, attention_lib.resolve_logit_options(
       head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
       subtract_max=True), is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
-                      else attention_lib.blockwise_blocks(seq_len, seq_len))
+                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
+  entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
+  for bq, bk in config.tile_candidates:
+    bq, bk = min(bq, seq_len), min(bk, seq_len)
+    if (bq, bk) != (block_q, block_k):
+      entries.setdefault(f"blockwise {bq}x{bk}", ("blockwise", bq, bk))
   rows, active = {}, {}
-  for impl in IMPLEMENTATIONS:
-    row = {"batch": batch, "seq_len": seq_len, "num_heads": num_heads, "head_dim": head_dim, "causal": causal,
-           "mode": mode, "impl": impl, "flops": flops}
+  for name, (impl, bq, bk) in entries.items():
+    row = {"batch": batch, "seq_len": seq_len, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+           "head_dim": head_dim, "causal": causal, "mode": mode, "impl": name, "flops": flops}
     if impl == "ours":
       row["chosen"] = choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.block_q else "")
     if impl == "blockwise":
-      row["blocks"] = f"{block_q}x{block_k}"
-    rows[impl] = row
-    if impl in previous:
-      t_prev, s_prev = previous[impl]
+      row["blocks"] = f"{bq}x{bk}"
+    rows[name] = row
+    if name in previous:
+      t_prev, s_prev = previous[name]
       predicted = s_prev * (seq_len / t_prev) ** 2
       if predicted > config.max_call_s:
         row.update(status="skipped", reason=f"predicted {predicted:.0f} s per call from {s_prev * 1e3:.0f} ms "
                                             f"at T={t_prev} exceeds the {config.max_call_s:g} s limit")
         continue
-    step = make_step(impl, mode, causal=causal, block_q=block_q, block_k=block_k)
+    step = make_step(impl, mode, causal=causal, block_q=bq, block_k=bk)
     start = time.perf_counter()
     compiled = jax.jit(step).lower(*args).compile()
     row["compile_s"] = time.perf_counter() - start
@@ -165,9 +198,9 @@ def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads
     if warm > config.max_call_s:
       row.update(status="skipped", reason=f"the warm-up call took {warm:.1f} s, over the {config.max_call_s:g} s "
                                           f"limit")
-      previous[impl] = (seq_len, warm)
+      previous[name] = (seq_len, warm)
       continue
-    active[impl] = compiled
+    active[name] = compiled
     row["times_s"] = []
   for _ in range(config.repeats):
     for impl, compiled in active.items():
@@ -181,19 +214,41 @@ def _time_size(config: AttentionBenchConfig, batch: int, seq_len: int, num_heads
   for row in rows.values():
     if row.get("ms") is not None and base is not None:
       row["ratio_to_jax_nn"] = row["ms"] / base
+  forced = [r for r in rows.values() if r.get("ms") is not None and r["impl"].split(" ")[0] in FORCED]
+  ours = rows["ours"]
+  if forced and ours.get("ms") is not None:
+    best = min(forced, key=lambda r: r["ms"])
+    ours.update(best_forced=best["impl"] + (f" {best['blocks']}" if best["impl"] == "blockwise" else ""),
+                best_forced_ms=best["ms"], ratio_to_best_forced=ours["ms"] / best["ms"])
   return list(rows.values())
+
+
+def _describe_case(rows: list[dict]) -> str:
+  """One line: the default's time against the best forced configuration's and jax.nn's."""
+  ours = next(r for r in rows if r["impl"] == "ours")
+  if ours.get("ms") is None:
+    return f"{_case_name(ours)}: ours {ours['status']}"
+  text = f"{_case_name(ours)}: ours ({ours['chosen']}) {ours['ms']:.4g} ms"
+  if ours.get("best_forced") is not None:
+    text += (f"; best forced ({ours['best_forced']}) {ours['best_forced_ms']:.4g} ms, ours / best "
+             f"{ours['ratio_to_best_forced']:.2f}")
+  if ours.get("ratio_to_jax_nn") is not None:
+    text += f"; ours / jax.nn {ours['ratio_to_jax_nn']:.2f}"
+  return text
 
 
 def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq_len: int) -> dict:
   """The goals this suite reports on (none is asserted)."""
-  key = lambda r: (r["batch"], r["seq_len"], r["num_heads"], r["head_dim"], r["causal"], r["mode"])
+  key = lambda r: tuple(r[name] for name in CASE_KEYS)
   by_key = {(*key(r), r["impl"]): r for r in timings}
-  ours_vs_nn, bw_vs_dense, bw_peak = [], [], []
+  ours_vs_nn, ours_vs_best, bw_vs_dense, bw_peak = [], [], [], []
   for r in timings:
-    case = {"batch": r["batch"], "seq_len": r["seq_len"], "num_heads": r["num_heads"], "head_dim": r["head_dim"],
-            "causal": r["causal"], "mode": r["mode"]}
+    case = {name: r[name] for name in CASE_KEYS}
     if r["impl"] == "ours" and r.get("ratio_to_jax_nn") is not None:
       ours_vs_nn.append({**case, "ratio": r["ratio_to_jax_nn"], "met": r["ratio_to_jax_nn"] <= 1.0})
+    if r["impl"] == "ours" and r.get("ratio_to_best_forced") is not None:
+      ours_vs_best.append({**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"],
+                           "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
     if r["impl"] == "blockwise" and r.get("ms") is not None:
       dense = by_key[(*key(r), "dense")]
       if dense.get("ms") is not None:
@@ -213,6 +268,8 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
   verdict = lambda rows: all(r["met"] for r in rows) if rows else None
   return {
       "default_at_least_as_fast_as_jax_nn": {"per_size": ours_vs_nn, "met": verdict(ours_vs_nn)},
+      f"default_within_{BEST_FORCED_TARGET:g}x_of_best_forced": {"per_size": ours_vs_best,
+                                                                "met": verdict(ours_vs_best)},
       "blockwise_within_2x_of_dense": {"per_size": bw_vs_dense, "met": verdict(bw_vs_dense)},
       f"blockwise_fwd_bwd_at_least_{PEAK_TARGET:g}_of_peak_from_T_{PEAK_TARGET_MIN_LEN}": {
           "per_size": bw_peak, "met": verdict(bw_peak)},
@@ -235,41 +292,48 @@ def _fmt_target(name: str, target: dict) -> str:
   return f"target {name}: {verdict}{detail}"
 
 
+CASE_KEYS = ("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim", "causal", "mode")
+"""The fields of a timing row that name its case."""
+
+
 def _case_name(r: dict) -> str:
-  """B, T, N, d_k, masking and pass of a row, briefly."""
-  return (f"B{r['batch']} T{r['seq_len']} N{r['num_heads']} d{r['head_dim']} {'causal' if r['causal'] else 'full'} "
-          f"{r['mode']}")
+  """B, T, N (K under GQA), d_k, masking and pass of a row, briefly."""
+  kv = f"/K{r['num_kv_heads']}" if r["num_kv_heads"] != r["num_heads"] else ""
+  return (f"B{r['batch']} T{r['seq_len']} N{r['num_heads']}{kv} d{r['head_dim']} "
+          f"{'causal' if r['causal'] else 'full'} {r['mode']}")
 
 
 def _table_order(item) -> tuple:
-  """Shape family (B, N), d_k, causal first, pass, then T."""
-  b, t, n, h, causal, mode = item[0]
-  return b, n, h, not causal, mode, t
+  """Shape family (B, N, K), d_k, causal first, pass, then T."""
+  b, t, n, kh, h, causal, mode = item[0]
+  return b, n, -kh, h, not causal, mode, t
 
 
 def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = None,
-             memory: list[dict] = ()) -> str:
+             memory: list[dict] = (), load: str = "") -> str:
   """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals."""
   cases: dict[tuple, dict[str, dict]] = {}
   for r in timings:
-    cases.setdefault((r["batch"], r["seq_len"], r["num_heads"], r["head_dim"], r["causal"], r["mode"]), {})[
-        r["impl"]] = r
+    cases.setdefault(tuple(r[name] for name in CASE_KEYS), {})[r["impl"]] = r
   def cell(r: dict) -> str:
     if r.get("ms") is None:
       return "skipped"
     ms = f"{r['ms']:.3g}" if r["ms"] < 1000 else f"{r['ms']:.0f}"
     return ms if r["impl"] == "jax_nn" or r.get("ratio_to_jax_nn") is None else f"{ms} ({r['ratio_to_jax_nn']:.2f})"
   rows = []
-  for (b, t, n, h, causal, mode), by_impl in sorted(cases.items(), key=_table_order):
-    bw = by_impl["blockwise"]
-    rows.append([b, t, n, h, "causal" if causal else "none", mode, cell(by_impl["ours"]), by_impl["ours"]["chosen"],
+  for (b, t, n, kh, h, causal, mode), by_impl in sorted(cases.items(), key=_table_order):
+    bw, ours = by_impl["blockwise"], by_impl["ours"]
+    best = ("" if ours.get("best_forced") is None
+            else f"{ours['best_forced']} ({ours['ratio_to_best_forced']:.2f})")
+    rows.append([b, t, n, kh, h, "causal" if causal else "none", mode, cell(ours), ours["chosen"], best,
                  cell(by_impl["dense"]), cell(bw), bw.get("blocks", ""), cell(by_impl["jax_nn"]), cell(by_impl["flax"]),
                  "" if bw.get("fraction_of_peak") is None else f"{bw['fraction_of_peak']:.2f}"])
-  columns = ("B", "T", "N", "d_k", "mask", "pass", "ours ms (ratio)", "ours runs", "dense ms (ratio)",
-             "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
+  columns = ("B", "T", "N", "K", "d_k", "mask", "pass", "ours ms (ratio)", "ours runs", "best forced (ours / it)",
+             "dense ms (ratio)", "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
   text = report.markdown_table(columns, rows) + (
-      f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); blockwise / peak = its "
-      f"GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run.\n")
+      f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); best forced = the fastest of "
+      f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; blockwise / "
+      f"peak = its GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run{load}.\n")
   if targets is not None:
     text += "\n" + _goals_markdown(targets)
   for r in memory:
@@ -288,6 +352,13 @@ def _goals_markdown(targets: dict) -> str:
                  f"cases where both ran; slowest relative to jax.nn: {_case_name(worst)}, ratio "
                  f"{worst['ratio']:.2f}" + (f"; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
                                                                        for r in missed) if missed else ""))
+  best = targets[f"default_within_{BEST_FORCED_TARGET:g}x_of_best_forced"]["per_size"]
+  if best:
+    worst = max(best, key=lambda r: r["ratio"])
+    missed = sum(not r["met"] for r in best)
+    lines.append(f"- default path within {BEST_FORCED_TARGET:g}x of the fastest forced configuration: met in "
+                 f"{len(best) - missed} of {len(best)} cases; slowest relative to it: {_case_name(worst)}, ratio "
+                 f"{worst['ratio']:.2f} (best: {worst['best']})")
   name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
   peak = targets[name]["per_size"]
   if peak:
@@ -305,7 +376,8 @@ def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig)
       for h in config.head_dims:
         pts = [(r["seq_len"], r["ms"]) for r in timings
                if r["impl"] == impl and r["head_dim"] == h and r["mode"] == mode and r.get("ms") is not None
-               and r["causal"] and r["batch"] == config.batch and r["num_heads"] == config.num_heads]
+               and r["causal"] and r["batch"] == config.batch and r["num_heads"] == config.num_heads
+               and r["num_kv_heads"] == config.num_heads]
         if pts:
           series[f"{impl} d_k={h}"] = ([p[0] for p in pts], [p[1] for p in pts])
     plotting.line_plot(path, series, xlabel="sequence length T", ylabel="milliseconds (median)",
@@ -326,6 +398,7 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   if not isinstance(config, AttentionBenchConfig):
     raise ConfigTypeError(f"config must be an AttentionBenchConfig, got {type(config).__name__}")
   wall_start = time.perf_counter()
+  load_start = os.getloadavg()[0]
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -333,19 +406,24 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   print(f"matmul peak: {peak['gflops']:.1f} GFLOP/s (float32 {config.peak_matmul_size}^2 jnp.dot, best of 5) "
         f"on {jax.devices()[0].platform}, {os.cpu_count()} cores; measured again after the timings", flush=True)
   timings = []
-  series = [[(config.batch, t, config.num_heads, h) for t in sorted(config.seq_lens)] for h in config.head_dims]
-  series += [[shape] for shape in config.extra_shapes]
+  n_gqa = config.gqa_num_heads
+  series = [[(config.batch, t, config.num_heads, config.num_heads, h) for t in sorted(config.seq_lens)]
+            for h in config.head_dims]
+  series += [[(b, t, n, n, h)] for b, t, n, h in config.extra_shapes]
+  series += [[(config.gqa_batch, t, n_gqa, n_gqa // g, config.gqa_head_dim) for t in sorted(config.gqa_seq_lens)]
+             for g in config.gqa_groups]
   total = sum(map(len, series)) * len(config.causal) * len(MODES)
   with report.Progress(total, "attention") as progress:
     for shapes in series:
       for causal in config.causal:
         for mode in MODES:
           previous: dict[str, tuple[int, float]] = {}
-          for b, seq_len, n, head_dim in shapes:
-            rows = _time_size(config, b, seq_len, n, head_dim, causal, mode, previous)
+          for shape in shapes:
+            rows = _time_size(config, shape, causal, mode, previous)
             for row in rows:
               if row["status"] != "ok":
                 print(f"  skip {row['impl']} {_case_name(row)}: {row['reason']}", flush=True)
+            print(_describe_case(rows), flush=True)
             timings.extend(rows)
             progress.update(_case_name(rows[0]))
   # The peak is measured before and after the timings (other load on the machine can depress either) and the
@@ -358,8 +436,7 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   for row in timings:
     if row.get("gflops") is not None:
       row["fraction_of_peak"] = row["gflops"] / peak["gflops"]
-  columns = ("batch", "seq_len", "num_heads", "head_dim", "causal", "mode", "impl", "ms", "gflops", "ratio_to_jax_nn",
-             "fraction_of_peak")
+  columns = (*CASE_KEYS, "impl", "ms", "gflops", "ratio_to_jax_nn", "fraction_of_peak")
   table_rows = [{**r, "ms": r.get("ms", r["status"])} for r in timings]
   table = report.table(table_rows, columns, floatfmt=".3g")
   print(table, flush=True)
@@ -397,9 +474,11 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
       "long_run": long_run,
       "targets": targets,
       "wall_s": time.perf_counter() - wall_start,
+      "load_average": [load_start, os.getloadavg()[0]],
   }
   results_lib.write_json(out_dir / "attention.json", results)
-  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run]))
+  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run],
+                                                 load=timing.load_note(results)))
   _plot(out_dir / "attention.png", timings, config)
   print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json, attention.md and attention.png to "
         f"{out_dir}")

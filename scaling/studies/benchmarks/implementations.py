@@ -7,7 +7,11 @@
 * ``dense``: the same with ``implementation="dense"`` (materializes [B, N, T, S]);
 * ``blockwise``: ``scaling.blockwise.blockwise_attention`` (online softmax);
 * ``jax_nn``: ``jax.nn.dot_product_attention`` (XLA implementation);
-* ``flax``: ``flax.linen.dot_product_attention`` with an explicit causal mask.
+* ``flax``: ``flax.linen.dot_product_attention`` with an explicit causal mask
+  (with GQA, K < N, it is given key and value heads repeated N/K times: it
+  has no GQA of its own).
+
+Inputs: q [B, T, N, H], k and v [B, S, K, H] with T = S (K = N unless GQA).
 
 FLOP counts: the forward pass counts 4·B·N·T·S·H (two matmuls), halved for
 causal attention (only the visible half is useful work, whatever an
@@ -63,6 +67,7 @@ def attention_fn(impl: str, *, causal: bool, block_q: int = BLOCK_Q,
   if impl == "flax":
     def flax_attention(q, k, v):
       t, s = q.shape[1], k.shape[1]
+      k, v = (jnp.repeat(x, q.shape[2] // k.shape[2], axis=2) for x in (k, v))
       mask = jnp.tril(jnp.ones((t, s), bool))[None, None] if causal else None
       return nn.dot_product_attention(q, k, v, mask=mask, deterministic=True)
     return flax_attention
@@ -88,10 +93,18 @@ def make_step(impl: str, mode: str, **kwargs) -> Callable[..., Any]:
   raise ConfigError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
 
 
-def make_inputs(batch: int, seq_len: int, num_heads: int, head_dim: int, seed: int = 0) -> tuple[jax.Array, ...]:
-  """Random float32 q, k, v and output cotangent, [B, T, N, H] each (keyed by T and H as well as the seed)."""
+def make_inputs(batch: int, seq_len: int, num_heads: int, head_dim: int, seed: int = 0,
+                num_kv_heads: int | None = None) -> tuple[jax.Array, ...]:
+  """Random float32 q [B, T, N, H], k and v [B, T, K, H] and output cotangent [B, T, N, H] (K = N by default).
+
+  The key folds in T and H as well as the seed.
+  """
+  kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+  if kv_heads < 1 or num_heads % kv_heads:
+    raise ValueError(f"num_kv_heads must divide num_heads = {num_heads}, got {num_kv_heads}")
   keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), seq_len * 1000 + head_dim), 4)
-  return tuple(jax.random.normal(k, (batch, seq_len, num_heads, head_dim), jnp.float32) for k in keys)
+  heads = (num_heads, kv_heads, kv_heads, num_heads)
+  return tuple(jax.random.normal(k, (batch, seq_len, n, head_dim), jnp.float32) for k, n in zip(keys, heads))
 
 
 def attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int, *, causal: bool, mode: str) -> float:

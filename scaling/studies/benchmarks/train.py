@@ -4,8 +4,9 @@ Two measurements, each side by side in one run:
 
 * Throughput. Train steps per second of one model on a fixed batch
   (compilation excluded), and the model FLOP/s they achieve as a fraction of
-  the machine's float32 matmul peak, measured in the same run as the best of
-  several large ``jnp.dot`` calls. Two variants of the step, timed in
+  the machine's float32 matmul peak, measured in the same run (before and after
+  the throughput, the better of the two) as the best of several large
+  ``jnp.dot`` calls. Two variants of the step, timed in
   interleaved rounds (best round each): the step that returns every metric
   (what a logged step runs) and the step that returns only the loss and takes
   over the old state's buffers (``donate_argnums``; what
@@ -23,6 +24,10 @@ Two measurements, each side by side in one run:
   2020, "Scaling Laws for Neural Language Models", §2.1, count the causal half;
   that would be 6 · depth · B · T² · N · H). Norms, softmax, the loss and the
   optimizer are not counted.
+
+* The profile of the loss-only, donating step (``scaling.studies.benchmarks.profile``): the time of XLA's ops
+  in ``profile_calls`` traced calls, by category (matmul, layout copies and transposes, other) and the largest
+  source ops: where the FLOP/s short of the matmul peak go.
 
 * The learning-rate grid. The same runs (learning rates × seeds, same steps,
   same data) trained as one vmapped program (``scaling.train.run_training`` with a grid)
@@ -43,6 +48,7 @@ import dataclasses
 import functools
 import os
 import pathlib
+import tempfile
 import time
 from typing import Any
 
@@ -59,6 +65,7 @@ from scaling import results as results_lib
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
+from scaling.studies.benchmarks import profile as profile_lib
 from scaling.studies.benchmarks import timing
 from scaling.studies.grid import lr_grid
 from scaling.validation import ConfigTypeError
@@ -80,6 +87,7 @@ class TrainBenchConfig(Options):
   timed_rounds: int = option(3, "Timed rounds per step variant (the best counts).", lower=1)
   matmul_size: int = option(2048, "Side of the float32 matmul whose FLOP/s is the peak.", lower=1)
   matmul_repeats: int = option(5, "Timed calls of that matmul (the best counts).", lower=1)
+  profile_calls: int = option(3, "Calls of the loss-only step traced by the profile.", lower=1)
   # Learning-rate grid: learning rates × seeds, and the model they train.
   grid_log2_lrs: tuple[float, ...] = option((-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0),
                                             "log2 of the grid's learning rates.")
@@ -93,7 +101,7 @@ class TrainBenchConfig(Options):
 
 
 QUICK = TrainBenchConfig(width=32, depth=1, num_heads=2, seq_len=16, batch_size=4, timed_steps=2, timed_rounds=2,
-                         matmul_size=512, matmul_repeats=3, grid_width=16, grid_depth=1, grid_seq_len=8,
+                         matmul_size=512, matmul_repeats=3, profile_calls=1, grid_width=16, grid_depth=1, grid_seq_len=8,
                          grid_batch_size=2, grid_log2_lrs=(-8.0, -6.0), grid_seeds=(0,), grid_steps=5,
                          shared_compile_row=False)
 """Tiny sizes for a smoke run, not a measurement."""
@@ -117,16 +125,20 @@ STEP_VARIANTS = {"every_metric": dict(metrics=None, donate=False), "loss_only_do
 """The train steps timed by ``throughput``: ``scaling.train.make_train_step`` options."""
 
 
+def _throughput_model(config: TrainBenchConfig):
+  """(model config, optimizer config, the fixed batch) of the throughput measurement."""
+  family = model_lib.ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
+  dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
+  model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
+  return model_config, optim_lib.OptimizerConfig(learning_rate=1e-3), dataset.batch(0)
+
+
 def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
   """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded, for each of ``STEP_VARIANTS``.
 
   The top-level values are those of the loss-only, donating step; ``variants`` holds both.
   """
-  family = model_lib.ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
-  dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
-  model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
-  opt = optim_lib.OptimizerConfig(learning_rate=1e-3)
-  batch = dataset.batch(0)
+  model_config, opt, batch = _throughput_model(config)
   steps, states, first_step_s = {}, {}, {}
   for name, options in STEP_VARIANTS.items():
     steps[name] = train_lib.make_train_step(model_config, opt, **options)
@@ -153,6 +165,20 @@ def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
                     "batch_size": config.batch_size, "seq_len": config.seq_len,
                     "params": model_lib.count_params(params), "matmul_params": matmul_params(params)},
           "flops_per_step": flops, "variants": variants, **variants["loss_only_donated"]}
+
+
+def profile(config: TrainBenchConfig, trace_dir: pathlib.Path) -> dict[str, Any]:
+  """Op time of the loss-only step of the throughput model by category and source op (``profile.profile_ops``).
+
+  The step is compiled without donation, so that the traced calls can reuse one state.
+  """
+  model_config, opt, batch = _throughput_model(config)
+  state = train_lib.make_init(model_config, opt)(0, 1e-3)
+  step = jax.jit(functools.partial(train_lib.train_step, model=model_lib.Transformer(model_config),
+                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt,
+                                   metrics=("loss",))).lower(state, batch).compile()
+  jax.block_until_ready(step(state, batch))
+  return profile_lib.profile_ops(step, (state, batch), config.profile_calls, trace_dir)
 
 
 def _fresh_fns(model_config, opt):
@@ -268,11 +294,21 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
   if not isinstance(config, TrainBenchConfig):
     raise ConfigTypeError(f"config must be a TrainBenchConfig, got {type(config).__name__}")
   load_before = os.getloadavg()[0]
-  peak = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
-  thr = throughput(config, peak)
+  peak_before = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
+  thr = throughput(config, peak_before)
+  # The peak is measured again after the throughput (other load on the machine can depress either) and the better
+  # of the two is the reference of every fraction.
+  peak_after = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
+  peak = max(peak_before, peak_after)
+  for v in (thr, *thr["variants"].values()):
+    v["fraction_of_peak"] = v["flops_per_s"] / peak
+  with tempfile.TemporaryDirectory() as trace_dir:
+    prof = profile(config, pathlib.Path(trace_dir))
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
-             "matmul_peak_flops_per_s": peak, "matmul_size": config.matmul_size, "throughput": thr, **grid,
+             "matmul_peak_flops_per_s": peak, "matmul_peak_before_after": [peak_before, peak_after],
+             "matmul_size": config.matmul_size, "throughput": thr,
+             "profile": prof, **grid,
              "load_average": [load_before, os.getloadavg()[0]]}
   m = thr["model"]
   print(f"throughput: width {m['width']}, depth {m['depth']}, {m['num_heads']} heads x {m['head_dim']}, "
@@ -282,6 +318,7 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
                        "fraction_of_peak": v["fraction_of_peak"]} for name, v in thr["variants"].items()],
                      ("step", "steps_per_s", "tokens_per_s", "model_GFLOP_per_s", "peak_GFLOP_per_s",
                       "fraction_of_peak"), floatfmt=".3g"))
+  print(_profile_sentence(prof))
   rows = [{"method": k, **v} for k, v in grid["timings"].items()]
   g = grid["grid"]
   print(f"\nlearning-rate grid: {len(g['log2_lrs'])} learning rates x {len(g['seeds'])} seeds = {g['runs']} runs, "
@@ -328,6 +365,9 @@ def readme_markdown(results: dict[str, Any]) -> str:
       ("train step", "steps/s", "GFLOP/s", "fraction of peak"),
       [(_VARIANT_LABELS.get(name, name), f"{v['steps_per_s']:.2f}", f"{v['flops_per_s'] / 1e9:.0f}",
         f"{v['fraction_of_peak']:.2f}") for name, v in thr["variants"].items()]))
+  if "profile" in results:
+    lines.append(_profile_sentence(results["profile"]))
+    lines.append("")
   lines.append(f"Learning-rate grid: {len(g['log2_lrs'])} learning rates × {len(g['seeds'])} seeds = {g['runs']} "
                f"runs of {g['steps']} steps, width {g['width']}, depth {g['depth']} (same losses to "
                f"{results['max_rel_diff']:.0e} relative):")
@@ -345,3 +385,14 @@ def readme_markdown(results: dict[str, Any]) -> str:
                   f"compiled step)." if "loop_shared_compile_over_vmapped" in results["per_step"] else "."))
   return "\n".join(lines) + "\n"
 
+
+
+def _profile_sentence(prof: dict[str, Any]) -> str:
+  """The profile in one paragraph: op time by category, then the largest source ops."""
+  cats = prof["categories"]
+  parts = ", ".join(f"{name} {cats[name]['share']:.0%} ({cats[name]['ms_per_call']:.3g} ms)"
+                    for name in profile_lib.CATEGORIES)
+  ops = "; ".join(f"`{r['op']}` ({r['category']}) {r['share']:.0%}" for r in prof["top_ops"])
+  return (f"Profile of the loss-only step ({prof['calls']} traced call(s), {prof['op_ms_per_call']:.3g} ms of XLA op "
+          f"time per call; matmul = dot and matmul-library fusions, layout = copies and transposes into another "
+          f"layout): {parts}. Largest source ops (per JAX op, blocks together): {ops}.")
