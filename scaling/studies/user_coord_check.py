@@ -23,6 +23,7 @@ a layer inside or before it does.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import pathlib
 from typing import Any, Mapping, Sequence
@@ -299,7 +300,7 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
   example = jax.tree.map(lambda x: x[0], stacked)
   lrs = np.full(seeds.shape, learning_rate, np.float32)
   rows = []
-  with report.Progress(len(widths), f"coord_check {name}", stream=None if progress else _Null()) as bar:
+  with report.Progress(len(widths), f"coord_check {name}", stream=None if progress else io.StringIO()) as bar:
     for width in widths:
       fm = user_model.functional_model(model, loss_fn, width, example, init=init)
       records = jax.device_get(user_model.training_program(fm, optimizer, record_outputs=True)(seeds, lrs, stacked))
@@ -315,12 +316,3 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
   return CoordCheckResult(rows, slope_rows, delta_rows, verdicts(slope_rows, delta_rows, roles=roles,
                                                                  tolerance=tolerance), steps, float(tolerance))
 
-
-class _Null:
-  """A stream that drops what is written (progress off)."""
-
-  def write(self, text: str) -> int:
-    return len(text)
-
-  def flush(self) -> None:
-    pass
