@@ -62,8 +62,9 @@ def model_kind(model: ModelFactory) -> str:
   if not callable(model):
     raise TypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or "
                     f"model(width, rngs) -> flax.nnx.Module, got {type(model).__name__}")
-  try:
-    params = inspect.signature(model).parameters.values()
+  try:  # a class: its __init__ without self (nnx's metaclass hides the class's own signature)
+    params = (list(inspect.signature(model.__init__).parameters.values())[1:] if isinstance(model, type)
+              else inspect.signature(model).parameters.values())
   except (TypeError, ValueError) as e:
     raise TypeError(f"model: cannot read the factory's signature ({e})") from e
   required = [p for p in params if p.default is p.empty
