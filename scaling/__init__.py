@@ -31,6 +31,7 @@ from scaling.model import ModelFamily
 from scaling.model import param_kinds
 from scaling.model import Transformer
 from scaling.optim import make_optimizer
+from scaling.optim import scale_by_multipliers
 from scaling.optim import OptimizerConfig
 from scaling.optim import scale_by_parametrization
 from scaling.optim import warmup_cosine_schedule
@@ -38,6 +39,10 @@ from scaling.parametrization import available_parametrizations
 from scaling.parametrization import get_parametrization
 from scaling.parametrization import LayerSpec
 from scaling.parametrization import Parametrization
+from scaling.roles import FLAX_ATTENTION
+from scaling.roles import infer_kinds
+from scaling.roles import Role
+from scaling.roles import Roles
 from scaling.rope import apply_rope
 from scaling.rules import available_rules
 from scaling.rules import get_rule
@@ -49,6 +54,10 @@ from scaling.train import TrainResult
 from scaling.train import TrainState
 from scaling.train import z_loss
 from scaling.flax_attention import make_attention_fn
+from scaling.user_parametrization import parametrize
+from scaling.user_parametrization import ReadoutDense
+from scaling.user_parametrization import ReadoutLinear
+from scaling.user_parametrization import UserParametrization
 
 # The coordinate check and learning-rate grid of a user's own Flax model live in scaling.studies (they plot and
 # tabulate); imported on first use, so that ``import scaling`` stays light.

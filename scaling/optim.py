@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -108,11 +108,29 @@ def scale_by_parametrization(parametrization: param_lib.Parametrization, width: 
     raise ValueError(f"parametrization must be a Parametrization object, got {parametrization!r}")
   width = check_positive_int("width", width)
   param_lib.optimizer_family(optimizer)
+  return scale_by_multipliers(lambda params: lr_multipliers(params, kinds, parametrization, width, optimizer))
+
+
+def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.GradientTransformation:
+  """Multiplies each update by a per-parameter factor computed once from the parameters.
+
+  The generic form of ``scale_by_parametrization``: ``multipliers_of(params)`` (called in ``init``, on the
+  parameters or their shapes) returns a tree of Python floats with the structure of ``params``, kept in the
+  state as float32 scalars; ``update`` is one multiply per leaf.
+
+  Args:
+    multipliers_of: params -> a tree of floats with the structure of params (e.g.
+      ``scaling.UserParametrization.lr_multipliers``).
+
+  Returns:
+    An optax GradientTransformation.
+  """
+  if not callable(multipliers_of):
+    raise TypeError(f"multipliers_of must be a function params -> tree of floats, got {multipliers_of!r}")
 
   def init_fn(params):
-    multipliers = lr_multipliers(params, kinds, parametrization, width, optimizer)
     return ScaleByParametrizationState(
-        multipliers=jax.tree.map(lambda c: jnp.asarray(c, jnp.float32), multipliers))
+        multipliers=jax.tree.map(lambda c: jnp.asarray(c, jnp.float32), multipliers_of(params)))
 
   def update_fn(updates, state, params=None):
     del params
@@ -138,12 +156,33 @@ def scale_by_adam_scaled_eps(parametrization: param_lib.Parametrization, width: 
   Returns:
     An optax GradientTransformation.
   """
+  return scale_by_adam_eps_factors(*_eps_factors(parametrization, width, kinds), b1=b1, b2=b2, eps=eps)
+
+
+def _eps_factors(parametrization: param_lib.Parametrization, width: int,
+                 kinds: Any) -> tuple[Callable[[Any], Any], Iterable[float]]:
+  """(params -> tree of ε factors, the distinct factors) of ``parametrization.eps_multiplier`` by kind."""
   width = check_positive_int("width", width)
   factors = {kind: parametrization.eps_multiplier(kind, width) for kind in set(jax.tree.leaves(kinds))}
-  groups = sorted(set(factors.values()))
-  label = {kind: f"eps_{groups.index(f)}" for kind, f in factors.items()}
-  transforms = {f"eps_{i}": optax.scale_by_adam(b1=b1, b2=b2, eps=eps * f) for i, f in enumerate(groups)}
-  return optax.partition(transforms, jax.tree.map(lambda kind: label[kind], kinds))
+  return (lambda params: jax.tree.map(lambda kind: factors[kind], kinds)), factors.values()
+
+
+def scale_by_adam_eps_factors(factors_of: Callable[[Any], Any], groups: Iterable[float], *, b1: float = 0.9,
+                              b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+  """``optax.scale_by_adam`` whose ε is eps · f for a parameter of factor f (``optax.partition`` by factor).
+
+  Args:
+    factors_of: params -> a tree of floats (each parameter's factor f) with the structure of params.
+    groups: every value ``factors_of`` may return (one ``scale_by_adam`` per distinct value).
+    b1, b2, eps: Adam's moment decays and base epsilon.
+
+  Returns:
+    An optax GradientTransformation.
+  """
+  groups = sorted(set(float(f) for f in groups))
+  label = lambda f: f"eps_{groups.index(float(f))}"
+  transforms = {label(f): optax.scale_by_adam(b1=b1, b2=b2, eps=eps * f) for f in groups}
+  return optax.partition(transforms, lambda params: jax.tree.map(label, factors_of(params)))
 
 
 def decay_mask(kinds: Any, decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS) -> Any:
@@ -265,6 +304,44 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   """
   if name not in OPTIMIZERS:
     raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
+  if eps_scaling not in EPS_SCALINGS:
+    raise ValueError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
+  if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
+    raise ValueError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
+  decay_kinds = tuple(decay_kinds)
+  for kind in decay_kinds:
+    param_lib.check_kind(kind)
+  scale = scale_by_parametrization(parametrization, width, kinds, "sgd" if name == "sgd" else "adam")
+  eps_factors = _eps_factors(parametrization, width, kinds) if eps_scaling == "mup" else None
+  return assemble_optimizer(name, learning_rate, scale, decay_mask(kinds, decay_kinds), eps_factors=eps_factors,
+                            weight_decay=weight_decay, schedule=schedule, b1=b1, b2=b2, eps=eps, momentum=momentum,
+                            nesterov=nesterov)
+
+
+def assemble_optimizer(name: str, learning_rate: float | jax.Array | Schedule, scale: optax.GradientTransformation,
+                       decay: Any, *, eps_factors: tuple[Callable[[Any], Any], Iterable[float]] | None = None,
+                       weight_decay: float | jax.Array = 0.0, schedule: Schedule | None = None,
+                       b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                       momentum: float = 0.0, nesterov: bool = False) -> optax.GradientTransformation:
+  """Adam, AdamW, SGD or Adam-atan2 around a per-parameter LR scaling (the chain of ``make_optimizer``).
+
+  Args:
+    name: "adam", "adamw", "sgd" or "adam_atan2".
+    learning_rate: a non-negative float, a scalar array (may be traced), or an optax schedule.
+    scale: the per-parameter LR scaling (``scale_by_parametrization`` or ``scale_by_multipliers``).
+    decay: the weight-decay mask: a tree of bools or a function params -> tree of bools.
+    eps_factors: None (one ε) or (factors_of, groups) of ``scale_by_adam_eps_factors`` (adam and adamw only).
+    weight_decay, schedule, b1, b2, eps, momentum, nesterov: as in ``make_optimizer``.
+
+  Returns:
+    An optax GradientTransformation whose state is an ``optax.InjectHyperparamsState``.
+
+  Raises:
+    ValueError: unknown name, invalid hyperparameters, weight decay with adam or adam_atan2, or ε factors with an
+      optimizer without ε.
+  """
+  if name not in OPTIMIZERS:
+    raise ValueError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")
   _check_learning_rate(learning_rate)
   if schedule is not None and not callable(schedule):
     raise ValueError(f"schedule must be a callable step -> factor, got {type(schedule).__name__}")
@@ -275,10 +352,8 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
       raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
   elif name in ("adam", "adam_atan2"):
     raise ValueError(f"{name} takes no weight_decay; use 'adamw' for decoupled weight decay")
-  if eps_scaling not in EPS_SCALINGS:
-    raise ValueError(f"eps_scaling must be one of {', '.join(EPS_SCALINGS)}; got {eps_scaling!r}")
-  if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
-    raise ValueError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
+  if eps_factors is not None and name in ("sgd", "adam_atan2"):
+    raise ValueError(f"per-parameter epsilon applies to adam and adamw only; {name} has no epsilon")
   _check_unit_interval("b1", b1)
   _check_unit_interval("b2", b2)
   if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
@@ -286,13 +361,7 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   _check_unit_interval("momentum", momentum)
   if nesterov and momentum == 0:
     raise ValueError("nesterov=True needs momentum > 0")
-  decay_kinds = tuple(decay_kinds)
-  for kind in decay_kinds:
-    param_lib.check_kind(kind)
-
-  family = "sgd" if name == "sgd" else "adam"
-  scale = scale_by_parametrization(parametrization, width, kinds, family)
-  mask = decay_mask(kinds, decay_kinds)
+  mask = decay
 
   def tail(learning_rate):
     parts = []
@@ -303,8 +372,8 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
 
   if name == "adam_atan2":
     direction = scale_by_adam_atan2(b1=b1, b2=b2)
-  elif eps_scaling == "mup":
-    direction = scale_by_adam_scaled_eps(parametrization, width, kinds, b1=b1, b2=b2, eps=eps)
+  elif eps_factors is not None:
+    direction = scale_by_adam_eps_factors(*eps_factors, b1=b1, b2=b2, eps=eps)
   else:
     direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
 

@@ -16,10 +16,12 @@ relative to the base model, so they equal 1 at ``width == base_width``; those
 written in ``n_in``/``n_out`` are absolute. μP's relative factors assume every
 width-like dimension (d_model, d_ff, heads·head_dim) grows by the same m.
 
-Layer kinds (set by the layer that creates each parameter, ``scaling.layers``): ``embedding`` (input weights, one-hot
-input), ``hidden`` (MLP matrices), ``attn_q``/``attn_k``/``attn_v``/``attn_o``
-(attention projections), ``readout`` (output weights), ``bias`` (every bias)
-and ``norm`` (LayerNorm/RMSNorm gains and QK-norm gains).
+Layer kinds (set by the layer that creates each parameter, ``scaling.layers``, or inferred from shapes,
+``scaling.roles``): ``embedding`` (input weights, one-hot input), ``input`` (input weights of a Dense layer with a
+dense input: fan-in fixed, fan-out a width), ``hidden`` (MLP matrices), ``attn_q``/``attn_k``/``attn_v``/``attn_o``
+(attention projections), ``readout`` (output weights), ``bias`` (every bias), ``norm`` (LayerNorm/RMSNorm gains and
+QK-norm gains) and ``fixed`` (a parameter no width touches, e.g. a bias over the vocabulary: SP's row, LR 1, in
+every scheme).
 
 SP (standard parametrization; PyTorch/Flax defaults with fan-in init):
 
@@ -27,11 +29,13 @@ SP (standard parametrization; PyTorch/Flax defaults with fan-in init):
 kind       B           A     Adam  SGD
 =========  ==========  ====  ====  ===
 embedding  1           1     1     1
+input      1/√n_in     1     1     1
 hidden     1/√n_in     1     1     1
 attn_*     1/√n_in     1     1     1
 readout    1/√n_in     1     1     1
 bias       0           1     1     1
 norm       0 (mean 1)  1     1     1
+fixed      1/√n_in     1     1     1
 =========  ==========  ====  ====  ===
 
 Attention logits: 1/√d_head (``SqrtScale``).
@@ -43,16 +47,18 @@ NTK (Jacot et al. 2018, "Neural Tangent Kernel", eq. 1; Tensor Programs IV,
 kind       B           A         Adam    SGD
 =========  ==========  ========  ======  ===
 embedding  1           1         1/√m    1
+input      1           1/√n_in   1/√m    1
 hidden     1           1/√n_in   1/m     1
 attn_*     1           1/√n_in   1/m     1
 readout    1           1/√n_in   1/√m    1
 bias       0           1         1/√m    1
 norm       0 (mean 1)  1         1/√m    1
+fixed      1/√n_in     1         1       1
 =========  ==========  ========  ======  ===
 
 The embedding multiplier is 1 rather than 1/√V: its input is one-hot, so the
 effective fan-in of a lookup is 1 (Jacot's first-layer 1/√n_0 assumes inputs
-with O(1) coordinates). Biases start at 0 (Jacot's β·b with b ~ N(0, 1) is not
+with O(1) coordinates, which is the ``input`` row). Biases start at 0 (Jacot's β·b with b ~ N(0, 1) is not
 used). The SGD column is c = 0. NTK is defined for SGD; the Adam column is what
 the same kernel regime requires of an entrywise-normalized update (Tensor
 Programs IVb, Yang & Littwin 2023): every feature moves by Θ(n^{-1/2}) and the
@@ -69,12 +75,17 @@ fixed to 1 at the base width.
 kind       B                 A     Adam  SGD
 =========  ================  ====  ====  ===
 embedding  1                 1     1     m
+input      1/√n_in           1     1     m
 hidden     1/√n_in           1     1/m   1
 attn_*     1/√n_in (q: 0)    1     1/m   1
 readout    1/√n_base (or 0)  1/m   1     m
 bias       0                 1     1     m
 norm       0 (mean 1)        1     1     m
+fixed      1/√n_in           1     1     1
 =========  ================  ====  ====  ===
+
+The ``input`` row is Table 8's input weights (init variance 1/fan_in, Adam LR 1, SGD LR fan_out, i.e. m
+relative to the base; ``mup``'s vector-like parameters): n_in does not grow, so the init is SP's.
 
 The readout's n_base = n_in / m is its fan-in in the base model: its init std
 stays at the base width's fan-in value as the width grows (Table 8: init
@@ -106,14 +117,17 @@ implementation graphcore-research/unit-scaling: ``functional.linear``,
 kind       B           A         Adam      SGD
 =========  ==========  ========  ========  =====
 embedding  1           1         1/√n_out  1/√n_out
+input      1           1/√n_in   1/√n_in   1/√n_in
 hidden     1           1/√n_in   1/√n_in   1/√n_in
 attn_*     1 (q: 0)    1/√n_in   1/√n_in   1/√n_in
 readout    1 (or 0)    1/n_in    1         1
 bias       0           1         1         1
 norm       0 (mean 1)  1         1         1
+fixed      1/√n_in     1         1         1
 =========  ==========  ========  ========  =====
 
-This is ``umup_scales="paper"``, the default. Under ``umup_scales="covariance"``
+A Dense ``input`` layer is the library's ``Linear`` of mup_type "weight" (A = 1/√n_in makes its output
+unit-scaled for unit inputs; Adam LR 1/√n_in, constant in width as μP requires of input weights). This is ``umup_scales="paper"``, the default. Under ``umup_scales="covariance"``
 (this project's correction, ``scaling.unit_scaling_covariance``) the readout is
 unit-scaled like every other matrix: A = 1/√n_in makes the logits unit-scale at
 init, where ``linear_readout``'s A = 1/n_in leaves them at 1/√n_in; its Adam and
@@ -178,9 +192,9 @@ import jax
 from scaling import rules
 from scaling.validation import check_positive_int
 
-LAYER_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm",
-               "final_norm", "final_bias")
-MATRIX_KINDS = ("embedding", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
+LAYER_KINDS = ("embedding", "input", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout", "bias", "norm",
+               "final_norm", "final_bias", "fixed")
+MATRIX_KINDS = ("embedding", "input", "hidden", "attn_q", "attn_k", "attn_v", "attn_o", "readout")
 VECTOR_KINDS = ("bias", "norm", "final_norm", "final_bias")
 GAIN_KINDS = ("norm", "final_norm")
 _HIDDEN_LIKE = ("hidden", "attn_q", "attn_k", "attn_v", "attn_o")
@@ -237,6 +251,14 @@ def check_kind(kind: Any) -> str:
   if not isinstance(kind, str) or kind not in LAYER_KINDS:
     raise ValueError(f"unknown layer kind {kind!r}; known: {', '.join(LAYER_KINDS)}")
   return kind
+
+
+def _check_mult(m: Any) -> float:
+  """Returns the width multiplier ``m`` as a float if it is finite and positive, else raises ValueError."""
+  ok = isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m) and m > 0
+  if not ok:
+    raise ValueError(f"width multiplier m must be a finite positive number, got {m!r}")
+  return float(m)
 
 
 def _vector(lr_adam: float, lr_sgd: float, *, init_mean: float) -> LayerSpec:
@@ -320,10 +342,30 @@ class Parametrization:
     Returns:
       The parameter's LayerSpec (formulas in the module docstring).
     """
+    return self.layer_at(kind, fan_in, fan_out, self.width_mult(width))
+
+  def layer_at(self, kind: str, fan_in: int, fan_out: int, m: float) -> LayerSpec:
+    """The LayerSpec of a parameter of ``kind`` with the given fans at width multiplier ``m`` (and this depth).
+
+    ``layer`` with m given directly: a parameter's own multiplier (the ratio of its grown dimensions to the base
+    model's, as ``scaling.roles`` infers it) instead of one model width over ``base_width``.
+
+    Args:
+      kind: one of LAYER_KINDS.
+      fan_in: the parameter's fan-in (see ``fans``).
+      fan_out: the parameter's fan-out.
+      m: the width multiplier (1 at the base model).
+
+    Returns:
+      The parameter's LayerSpec (formulas in the module docstring).
+    """
     kind = check_kind(kind)
     fan_in = check_positive_int("fan_in", fan_in)
     fan_out = check_positive_int("fan_out", fan_out)
-    spec = self._layer(_WIDTH_KIND.get(kind, kind), fan_in, fan_out, self.width_mult(width))
+    m = _check_mult(m)
+    if kind == "fixed":
+      return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+    spec = self._layer(_WIDTH_KIND.get(kind, kind), fan_in, fan_out, m)
     if (kind == "attn_q" and self.zero_query) or (kind == "readout" and self.zero_readout):
       spec = dataclasses.replace(spec, init_std=0.0)
     if kind in BLOCK_KINDS:
@@ -339,8 +381,12 @@ class Parametrization:
     completep branch): ε · (1/m) for every parameter under μP, times m_L^−α for
     the in-block ones. The width factor is μP's; other schemes keep the depth factor only.
     """
+    return self.eps_multiplier_at(kind, self.width_mult(width))
+
+  def eps_multiplier_at(self, kind: str, m: float) -> float:
+    """``eps_multiplier`` at width multiplier ``m`` (a parameter's own, see ``layer_at``)."""
     kind = check_kind(kind)
-    factor = self._eps_width(self.width_mult(width))
+    factor = self._eps_width(_check_mult(m))
     if kind in BLOCK_KINDS and self.depth_alpha:
       factor *= self.depth_mult() ** -self.depth_alpha
     return factor
@@ -418,7 +464,7 @@ class NTKParametrization(Parametrization):
       return _vector(m**-0.5, 1.0, init_mean=0.0)
     if kind == "norm":
       return _vector(m**-0.5, 1.0, init_mean=1.0)
-    if kind == "readout":
+    if kind in ("readout", "input"):
       return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=m**-0.5, lr_sgd=1.0)
     return LayerSpec(init_std=1.0, multiplier=fan_in**-0.5, lr_adam=1.0 / m, lr_sgd=1.0)
 
@@ -455,6 +501,8 @@ class MuParametrization(Parametrization):
       return _vector(1.0, m, init_mean=1.0)
     if kind == "readout":  # std of the base model's fan-in n_in / m; A·B = √(n_in / m) / n_in ∝ 1/n_in
       return LayerSpec(init_std=(fan_in / m) ** -0.5, multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
+    if kind == "input":  # Table 8's input weights: variance 1/fan_in, Adam LR 1, SGD LR fan_out (m)
+      return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0, lr_sgd=m)
     return LayerSpec(init_std=fan_in**-0.5, multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
 
 
@@ -596,14 +644,16 @@ def path_names(path: Iterable[Any]) -> tuple[str, ...]:
   return tuple(names)
 
 
-def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
+def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[int, int]:
   """(fan_in, fan_out) of a parameter of ``kind`` with ``shape``.
 
   * embedding [V, D]: (V, D);
-  * Dense kernels [fan_in, fan_out] (hidden, attn_q/k/v, readout); a
+  * Dense kernels [fan_in, fan_out] (input, hidden, attn_q/k/v, readout); a
     DenseGeneral kernel [D, N, H] has fan_out N·H;
   * attn_o [N·H, D] or [N, H, D]: fan_in is the product of all but the last axis;
-  * bias and norm: (1, size).
+  * bias and norm: (1, size); a fixed parameter of rank < 2 too;
+  * ``in_axes`` (a matrix kind): the first ``in_axes`` axes are the input (fan_in is their product; a Conv
+    kernel [..., in, out] has in_axes = rank − 1).
 
   Raises:
     ValueError: unknown kind, wrong rank, or an empty axis.
@@ -615,8 +665,12 @@ def fans(kind: str, shape: Sequence[int]) -> tuple[int, int]:
     raise ValueError(f"shape must be a sequence of integers, got {shape!r}") from None
   if any(d <= 0 for d in dims):
     raise ValueError(f"{kind} parameter has an empty or negative axis: shape {dims}")
-  if kind in VECTOR_KINDS:
+  if kind in VECTOR_KINDS or (kind == "fixed" and len(dims) < 2):
     return 1, math.prod(dims)
+  if in_axes is not None and len(dims) >= 2:
+    if isinstance(in_axes, bool) or not isinstance(in_axes, int) or not 0 < in_axes < len(dims):
+      raise ValueError(f"in_axes must be an integer in [1, {len(dims) - 1}] for shape {dims}, got {in_axes!r}")
+    return math.prod(dims[:in_axes]), math.prod(dims[in_axes:])
   if kind == "embedding":
     if len(dims) != 2:
       raise ValueError(f"embedding parameter must be [V, D], got shape {dims}")
