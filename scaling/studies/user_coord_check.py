@@ -40,19 +40,19 @@ TOLERANCE = 0.1
 """A module breaks μP when a slope of log2 RMS against log2 width exceeds this (growth faster than width^0.1)."""
 
 ROLES = ("input", "hidden", "readout", "vector", "fixed")
-# Role names of other sources (Kinded layer kinds, mup's terms) -> ours.
-_ROLE_ALIASES = {"embed": "input", "embedding": "input", "input": "input", "hidden": "hidden", "output": "readout",
-                 "readout": "readout", "unembed": "readout", "vector": "vector", "gain": "vector", "bias": "vector",
-                 "norm": "vector", "fixed": "fixed", "qk": "hidden", "query": "hidden", "key": "hidden",
-                 "value": "hidden", "attn_out": "hidden", "mlp_in": "hidden", "mlp_out": "hidden"}
+# Layer kinds (``scaling.parametrization.LAYER_KINDS``, the kinds of ``scaling.infer_kinds``) and other role names
+# -> ours; a name not listed is matched by the first alias it contains ("final_norm" -> "norm").
+_ROLE_ALIASES = {"embedding": "input", "embed": "input", "input": "input", "hidden": "hidden", "readout": "readout",
+                 "output": "readout", "unembed": "readout", "attn_q": "hidden", "attn_k": "hidden",
+                 "attn_v": "hidden", "attn_o": "hidden", "mlp": "hidden", "vector": "vector", "bias": "vector",
+                 "norm": "vector", "gain": "vector", "scale": "vector", "fixed": "fixed"}
 # When a module holds parameters of several roles, the one that names it.
 _ROLE_PRIORITY = ("readout", "hidden", "input", "vector", "fixed")
 
 
 def normalize_role(role: Any) -> str | None:
   """One of ``ROLES`` for a role name (ours, a layer kind or a Kinded value), None when unknown."""
-  text = str(getattr(role, "value", getattr(role, "kind", role))).lower()
-  text = text.rsplit(".", 1)[-1]
+  text = str(getattr(role, "kind", role)).lower()
   if text in _ROLE_ALIASES:
     return _ROLE_ALIASES[text]
   for alias, ours in _ROLE_ALIASES.items():
@@ -62,21 +62,29 @@ def normalize_role(role: Any) -> str | None:
 
 
 def module_roles(roles: Mapping[str, Any] | None) -> dict[str, str]:
-  """{module name: role} from a flat {module name: role} mapping or a nested parameter tree of roles.
+  """{module name: role} from ``scaling.infer_kinds``'s roles (parameter path -> role), a nested parameter tree of
+  kinds (``Roles.kinds()``), or a flat {module name: role name} mapping.
 
-  In a tree the module of a parameter is its path without the last key ("Dense_0" for Dense_0/kernel); a module
-  with parameters of several roles takes the first of ``_ROLE_PRIORITY`` (a Dense layer's kernel, not its bias).
+  The module of a parameter is its path without the last key ("Dense_0" for "Dense_0/kernel"); a module with
+  parameters of several roles takes the first of ``_ROLE_PRIORITY`` (a Dense layer's kernel, not its bias).
   """
   if roles is None:
     return {}
   if not isinstance(roles, Mapping):
-    raise TypeError(f"roles must be a mapping (module name -> role, or a parameter tree of roles), got "
-                    f"{type(roles).__name__}")
-  if not any(isinstance(v, Mapping) for v in roles.values()):
+    raise TypeError(f"roles must be a mapping (scaling.infer_kinds's roles, a tree of kinds, or module name -> "
+                    f"role), got {type(roles).__name__}")
+  by_param: list[tuple[list[str], Any]] = []
+  if any(isinstance(v, Mapping) for v in roles.values()):
+    for path, leaf in jax.tree_util.tree_flatten_with_path(dict(roles))[0]:
+      by_param.append(([str(getattr(k, "key", getattr(k, "name", k))) for k in path], leaf))
+  elif all(hasattr(v, "kind") for v in roles.values()):
+    by_param = [(str(path).split("/"), role.kind) for path, role in roles.items()]
+  else:
     return {str(k): r for k, v in roles.items() if (r := normalize_role(v)) is not None}
   found: dict[str, list[str]] = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(roles, is_leaf=lambda x: not isinstance(x, Mapping))[0]:
-    keys = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+  for keys, leaf in by_param:
+    if keys and keys[0] == "params":
+      keys = keys[1:]
     role = normalize_role(leaf)
     if role is not None:
       found.setdefault("/".join(keys[:-1]) or "model", []).append(role)
