@@ -38,6 +38,7 @@ class WidthParametrization:
   overrides: dict[str, Any] | None = None
   optimizer_name: str = "adam"
 
+  @functools.cache  # pylint: disable=method-cache-max-size-none
   def shapes(self, width: int) -> Any:
     """The parameter shapes of the model at ``width`` (nothing computed)."""
     fm = user_model.functional_model(self.model, self.loss_fn, width, self.example_batch)
@@ -144,9 +145,3 @@ def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callabl
         f"{out}")
   return {"coord_check": check, "transfer": transfer}
 
-
-def check_sizes(args: argparse.Namespace, widths: Sequence[int]) -> None:
-  """Exits with one line when the base width is not among the sizes it must divide."""
-  del widths
-  if args.base_width < 1:
-    raise SystemExit(f"--base_width must be positive, got {args.base_width}")
