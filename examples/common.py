@@ -78,12 +78,14 @@ def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: 
   p.add_argument("--out_dir", default=None, help="Output folder (default runs/examples/<example>).")
   p.add_argument("--parametrizations", default="sp,mup", type=lambda s: tuple(s.split(",")),
                  help="Parametrizations compared (scaling.parametrize schemes).")
-  p.add_argument("--widths", default=widths, type=ints, help="Widths of the coordinate check and the transfer.")
+  p.add_argument("--widths", default=widths, type=ints, help="Widths of the coordinate check (and of the transfer).")
+  p.add_argument("--transfer_widths", default=None, type=ints, help="Widths of the transfer (default --widths).")
   p.add_argument("--base_width", default=64, type=int, help="Base width (μP equals SP there); delta = 2x base.")
   p.add_argument("--batch_size", default=batch_size, type=int, help="Batch size.")
   p.add_argument("--coord_steps", default=3, type=int, help="Coordinate check: RMS at steps 0..k.")
   p.add_argument("--coord_lr", default=1e-2, type=float, help="Coordinate check: the Adam learning rate.")
-  p.add_argument("--seeds", default=2, type=int, help="Seeds (vmapped) of the coordinate check and the transfer.")
+  p.add_argument("--coord_seeds", default=4, type=int, help="Coordinate check: seeds (vmapped); the RMS is their mean.")
+  p.add_argument("--seeds", default=2, type=int, help="Transfer: seeds per learning rate (vmapped).")
   p.add_argument("--transfer_steps", default=transfer_steps, type=int, help="Transfer: training steps per run "
                  "(0: no transfer).")
   p.add_argument("--log2_lrs", default=log2_lrs, type=floats, help="Transfer: base-2 logs of the learning rates.")
@@ -120,9 +122,11 @@ def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callabl
     print(f"{name} {scheme}: roles " + ", ".join(f"{p}={r.kind}" for p, r in param.roles.items()), flush=True)
     checks.append(scaling.coord_check(model, loss_fn, example, param.optimizer, widths=args.widths,
                                       steps=args.coord_steps, learning_rate=args.coord_lr,
-                                      seeds=range(args.seeds), init=param.init, roles=param.roles, name=scheme))
+                                      seeds=range(args.coord_seeds), init=param.init, roles=param.roles,
+                                      name=scheme))
     if args.transfer_steps:
-      transfers.append(scaling.transfer(model, loss_fn, batches, param.optimizer, widths=args.widths,
+      transfers.append(scaling.transfer(model, loss_fn, batches, param.optimizer,
+                                        widths=args.transfer_widths or args.widths,
                                         log2_lrs=args.log2_lrs, steps=args.transfer_steps,
                                         seeds=range(args.seeds), init=param.init, name=scheme))
   check = user_coord_check.combine(*checks)
@@ -130,7 +134,7 @@ def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callabl
   check.write_figure(out / "coord_check_delta.png", delta=True)
   widths = ", ".join(map(str, args.widths))
   heading = (f"Coordinate check of `{name}` (widths {widths}; {args.coord_steps} Adam steps at lr "
-             f"{args.coord_lr:g} on one fixed batch of {data}, {args.seeds} seeds):")
+             f"{args.coord_lr:g} on one fixed batch of {data}, {args.coord_seeds} seeds):")
   results.write_text(out / "coord_check.md", check.verdict_markdown(heading))
   print(check.verdict_markdown(heading))
   transfer = None

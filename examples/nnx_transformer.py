@@ -53,9 +53,10 @@ class TinyLM(nnx.Module):
 
 
 def main(argv=None):
-  p = common.parser(__doc__.splitlines()[0], transfer_steps=100, batch_size=16)
+  p = common.parser(__doc__.splitlines()[0], transfer_steps=100, batch_size=16, log2_lrs="-11,-10,-9,-8,-7,-6,-5")
+  p.set_defaults(transfer_widths=(64, 128, 256), seeds=1)
   p.add_argument("--text_file", required=True, help="A text file (character-level language modelling).")
-  p.add_argument("--seq_len", default=64, type=int, help="Sequence length.")
+  p.add_argument("--seq_len", default=32, type=int, help="Sequence length.")
   p.add_argument("--depth", default=2, type=int, help="Blocks.")
   p.add_argument("--num_heads", default=4, type=int, help="Attention heads (fixed; the head dim grows).")
   args = p.parse_args(argv)

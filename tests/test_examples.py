@@ -14,7 +14,7 @@ from examples import nnx_transformer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
 # One parametrization each (SP and μP are compared in tests/test_user_coord_check.py), two widths, few steps.
-TINY = ["--widths=16,32", "--base_width=16", "--seeds=1", "--coord_steps=1", "--batch_size=2"]
+TINY = ["--widths=16,32", "--base_width=16", "--seeds=1", "--coord_seeds=1", "--coord_steps=1", "--batch_size=2"]
 TINY_LM = ["--seq_len=8", "--depth=1", "--num_heads=2"]
 # name -> (module, extra options, modules of the model that the coordinate check records)
 EXAMPLES = {
