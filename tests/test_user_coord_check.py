@@ -24,7 +24,7 @@ from scaling.studies import user_coord_check
 from scaling.studies import user_transfer
 
 D_IN, D_OUT, BASE = 8, 4, 32
-WIDTHS = (32, 64, 128, 256)
+WIDTHS = (32, 64, 128)
 ROLES = {"input": "input", "hidden": "hidden", "readout": "readout"}
 
 
@@ -114,7 +114,7 @@ class CoordCheckTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    kw = dict(widths=WIDTHS, steps=3, learning_rate=1e-2, seeds=(0, 1), roles=ROLES, progress=False)
+    kw = dict(widths=WIDTHS, steps=3, learning_rate=1e-2, seeds=(0, 1, 2, 3), roles=ROLES, progress=False)
     cls.sp = scaling.coord_check(SPMLP, mse, make_batch(), sp_adam, name="sp", **kw)
     cls.mup = scaling.coord_check(MuMLP, mse, make_batch(), mup_adam, name="mup", **kw)
 
