@@ -26,6 +26,11 @@ scaling, so its per-step strength is ``lr_t · wd`` for every parameter at every
 width, as in ``mup`` with ``decoupled_wd=False`` (see the weight-decay note in
 ``scaling.parametrization``).
 
+The same chain serves any model whose per-parameter multipliers come from elsewhere
+(``scaling.user_parametrization``, roles inferred from shapes): ``scale_by_multipliers`` takes a function
+params -> multipliers, ``scale_by_adam_eps_factors`` a function params -> ε factors, and
+``assemble_optimizer`` builds Adam, AdamW, SGD or Adam-atan2 around them.
+
 ``OptimizerConfig`` declares the optimizer and schedule options every training
 study shares and builds the optimizer (``OptimizerConfig.build``): the one
 place where an optimizer is made from options.

@@ -172,9 +172,10 @@ decay independent of the LR altogether (``independent_weight_decay=True``),
 which is not implemented here. By default only matrices decay (biases and
 gains do not).
 
-A bias on the readout (fan-out = vocabulary, not width) would need SGD LR 1 in
+A bias on the readout (fan-out = vocabulary, not width) needs SGD LR 1 in
 μP/u-μP and Adam LR 1 in NTK, which the kind "bias" does not give, so the model
-gives the readout no bias. Likewise the QK-norm gains (``attn/query_gain``, size
+gives the readout no bias; the kind "fixed" (what ``scaling.roles`` infers for a
+parameter none of whose axes grows) gives it those rates in a user's model. Likewise the QK-norm gains (``attn/query_gain``, size
 d_head) are treated as width-like vectors; when d_head stays fixed as the width
 grows, their SGD multipliers (m in μP, d_head in u-μP) should be 1. Their Adam
 multipliers (1) are right either way.

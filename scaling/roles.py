@@ -137,7 +137,7 @@ class Roles(Mapping[str, Role]):
 
 
 def path_key(path: Sequence[Any]) -> str:
-  """"a/b/kernel" for a jax key path (an nnx Variable's trailing ``.value`` and a leading "params" dropped)."""
+  """"a/b/kernel" for a jax key path (an nnx Variable's trailing ``.value`` dropped)."""
   names = list(param_lib.path_names(path))
   if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and names[-1] == "value":
     names = names[:-1]
@@ -157,7 +157,7 @@ def _plain(tree: Any) -> Any:
   if nnx is not None and isinstance(tree, nnx.Module):
     tree = nnx.state(tree, nnx.Param)
   if nnx is not None and isinstance(tree, nnx.State):
-    tree = tree.to_pure_dict()
+    tree = nnx.to_pure_dict(tree)
   if isinstance(tree, Mapping) and set(tree) == {"params"}:
     tree = tree["params"]
   return tree
@@ -228,9 +228,9 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
     found = (marked, None)
   if found is not None:
     kind, in_axes = found
-    if len(target) >= 2 and in_axes is None and kind not in param_lib.VECTOR_KINDS and kind != "embedding":
-      in_axes = _kernel_in_axes(path, target, grown) if kind != "attn_o" else None
-    return Role(kind, target, base, grown, in_axes, in_block)
+    if len(target) >= 3 and in_axes is None and kind in _FAN_IN_KINDS + ("input",) and kind != "attn_o":
+      in_axes = _kernel_in_axes(path, target, grown)
+    return _checked(path, Role(kind, target, base, grown, in_axes, in_block))
   name = path.rsplit("/", 1)[-1]
   if name != "embedding" and (name in _VECTOR_NAMES or len(target) <= 1):
     if not grown:
@@ -254,6 +254,16 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
     raise _fixed_matrix_error(path, base, delta)
   kind = {(False, True): "input", (True, True): "hidden", (True, False): "readout"}[grows_in, grows_out]
   return Role(kind, target, base, grown, in_axes, in_block)
+
+
+def _checked(path: str, role: Role) -> Role:
+  """``role`` if its kind fits its shape (``parametrization.fans``), else a ValueError naming ``path``."""
+  try:
+    param_lib.fans(role.kind, role.base_shape, role.in_axes)
+    param_lib.fans(role.kind, role.shape, role.in_axes)
+  except ValueError as e:
+    raise ValueError(f"parameter {path!r} as {role.kind}: {e}") from None
+  return role
 
 
 def _fixed_matrix_error(path: str, base: tuple[int, ...], delta: tuple[int, ...]) -> ValueError:

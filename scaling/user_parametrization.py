@@ -2,7 +2,7 @@
 
 ``parametrize(roles, parametrization)`` (roles from ``scaling.infer_kinds``) gives, per parameter, the
 abc-parametrization of ``scaling.parametrization``: the init (``init``: redraw every matrix as
-``init_mean + B·N(0, 1)``), the learning-rate multipliers C as an optax transformation to chain after any
+``init_mean + B·N(0, 1)``; ``rescale``: keep the user's initializer, set its std to B), the learning-rate multipliers C as an optax transformation to chain after any
 optimizer (``scale_lr``) or a whole Adam/AdamW/SGD/Adam-atan2 (``optimizer``, ε per the scheme), and the
 forward multipliers A.
 
@@ -21,8 +21,10 @@ Forward multipliers, by ``forward``:
 A tied embedding (``infer_kinds(..., tied_embedding=path)``) is trained as the embedding; the model multiplies
 its tied logits by ``tied_readout_multiplier`` (mup's ``MuSharedReadout``).
 
-Attention: pass ``attention_fn()`` (``scaling.make_attention_fn`` with the scheme's rule, μP's α/d_head) as the
-``attention_fn`` of ``nn.MultiHeadDotProductAttention`` / ``nnx.MultiHeadAttention``. Depth (CompleteP,
+Attention: pass ``attention_fn()`` (``scaling.make_attention_fn`` with the scheme's rule, μP's α/d_head with
+α = √base_head_dim: make the scheme with ``get_parametrization("mup", base_head_dim=<head dim of the base model>)``)
+as the ``attention_fn`` of ``nn.MultiHeadDotProductAttention`` / ``nnx.MultiHeadAttention``; name the projections
+with ``infer_kinds(..., overrides=scaling.FLAX_ATTENTION)`` when ``zero_query`` is wanted. Depth (CompleteP,
 depth-μP): a scheme with ``depth_alpha``, ``base_depth`` and ``depth``; the user's blocks compute
 ``x + residual_multiplier · f(x)``, and the in-block parameters get the depth-corrected learning rates (the
 matrices, and the biases and gains inside ``infer_kinds(..., blocks=...)``).
@@ -138,6 +140,31 @@ class UserParametrization:
       return (spec.init_mean + spec.init_std * noise).astype(leaf.dtype)
 
     return self.roles.tree(params, draw)
+
+  def rescale(self, params: Any) -> Any:
+    """``params`` with every matrix scaled to its role's init std (its initializer's distribution kept).
+
+    Each matrix w becomes ``init_mean + (w − mean(w)) · B / std(w)``, so a truncated-normal or orthogonal init
+    keeps its shape with the std (B, as trained) the parametrization prescribes; a matrix with std 0 becomes its
+    init_mean (zero_readout, zero_query), biases, gains and fixed parameters are kept.
+
+    Args:
+      params: the target model's parameters (a dict or an ``nnx.State``).
+
+    Returns:
+      The parameters, same structure and dtypes.
+    """
+    def scale(path, role, leaf):
+      if role.kind not in param_lib.MATRIX_KINDS:
+        return leaf
+      spec = self.spec(path)
+      w = leaf.astype(jnp.float32)
+      centred = w - jnp.mean(w)
+      std = jnp.std(w)
+      ratio = jnp.where(std > 0, spec.init_std / jnp.where(std > 0, std, 1.0), 0.0)
+      return (spec.init_mean + centred * ratio).astype(leaf.dtype)
+
+    return self.roles.tree(params, scale)
 
   def lr_multipliers(self, params: Any, optimizer: str = "adam") -> Any:
     """The LR multiplier C (as trained) of every parameter of ``params``, same structure."""

@@ -33,7 +33,8 @@ from scaling import train as train_lib
 # Θ(1/L), so C ∝ m_L^(2α-1) (α = 1/2: constant, as depth-μP prescribes for SGD).
 # ---------------------------------------------------------------------------------------------------------------
 _IN_BLOCK = {"hidden": True, "attn_q": True, "attn_k": True, "attn_v": True, "attn_o": True, "bias": True,
-             "norm": True, "embedding": False, "readout": False, "final_norm": False, "final_bias": False}
+             "norm": True, "embedding": False, "input": False, "readout": False, "final_norm": False, "final_bias": False,
+             "fixed": False}
 
 
 def _completep(kind, alpha, depth, base_depth, m):
@@ -49,6 +50,10 @@ def _fans(kind, width):
     return 1, width
   if kind == "embedding":
     return 100, width
+  if kind == "input":
+    return 3, width
+  if kind == "fixed":
+    return 7, 3
   if kind == "readout":
     return width, 100
   return width, 4 * width

@@ -75,10 +75,17 @@ def _sp_reference(kind, n_in, n_out, m):
   return _S(init_std=b, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
 
 
+def _fixed_reference(n_in):
+  """A parameter no width touches: SP's fan-in init and learning rate 1 in every scheme (mup's parameters without
+  infinite dimensions are trained as SP)."""
+  return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+
+
 def _ntk_reference(kind, n_in, n_out, m):
   """NTK parametrization: Jacot et al. 2018, "Neural Tangent Kernel", eq. 1, h = (1/√n_in) W x with
   W_ij ~ N(0, 1), trained by SGD with a constant learning rate (Tensor Programs IV §3, "NTP": a_1 = 0,
-  a_l = 1/2 for l >= 2, b = 0, c = 0). The first layer's input is one-hot, so its effective fan-in is 1 (A = 1).
+  a_l = 1/2 for l >= 2, b = 0, c = 0). The embedding's input is one-hot, so its effective fan-in is 1 (A = 1);
+  a Dense input layer (dense input of fixed size n_in) is Jacot's first layer, A = 1/√n_in.
 
   Adam column (Tensor Programs IVb, Yang & Littwin 2023, kernel regime for entrywise-normalized updates): an
   update Φ with O(1) entries changes a hidden layer's output by A·C·n_in, which must be Θ(n^{-1/2}), so
@@ -86,11 +93,13 @@ def _ntk_reference(kind, n_in, n_out, m):
   Constants are 1 at the base width, hence 1/m and 1/√m.
   """
   del n_out
+  if kind == "fixed":
+    return _fixed_reference(n_in)
   if kind in P.VECTOR_KINDS:
     return _vector_spec(kind, 1.0 / math.sqrt(m), 1.0)
   if kind == "embedding":
     return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0 / math.sqrt(m), lr_sgd=1.0)
-  lr_adam = 1.0 / math.sqrt(m) if kind == "readout" else 1.0 / m
+  lr_adam = 1.0 / math.sqrt(m) if kind in ("readout", "input") else 1.0 / m
   return _S(init_std=1.0, multiplier=1.0 / math.sqrt(n_in), lr_adam=lr_adam, lr_sgd=1.0)
 
 
@@ -102,20 +111,28 @@ def _mup_table8_reference(kind, n_in, n_out, m):
   kind       B                 A     Adam LR  SGD LR
   =========  ================  ====  =======  ======
   embedding  1                 1     1        m
+  input      1/√n_in           1     1        m
   hidden     1/√n_in           1     1/m      1
   readout    1/√(n_in/m)       1/m   1        m
   bias/norm  0                 1     1        m
   =========  ================  ====  =======  ======
+
+  ``input`` is Table 8's input weights with a dense input of fixed size n_in (init variance 1/fan_in, Adam LR 1,
+  SGD LR fan_out, relative to the base: m).
 
   The readout's init variance is constant in width (Table 8: variance 1, multiplier 1/fan_in): mup keeps the base
   model's nn.Linear fan-in init (``set_base_shapes`` multiplies the fan-in init by √m) and divides the forward
   by m. Attention projections are hidden matrices.
   """
   del n_out
+  if kind == "fixed":
+    return _fixed_reference(n_in)
   if kind in P.VECTOR_KINDS:
     return _vector_spec(kind, 1.0, m)
   if kind == "embedding":
     return _S(init_std=1.0, multiplier=1.0, lr_adam=1.0, lr_sgd=m)
+  if kind == "input":
+    return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0, lr_adam=1.0, lr_sgd=m)
   if kind == "readout":
     return _S(init_std=1.0 / math.sqrt(n_in / m), multiplier=1.0 / m, lr_adam=1.0, lr_sgd=m)
   return _S(init_std=1.0 / math.sqrt(n_in), multiplier=1.0, lr_adam=1.0 / m, lr_sgd=1.0)
@@ -149,19 +166,24 @@ def _umup_reference(kind, n_in, n_out, m):
   kind       B     A         Adam LR
   =========  ====  ========  ========
   embedding  1     1         1/√n_out
+  input      1     1/√n_in   1/√n_in
   hidden     1     1/√n_in   1/√n_in
   attn_*     1     1/√n_in   1/√n_in
   readout    1     1/n_in    1
   bias/norm  0     1         1
   =========  ====  ========  ========
 
-  (``umup_scales="paper"``, the default; "covariance" gives the readout A = 1/√n_in and Adam LR 1/√n_in.)
+  (``umup_scales="paper"``, the default; "covariance" gives the readout A = 1/√n_in and Adam LR 1/√n_in.) A Dense
+  input layer is the reference library's ``Linear`` (mup_type "weight": A = 1/√fan_in, ``lr_scale_func_adam``
+  1/√fan_in), the paper's embedding rule being for one-hot lookups.
 
   The model computes u-μP with unit-scaled operations whose backward pass rescales gradients to unit scale, so
   the SGD LR equals the Adam LR (``unit_scaling.optim.lr_scale_func_sgd`` with an unconstrained readout returns
   ``lr_scale_func_adam``).
   """
   del m
+  if kind == "fixed":
+    return _fixed_reference(n_in)
   if kind in P.VECTOR_KINDS:
     return _vector_spec(kind, 1.0, 1.0)
   if kind == "embedding":
@@ -183,13 +205,17 @@ _REFERENCES = {
 # m, read off the papers' tables with n ∝ m; for vectors the first entry is that of the initial gain A·init_mean.
 # μP (Tensor Programs V, Table 3): input weights var 1/fan_in, Adam LR 1, SGD LR fan_out; hidden var 1/fan_in,
 # Adam LR 1/fan_in, SGD LR 1; output var 1/fan_in², Adam LR 1/fan_in, SGD LR 1/fan_in; biases as inputs. u-μP's
-# SGD entry is A²·C of its table (its unit-scaled backward pass changes what an SGD step does).
+# SGD entry is A²·C of its table (its unit-scaled backward pass changes what an SGD step does). A Dense input layer
+# (fan-in fixed) follows the input row of each scheme with n_in constant; a fixed parameter does not change.
 _EXPONENTS = {
-    "sp": {"embedding": (0, 0, 0), "hidden": (-0.5, 0, 0), "readout": (-0.5, 0, 0), "vector": (0, 0, 0)},
-    "ntk": {"embedding": (0, -0.5, 0), "hidden": (-0.5, -1.5, -1), "readout": (-0.5, -1, -1), "vector": (0, -0.5, 0)},
-    "mup": {"embedding": (0, 0, 1), "hidden": (-0.5, -1, 0), "readout": (-1, -1, -1), "vector": (0, 0, 1)},
-    "umup": {"embedding": (0, -0.5, -0.5), "hidden": (-0.5, -1, -1.5), "readout": (-1, -1, -2),
-             "vector": (0, 0, 0)},
+    "sp": {"embedding": (0, 0, 0), "input": (0, 0, 0), "hidden": (-0.5, 0, 0), "readout": (-0.5, 0, 0),
+           "vector": (0, 0, 0), "fixed": (0, 0, 0)},
+    "ntk": {"embedding": (0, -0.5, 0), "input": (0, -0.5, 0), "hidden": (-0.5, -1.5, -1), "readout": (-0.5, -1, -1),
+            "vector": (0, -0.5, 0), "fixed": (0, 0, 0)},
+    "mup": {"embedding": (0, 0, 1), "input": (0, 0, 1), "hidden": (-0.5, -1, 0), "readout": (-1, -1, -1),
+            "vector": (0, 0, 1), "fixed": (0, 0, 0)},
+    "umup": {"embedding": (0, -0.5, -0.5), "input": (0, 0, 0), "hidden": (-0.5, -1, -1.5), "readout": (-1, -1, -2),
+             "vector": (0, 0, 0), "fixed": (0, 0, 0)},
 }
 _SCALING_WIDTHS = (64, 128, 256, 512)  # base width 64: m = 1, 2, 4, 8
 
@@ -198,12 +224,13 @@ def _kind_class(kind):
   """The row of _EXPONENTS for ``kind``: attention projections are hidden matrices."""
   if kind in P.VECTOR_KINDS:
     return "vector"
-  return kind if kind in ("embedding", "readout") else "hidden"
+  return kind if kind in ("embedding", "input", "readout", "fixed") else "hidden"
 
 
 def _growing_fans(kind, width):
   """(fan_in, fan_out) of a parameter of ``kind`` whose width-like fans are multiples of ``width``."""
-  return {"embedding": (100, width), "readout": (width, 100), "attn_o": (width, width)}.get(
+  return {"embedding": (100, width), "input": (3, width), "readout": (width, 100), "attn_o": (width, width),
+          "fixed": (7, 3)}.get(
       kind, (1, width) if kind in P.VECTOR_KINDS else (width, 4 * width))
 
 
@@ -232,6 +259,10 @@ def _fan_cases(kind, width):
     return [(100, width), (50_257, width), (3, 7)]
   if kind == "readout":
     return [(width, 100), (width, 50_257), (7, 3)]
+  if kind == "input":
+    return [(3, width), (784, width), (7, 300)]
+  if kind == "fixed":
+    return [(7, 3), (1, 10), (300, 5)]
   return [(width, width), (width, 4 * width), (4 * width, width), (7, 300)]
 
 
