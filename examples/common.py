@@ -108,8 +108,8 @@ def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callabl
 
   Returns:
     {"coord_check": CoordCheckResult, "transfer": TransferResult or None} of every parametrization together;
-    the folder holds coord_check.png, coord_check_delta.png, coord_check.md and (with --transfer_steps)
-    transfer.png and transfer.md.
+    the folder holds coord_check.png, coord_check_delta.png, coord_check.md, coord_check.jsonl (the rows) and
+    (with --transfer_steps) transfer.png, transfer.md and transfer.jsonl.
   """
   out = pathlib.Path(args.out_dir or f"runs/examples/{name}")
   out.mkdir(parents=True, exist_ok=True)
@@ -135,11 +135,13 @@ def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callabl
   widths = ", ".join(map(str, args.widths))
   heading = (f"Coordinate check of `{name}` (widths {widths}; {args.coord_steps} Adam steps at lr "
              f"{args.coord_lr:g} on one fixed batch of {data}, {args.coord_seeds} seeds):")
+  results.write_jsonl(out / "coord_check.jsonl", check.rows)
   results.write_text(out / "coord_check.md", check.verdict_markdown(heading))
   print(check.verdict_markdown(heading))
   transfer = None
   if transfers:
     transfer = user_transfer.combine(*transfers)
+    results.write_jsonl(out / "transfer.jsonl", transfer.rows)
     transfer.write_figure(out / "transfer.png")
     text = transfer.optimum_markdown(user_transfer.heading(transfer, data, "Adam"))
     results.write_text(out / "transfer.md", text)

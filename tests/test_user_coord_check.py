@@ -175,6 +175,10 @@ class LikelyCauseTest(parameterized.TestCase):
                   {"parametrization": "p", "layer": "b", "step": 1, "slope": 0.09}]
     got = {v["layer"]: v["verdict"] for v in user_coord_check.verdicts(slope_rows, tolerance=0.1)}
     self.assertEqual(got, {"a": "breaks μP", "b": "ok"})
+    # With the change since initialization given, it alone judges the steps after 0.
+    delta_rows = [{**s, "slope": {"a": 0.05, "b": 0.3}[s["layer"]]} for s in slope_rows if s["step"] == 1]
+    got = {v["layer"]: v["verdict"] for v in user_coord_check.verdicts(slope_rows, delta_rows, tolerance=0.1)}
+    self.assertEqual(got, {"a": "ok", "b": "breaks μP"})
 
 
 class UserModelTest(parameterized.TestCase):

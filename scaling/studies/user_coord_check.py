@@ -10,9 +10,9 @@ without changing the model, as the root mean square of its coordinates and of it
 several seeds vmapped in one compiled program per width. The slopes are least-squares fits of log2 RMS against
 log2 width (``scaling.studies.coord_check.fit_slope``; ≈ 0 flat, 0.5 ∝ √width, 1 ∝ width).
 
-Verdict per module (``verdicts``): it breaks μP when a slope exceeds the tolerance (default ``TOLERANCE``), either
-at initialization (step 0) or after updates (any step ≥ 1, of its RMS or of its change since initialization);
-falling curves pass (μP's readout shrinks like 1/√width at initialization by design). The likely cause follows
+Verdict per module (``verdicts``): it breaks μP when a slope exceeds the tolerance (default ``TOLERANCE``), of its
+output at initialization (step 0) or of its change since initialization after updates (any step ≥ 1); falling
+curves pass (μP's readout shrinks like 1/√width at initialization by design). The likely cause follows
 from when it grows and, when roles are given (``scaling.infer_kinds``'s roles, or a module -> role mapping), from
 the role of the module's weights: a readout growing after updates lacks its 1/width output multiplier; hidden
 activations growing after updates get an Adam learning rate not scaled by 1/width; growth at initialization is an
@@ -138,30 +138,34 @@ def verdicts(slope_rows: Sequence[dict[str, Any]], delta_slope_rows: Sequence[di
              roles: Mapping[str, Any] | None = None, tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
   """The verdict of every (parametrization, module) from its slopes.
 
+  μP keeps every module's output at initialization and its change since initialization Θ(1) in width (Tensor
+  Programs V, §D.1; the updates are what μP scales): a module breaks μP when the slope of its RMS at step 0, or
+  of its change at any step ≥ 1, exceeds ``tolerance``. The RMS after updates is not judged: it mixes the two,
+  and where the initial part shrinks (μP's readout, ∝ 1/√width) while the optimizer cancels it, its slope
+  passes through positive values at small widths although neither part grows.
+
   Args:
-    slope_rows: ``scaling.studies.coord_check.slopes`` of the RMS rows.
-    delta_slope_rows: the same of the change since initialization (steps ≥ 1 count).
+    slope_rows: ``scaling.studies.coord_check.slopes`` of the RMS rows (step 0 counts).
+    delta_slope_rows: the same of the change since initialization (steps ≥ 1 count); when empty, the RMS slopes
+      at steps ≥ 1 are judged instead.
     roles: module -> role, or a parameter tree of roles (``module_roles``).
     tolerance: a slope above it is growth.
 
   Returns:
     One row per (parametrization, layer) in order: parametrization, layer, role, slope_init (step 0),
-    slope_update (the largest slope at steps ≥ 1, of the RMS or its change), verdict ("ok" or "breaks μP") and
-    cause ("" when ok).
+    slope_update (the largest slope of the change at steps ≥ 1), verdict ("ok" or "breaks μP") and cause
+    ("" when ok).
   """
   by_module = module_roles(roles)
   out: dict[tuple[str, str], dict[str, Any]] = {}
+  updates = delta_slope_rows if delta_slope_rows else [s for s in slope_rows if s["step"] > 0]
   for s in slope_rows:
     row = out.setdefault((s["parametrization"], s["layer"]), {
         "parametrization": s["parametrization"], "layer": s["layer"], "role": _role_of(s["layer"], by_module),
         "slope_init": None, "slope_update": None})
-    if s["slope"] is None:
-      continue
-    if s["step"] == 0:
+    if s["step"] == 0 and s["slope"] is not None:
       row["slope_init"] = s["slope"]
-    else:
-      row["slope_update"] = _max(row["slope_update"], s["slope"])
-  for s in delta_slope_rows:
+  for s in updates:
     key = (s["parametrization"], s["layer"])
     if key in out and s["step"] > 0 and s["slope"] is not None:
       out[key]["slope_update"] = _max(out[key]["slope_update"], s["slope"])
@@ -240,7 +244,7 @@ class CoordCheckResult:
     fmt = lambda v: "–" if v is None else f"{v:+.2f}"
     cells = [[v["parametrization"], v["layer"], v["role"] or "–", fmt(v["slope_init"]), fmt(v["slope_update"]),
               v["verdict"], v["cause"] or "–"] for v in self.verdicts]
-    columns = ["parametrization", "module", "role", "slope at init", "largest slope after updates", "verdict",
+    columns = ["parametrization", "module", "role", "slope at init", "largest slope of the change", "verdict",
                "likely cause"]
     lines = [heading, "", report.markdown_table(columns, cells).rstrip(), ""]
     for name in dict.fromkeys(v["parametrization"] for v in self.verdicts):
@@ -248,7 +252,8 @@ class CoordCheckResult:
       lines.append(f"- {name}: " + (f"{len(broken)} module(s) break μP ({', '.join(broken)})." if broken else
                                     "every module within the tolerance (μP holds)."))
     lines.append(f"- Criterion: a module breaks μP when the slope of log2 RMS against log2 width exceeds "
-                 f"{self.tolerance:g} at initialization or after updates (RMS or its change since initialization).")
+                 f"{self.tolerance:g} at initialization (its output) or at a step ≥ 1 (its change since "
+                 "initialization).")
     return "\n".join(lines) + "\n"
 
 
