@@ -168,6 +168,11 @@ class LikelyCauseTest(parameterized.TestCase):
     tree = {"params": {"Dense_0": {"kernel": "hidden", "bias": "vector"}, "head": {"kernel": "output"}}}
     self.assertEqual(user_coord_check.module_roles(tree["params"]), {"Dense_0": "hidden", "head": "readout"})
 
+  def test_roles_from_infer_kinds(self):
+    shapes = lambda w: jax.eval_shape(SPMLP(w).init, jax.random.key(0), jnp.ones((2, D_IN)))["params"]
+    roles = scaling.infer_kinds(shapes(16), shapes(32))
+    self.assertEqual(user_coord_check.module_roles(roles), ROLES)
+
   def test_verdict_thresholds(self):
     slope_rows = [{"parametrization": "p", "layer": "a", "step": 0, "slope": 0.05},
                   {"parametrization": "p", "layer": "a", "step": 1, "slope": 0.11},
