@@ -147,6 +147,8 @@ class CoordCheckTest(parameterized.TestCase):
     text = both.verdict_markdown("Verdicts:")
     self.assertIn("| sp | readout | readout |", text)
     self.assertIn("- mup: every module within the tolerance", text)
+    again = user_coord_check.from_rows(both.rows, both.steps, roles=ROLES)
+    self.assertEqual(again.verdicts, both.verdicts)
     path = self.create_tempdir().full_path + "/cc.png"
     both.write_figure(path)
     with open(path, "rb") as f:

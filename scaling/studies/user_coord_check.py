@@ -129,7 +129,8 @@ def likely_cause(role: str | None, when: str, slope: float) -> str:
   if role == "input":
     return f"grows {grows} after updates: the input layer's learning rate grows with width"
   if role == "vector":
-    return f"grows {grows} after updates: a gain or bias learning rate grows with width"
+    return (f"grows {grows} after updates: its input changes more at larger width (a layer before it), or a gain or "
+            f"bias learning rate grows with width")
   return (f"grows {grows} after updates: a layer inside or before it has a learning rate or output multiplier not "
           f"scaled with width")
 
@@ -324,6 +325,22 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
       rows += [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]])),
                 "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
       bar.update(f"width {width}")
+  return from_rows(rows, steps, roles=roles, tolerance=tolerance)
+
+
+def from_rows(rows: list[dict[str, Any]], steps: int, *, roles: Mapping[str, Any] | None = None,
+              tolerance: float = TOLERANCE) -> CoordCheckResult:
+  """The result of measured rows (``CoordCheckResult.rows``, e.g. read back from a file): slopes and verdicts.
+
+  Args:
+    rows: one per (parametrization, width, step, layer) with rms and delta_rms.
+    steps: k (steps 0..k).
+    roles: as in ``coord_check``.
+    tolerance: as in ``coord_check``.
+
+  Returns:
+    A ``CoordCheckResult``.
+  """
   slope_rows = study.slopes(rows)
   delta_rows = study.slopes([{**r, "rms": r["delta_rms"] if r["step"] else None} for r in rows])
   return CoordCheckResult(rows, slope_rows, delta_rows, verdicts(slope_rows, delta_rows, roles=roles,
