@@ -14,16 +14,16 @@ from examples import nnx_transformer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
 # One parametrization each (SP and μP are compared in tests/test_user_coord_check.py), two widths, few steps; the
-# transfer of one (the grid itself is tested there too).
+# transfer of the linen MLP only (the grid itself is tested there too).
 TINY = ["--widths=16,32", "--transfer_widths=16,32", "--base_width=16", "--seeds=1", "--coord_seeds=1", "--coord_steps=1", "--batch_size=2"]
 TINY_LM = ["--seq_len=8", "--depth=1", "--num_heads=2"]
 # name -> (module, extra options, modules of the model that the coordinate check records)
 EXAMPLES = {
-    "linen_mlp": (linen_mlp, ["--parametrizations=mup", "--transfer_steps=0"],
+    "linen_mlp": (linen_mlp, ["--parametrizations=mup", "--transfer_steps=2", "--log2_lrs=-8,-6"],
                   {"dense_0", "dense_1", "dense_2", "readout", "model"}),
     "nnx_mlp": (nnx_mlp, ["--parametrizations=sp", "--transfer_steps=0"],
                 {"layers/0", "layers/1", "layers/2", "readout", "model"}),
-    "linen_transformer": (linen_transformer, ["--parametrizations=mup", "--transfer_steps=2", "--log2_lrs=-8,-6",
+    "linen_transformer": (linen_transformer, ["--parametrizations=mup", "--transfer_steps=0",
                                               *TINY_LM],
                           {"embed", "pos", "block_0/attn/query", "block_0/attn/out", "block_0/mlp_out", "readout"}),
     "nnx_transformer": (nnx_transformer, ["--parametrizations=mup", "--transfer_steps=0", *TINY_LM],
