@@ -6,7 +6,7 @@ shapes, coordinate-checked and transferred.
 Character-level language modelling (``scaling.data``); pre-LayerNorm blocks of Flax's attention (causal, a fixed
 number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the attention
 takes ``scaling.make_attention_fn`` with the linear rule α/d_head, α = √(base head dim) so that μP equals SP at the
-base width; under SP Flax's default 1/√d_head.
+base width; under SP 1/√d_head (Flax's default).
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def loss_fn(model, batch):
 
 
 def attention_for(scheme: str, base_width: int, num_heads: int) -> Callable[..., Any]:
-  """Flax's default attention under SP; μP's α/d_head with α = √(base head dim) otherwise."""
+  """Under SP 1/√d_head (``rule="sqrt"`` reproduces Flax's default attention, linen's and nnx's); under μP
+  α/d_head with α = √(base head dim)."""
   if scheme == "sp":
-    return nn.dot_product_attention
+    return scaling.make_attention_fn(rule="sqrt")
   return scaling.make_attention_fn(rule=scaling.get_rule("linear", base_head_dim=base_width // num_heads))
 
 

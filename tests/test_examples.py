@@ -26,7 +26,7 @@ EXAMPLES = {
     "linen_transformer": (linen_transformer, ["--parametrizations=mup", "--transfer_steps=0",
                                               *TINY_LM],
                           {"embed", "pos", "block_0/attn/query", "block_0/attn/out", "block_0/mlp_out", "readout"}),
-    "nnx_transformer": (nnx_transformer, ["--parametrizations=mup", "--transfer_steps=0", *TINY_LM],
+    "nnx_transformer": (nnx_transformer, ["--parametrizations=sp", "--transfer_steps=0", *TINY_LM],
                         {"embed", "pos", "blocks/0/attn/query", "blocks/0/attn/out", "blocks/0/mlp_out",
                          "readout"}),
 }
