@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import jax
 

@@ -21,7 +21,6 @@ import optax
 import scaling
 from scaling import user_model
 from scaling.studies import user_coord_check
-from scaling.studies import user_transfer
 
 D_IN, D_OUT, BASE = 8, 4, 32
 WIDTHS = (32, 64, 128)

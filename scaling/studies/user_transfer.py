@@ -27,7 +27,6 @@ from scaling import user_model
 from scaling.studies import grid as grid_lib
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import transfer_report
-from scaling.studies.transfer_report import TRANSFER_OCTAVES  # pylint: disable=unused-import
 
 KEYS = ("parametrization", "width")
 
