@@ -127,7 +127,9 @@ fixed      1/√n_in     1         1         1
 =========  ==========  ========  ========  =====
 
 A Dense ``input`` layer is the library's ``Linear`` of mup_type "weight" (A = 1/√n_in makes its output
-unit-scaled for unit inputs; Adam LR 1/√n_in, constant in width as μP requires of input weights). This is ``umup_scales="paper"``, the default. Under ``umup_scales="covariance"``
+unit-scaled for unit inputs; Adam LR 1/√n_in, constant in width as μP requires of input weights).
+
+The table is ``umup_scales="paper"``, the default. Under ``umup_scales="covariance"``
 (this project's correction, ``scaling.unit_scaling_covariance``) the readout is
 unit-scaled like every other matrix: A = 1/√n_in makes the logits unit-scale at
 init, where ``linear_readout``'s A = 1/n_in leaves them at 1/√n_in; its Adam and
@@ -175,7 +177,8 @@ gains do not).
 A bias on the readout (fan-out = vocabulary, not width) needs SGD LR 1 in
 μP/u-μP and Adam LR 1 in NTK, which the kind "bias" does not give, so the model
 gives the readout no bias; the kind "fixed" (what ``scaling.roles`` infers for a
-parameter none of whose axes grows) gives it those rates in a user's model. Likewise the QK-norm gains (``attn/query_gain``, size
+parameter none of whose axes grows) gives it those rates in a user's model.
+Likewise the QK-norm gains (``attn/query_gain``, size
 d_head) are treated as width-like vectors; when d_head stays fixed as the width
 grows, their SGD multipliers (m in μP, d_head in u-μP) should be 1. Their Adam
 multipliers (1) are right either way.

@@ -55,6 +55,8 @@ _GAIN_NAMES = ("scale",)
 _VECTOR_NAMES = ("bias", "scale")
 _SPLIT_AFTER_FIRST = ("query", "key", "value")
 _SPLIT_BEFORE_LAST = ("out",)
+# Flax variable collections besides "params" that a variables dict may hold (dropped by infer_kinds).
+_COLLECTIONS = {"batch_stats", "cache", "intermediates", "metrics", "losses", "perturbations", "activations"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +151,7 @@ def _is_box(x: Any) -> bool:
 
 
 def _plain(tree: Any) -> Any:
-  """The parameter tree of a params dict, a ``{"params": ...}`` variables dict, an nnx Module or State."""
+  """The parameter tree of a params dict, a variables dict (its "params"), an nnx Module or State."""
   try:
     from flax import nnx  # pylint: disable=g-import-not-at-top
   except ImportError:  # pragma: no cover
@@ -158,7 +160,7 @@ def _plain(tree: Any) -> Any:
     tree = nnx.state(tree, nnx.Param)
   if nnx is not None and isinstance(tree, nnx.State):
     tree = nnx.to_pure_dict(tree)
-  if isinstance(tree, Mapping) and set(tree) == {"params"}:
+  if isinstance(tree, Mapping) and "params" in tree and set(tree) - {"params"} <= _COLLECTIONS:
     tree = tree["params"]
   return tree
 

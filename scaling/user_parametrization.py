@@ -2,9 +2,9 @@
 
 ``parametrize(roles, parametrization)`` (roles from ``scaling.infer_kinds``) gives, per parameter, the
 abc-parametrization of ``scaling.parametrization``: the init (``init``: redraw every matrix as
-``init_mean + B·N(0, 1)``; ``rescale``: keep the user's initializer, set its std to B), the learning-rate multipliers C as an optax transformation to chain after any
-optimizer (``scale_lr``) or a whole Adam/AdamW/SGD/Adam-atan2 (``optimizer``, ε per the scheme), and the
-forward multipliers A.
+``init_mean + B·N(0, 1)``; ``rescale``: keep the user's initializer, set its std to B), the learning-rate
+multipliers C as an optax transformation to chain after any optimizer (``scale_lr``) or a whole
+Adam/AdamW/SGD/Adam-atan2 (``optimizer``, ε per the scheme), and the forward multipliers A.
 
 Forward multipliers, by ``forward``:
 

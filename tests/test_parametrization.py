@@ -470,6 +470,17 @@ class RegistryTest(parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, message):
         P.get_parametrization(name).layer(kind, fan_in, fan_out, width)
 
+  def test_layer_at_takes_the_multiplier(self):
+    # layer_at(kind, fans, m) is layer(kind, fans, width) at m = width / base_width, for every scheme and kind.
+    for name, kind in itertools.product(P.available_parametrizations(), P.LAYER_KINDS):
+      scheme = P.get_parametrization(name, base_width=32)
+      fan_in = 1 if kind in P.VECTOR_KINDS else 96
+      self.assertEqual(scheme.layer_at(kind, fan_in, 96, 3.0), scheme.layer(kind, fan_in, 96, 96), f"{name} {kind}")
+      self.assertEqual(scheme.eps_multiplier_at(kind, 3.0), scheme.eps_multiplier(kind, 96))
+    for m in (0, -1.0, float("inf"), True, "2"):
+      with self.assertRaisesRegex(ValueError, "width multiplier m must be a finite positive number"):
+        P.get_parametrization("mup").layer_at("hidden", 4, 4, m)
+
   def test_width_mult(self):
     self.assertEqual(P.get_parametrization("mup", base_width=64).width_mult(16), 0.25)
     with self.assertRaisesRegex(ValueError, "width"):
@@ -527,9 +538,26 @@ class FansTest(parameterized.TestCase):
       ("bias", (4, 16), (1, 64)),
       ("norm", (32,), (1, 32)),
       ("norm", (), (1, 1)),
+      ("fixed", (10,), (1, 10)),
+      ("fixed", (7, 3), (7, 3)),
+      ("input", (5, 64), (5, 64)),
   )
   def test_fans(self, kind, shape, want):
     self.assertEqual(P.fans(kind, shape), want)
+
+  @parameterized.parameters(
+      ("hidden", (3, 3, 16, 32), 3, (144, 32)),  # Conv [kh, kw, in, out]
+      ("attn_q", (32, 4, 8), 1, (32, 32)),  # DenseGeneral [D, N, H]
+      ("hidden", (4, 8, 32), 2, (32, 32)),  # DenseGeneral [N, H, D]
+      ("readout", (8, 2, 5), 2, (16, 5)),
+  )
+  def test_fans_with_in_axes(self, kind, shape, in_axes, want):
+    self.assertEqual(P.fans(kind, shape, in_axes), want)
+
+  @parameterized.parameters(0, 3, True, 1.5)
+  def test_bad_in_axes(self, in_axes):
+    with self.assertRaisesRegex(ValueError, r"in_axes must be an integer in \[1, 2\]"):
+      P.fans("hidden", (4, 8, 32), in_axes)
 
   @parameterized.parameters(
       ("embedding", (100,), "embedding parameter must be"),

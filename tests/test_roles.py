@@ -139,6 +139,8 @@ class LinenRolesTest(parameterized.TestCase):
   def test_variables_dict(self):
     base, delta = (jax.eval_shape(lambda w=w: _Mlp(w).init(jax.random.key(0), jnp.zeros((1, 5)))) for w in (16, 32))
     self.assertEqual(scaling.infer_kinds(base, delta)["fc_hidden/kernel"].kind, "hidden")
+    base, delta = ({**v, "batch_stats": {"bn": {"mean": jnp.zeros(3)}}} for v in (base, delta))
+    self.assertLen(scaling.infer_kinds(base, delta), 8)  # the params only
 
   def test_tied_embedding(self):
     shapes = lambda w: _shapes(_Tied(w), jnp.zeros((1, 4), jnp.int32))
