@@ -73,8 +73,8 @@ def attention_for(scheme: str, base_width: int, num_heads: int) -> Callable[...,
 
 
 def main(argv=None):
-  p = common.parser(__doc__.splitlines()[0], transfer_steps=60, batch_size=8, log2_lrs="-11,-10,-9,-8,-7,-6")
-  p.set_defaults(transfer_widths=(64, 128, 256), seeds=1, coord_seeds=2)  # sized for a shared 2-core CPU
+  p = common.parser(__doc__.splitlines()[0], transfer_steps=120, batch_size=8, log2_lrs="-11,-10,-9,-8,-7,-6,-5")
+  p.set_defaults(seeds=1, coord_seeds=2)  # sized for a 2-core CPU
   p.add_argument("--text_file", required=True, help="A text file (character-level language modelling).")
   p.add_argument("--seq_len", default=32, type=int, help="Sequence length.")
   p.add_argument("--depth", default=2, type=int, help="Blocks.")
