@@ -133,6 +133,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "your_model_linen_transformer_coord": "docs/your_model.md",
     "your_model_linen_transformer_transfer": "docs/your_model.md",
     "your_model_nnx_transformer_coord": "docs/your_model.md",
+    "your_model_nnx_transformer_transfer": "docs/your_model.md",
     "bench_sweep": "docs/benchmarks.md",
     "attention": "docs/benchmarks.md",
     "bench_train": "docs/benchmarks.md",
