@@ -63,4 +63,15 @@ from scaling.user_parametrization import ReadoutDense
 from scaling.user_parametrization import ReadoutLinear
 from scaling.user_parametrization import UserParametrization
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# The coordinate check and learning-rate grid of a user's own Flax model live in scaling.studies (they plot and
+# tabulate); imported on first use, so that ``import scaling`` stays light.
+_STUDIES = {"coord_check": "scaling.studies.user_coord_check", "transfer": "scaling.studies.user_transfer"}
+
+__all__ = [name for name in dir() if not name.startswith("_")] + list(_STUDIES)
+
+
+def __getattr__(name):
+  if name in _STUDIES:
+    import importlib  # pylint: disable=g-import-not-at-top
+    return getattr(importlib.import_module(_STUDIES[name]), name)
+  raise AttributeError(f"module 'scaling' has no attribute {name!r}")

@@ -1,0 +1,153 @@
+"""What every example shares: the command line, μP (or SP) for a model given as a factory of the width, and the
+coordinate check and learning-rate transfer under each parametrization, written to --out_dir.
+
+Each example defines its model (a factory of the width per parametrization), its loss and its data, and calls
+``main``; ``python -m examples.linen_mlp --help`` lists the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+
+import scaling
+from scaling import results
+from scaling import user_model
+from scaling.studies import user_coord_check
+from scaling.studies import user_transfer
+
+
+@dataclasses.dataclass
+class WidthParametrization:
+  """A parametrization of a model given as a factory of the width: roles inferred once from the base and delta
+  widths (``scaling.infer_kinds``), then per width the init and per-parameter learning rates
+  (``scaling.parametrize``), in the forms ``scaling.coord_check`` and ``scaling.transfer`` take."""
+
+  model: Callable[..., Any]
+  loss_fn: Callable[[Any, Any], Any]
+  example_batch: Any
+  scheme: str = "mup"
+  base_width: int = 64
+  delta_width: int = 128
+  overrides: dict[str, Any] | None = None
+  optimizer_name: str = "adam"
+
+  @functools.cache  # pylint: disable=method-cache-max-size-none
+  def shapes(self, width: int) -> Any:
+    """The parameter shapes of the model at ``width`` (nothing computed)."""
+    fm = user_model.functional_model(self.model, self.loss_fn, width, self.example_batch)
+    return user_model.abstract_params(fm)
+
+  @functools.cache  # pylint: disable=method-cache-max-size-none
+  def at(self, width: int) -> Any:
+    """``scaling.parametrize`` of the model at ``width``."""
+    roles = scaling.infer_kinds(self.shapes(self.base_width), self.shapes(self.delta_width), self.shapes(width),
+                                overrides=self.overrides)
+    return scaling.parametrize(roles, self.scheme)
+
+  def __hash__(self):
+    return id(self)
+
+  def init(self, width: int, params: Any, key: jax.Array) -> Any:
+    """The scheme's initialization of ``params`` at ``width``."""
+    return self.at(width).init(key, params)
+
+  def optimizer(self, width: int, params: Any, learning_rate: Any) -> Any:
+    """The optimizer with the scheme's per-parameter learning rates at ``width``."""
+    del params
+    return self.at(width).optimizer(self.optimizer_name, learning_rate)
+
+  @property
+  def roles(self) -> Any:
+    """The roles of the parameters (at the delta width; the kinds are the same at every width)."""
+    return self.at(self.delta_width).roles
+
+
+def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: int = 200,
+           batch_size: int = 32, log2_lrs: str = "-12,-11,-10,-9,-8,-7,-6,-5,-4") -> argparse.ArgumentParser:
+  """The options every example takes (an example adds its own)."""
+  p = argparse.ArgumentParser(description=description)
+  ints = lambda s: tuple(int(x) for x in s.split(","))
+  floats = lambda s: tuple(float(x) for x in s.split(","))
+  p.add_argument("--out_dir", default=None, help="Output folder (default runs/examples/<example>).")
+  p.add_argument("--parametrizations", default="sp,mup", type=lambda s: tuple(s.split(",")),
+                 help="Parametrizations compared (scaling.parametrize schemes).")
+  p.add_argument("--widths", default=widths, type=ints, help="Widths of the coordinate check (and of the transfer).")
+  p.add_argument("--transfer_widths", default=None, type=ints, help="Widths of the transfer (default --widths).")
+  p.add_argument("--base_width", default=64, type=int, help="Base width (μP equals SP there); delta = 2x base.")
+  p.add_argument("--batch_size", default=batch_size, type=int, help="Batch size.")
+  p.add_argument("--coord_steps", default=3, type=int, help="Coordinate check: RMS at steps 0..k.")
+  p.add_argument("--coord_lr", default=1e-2, type=float, help="Coordinate check: the Adam learning rate.")
+  p.add_argument("--coord_seeds", default=4, type=int, help="Coordinate check: seeds (vmapped); the RMS is their mean.")
+  p.add_argument("--seeds", default=2, type=int, help="Transfer: seeds per learning rate (vmapped).")
+  p.add_argument("--transfer_steps", default=transfer_steps, type=int, help="Transfer: training steps per run "
+                 "(0: no transfer).")
+  p.add_argument("--log2_lrs", default=log2_lrs, type=floats, help="Transfer: base-2 logs of the learning rates.")
+  return p
+
+
+def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable[..., Any]],
+         loss_fn: Callable[[Any, Any], Any], batches: Callable[[int], Any], *, data: str,
+         overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+  """Infer roles, parametrize, coordinate-check and transfer the model under every parametrization of --parametrizations.
+
+  Args:
+    name: the example's name (output folder).
+    args: the parsed options of ``parser``.
+    model_for: scheme -> the model factory of the width under it (e.g. the attention rule differs).
+    loss_fn: ``loss_fn(module, batch) -> scalar``.
+    batches: ``batches(step) -> batch`` (the coordinate check trains on batch 0 at every step, as mup's fix_data).
+    data: what the data is, for the headings.
+    overrides: ``scaling.infer_kinds`` overrides (e.g. ``scaling.FLAX_ATTENTION``).
+
+  Returns:
+    {"coord_check": CoordCheckResult, "transfer": TransferResult or None} of every parametrization together;
+    the folder holds coord_check.png, coord_check_delta.png, coord_check.md, coord_check.jsonl (the rows) and
+    (with --transfer_steps) transfer.png, transfer.md and transfer.jsonl.
+  """
+  out = pathlib.Path(args.out_dir or f"runs/examples/{name}")
+  out.mkdir(parents=True, exist_ok=True)
+  start = time.perf_counter()
+  example = batches(0)
+  checks, transfers = [], []
+  for scheme in args.parametrizations:
+    model = model_for(scheme)
+    param = WidthParametrization(model, loss_fn, example, scheme, args.base_width, 2 * args.base_width, overrides)
+    print(f"{name} {scheme}: roles " + ", ".join(f"{p}={r.kind}" for p, r in param.roles.items()), flush=True)
+    checks.append(scaling.coord_check(model, loss_fn, example, param.optimizer, widths=args.widths,
+                                      steps=args.coord_steps, learning_rate=args.coord_lr,
+                                      seeds=range(args.coord_seeds), init=param.init, roles=param.roles,
+                                      name=scheme))
+    if args.transfer_steps:
+      transfers.append(scaling.transfer(model, loss_fn, batches, param.optimizer,
+                                        widths=args.transfer_widths or args.widths,
+                                        log2_lrs=args.log2_lrs, steps=args.transfer_steps,
+                                        seeds=range(args.seeds), init=param.init, name=scheme))
+  check = user_coord_check.combine(*checks)
+  check.write_figure(out / "coord_check.png")
+  check.write_figure(out / "coord_check_delta.png", delta=True)
+  widths = ", ".join(map(str, args.widths))
+  heading = (f"Coordinate check of `{name}` (widths {widths}; {args.coord_steps} Adam steps at lr "
+             f"{args.coord_lr:g} on one fixed batch of {data}, {args.coord_seeds} seeds):")
+  results.write_jsonl(out / "coord_check.jsonl", check.rows)
+  results.write_text(out / "coord_check.md", check.verdict_markdown(heading))
+  print(check.verdict_markdown(heading))
+  transfer = None
+  if transfers:
+    transfer = user_transfer.combine(*transfers)
+    results.write_jsonl(out / "transfer.jsonl", transfer.rows)
+    transfer.write_figure(out / "transfer.png")
+    text = transfer.optimum_markdown(user_transfer.heading(transfer, data, "Adam"))
+    results.write_text(out / "transfer.md", text)
+    print(transfer.loss_table())
+    print(text)
+  print(f"{name}: {time.perf_counter() - start:.0f}s; wrote {', '.join(sorted(p.name for p in out.iterdir()))} to "
+        f"{out}")
+  return {"coord_check": check, "transfer": transfer}
+

@@ -1,0 +1,298 @@
+"""A user's own Flax model (``flax.linen`` or ``flax.nnx``) as pure functions of its parameters, for the studies
+that train it at several widths (``scaling.coord_check``, ``scaling.transfer``).
+
+The model is given as a factory of the width: ``model(width) -> flax.linen.Module`` or
+``model(width, rngs) -> flax.nnx.Module`` (told apart by the number of parameters the factory takes), with a loss
+``loss_fn(module, batch) -> scalar`` that calls the module as the user would. ``functional_model`` turns them into
+``init(key) -> (params, state)``, ``loss(params, state, batch)`` and ``captured(params, state, batch) -> (loss,
+{module: output})``; the parameters are a plain nested dict (linen's ``params`` collection, or nnx's
+``nnx.Param`` state as ``nnx.to_pure_dict``), so the same optimizers and parameter trees serve both APIs.
+
+The output of every module is recorded without any change to the user's model: linen's ``capture_intermediates``,
+and nnx's ``nnx.capture(..., method_outputs=nnx.Intermediate)``. A module is named by its path ("Dense_0",
+"block/attn"; "model" for the top module); a method other than ``__call__`` is appended (".attend"); a module
+called more than once, or returning several arrays, gets one entry per array ("name[i]").
+
+Batches: ``materialize_batches`` turns a batch source (a fixed batch, a function of the step, or an iterator)
+into one array tree stacked over steps, scanned inside the compiled training program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Iterator, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+Array = jax.Array
+Params = Any
+ModelFactory = Callable[..., Any]
+LossFn = Callable[[Any, Any], Array]
+InitFn = Callable[[int, Params, Array], Params]
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionalModel:
+  """A user's model at one width as pure functions (see the module docstring).
+
+  Attributes:
+    kind: "linen" or "nnx".
+    width: the width it was built at.
+    init: key -> (params, state): params a nested dict of arrays, state everything else the model holds
+      (linen's other collections, nnx's non-Param state), held fixed.
+    loss: (params, state, batch) -> scalar loss.
+    captured: (params, state, batch) -> (loss, {module name: output array}).
+  """
+
+  kind: str
+  width: int
+  init: Callable[[Array], tuple[Params, Any]]
+  loss: Callable[[Params, Any, Any], Array]
+  captured: Callable[[Params, Any, Any], tuple[Array, dict[str, Array]]]
+
+
+def model_kind(model: ModelFactory) -> str:
+  """"linen" for a factory ``model(width)``, "nnx" for ``model(width, rngs)`` (TypeError otherwise)."""
+  if not callable(model):
+    raise TypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or "
+                    f"model(width, rngs) -> flax.nnx.Module, got {type(model).__name__}")
+  try:  # a class: its __init__ without self (nnx's metaclass hides the class's own signature)
+    params = (list(inspect.signature(model.__init__).parameters.values())[1:] if isinstance(model, type)
+              else inspect.signature(model).parameters.values())
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"model: cannot read the factory's signature ({e})") from e
+  required = [p for p in params if p.default is p.empty
+              and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  if len(required) == 1:
+    return "linen"
+  if len(required) == 2:
+    return "nnx"
+  raise TypeError(f"model must take the width (linen: model(width)) or the width and an nnx.Rngs (nnx: "
+                  f"model(width, rngs)); it takes {len(required)} required arguments")
+
+
+def _walk(tree: Any, path: tuple[str, ...], out: dict[str, list[Array]]) -> None:
+  """Collects the array leaves of captured outputs per module name, in the order the module wrote them."""
+  if isinstance(tree, Mapping) or hasattr(tree, "items") and not isinstance(tree, (jax.Array, np.ndarray)):
+    for key, value in tree.items():
+      _walk(value, path + (str(key),), out)
+  elif isinstance(tree, (tuple, list)):
+    for value in tree:
+      _walk(value, path, out)
+  elif isinstance(tree, nnx.Variable):
+    _walk(tree.get_value() if hasattr(tree, "get_value") else tree.value, path, out)
+  elif hasattr(tree, "dtype") and jnp.issubdtype(tree.dtype, jnp.inexact):
+    *module, method = path if path else ("__call__",)
+    name = "/".join(module) or "model"
+    if method != "__call__":
+      name += f".{method}"
+    out.setdefault(name, []).append(tree)
+
+
+def named_outputs(captured: Any) -> dict[str, Array]:
+  """{module name: output} from linen's ``intermediates`` collection or nnx's captured ``Intermediate`` state."""
+  groups: dict[str, list[Array]] = {}
+  _walk(captured, (), groups)
+  out = {}
+  for name, leaves in groups.items():
+    if len(leaves) == 1:
+      out[name] = leaves[0]
+    else:
+      out.update({f"{name}[{i}]": leaf for i, leaf in enumerate(leaves)})
+  return out
+
+
+def _linen(model: nn.Module, loss_fn: LossFn, width: int, example: Any) -> FunctionalModel:
+  """The linen form: ``init``/``apply`` with ``loss_fn`` as the method."""
+
+  def init(key):
+    variables = dict(model.init(key, example, method=loss_fn))
+    if "params" not in variables:
+      raise ValueError("model: the linen module has no 'params' collection to train")
+    params = variables.pop("params")
+    return jax.tree.map(lambda x: x, dict(params)), variables
+
+  def loss(params, state, batch):
+    return model.apply({"params": params, **state}, batch, method=loss_fn)
+
+  def captured(params, state, batch):
+    value, inter = model.apply({"params": params, **state}, batch, method=loss_fn, capture_intermediates=True,
+                               mutable=["intermediates"])
+    return value, named_outputs(inter["intermediates"])
+
+  return FunctionalModel("linen", width, init, loss, captured)
+
+
+def _nnx(factory: ModelFactory, loss_fn: LossFn, width: int) -> FunctionalModel:
+  """The nnx form: the graph of the module once, its ``nnx.Param`` state as a pure dict."""
+  abstract = nnx.eval_shape(lambda: factory(width, nnx.Rngs(0)))
+  if not isinstance(abstract, nnx.Module):
+    raise TypeError(f"model(width, rngs) must return a flax.nnx.Module, got {type(abstract).__name__}")
+  graphdef, param_template, _ = nnx.split(abstract, nnx.Param, ...)
+
+  def init(key):
+    _, params, rest = nnx.split(factory(width, nnx.Rngs(key)), nnx.Param, ...)
+    return nnx.to_pure_dict(params), rest
+
+  def merged(params, rest):
+    state = jax.tree.map(lambda x: x, param_template)
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state, rest)
+
+  def loss(params, rest, batch):
+    return loss_fn(merged(params, rest), batch)
+
+  def captured(params, rest, batch):
+    value, inter = nnx.capture(loss_fn, nnx.Intermediate, method_outputs=nnx.Intermediate)(merged(params, rest),
+                                                                                         batch)
+    return value, named_outputs(nnx.to_pure_dict(inter))
+
+  return FunctionalModel("nnx", width, init, loss, captured)
+
+
+def functional_model(model: ModelFactory, loss_fn: LossFn, width: int, example_batch: Any, *,
+                     init: InitFn | None = None) -> FunctionalModel:
+  """A user's model at ``width`` as pure functions of its parameters.
+
+  Args:
+    model: ``model(width) -> flax.linen.Module`` or ``model(width, rngs) -> flax.nnx.Module``.
+    loss_fn: ``loss_fn(module, batch) -> scalar``, calling the module as the user would.
+    width: the width.
+    example_batch: a batch (linen's ``init`` traces the loss on it).
+    init: optional ``init(width, params, key) -> params``, applied to the default initialization (e.g. a
+      parametrization's re-initialization or rescaling of each parameter).
+
+  Returns:
+    The ``FunctionalModel``.
+  """
+  kind = model_kind(model)
+  if not callable(loss_fn):
+    raise TypeError(f"loss_fn must be a function loss_fn(module, batch) -> scalar, got {type(loss_fn).__name__}")
+  if init is not None and not callable(init):
+    raise TypeError(f"init must be a function init(width, params, key) -> params, got {type(init).__name__}")
+  if kind == "linen":
+    module = model(width)
+    if not isinstance(module, nn.Module):
+      raise TypeError(f"model(width) must return a flax.linen.Module, got {type(module).__name__}")
+    fm = _linen(module, loss_fn, width, example_batch)
+  else:
+    fm = _nnx(model, loss_fn, width)
+  if init is None:
+    return fm
+
+  def reinit(key):
+    key_model, key_init = jax.random.split(key)
+    params, state = fm.init(key_model)
+    return init(width, params, key_init), state
+
+  return dataclasses.replace(fm, init=reinit)
+
+
+def rms(x: Array) -> Array:
+  """Root mean square of every coordinate, in float32."""
+  x = jnp.asarray(x, jnp.float32)
+  return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+def materialize_batches(batches: Any, steps: int) -> Any:
+  """The batches of steps 0..steps-1 stacked on a leading axis.
+
+  Args:
+    batches: a fixed batch (a tree of arrays, used at every step), a function ``batches(step) -> batch``, or an
+      iterator of batches.
+    steps: how many.
+
+  Returns:
+    A tree of arrays [steps, ...].
+  """
+  if callable(batches):
+    items = [batches(t) for t in range(steps)]
+  elif isinstance(batches, Iterator):
+    items = []
+    for _ in range(steps):
+      try:
+        items.append(next(batches))
+      except StopIteration:
+        raise ValueError(f"batches: the iterator ran out after {len(items)} of {steps} batches") from None
+  else:
+    leaves = jax.tree.leaves(batches)
+    if not leaves or not all(hasattr(x, "shape") for x in leaves):
+      raise TypeError("batches must be a batch (a tree of arrays), a function of the step, or an iterator of "
+                      f"batches; got {type(batches).__name__}")
+    return jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (steps, *jnp.shape(x))), batches)
+  return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *items)
+
+
+def check_widths(widths: Any, minimum: int = 2) -> tuple[int, ...]:
+  """The widths as a tuple of at least ``minimum`` distinct positive ints (ValueError naming ``widths`` otherwise)."""
+  try:
+    values = [w for w in widths]
+  except TypeError:
+    raise TypeError(f"widths must be a sequence of positive ints, got {widths!r}") from None
+  if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w <= 0 for w in values):
+    raise ValueError(f"widths must be positive ints, got {widths!r}")
+  out = tuple(dict.fromkeys(int(w) for w in values))
+  if len(out) < minimum:
+    raise ValueError(f"widths must hold at least {minimum} distinct widths, got {widths!r}")
+  return out
+
+
+OptimizerFactory = Callable[[int, Params, Array], optax.GradientTransformation]
+
+
+def abstract_params(fm: FunctionalModel) -> Params:
+  """The shapes and dtypes of the model's parameters (``jax.ShapeDtypeStruct`` leaves), nothing computed."""
+  return jax.eval_shape(lambda: fm.init(jax.random.key(0))[0])
+
+
+def training_program(fm: FunctionalModel, optimizer: OptimizerFactory, *,
+                     record_outputs: bool) -> Callable[[Array, Array, Any], dict[str, Any]]:
+  """One compiled program that initializes and trains M members of the model at one width.
+
+  Member i starts from ``PRNGKey(seeds[i])`` (and ``init``), trains with ``optimizer(width, params_shapes,
+  learning_rates[i])`` on the same batches as every other member, step t on ``batches[t]``; what is recorded at
+  step t is measured at the parameters after t updates, on batch t.
+
+  Args:
+    fm: the model at one width.
+    optimizer: ``optimizer(width, params, learning_rate) -> optax.GradientTransformation``; ``params`` holds
+      the shapes (``abstract_params``), ``learning_rate`` is a traced float32 scalar.
+    record_outputs: also record the RMS of every module's output and of its change since initialization
+      (the coordinate check); otherwise only the loss (a learning-rate grid).
+
+  Returns:
+    ``run(seeds [M] int32, learning_rates [M] float32, batches [T, ...]) -> records``: {"loss": [M, T]} and,
+    with ``record_outputs``, {"rms": {module: [M, T]}, "delta_rms": {module: [M, T]}}.
+  """
+  shapes = abstract_params(fm)
+
+  def member(seed, learning_rate, batches):
+    params0, state = fm.init(jax.random.key(seed))
+    tx = optimizer(fm.width, shapes, learning_rate)
+    if not isinstance(tx, optax.GradientTransformation):
+      raise TypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, got "
+                      f"{type(tx).__name__}")
+
+    def step(carry, batch):
+      params, opt_state = carry
+      if record_outputs:
+        (loss, outs), grads = jax.value_and_grad(fm.captured, has_aux=True)(params, state, batch)
+        _, outs0 = fm.captured(params0, state, batch)
+        record = {"loss": loss, "rms": {k: rms(v) for k, v in outs.items()},
+                  "delta_rms": {k: rms(v - outs0[k]) for k, v in outs.items()}}
+      else:
+        loss, grads = jax.value_and_grad(fm.loss)(params, state, batch)
+        record = {"loss": loss}
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state), record
+
+    _, records = jax.lax.scan(step, (params0, tx.init(params0)), batches)
+    return records
+
+  return jax.jit(jax.vmap(member, in_axes=(0, 0, None)))
