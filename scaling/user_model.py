@@ -30,6 +30,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
+
 Array = jax.Array
 Params = Any
 ModelFactory = Callable[..., Any]
@@ -60,20 +63,20 @@ class FunctionalModel:
 def model_kind(model: ModelFactory) -> str:
   """"linen" for a factory ``model(width)``, "nnx" for ``model(width, rngs)`` (TypeError otherwise)."""
   if not callable(model):
-    raise TypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or "
+    raise ConfigTypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or "
                     f"model(width, rngs) -> flax.nnx.Module, got {type(model).__name__}")
   try:  # a class: its __init__ without self (nnx's metaclass hides the class's own signature)
     params = (list(inspect.signature(model.__init__).parameters.values())[1:] if isinstance(model, type)
               else inspect.signature(model).parameters.values())
   except (TypeError, ValueError) as e:
-    raise TypeError(f"model: cannot read the factory's signature ({e})") from e
+    raise ConfigTypeError(f"model: cannot read the factory's signature ({e})") from e
   required = [p for p in params if p.default is p.empty
               and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
   if len(required) == 1:
     return "linen"
   if len(required) == 2:
     return "nnx"
-  raise TypeError(f"model must take the width (linen: model(width)) or the width and an nnx.Rngs (nnx: "
+  raise ConfigTypeError(f"model must take the width (linen: model(width)) or the width and an nnx.Rngs (nnx: "
                   f"model(width, rngs)); it takes {len(required)} required arguments")
 
 
@@ -114,7 +117,7 @@ def _linen(model: nn.Module, loss_fn: LossFn, width: int, example: Any) -> Funct
   def init(key):
     variables = dict(model.init(key, example, method=loss_fn))
     if "params" not in variables:
-      raise ValueError("model: the linen module has no 'params' collection to train")
+      raise ConfigError("model: the linen module has no 'params' collection to train")
     params = variables.pop("params")
     return jax.tree.map(lambda x: x, dict(params)), variables
 
@@ -133,7 +136,7 @@ def _nnx(factory: ModelFactory, loss_fn: LossFn, width: int) -> FunctionalModel:
   """The nnx form: the graph of the module once, its ``nnx.Param`` state as a pure dict."""
   abstract = nnx.eval_shape(lambda: factory(width, nnx.Rngs(0)))
   if not isinstance(abstract, nnx.Module):
-    raise TypeError(f"model(width, rngs) must return a flax.nnx.Module, got {type(abstract).__name__}")
+    raise ConfigTypeError(f"model(width, rngs) must return a flax.nnx.Module, got {type(abstract).__name__}")
   graphdef, param_template, _ = nnx.split(abstract, nnx.Param, ...)
 
   def init(key):
@@ -173,13 +176,13 @@ def functional_model(model: ModelFactory, loss_fn: LossFn, width: int, example_b
   """
   kind = model_kind(model)
   if not callable(loss_fn):
-    raise TypeError(f"loss_fn must be a function loss_fn(module, batch) -> scalar, got {type(loss_fn).__name__}")
+    raise ConfigTypeError(f"loss_fn must be a function loss_fn(module, batch) -> scalar, got {type(loss_fn).__name__}")
   if init is not None and not callable(init):
-    raise TypeError(f"init must be a function init(width, params, key) -> params, got {type(init).__name__}")
+    raise ConfigTypeError(f"init must be a function init(width, params, key) -> params, got {type(init).__name__}")
   if kind == "linen":
     module = model(width)
     if not isinstance(module, nn.Module):
-      raise TypeError(f"model(width) must return a flax.linen.Module, got {type(module).__name__}")
+      raise ConfigTypeError(f"model(width) must return a flax.linen.Module, got {type(module).__name__}")
     fm = _linen(module, loss_fn, width, example_batch)
   else:
     fm = _nnx(model, loss_fn, width)
@@ -219,11 +222,11 @@ def materialize_batches(batches: Any, steps: int) -> Any:
       try:
         items.append(next(batches))
       except StopIteration:
-        raise ValueError(f"batches: the iterator ran out after {len(items)} of {steps} batches") from None
+        raise ConfigError(f"batches: the iterator ran out after {len(items)} of {steps} batches") from None
   else:
     leaves = jax.tree.leaves(batches)
     if not leaves or not all(hasattr(x, "shape") for x in leaves):
-      raise TypeError("batches must be a batch (a tree of arrays), a function of the step, or an iterator of "
+      raise ConfigTypeError("batches must be a batch (a tree of arrays), a function of the step, or an iterator of "
                       f"batches; got {type(batches).__name__}")
     return jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (steps, *jnp.shape(x))), batches)
   return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *items)
@@ -234,12 +237,12 @@ def check_widths(widths: Any, minimum: int = 2) -> tuple[int, ...]:
   try:
     values = [w for w in widths]
   except TypeError:
-    raise TypeError(f"widths must be a sequence of positive ints, got {widths!r}") from None
+    raise ConfigTypeError(f"widths must be a sequence of positive ints, got {widths!r}") from None
   if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w <= 0 for w in values):
-    raise ValueError(f"widths must be positive ints, got {widths!r}")
+    raise ConfigError(f"widths must be positive ints, got {widths!r}")
   out = tuple(dict.fromkeys(int(w) for w in values))
   if len(out) < minimum:
-    raise ValueError(f"widths must hold at least {minimum} distinct widths, got {widths!r}")
+    raise ConfigError(f"widths must hold at least {minimum} distinct widths, got {widths!r}")
   return out
 
 
@@ -276,7 +279,7 @@ def training_program(fm: FunctionalModel, optimizer: OptimizerFactory, *,
     params0, state = fm.init(jax.random.key(seed))
     tx = optimizer(fm.width, shapes, learning_rate)
     if not isinstance(tx, optax.GradientTransformation):
-      raise TypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, got "
+      raise ConfigTypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, got "
                       f"{type(tx).__name__}")
 
     def step(carry, batch):

@@ -1,6 +1,7 @@
 """Dense attention against jax.nn.dot_product_attention and closed forms; masking against numpy positions."""
 
 import math
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -151,6 +152,7 @@ class RuleFormulaTest(parameterized.TestCase):
       def logit_scale(self, head_dim):
         return head_dim**-3
 
+    self.enter_context(mock.patch.dict(rules._REGISTRY))  # the rule is gone after the test (the registry is global)
     rules.register_rule("cubic_test", Cubic, overwrite=True)
     q, k, v = _qkv(h=4)
     np.testing.assert_allclose(scaling.dot_product_attention(q, k, v, rule="cubic_test"),

@@ -120,7 +120,7 @@ class ClaimsConfig(Options):
 
   def validate(self):
     if self.mode in RENAMED_MODES:
-      raise ValueError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
+      raise ConfigError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
                        "--mode=paper is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
       raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")

@@ -35,6 +35,8 @@ from scaling import report
 from scaling import user_model
 from scaling.studies import coord_check as study
 from scaling.studies import stats
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 TOLERANCE = 0.1
 """A module breaks μP when a slope of log2 RMS against log2 width exceeds this (growth faster than width^0.1)."""
@@ -71,7 +73,7 @@ def module_roles(roles: Mapping[str, Any] | None) -> dict[str, str]:
   if roles is None:
     return {}
   if not isinstance(roles, Mapping):
-    raise TypeError(f"roles must be a mapping (scaling.infer_kinds's roles, a tree of kinds, or module name -> "
+    raise ConfigTypeError(f"roles must be a mapping (scaling.infer_kinds's roles, a tree of kinds, or module name -> "
                     f"role), got {type(roles).__name__}")
   by_param: list[tuple[list[str], Any]] = []
   if any(isinstance(v, Mapping) for v in roles.values()):
@@ -261,10 +263,10 @@ class CoordCheckResult:
 def combine(*results: CoordCheckResult, roles: Mapping[str, Any] | None = None) -> CoordCheckResult:
   """Several results (e.g. SP and μP of one model) as one: one figure with a row of panels per parametrization."""
   if not results:
-    raise ValueError("combine needs at least one CoordCheckResult")
+    raise ConfigError("combine needs at least one CoordCheckResult")
   steps = {r.steps for r in results}
   if len(steps) != 1:
-    raise ValueError(f"results must have the same number of steps, got {sorted(steps)}")
+    raise ConfigError(f"results must have the same number of steps, got {sorted(steps)}")
   rows = [row for r in results for row in r.rows]
   slopes = [row for r in results for row in r.slopes]
   delta = [row for r in results for row in r.delta_slopes]
@@ -302,14 +304,14 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-    raise ValueError(f"steps must be a positive int, got {steps!r}")
+    raise ConfigError(f"steps must be a positive int, got {steps!r}")
   if not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate) or learning_rate < 0:
-    raise ValueError(f"learning_rate must be a finite number >= 0, got {learning_rate!r}")
+    raise ConfigError(f"learning_rate must be a finite number >= 0, got {learning_rate!r}")
   seeds = np.asarray(list(seeds), np.int32)
   if seeds.ndim != 1 or not seeds.size:
-    raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
+    raise ConfigError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
   if not isinstance(tolerance, (int, float)) or not tolerance > 0:
-    raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
+    raise ConfigError(f"tolerance must be a positive number, got {tolerance!r}")
   stacked = user_model.materialize_batches(batches, steps + 1)
   example = jax.tree.map(lambda x: x[0], stacked)
   lrs = np.full(seeds.shape, learning_rate, np.float32)

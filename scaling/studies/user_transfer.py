@@ -27,6 +27,7 @@ from scaling import user_model
 from scaling.studies import grid as grid_lib
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import transfer_report
+from scaling.validation import ConfigError
 
 KEYS = ("parametrization", "width")
 
@@ -56,7 +57,7 @@ class TransferResult:
     """How far the optimal log2 learning rate moves over the widths (max − min, octaves; None if one diverged)."""
     names = {o["parametrization"] for o in self.optimum}
     if parametrization is None and len(names) != 1:
-      raise ValueError(f"name one parametrization of {sorted(names)}")
+      raise ConfigError(f"name one parametrization of {sorted(names)}")
     return optimum_lib.spread([optimum_lib.optimum_log2_lr(o) for o in self.optimum
                                if parametrization in (None, o["parametrization"])])
 
@@ -81,9 +82,9 @@ class TransferResult:
 def combine(*results: TransferResult) -> TransferResult:
   """Several results (e.g. SP and μP of one model, on the same grid) as one."""
   if not results:
-    raise ValueError("combine needs at least one TransferResult")
+    raise ConfigError("combine needs at least one TransferResult")
   if len({(r.log2_lrs, r.steps, r.num_seeds) for r in results}) != 1:
-    raise ValueError("results must share the learning rates, steps and seeds")
+    raise ConfigError("results must share the learning rates, steps and seeds")
   first = results[0]
   return TransferResult([row for r in results for row in r.rows], [o for r in results for o in r.optimum],
                         first.log2_lrs, first.steps, first.num_seeds)
@@ -118,16 +119,16 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-    raise ValueError(f"steps must be a positive int, got {steps!r}")
+    raise ConfigError(f"steps must be a positive int, got {steps!r}")
   log2_lrs = tuple(dict.fromkeys(float(x) for x in log2_lrs))
   if not log2_lrs or not all(math.isfinite(x) and -125 <= x <= 63 for x in log2_lrs):
-    raise ValueError(f"log2_lrs must be finite base-2 logarithms in [-125, 63], got {log2_lrs!r}")
+    raise ConfigError(f"log2_lrs must be finite base-2 logarithms in [-125, 63], got {log2_lrs!r}")
   seeds = [int(s) for s in seeds]
   if not seeds:
-    raise ValueError("seeds must hold at least one seed")
+    raise ConfigError("seeds must hold at least one seed")
   last = max(1, steps // 10) if average_last is None else average_last
   if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= steps:
-    raise ValueError(f"average_last must be an int in [1, steps={steps}], got {average_last!r}")
+    raise ConfigError(f"average_last must be an int in [1, steps={steps}], got {average_last!r}")
   stacked = user_model.materialize_batches(batches, steps)
   example = jax.tree.map(lambda x: x[0], stacked)
   lrs, member_seeds = grid_lib.lr_grid(log2_lrs, seeds)

@@ -128,11 +128,11 @@ class AttentionBenchConfig(Options):
   def validate(self):
     for group in self.gqa_groups:
       if self.gqa_num_heads % group:
-        raise ValueError(f"gqa_groups must divide gqa_num_heads = {self.gqa_num_heads}, got {group}")
+        raise ConfigError(f"gqa_groups must divide gqa_num_heads = {self.gqa_num_heads}, got {group}")
     for tile in self.tile_candidates:
       if (not isinstance(tile, tuple) or len(tile) != 2
           or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in tile)):
-        raise ValueError(f"tile_candidates must hold (block_q, block_k) pairs of positive integers, got {tile!r}")
+        raise ConfigError(f"tile_candidates must hold (block_q, block_k) pairs of positive integers, got {tile!r}")
     for shape in self.extra_shapes:
       if (not isinstance(shape, tuple) or len(shape) != 4
           or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)):

@@ -101,7 +101,7 @@ def make_inputs(batch: int, seq_len: int, num_heads: int, head_dim: int, seed: i
   """
   kv_heads = num_heads if num_kv_heads is None else num_kv_heads
   if kv_heads < 1 or num_heads % kv_heads:
-    raise ValueError(f"num_kv_heads must divide num_heads = {num_heads}, got {num_kv_heads}")
+    raise ConfigError(f"num_kv_heads must divide num_heads = {num_heads}, got {num_kv_heads}")
   keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), seq_len * 1000 + head_dim), 4)
   heads = (num_heads, kv_heads, kv_heads, num_heads)
   return tuple(jax.random.normal(k, (batch, seq_len, n, head_dim), jnp.float32) for k, n in zip(keys, heads))
