@@ -88,9 +88,8 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   4, 512, 8, 64        none    fwd+bwd   1.12    0.69
 #   1, 512, 4, 128       causal  fwd+bwd   0.73    0.69
 #
-# Those tables hold B·N at 4; with more heads, batch or GQA groups the [B, K, G, bq, bk] tile that each step's
-# exp, mask and rescale sweep grows with B·N. Side by side (fwd+bwd, causal, H = 64, median ms of 5-11 interleaved
-# calls, one row per run; 1-minute load average 3.5-12, the machine shared):
+# Those tables hold B·N at 4. With more heads, batch or GQA groups, side by side (fwd+bwd, causal, H = 64, median ms
+# of 5-11 interleaved calls, one row per run; 1-minute load average 3.5-12, the machine shared):
 #
 #   (B, T = S, N, K)     64x128   64x256   128x128  128x256  256x256  128x512  256x512
 #   1, 2048, 8, 2        -        299      327      301      -        404      443
@@ -103,12 +102,24 @@ IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 #   2, 4096, 8, 2        3590     4411     2866     3492     5348     -        6747
 #   4, 512, 8, 2         100      106      180      244      414      -        -
 #
-# so the fastest tiles hold B·N·bq·bk near TILE_MAX_ELEMENTS (1 MiB of float32, one core's L2 cache):
-# ``blockwise_blocks`` starts from BLOCKS or LARGE_BLOCKS and halves block_k down to 256, then block_q down to 128,
-# then block_k down to MIN_BLOCKS[1], then block_q down to MIN_BLOCKS[0], until the tile fits (at B·N = 16 that is
-# 128x128, not 64x256: the last row). (At B·N = 4 it turns LARGE_BLOCKS into
-# 256x256: 1.1x the best tile on the loaded machine, where 256x512 took 2x, but 1.5x slower than 256x512 in the quiet
-# table above; the rule follows the loaded measurements, which cover GQA, batch and more heads.)
+# Under that load smaller tiles win (other processes share the caches). On a quiet machine (load average 1.3-1.8,
+# the same script, median ms of 5 interleaved calls, fwd+bwd, causal, H = 64):
+#
+#   (B, T = S, N, K)     64x128   128x128  128x256  256x256  256x512
+#   1, 2048, 8, 2        -        197      155      155      201
+#   1, 2048, 8, 1        -        133      149      157      223
+#   1, 2048, 8, 8        -        224      241      231      215
+#   2, 2048, 4, 4        -        201      207      199      195
+#   2, 4096, 8, 2        -        1444     1079     1137     -
+#   4, 512, 8, 8         64       63       93       -        -
+#
+# and in the benchmark's B = 1, N = K = 4 grid 256x512 was the fastest tile at S = 2048 and 8192, causal and not,
+# forward and forward+backward (256x256 took 1.06-1.6x). Batch and heads do not matter there; the GQA group G = N/K
+# does: each step sweeps a [G·bq, bk] tile per key/value head. So ``blockwise_blocks`` starts from BLOCKS or
+# LARGE_BLOCKS and halves block_k down to 256, then block_q down to 128, then block_k down to MIN_BLOCKS[1], then
+# block_q down to MIN_BLOCKS[0], until G·bq·bk is at most TILE_MAX_ELEMENTS (LARGE_BLOCKS without GQA; 128x256 at
+# G = 4, 128x128 at G = 8: the fastest tile of every row of the quiet table; in the loaded rows with G = 4, 128x256
+# is within 1.01x of the best in three and 1.22x at B = 2, T = 4096).
 #
 # Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
 # (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
@@ -121,7 +132,7 @@ DENSE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
-TILE_MAX_ELEMENTS = 2**18
+TILE_MAX_ELEMENTS = 2**17
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -192,10 +203,11 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -
 
   Returns:
     BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to
-    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until the B·N·bq·bk tile holds at most TILE_MAX_ELEMENTS.
+    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group
+    G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS.
   """
-  q_len, kv_len, heads = query_shape[-3], key_shape[-3], query_shape[-2]
-  rows = heads * (query_shape[0] if len(query_shape) == 4 else 1)
+  q_len, kv_len = query_shape[-3], key_shape[-3]
+  rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
   for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
     while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:

@@ -241,7 +241,7 @@ class DispatchTest(parameterized.TestCase):
                      "dense")
     large = scaling.attention.LARGE_BLOCKS_MIN_KV_LEN
     for kv_len, blocks in ((large - 1, scaling.attention.BLOCKS), (large, scaling.attention.LARGE_BLOCKS)):
-      choice = select((1, 2 * large, 2, 16), (1, kv_len, 1, 16), _opts(rule="qk_norm"), backend="cpu")
+      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
       self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *blocks))
     self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
                      3)  # capped at T
@@ -260,22 +260,22 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(select(*long, _opts(rule="qk_norm"), dtype=jnp.bfloat16, backend="gpu").implementation,
                      "blockwise")
 
-  @parameterized.parameters(  # (B, T, N, S) -> blocks, written out from the rule's table in scaling.attention
-      ((1, 2048, 2, 2048), (256, 512)),  # B·N·256·512 = 2**18: at the limit, LARGE_BLOCKS
-      ((1, 2048, 4, 2048), (256, 256)),  # one over: block_k halves first
-      ((1, 2048, 8, 2048), (128, 256)),  # then block_q to 128
-      ((2, 4096, 8, 4096), (128, 128)),  # then block_k to 128
-      ((2, 2048, 4, 1024), (128, 256)),  # batch counts like heads
-      ((1, 2048, 8, 1023), (128, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN: BLOCKS, 8·128·128 fits
-      ((4, 512, 8, 512), (64, 128)),  # 32·128·128 does not: block_q halves last
-      ((8, 512, 16, 512), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
-      ((1, 100, 2, 4096), (100, 512)),  # capped at T
+  @parameterized.parameters(  # (B, T, N, K, S) -> blocks, written out from the rule's table in scaling.attention
+      ((1, 2048, 4, 4, 2048), (256, 512)),  # no GQA: G·256·512 = 2**17, at the limit: LARGE_BLOCKS
+      ((4, 2048, 16, 16, 8192), (256, 512)),  # batch and heads do not count
+      ((1, 2048, 4, 2, 2048), (256, 256)),  # G = 2, one over: block_k halves first
+      ((1, 2048, 8, 2, 2048), (128, 256)),  # G = 4: then block_q to 128
+      ((2, 4096, 8, 1, 4096), (128, 128)),  # G = 8: then block_k to 128
+      ((1, 2048, 16, 1, 1023), (64, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN: BLOCKS; G = 16: block_q halves last
+      ((1, 512, 32, 1, 512), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
+      ((4, 512, 8, 8, 512), (128, 128)),  # BLOCKS fit
+      ((1, 100, 2, 2, 4096), (100, 512)),  # capped at T
   )
   def test_blocks_hold_the_tile_within_the_limit(self, shape, blocks):
-    b, t, n, s = shape
-    self.assertEqual(scaling.attention.blockwise_blocks((b, t, n, 16), (b, s, 1, 16)), blocks)
-    self.assertEqual(scaling.attention.TILE_MAX_ELEMENTS, 2**18)  # the limit the table above was written for
-    choice = scaling.attention.select_implementation((b, t, n, 16), (b, s, 1, 16), _opts(), backend="cpu",
+    b, t, n, k, s = shape
+    self.assertEqual(scaling.attention.blockwise_blocks((b, t, n, 16), (b, s, k, 16)), blocks)
+    self.assertEqual(scaling.attention.TILE_MAX_ELEMENTS, 2**17)  # the limit the table above was written for
+    choice = scaling.attention.select_implementation((b, t, n, 16), (b, s, k, 16), _opts(), backend="cpu",
                                                      is_causal=True)
     self.assertEqual((choice.block_q, choice.block_k), blocks)
 
