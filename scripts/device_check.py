@@ -180,15 +180,6 @@ def _median_s(compiled: dict[str, Any], args, repeats: int) -> dict[str, float]:
   return {name: statistics.median(t) for name, t in times.items()}
 
 
-def matmul_peak(size: int, dtype: str, repeats: int = 5) -> float:
-  """Best FLOP/s of a [size, size] ``jnp.dot`` in ``dtype`` (compiled, warmed up)."""
-  a, b = (jax.random.normal(k, (size, size), jnp.float32).astype(dtype)
-          for k in jax.random.split(jax.random.PRNGKey(1)))
-  dot = jax.jit(jnp.dot).lower(a, b).compile()
-  jax.block_until_ready(dot(a, b))
-  return 2.0 * size**3 / min(timing.time_call(dot, (a, b)) for _ in range(repeats))
-
-
 def attention_throughput(config: Options, peaks: dict[str, float], *, gpu: bool) -> list[dict[str, Any]]:
   """Forward+backward of causal attention per (shape, dtype, implementation): ms and fraction of the dtype's peak."""
   rows = []
@@ -267,7 +258,8 @@ def run(config: Options, out_dir: pathlib.Path | None = None) -> dict[str, Any]:
   for r in exact:
     detail = f"{r['worst']:.1e}" if "worst" in r else r.get("reason", "")
     print(f"exactness {r['dtype']} {r['rule']} causal={r['causal']} {r['path']}: {r['status']} {detail}", flush=True)
-  peaks = {dtype: matmul_peak(config.matmul_size, dtype) for dtype in dict.fromkeys((*config.dtypes, "float32"))}
+  peaks = {dtype: timing.measure_matmul_peak(config.matmul_size, dtype=dtype)["gflops"] * 1e9
+           for dtype in dict.fromkeys((*config.dtypes, "float32"))}
   print("matmul peak: " + ", ".join(f"{d} {p / 1e12:.2f} TFLOP/s" for d, p in peaks.items()), flush=True)
   bench = attention_throughput(config, peaks, gpu=gpu)
   train_config = dataclasses.replace(train_bench.TrainBenchConfig(), width=config.train_width,

@@ -25,12 +25,13 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
   return out, time.perf_counter() - start
 
 
-def measure_matmul_peak(size: int, repeats: int = 5) -> dict:
-  """Best GFLOP/s of a [size, size] float32 jnp.dot (compiled, warmed up).
+def measure_matmul_peak(size: int, repeats: int = 5, dtype: str = "float32") -> dict:
+  """Best GFLOP/s of a [size, size] jnp.dot in ``dtype`` (compiled, warmed up).
 
   Args:
     size: the side of both square matrices.
     repeats: timed calls; the fastest counts.
+    dtype: the matrices' dtype (e.g. "bfloat16" for an accelerator's low-precision peak).
 
   Returns:
     {"size", "seconds" (the fastest call), "gflops"}.
@@ -39,7 +40,8 @@ def measure_matmul_peak(size: int, repeats: int = 5) -> dict:
     raise ConfigError(f"size must be a positive integer, got {size!r}")
   if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
     raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-  a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in jax.random.split(jax.random.PRNGKey(1)))
+  a, b = (jax.random.normal(k, (size, size), jnp.float32).astype(dtype)
+          for k in jax.random.split(jax.random.PRNGKey(1)))
   dot = jax.jit(jnp.dot).lower(a, b).compile()
   jax.block_until_ready(dot(a, b))
   best = min(time_call(dot, (a, b)) for _ in range(repeats))
