@@ -8,6 +8,7 @@ Each example defines its model (a factory of the width per parametrization), its
 from __future__ import annotations
 
 import argparse
+import sys
 import dataclasses
 import functools
 import pathlib
@@ -92,7 +93,16 @@ def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: 
   return p
 
 
-def main(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable[..., Any]],
+def main(name: str, args: argparse.Namespace, *rest: Any, **kwargs: Any) -> dict[str, Any]:
+  """``run`` for a command line: bad input (the library's ConfigError) ends with one ``error:`` line, exit status 2."""
+  try:
+    return run(name, args, *rest, **kwargs)
+  except scaling.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable[..., Any]],
          loss_fn: Callable[[Any, Any], Any], batches: Callable[[int], Any], *, data: str,
          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
   """Infer roles, parametrize, coordinate-check and transfer the model under every parametrization of --parametrizations.

@@ -1,6 +1,8 @@
 """The examples of docs/your_model.md, each run at a tiny size: roles inferred, parametrized, coordinate-checked
 and transferred, with their figures and tables written."""
 
+import contextlib
+import io
 import pathlib
 
 from absl.testing import absltest
@@ -58,6 +60,17 @@ class ExamplesTest(parameterized.TestCase):
       self.assertEqual(widths, {16, 32})
       self.assertIn("within 1 octave", (out / "transfer.md").read_text())
 
+
+
+class BadInputTest(absltest.TestCase):
+
+  def test_a_library_config_error_is_one_line_and_exit_2(self):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+      with self.assertRaises(SystemExit) as ctx:
+        linen_mlp.main(["--widths=0", "--out_dir", self.create_tempdir().full_path])
+    self.assertEqual(ctx.exception.code, 2)
+    self.assertEqual(err.getvalue().splitlines(), ["error: widths must be positive ints, got (0,)"])
 
 if __name__ == "__main__":
   absltest.main()
