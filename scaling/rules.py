@@ -37,19 +37,44 @@ from scaling.validation import ConfigTypeError
 Array = jax.Array
 
 
+def _checks_head_dim(method: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+  """``method(self, head_dim)`` that first raises ConfigError unless head_dim is a positive integer."""
+  if getattr(method, "checks_head_dim", False):
+    return method
+
+  def checked(self, head_dim):
+    return method(self, validation.check_positive_int("head_dim", head_dim))
+
+  checked.__name__, checked.__qualname__, checked.__doc__ = method.__name__, method.__qualname__, method.__doc__
+  checked.checks_head_dim = True
+  return checked
+
+
 @struct.dataclass
 class ScaleRule:
-  """Base rule: identity prepare, logit scale 1, weight scale 1."""
+  """Base rule: identity prepare, logit scale 1, weight scale 1.
+
+  Every subclass's ``logit_scale`` and ``weight_scale`` (the built-in rules' and users' alike) reject a head_dim
+  that is not a positive integer with a ConfigError naming it, instead of dividing by zero.
+  """
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    for name in ("logit_scale", "weight_scale"):
+      if name in cls.__dict__:
+        setattr(cls, name, _checks_head_dim(cls.__dict__[name]))
 
   def prepare(self, query: Array, key: Array) -> tuple[Array, Array]:
     """Transforms query [..., H] and key [..., H] before the dot product."""
     return query, key
 
+  @_checks_head_dim
   def logit_scale(self, head_dim: int) -> float:
     """The factor s in softmax(s·q·k) for head dimension ``head_dim``."""
     del head_dim
     return 1.0
 
+  @_checks_head_dim
   def weight_scale(self, head_dim: int) -> float:
     """A factor applied to the attention weights after the softmax."""
     del head_dim

@@ -21,6 +21,7 @@ from experiments import transfer
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct as flax_struct
 import scaling
 from scaling import model as model_lib
 from scaling import resources
@@ -165,6 +166,14 @@ def _attention_cases():
 
 
 _CFG = dict(vocab_size=16, width=32, depth=1, num_heads=2, head_dim=16)
+@flax_struct.dataclass
+class _UserRule(scaling.ScaleRule):
+  """A user's rule: its own logit_scale is checked like the built-in rules'."""
+
+  def logit_scale(self, head_dim):
+    return head_dim ** -1.5
+
+
 LIBRARY_CASES = (
     ("dpa_implementation", lambda: scaling.dot_product_attention(Q, KV, KV, implementation="fast"), ValueError,
      "implementation must be None or one of"),
@@ -255,6 +264,12 @@ LIBRARY_CASES = (
     ("train_step_state", lambda: scaling.train_step(3, {}, model=None, optimizer=None, opt_config=None), TypeError,
      "state must be a TrainState"),
     ("make_attention_fn_rule", lambda: scaling.make_attention_fn(rule="lineer"), ValueError, "did you mean 'linear'"),
+    ("rule_logit_scale_zero", lambda: scaling.get_rule("sqrt").logit_scale(0), ValueError,
+     "head_dim must be a positive integer, got 0"),
+    ("rule_weight_scale_float", lambda: scaling.get_rule("post_softmax").weight_scale(2.5), ValueError,
+     "head_dim must be a positive integer"),
+    ("user_rule_logit_scale_negative", lambda: _UserRule().logit_scale(-4), ValueError,
+     "head_dim must be a positive integer, got -4"),
 )
 
 
