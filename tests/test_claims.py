@@ -325,6 +325,18 @@ class CitationTest(absltest.TestCase):
     self.assertIn("| claim | source | checked against (not measured) | verdict | the source says |", table)
     self.assertNotIn("reproduce", table)
 
+  def test_citation_rows_say_whether_the_passage_is_verbatim(self):
+    for claim in claims.all_claims():
+      if claim.kind != verdicts.CITATION:
+        continue
+      finding = claim.evaluate(None)["finding"]
+      if claim.compared_with:
+        self.assertIn(f"Quoted verbatim (compared with {claim.compared_with}).", finding)
+      else:
+        self.assertIn(f"Quoted from {claim.reference}, not verified verbatim.", finding)
+    plain = dataclasses.replace(next(c for c in claims.all_claims() if c.kind == verdicts.CITATION), compared_with="")
+    self.assertTrue(plain.evaluate(None)["finding"].endswith("not verified verbatim."))
+
   def test_knife_edge_shows_the_margin(self):
     claim = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "variance_is_dk")  # holds < 0.05, fails > 0.2
     near, far = (_measuring(claim, v).evaluate(claims.Context()) for v in (0.055, 0.1))
