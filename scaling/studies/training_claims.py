@@ -63,6 +63,12 @@ SIZES: dict[str, dict[str, Any]] = {
                   log2_lrs=_OCTAVES_FROM_1E4[:6], fixed_step=500, qk_widths=(256, 512), transfer_widths=(128, 256, 512),
                   transfer_log2_lrs=tuple(float(x) for x in range(-14, -5)), transfer_steps=2000,
                   dtypes=("float32", "bfloat16")),
+    "paper_8min": dict(_COMMON, width=512, num_heads=8, head_dim=64, seq_len=256, batch_size=8, num_seeds=3,
+                       depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 300, 6: 600, 12: 300},
+                       log2_lrs=_OCTAVES_FROM_1E4[2:5], fixed_step=250, qk_widths=(512,), qk_rules=("sqrt",),
+                       transfer_widths=(128, 512), transfer_log2_lrs=(-13.0, -12.0, -11.0, -10.0, -9.0),
+                       transfer_steps=300, transfer_parametrizations=("mup",),
+                       depth12_setups=((True, False), (False, False), (False, True))),
     "cpu_hour": dict(_COMMON, width=64, num_heads=2, head_dim=32, seq_len=32, batch_size=8, num_seeds=3,
                      depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 300, 6: 300, 12: 200},
                      log2_lrs=_OCTAVES_FROM_1E4[::2] + (math.log2(1e-2),), fixed_step=100, qk_widths=(64, 128),
@@ -80,7 +86,15 @@ SIZES: dict[str, dict[str, Any]] = {
                  transfer_steps=4, transfer_parametrizations=("mup",), attn_log2_mults=(-1.0, 0.0, 1.0)),
 }
 """The training sizes of each mode. "paper" is the notes' setting (d_k 64, width 512 = 8 heads, sequences of 256,
-depths 2, 6 and 12, about 2,000 steps, learning rates in octaves, 3 seeds, float32 and bfloat16); "cpu_hour" the
+depths 2, 6 and 12, about 2,000 steps, learning rates in octaves, 3 seeds, float32 and bfloat16); "paper_8min" keeps
+its model (d_k 64, width 512 = 8 heads, sequences of 256, depths 2, 6 and 12, pre- and post-LN, 3 seeds) and cuts what
+the claims' words do not need, to fit 8 minutes on one H200 (``scaling.studies.claims.accelerator_plan``): 3 learning
+rates, the octaves around 1e-3 (8e-4 and its neighbours), instead of 6; 300 steps where the claim is about early
+training (NaN within 100 steps; depth 12 "cannot converge" at the start of training; depth 2), 600 at depth 6 whose
+claims are about the whole curve (slow, oscillating, worse); depth 12 pre-LN without warmup and post-LN with and
+without it (warmup is what post-LN needs, Xiong et al. 2020; pre-LN with warmup is left out); float32 only (no training claim's words are about
+precision; the low-precision claims are random-input ones); q-k alignment at width 512 with 1/√d_k only, and μP
+transfer at widths 128 and 512 without SP beside it; "cpu_hour" the
 largest setting planned for about an hour on two CPU cores; "quick" keeps every claim at minutes; "test" is tiny, for
 the unit tests only."""
 
@@ -317,15 +331,22 @@ def planned_grids(ctx: Any, claims: Sequence[Any] | None = None) -> list[tuple]:
     _PLAN = None
 
 
+def grid_flops(model_config: model_lib.ModelConfig, steps: int, members: int, batch: int, seq_len: int) -> float:
+  """Floating-point operations of training one planned grid: 6 · parameters · tokens for the weights plus
+  12 · depth · T² · width per sequence for the attention (forward and backward), every member and step."""
+  params = resources.param_count(model_config)
+  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
+  return per_sequence * batch * steps * members
+
+
 def training_flops(grids: Sequence[tuple]) -> float:
-  """Floating-point operations of training ``grids`` (``planned_grids``'s): 6 · parameters · tokens for the weights
-  plus 12 · depth · T² · width per sequence for the attention (forward and backward), every member and step."""
-  total = 0.0
-  for model_config, steps, members, batch, seq_len in grids:
-    params = resources.param_count(model_config)
-    per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
-    total += per_sequence * batch * steps * members
-  return total
+  """Floating-point operations of training ``grids`` (``planned_grids``'s), summed over ``grid_flops``."""
+  return sum(grid_flops(*g) for g in grids)
+
+
+def training_programs(grids: Sequence[tuple]) -> list[tuple[float, str, int]]:
+  """One (floating-point operations, dtype, steps) per planned grid, for ``resources.accelerator_seconds``."""
+  return [(grid_flops(*g), str(g[0].dtype), int(g[1])) for g in grids]
 
 
 def memory_estimate(ctx: Any) -> resources.Estimate:
@@ -756,7 +777,7 @@ def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
   last = max(1, steps // 10)
   hits = counted = 0
   table = {}
-  for pre_ln, warmup in NORM_SETUPS:
+  for pre_ln, warmup in s.get("depth12_setups", NORM_SETUPS):
     failed, div, stall = {}, {}, {}
     for rule in ("none", "sqrt"):
       run = grid_run(ctx, rule=rule, depth=depth, pre_ln=pre_ln, warmup=warmup)
