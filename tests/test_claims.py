@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import tempfile
 from unittest import mock
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import claims as claims_experiment
+from scaling import resources
 from scaling import results
 from scaling import rules
 from scaling.studies import claim_table
@@ -325,6 +327,18 @@ class CitationTest(absltest.TestCase):
     self.assertIn("| claim | source | checked against (not measured) | verdict | the source says |", table)
     self.assertNotIn("reproduce", table)
 
+  def test_citation_rows_say_whether_the_passage_is_verbatim(self):
+    for claim in claims.all_claims():
+      if claim.kind != verdicts.CITATION:
+        continue
+      finding = claim.evaluate(None)["finding"]
+      if claim.compared_with:
+        self.assertIn(f"Quoted verbatim (compared with {claim.compared_with}).", finding)
+      else:
+        self.assertIn(f"Quoted from {claim.reference}, not verified verbatim.", finding)
+    plain = dataclasses.replace(next(c for c in claims.all_claims() if c.kind == verdicts.CITATION), compared_with="")
+    self.assertTrue(plain.evaluate(None)["finding"].endswith("not verified verbatim."))
+
   def test_knife_edge_shows_the_margin(self):
     claim = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "variance_is_dk")  # holds < 0.05, fails > 0.2
     near, far = (_measuring(claim, v).evaluate(claims.Context()) for v in (0.055, 0.1))
@@ -418,12 +432,16 @@ class DeviceScriptTest(absltest.TestCase):
     text.write_text("".join(np.random.default_rng(0).choice(list("abcdefgh \n"), 40000)))
     return str(text)
 
-  def test_dry_run_plans_paper_mode_and_writes_nothing(self):
+  def test_dry_run_plans_paper_8min_to_fit_8_minutes_and_writes_nothing(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     out = tmp / "never"
     done = self._script(str(out), self._text(tmp), "--dry_run")
     self.assertEqual(done.returncode, 0, done.stderr)
-    self.assertRegex(done.stdout, r"mode paper: planned training: \d+ grids, \d+ runs, .* min")
+    self.assertRegex(done.stdout, r"mode paper_8min: planned training: 12 grids, \d+ runs, .* min")
+    minutes = re.search(r"on one NVIDIA H200 \(datasheet peak × 0.3\): about ([\d.]+) min .* which fits 8 min",
+                        done.stdout)
+    self.assertIsNotNone(minutes, done.stdout)
+    self.assertLess(float(minutes.group(1)), 8.0)
     self.assertFalse(out.exists())
 
   def test_tiny_run_writes_the_tables(self):
@@ -436,6 +454,48 @@ class DeviceScriptTest(absltest.TestCase):
     self.assertIn("Random-input claims (mode quick", readme)
     self.assertIn("Citation claims (checked against the source", readme)
     self.assertIn(f"tables: {out}/claims_readme.md", done.stdout)
+
+
+class AcceleratorPlanTest(absltest.TestCase):
+  """The H200 time of the device script's claims, from datasheet peaks: arithmetic only, nothing trained."""
+
+  def _script_ids(self) -> tuple[str, ...]:
+    text = (pathlib.Path(__file__).resolve().parents[1] / "scripts" / "device_claims.sh").read_text()
+    parts = re.findall(r"^ids=(?:\$ids,)?(\S+)$", text, re.M)
+    return tuple(",".join(parts).split(","))
+
+  def test_datasheet_peaks(self):
+    self.assertEqual(resources.accelerator_peak("NVIDIA H200", "bfloat16"), 989.5e12)  # 1,979 with sparsity / 2
+    self.assertEqual(resources.accelerator_peak("NVIDIA H100 80GB HBM3", "float32"), 494.5e12)  # as TF32
+    self.assertEqual(resources.accelerator_peak("NVIDIA H100 80GB HBM3", "float32", tf32=False), 67e12)
+    self.assertEqual(resources.accelerator_peak("NVIDIA A100-SXM4-80GB", "bfloat16"), 312e12)
+    with self.assertRaisesRegex(ValueError, "device_kind"):
+      resources.accelerator_peak("TPU v4", "float32")
+
+  def test_accelerator_seconds_closed_form(self):
+    model = resources.TimeModel(efficiency=0.5, compile_seconds=10.0, step_seconds=0.01, fixed_seconds=7.0)
+    out = resources.accelerator_seconds([(989.5e12, "bfloat16", 100), (494.5e12, "float32", 50)], "H200", model)
+    self.assertEqual({k: round(v, 9) for k, v in out.items()},
+                     {"compute": 4.0, "compile": 20.0, "steps": 1.5, "fixed": 7.0, "total": 32.5})
+
+  def test_device_script_fits_8_minutes_on_an_h200_and_paper_mode_does_not(self):
+    ids = self._script_ids()
+    self.assertLen(ids, 8)
+    self.assertContainsSubset(ids, {c.id for c in training_claims.TRAINING_CLAIMS})
+    short = claims.accelerator_plan(claims.Context(mode="paper_8min", text_file=None), ids, "NVIDIA H200")
+    self.assertLess(short["total"], 8 * 60)
+    self.assertEqual(short["fixed"], 0.0)  # training claims only
+    full = claims.accelerator_plan(claims.Context(mode="paper", text_file=None), None, "NVIDIA H200")
+    self.assertGreater(full["total"], 8 * 60)
+
+  def test_paper_8min_keeps_the_notes_model(self):
+    s, paper = training_claims.SIZES["paper_8min"], training_claims.SIZES["paper"]
+    for key in ("head_dim", "width", "num_heads", "seq_len", "batch_size", "num_seeds", "depth_small",
+                "depth_converge", "depth_diverge"):
+      self.assertEqual(s[key], paper[key], key)
+    self.assertTrue(np.allclose(np.diff(s["log2_lrs"]), 1.0))  # octaves
+    self.assertIn(round(np.log2(1e-3)), np.round(s["log2_lrs"]))  # around 1e-3
+    self.assertGreaterEqual(min(s["steps"].values()), s["nan_window"])  # "within 100 steps" stays measurable
 
 
 class ClaimsFlagsTest(absltest.TestCase):

@@ -258,12 +258,53 @@ def test_depth12_cannot_converge_counts_divergence_and_stalls_at_fair_rates(monk
   assert row["verdict"] == verdicts.PARTLY
 
 
-def test_tiny_lr_clipping_and_sqrt_optimal_on_written_grids(monkeypatch):
+# Tiny-rate grids (2 rates x 2 seeds; initial loss 4, so converged = final <= 3.6 and never above 12) and the verdict
+# each gives: unscaled finals, 1/√d_k finals, the fraction counted at the rates where every 1/√d_k run converged.
+TINY_CASES = (
+    ("holds", [2.0, 2.0, 2.0, 3.9], [2.0] * 4, 0.75, verdicts.HOLDS),
+    ("partly", [2.0, 3.9, NAN, 13.0], [2.0] * 4, 0.25, verdicts.PARTLY),  # 13 > 3 x 4: diverged though finite
+    ("fails", [3.9, 3.7, NAN, 3.9], [2.0] * 4, 0.0, verdicts.FAILS),
+    ("fair_rates_only", [2.0, 2.0, 3.9, 3.9], [2.0, 2.0, 3.9, 2.0], 1.0, verdicts.HOLDS),  # the second rate: out
+    ("not_measured", [2.0, 2.0, 2.0, 2.0], [3.9, 2.0, 2.0, 3.9], None, verdicts.NOT_MEASURED),
+)
+
+
+@pytest.mark.parametrize("none_tiny, sqrt_tiny, value, verdict", [c[1:] for c in TINY_CASES],
+                         ids=[c[0] for c in TINY_CASES])
+def test_tiny_lr_clipping_on_written_grids(monkeypatch, none_tiny, sqrt_tiny, value, verdict):
+  calls = []
+
+  def fake(ctx, *, rule, depth, log2_lrs=None, clip=None, **kwargs):
+    if clip is not None:  # the tiny-rate grids
+      calls.append((rule, log2_lrs, clip))
+      return _fake_grid(none_tiny if rule == "none" else sqrt_tiny, log2_lrs=log2_lrs)
+    if rule == "sqrt":  # the depth-6 grid at rates 2^-10, 2^-8: the first is best
+      return _fake_grid([2.0, 2.0, 3.0, 3.0])
+    return _fake_grid([NAN, 2.0, 3.9, 3.9])  # unscaled: 2^-10 has a NaN seed, so its best is 2^-8, which stalls
+  monkeypatch.setattr(tc, "grid_run", fake)
+  claim = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth6_tiny_lr_clipping")
+  row = claim.evaluate(types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None))
+  assert calls == [("none", (-12.0, -14.0), 1.0), ("sqrt", (-12.0, -14.0), 1.0)]  # 2 and 4 octaves below 2^-10
+  assert row["numbers"]["learning_rates"] == [f"{2.0 ** -12:.3g}", f"{2.0 ** -14:.3g}"]
+  assert row["numbers"]["none_own_best_no_clipping"] == {"best_learning_rate": f"{2.0 ** -8:.3g}",
+                                                         "converged_fraction": 0.0}
+  assert (row["value"], row["verdict"]) == (value, verdict)
+  if value is not None:
+    assert row["numbers"]["tiny_lr_clipping_needed"] == (value > 0.0)
+
+
+def test_converged_and_tiny_rates():
+  losses = np.array([[4.0, 4.0, 4.0, 4.0],
+                     [3.0, 13.0, 3.9, NAN],
+                     [2.0, 2.0, 3.7, 2.0]])
+  np.testing.assert_array_equal(tc.converged(losses, 0.9, last=1), [True, False, False, False])
+  assert tc.tiny_log2_lrs(-7.0, (4.0, 2.0)) == (-9.0, -11.0)
+
+
+def test_sqrt_optimal_on_written_grids(monkeypatch):
   grids = {}
 
-  def fake(ctx, *, rule, depth, log2_lrs=None, clip=None, attn_mults=None, **kwargs):
-    if clip is not None:  # the tiny-rate grids: unscaled has one converged, one stalled; 1/√d_k both converged
-      return _fake_grid([2.0, 3.9] if rule == "none" else [2.0, 2.0], log2_lrs=(-12.0,))
+  def fake(ctx, *, rule, depth, log2_lrs=None, attn_mults=None, **kwargs):
     if attn_mults is not None:  # multipliers 2^-1, 2^0, 2^1 x 1/√d_k: a parabola with its vertex at log2 c = 0.5
       grids["mults"] = attn_mults
       c = np.array([-1.0, -1.0, 0.0, 0.0, 1.0, 1.0])
@@ -271,10 +312,7 @@ def test_tiny_lr_clipping_and_sqrt_optimal_on_written_grids(monkeypatch):
     return _fake_grid([2.0, 2.0, 3.0, 3.0])  # the 1/√d_k grid: the first learning rate is best
   monkeypatch.setattr(tc, "grid_run", fake)
   ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
-  by_id = {c.id: c for c in tc.TRAINING_CLAIMS}
-  clip = by_id["train_depth6_tiny_lr_clipping"].evaluate(ctx)
-  assert (clip["value"], clip["verdict"]) == (0.5, verdicts.HOLDS)
-  best = by_id["train_sqrt_optimal"].evaluate(ctx)
+  best = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(ctx)
   assert best["numbers"]["learning_rate"] == f"{2.0 ** -10:.3g}"
   assert best["value"] == pytest.approx(0.5, abs=1e-6)
   np.testing.assert_allclose(grids["mults"], [2.0**c * math.sqrt(8) for c in (-1.0, 0.0, 1.0)])  # α = c·√d_k

@@ -95,8 +95,10 @@ class ClaimsConfig(Options):
 
   mode: str = option("quick", "Sizes: quick (minutes on 2 CPU cores: random inputs at d_k 16, 64, 128, 1024 with 2 "
                      "seeds; width-32 training runs), cpu_hour (d_k 16..1024 with 4 seeds; width-64 training runs, "
-                     "planned for about an hour on 2 CPU cores) or paper (the notes' setting: d_k 64, width 512, 8 "
-                     "heads, sequences of 256, depths 2/6/12, ~2000 steps, 3 seeds; for an accelerator).",
+                     "planned for about an hour on 2 CPU cores), paper (the notes' setting: d_k 64, width 512, 8 "
+                     "heads, sequences of 256, depths 2/6/12, ~2000 steps, 3 seeds; for an accelerator) or paper_8min "
+                     "(the notes' model with 3 learning rates, 300-600 steps and float32: scripts/device_claims.sh, "
+                     "under 8 minutes on one H200).",
                      choices=(*MODES, *RENAMED_MODES))
   ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).",
                                        choices=lambda: [c.id for c in all_claims()])
@@ -175,8 +177,39 @@ def device_flops() -> float:
   return 2.0 * n**3 / best
 
 
+DEVICE_KIND = "NVIDIA H200"  # the accelerator scripts/device_claims.sh is planned for
+DEVICE_BUDGET_SECONDS = 8 * 60.0  # ... and the time it must fit in
+DEVICE_TIME_MODEL = resources.TimeModel(efficiency=0.3, compile_seconds=20.0, step_seconds=0.005, fixed_seconds=60.0)
+"""The assumptions behind the accelerator plan: 30% of the datasheet peak (small models: the low end of what such
+programs reach), 20 s of compilation per grid (a depth-12 paper-size grid compiles in about 14 s on a 2-core CPU),
+5 ms of host work per step (the step's dispatch and its per-step divergence check), 60 s for the random-input claims."""
+
+
+def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_kind: str = DEVICE_KIND,
+                     model: resources.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
+  """Expected seconds of the selected claims on one ``device_kind`` (``resources.accelerator_seconds`` of the
+  planned training grids; nothing is trained and no accelerator is needed)."""
+  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
+  grids = training_claims.planned_grids(ctx, selected) if selected else []
+  fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
+  return resources.accelerator_seconds(training_claims.training_programs(grids), device_kind,
+                                       dataclasses.replace(model, fixed_seconds=fixed))
+
+
+def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
+                              budget: float = DEVICE_BUDGET_SECONDS, model: resources.TimeModel = DEVICE_TIME_MODEL
+                              ) -> str:
+  """``accelerator_plan``'s seconds in words, with whether they fit ``budget``."""
+  fits = "fits" if plan["total"] <= budget else "does NOT fit"
+  return (f"on one {device_kind} (datasheet peak × {model.efficiency:g}): about {plan['total'] / 60:.1f} min "
+          f"({plan['compute'] / 60:.1f} min of compute, {plan['compile'] / 60:.1f} of compilation, "
+          f"{plan['steps'] / 60:.1f} of per-step overhead, {plan['fixed'] / 60:.1f} outside training), which {fits} "
+          f"{budget / 60:g} min")
+
+
 def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
-  """The planned training of the selected claims and its expected time on the present device, in words.
+  """The planned training of the selected claims and its expected time on the present device, in words, and on
+  ``DEVICE_KIND`` from its datasheet.
 
   The compute is ``training_claims.training_flops`` of ``training_claims.planned_grids`` at the measured matmul rate
   (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per grid.
@@ -190,7 +223,8 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   seconds = flops / rate + COMPILE_SECONDS * len(grids)
   return (f"planned training: {len(grids)} grids, {members} runs, {flops / 1e12:.3g} TFLOP; on {hardware()} at the "
           f"measured {rate / 1e9:.3g} GFLOP/s of a {matmul_size()}² matmul: at least {seconds / 60:.1f} min "
-          f"({flops / rate / 60:.1f} min of compute, about {COMPILE_SECONDS:g} s of compilation per grid)")
+          f"({flops / rate / 60:.1f} min of compute, about {COMPILE_SECONDS:g} s of compilation per grid); "
+          + describe_accelerator_plan(accelerator_plan(ctx, ids)))
 
 
 OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timings.jsonl")

@@ -28,11 +28,14 @@ MODES: dict[str, dict[str, Any]] = {
                  "widths": (64, 256, 1024, 2048)},
     "paper": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 256, "num_seeds": 4,
               "widths": (64, 256, 512, 1024, 2048)},
+    "paper_8min": {"d_k": (16, 32, 64, 128, 256, 512, 1024), "seq_len": 256, "num_seeds": 4,
+                   "widths": (64, 256, 512, 1024, 2048)},
 }
 """Sizes per mode: head dims and sequence length of the random-input sweeps, seeds, and the model widths of the
 fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name; "cpu_hour" is the
 largest setting planned for about an hour on two CPU cores; "paper" the notes' sequences of 256 (its training sizes
-are ``scaling.studies.training_claims.SIZES["paper"]``)."""
+are ``scaling.studies.training_claims.SIZES["paper"]``); "paper_8min" the same random inputs with the training cut to
+fit 8 minutes on one H200 (``SIZES["paper_8min"]``, what ``scripts/device_claims.sh`` runs)."""
 
 RENAMED_MODES = {"full": "cpu_hour"}  # old mode names, refused with a message naming the new one
 

@@ -146,6 +146,8 @@ class CitationClaim:
     passage: the passage of that source, quoted.
     agrees: whether the source says what the note says it says.
     check: one sentence on how the passage bears on the claim.
+    compared_with: where the passage was compared word for word with the source's text (the paper's HTML or PDF
+      text, a repository file at a commit); empty when it was not, and the row then says it is not verified verbatim.
   """
 
   id: str
@@ -155,6 +157,7 @@ class CitationClaim:
   passage: str
   agrees: bool
   check: str
+  compared_with: str = ""
   training = False
   kind = CITATION
 
@@ -163,5 +166,11 @@ class CitationClaim:
     return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
             "criterion": f"checked against the source (not measured): {self.reference}", "reason": "",
             "statistic": None, "value": None, "verdict": SOURCE_AGREES if self.agrees else SOURCE_DISAGREES,
-            "margin": None, "finding": f"“{self.passage}” ({self.reference}). {self.check}",
-            "numbers": {"reference": self.reference, "passage": self.passage}}
+            "margin": None, "finding": f"“{self.passage}” ({self.reference}). {self.check} {self.verbatim()}",
+            "numbers": {"reference": self.reference, "passage": self.passage, "compared_with": self.compared_with}}
+
+  def verbatim(self) -> str:
+    """Whether the passage is verbatim, in one sentence."""
+    if self.compared_with:
+      return f"Quoted verbatim (compared with {self.compared_with})."
+    return f"Quoted from {self.reference}, not verified verbatim."
