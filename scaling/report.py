@@ -143,6 +143,7 @@ def replace_generated(text: str, name: str, content: str) -> str:
 GENERATED_SECTIONS: dict[str, str] = {
     "headline": "README.md",
     "claims": "docs/claims.md",
+    "claims_cpu_hour": "docs/claims.md",
     "sweep": "docs/sweep.md",
     "stability": "docs/stability.md",
     "coord_check_width": "docs/coord_check.md",
