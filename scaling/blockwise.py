@@ -344,36 +344,31 @@ def attention_core_bwd(plan: Plan, residuals, cotangents):
 
   def query_block(carry, xs):
     i, q_i, do_i, lse_i, delta_i = xs
-    # Tiles are formed transposed, [B, K, bk, G, bq]: the products that sum over queries (dV, dK) then read P and
-    # dS with the summed axes contiguous (no transposed copy of each tile on CPU); only dQ sums over keys.
-    lse_i = jnp.where(jnp.isfinite(lse_i), lse_i, 0.0)[:, :, None]
-    delta_i = delta_i[:, :, None]
+    lse_i = jnp.where(jnp.isfinite(lse_i), lse_i, 0.0)[..., None]
     lo, hi = _key_block_range(plan, i, q_lens, kv_lens)
-    key_major = lambda x: None if x is None else jnp.moveaxis(x, -1, 2)  # [B, K, G, bq, bk] -> [B, K, bk, G, bq]
 
     def key_block(j, c, masked):
       dq_i, dk, dv, dbias = c
       k_j, v_j = kb[j], vb[j]
       shape = lambda raw, bias_tile: logits_lib.shape_logits(raw, bias_tile, plan.opts)
-      bias_tile = key_major(_grouped_bias_tile(plan, bias, i, j))
-      raw = jnp.einsum("bksh,bkgqh->bksgq", k_j, q_i, preferred_element_type=_F32)
+      bias_tile = _grouped_bias_tile(plan, bias, i, j)
       if bias_tile is None:
-        s, shape_vjp = jax.vjp(lambda raw: shape(raw, None), raw)
+        s, shape_vjp = jax.vjp(lambda raw: shape(raw, None), _raw_logits(q_i, k_j))
       else:
-        s, shape_vjp = jax.vjp(shape, raw, bias_tile)
+        s, shape_vjp = jax.vjp(shape, _raw_logits(q_i, k_j), bias_tile)
       p = jnp.exp(s - lse_i)
-      vis = key_major(_tile_visibility(plan, mask, q_lens, kv_lens, i, j)) if masked else None
+      vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j) if masked else None
       if vis is not None:
         p = jnp.where(vis, p, 0.0)
-      dv = dv.at[j].add(jnp.einsum("bksgq,bkgqh->bksh", p.astype(dtype), do_i, preferred_element_type=_F32))
-      dp = jnp.einsum("bksh,bkgqh->bksgq", v_j, do_i, preferred_element_type=_F32)
-      ds = p * (dp - delta_i)
+      dv = dv.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", p.astype(dtype), do_i, preferred_element_type=_F32))
+      dp = jnp.einsum("bkgqh,bksh->bkgqs", do_i, v_j, preferred_element_type=_F32)
+      ds = p * (dp - delta_i[..., None])
       grads = shape_vjp(ds)
       ds_raw = grads[0].astype(dtype)
-      dq_i = dq_i + jnp.einsum("bksgq,bksh->bkgqh", ds_raw, k_j, preferred_element_type=_F32)
-      dk = dk.at[j].add(jnp.einsum("bksgq,bkgqh->bksh", ds_raw, q_i, preferred_element_type=_F32))
+      dq_i = dq_i + jnp.einsum("bkgqs,bksh->bkgqh", ds_raw, k_j, preferred_element_type=_F32)
+      dk = dk.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", ds_raw, q_i, preferred_element_type=_F32))
       if bias is not None:
-        dbias = _add_tile(dbias, masking_lib.ungroup_heads(jnp.moveaxis(grads[1], 2, -1)), plan, i, j)
+        dbias = _add_tile(dbias, masking_lib.ungroup_heads(grads[1]), plan, i, j)
       return dq_i, dk, dv, dbias
 
     dk, dv, dbias = carry
