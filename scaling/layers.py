@@ -180,13 +180,18 @@ class DenseKernel(nn.Module):
 
 def _concat_split(x: Array, parts: list[DenseParts], dtype: Any,
                   product: Callable[[Array, Array], Array]) -> list[tuple[Array, DenseParts]]:
-  """product(x, [W_1 … W_n]) split into the n parts' outputs, each with its part."""
+  """product(x, [W_1 … W_n]) split into the n parts' outputs, each with its part.
+
+  The product sees x as rows [prod(leading), fan_in]: on CPU, XLA then computes the weight gradient xᵀ·g without
+  first transposing g (with [B, T, fan_in] it copied g, fused with its producer, into [features, B·T]).
+  """
   kernel = jnp.concatenate([k.astype(dtype) for k, _, _, _ in parts], axis=1)
-  y = product(x.astype(dtype), kernel)
+  lead = x.shape[:-1]
+  y = product(x.astype(dtype).reshape(-1, x.shape[-1]), kernel)
   ends = [0]
   for k, _, _, _ in parts:
     ends.append(ends[-1] + k.shape[1])
-  return [(y[..., start:end], part) for part, start, end in zip(parts, ends[:-1], ends[1:])]
+  return [(y[:, start:end].reshape(*lead, end - start), part) for part, start, end in zip(parts, ends[:-1], ends[1:])]
 
 
 def fused_dense(x: Array, parts: list[DenseParts], dtype: Any) -> list[Array]:

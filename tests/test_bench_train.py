@@ -24,6 +24,17 @@ class ProfileCategoryTest(absltest.TestCase):
       self.assertEqual(profile.category(name), want, name)
 
 
+  def test_loops_are_not_counted_twice(self):
+    """A loop's own trace event spans its body's ops: only the body's matmuls count."""
+    x = jax.numpy.ones((64, 64))
+    fn = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, y: jax.numpy.tanh(y @ x), x)).lower(x).compile()
+    jax.block_until_ready(fn(x))
+    with tempfile.TemporaryDirectory() as trace_dir:
+      prof = profile.profile_ops(fn, (x,), 2, trace_dir, top=20)
+    names = [row["op"].split("/")[-1] for row in prof["top_ops"]]
+    self.assertNotIn("while", names)
+    self.assertGreater(prof["categories"]["matmul"]["ms_per_call"], 0)
+
 class FlopsTest(absltest.TestCase):
 
   def test_flops_by_hand(self):

@@ -11,6 +11,8 @@ HLO (the ops XLA's runtime executed; Python and runtime events are left out) and
   together), the largest ones.
 
 Op times are summed, so ops that ran concurrently on different threads count each; the shares are of that sum.
+Control-flow instructions (``while``, ``conditional``, ``call``) are left out: their events span the ops of their
+bodies, which are counted themselves (a loop's time would otherwise count twice).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import jax
 CATEGORIES = ("matmul", "layout", "other")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = .*?$", re.M)
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CONTAINER = re.compile(r"[\])}] (?:while|conditional|call)\(")  # the opcode after the result type
 
 
 def category(name: str) -> str:
@@ -64,7 +67,8 @@ def profile_ops(compiled: Any, args: Sequence[Any], calls: int, trace_dir: str |
     "top_ops": [{"op", "category", "ms_per_call", "share"}] largest first}.
   """
   hlo = compiled.as_text()
-  source = {m.group(1): _source_op(m.group(0)) for m in _INSTRUCTION.finditer(hlo)}
+  source = {m.group(1): _source_op(m.group(0)) for m in _INSTRUCTION.finditer(hlo)
+            if not _CONTAINER.search(m.group(0))}
   with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
     for _ in range(calls):
       out = compiled(*args)
