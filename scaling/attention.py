@@ -41,6 +41,8 @@ Array = jax.Array
 
 
 IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
+AUTO = "auto"
+"""``implementation=AUTO``: the fastest path measured for the case (``scaling.autotune``), the fixed rule as fallback."""
 
 # How ``dot_product_attention(..., implementation=None)`` chooses. Measured on a 2-core CPU (float32, fwd+bwd =
 # value and gradients w.r.t. q, k, v; median of interleaved calls) by timing these paths side by side, as
@@ -263,6 +265,14 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU when the
       options allow it (a plain scale, no cap, clamp or weight scale) and
       raises otherwise. Forced implementations raise on options they lack.
+      ``"auto"`` (opt-in) runs the path measured fastest for this case: the
+      first call of a case (shapes, dtype, backend, masking, logit options)
+      times dense and blockwise at several tiles, forward+backward, and
+      remembers the fastest on disk (``scaling.autotune``; also under jit,
+      where it measures at trace time); cases with nothing to tune (a bias,
+      mask or lengths, options blockwise lacks, S below
+      ``BLOCKWISE_MIN_KV_LEN``) and unusable cache entries use the fixed rule.
+      Unlike None, its choice can differ between machines and runs.
     return_residual: also return the log-sum-exp of the masked logits [B, T, N]
       (as jax.nn; -inf for fully masked rows).
     return_weights: also return the attention weights [B, N, T, S].
@@ -279,13 +289,21 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                           logit_clamp=logit_clamp, float32_softmax=float32_softmax,
                                           subtract_max=subtract_max)
-  if implementation is not None and implementation not in IMPLEMENTATIONS:
-    raise ConfigError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
+  if implementation is not None and implementation not in (*IMPLEMENTATIONS, AUTO):
+    raise ConfigError(f"implementation must be None or one of {', '.join((*IMPLEMENTATIONS, AUTO))}, got "
+                      f"{implementation!r}")
   blocks = {}
-  if implementation is None:
+  if implementation == AUTO:
+    from scaling import autotune  # pylint: disable=g-import-not-at-top  (autotune measures this module's paths)
+    choice = autotune.auto_choice(
+        query.shape, key.shape, query.dtype, opts, is_causal=is_causal, local_window_size=local_window_size,
+        has_bias=bias is not None, has_mask=mask is not None, return_weights=return_weights,
+        has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None)
+  elif implementation is None:
     choice = select_implementation(query.shape, key.shape, opts, dtype=query.dtype, return_weights=return_weights,
                                    has_bias=bias is not None, is_causal=is_causal,
                                    has_local_window=local_window_size is not None)
+  if implementation in (None, AUTO):
     implementation = choice.implementation
     blocks = {k: v for k, v in (("block_q", choice.block_q), ("block_k", choice.block_k)) if v is not None}
   mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,
