@@ -44,6 +44,7 @@ from scaling import attention as attention_lib
 from scaling import blockwise as blockwise_lib
 from scaling import dense_attention as dense_lib
 from scaling.logits import LogitOptions
+from scaling.validation import ConfigError
 
 CACHE_ENV = "SCALING_AUTOTUNE_CACHE"
 CACHE_NAME = "attention_autotune.json"
@@ -51,6 +52,8 @@ TILE_CANDIDATES = ((64, 128), (128, 128), (128, 256), (256, 256), (256, 512))
 """(block_q, block_k) tiles tuned (those within T and S), besides dense and the fixed rule's tiles."""
 DENSE_MAX_TUNE_LOGITS = 2**26
 """Dense is a candidate while its B·N·T·S float32 logits hold at most this many elements (256 MiB)."""
+REPEATS = 3
+"""Timed calls per candidate of an automatic tuning (the median counts)."""
 PRUNE_FACTOR = 2.0
 """Candidates whose warm-up call took more than this times the fastest warm-up are not timed further."""
 SEED = 0
@@ -176,8 +179,18 @@ def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[in
 
 
 def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
-                   tiles: Sequence[tuple[int, int]] = TILE_CANDIDATES) -> list[attention_lib.Choice]:
-  """Dense (while its logits are small enough), blockwise at each tile within T and S, and the fixed rule's tiles."""
+                   tiles: Sequence[tuple[int, int]] | None = None) -> list[attention_lib.Choice]:
+  """Dense (while its logits are small enough), blockwise at each tile within T and S, and the fixed rule's tiles.
+
+  Args:
+    query_shape: [B, T, N, H] (or [T, N, H]).
+    key_shape: [B, S, K, H] (or [S, K, H]).
+    tiles: (block_q, block_k) candidates; None = ``TILE_CANDIDATES``.
+
+  Returns:
+    The choices, without repeats.
+  """
+  tiles = TILE_CANDIDATES if tiles is None else tiles
   t, s, n = query_shape[-3], key_shape[-3], query_shape[-2]
   b = query_shape[0] if len(query_shape) == 4 else 1
   out = [attention_lib.Choice("dense")] if b * n * t * s <= DENSE_MAX_TUNE_LOGITS else []
@@ -243,7 +256,7 @@ def measure(choices: Sequence[attention_lib.Choice], query_shape: Sequence[int],
 def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any = jnp.float32, *,
                    is_causal: bool = False, local_window_size: int | tuple[int, int] | None = None,
                    opts: LogitOptions | None = None, candidates: Sequence[attention_lib.Choice] | None = None,
-                   repeats: int = 3, save: bool = True) -> Tuned:
+                   repeats: int | None = None, save: bool = True) -> Tuned:
   """Times dense and blockwise at each candidate tile (forward+backward) and stores the fastest under the case's key.
 
   Args:
@@ -255,17 +268,27 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
     opts: the resolved logit options (default: 1/√H, nothing else). A rule's ``prepare`` runs once on q and k
       whatever the path, so it is left out of the measurement (the key still names the rule).
     candidates: the choices to time; None = ``candidates_for(query_shape, key_shape)``.
-    repeats: timed calls per candidate (the median counts).
+    repeats: timed calls per candidate (the median counts); None = ``REPEATS``.
     save: store the result in the cache (``cache_path()``).
 
   Returns:
     A ``Tuned``: the fastest choice, each candidate's median ms and the wall time of the tuning.
   """
   start = time.perf_counter()
+  repeats = REPEATS if repeats is None else repeats
+  query_shape, key_shape = tuple(query_shape), tuple(key_shape)
+  if (len(query_shape) not in (3, 4) or len(key_shape) != len(query_shape) or query_shape[-1] != key_shape[-1]
+      or query_shape[-2] % key_shape[-2] or query_shape[:-3] != key_shape[:-3]):
+    raise ConfigError(f"query_shape must be [B, T, N, H] (or [T, N, H]) and key_shape [B, S, K, H] with the same B "
+                      f"and H and K dividing N, got {query_shape} and {key_shape}")
+  if not isinstance(repeats, int) or repeats < 1:
+    raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
   opts = opts if opts is not None else attention_lib.resolve_logit_options(
       query_shape[-1], scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
       subtract_max=True)
   choices = list(candidates_for(query_shape, key_shape) if candidates is None else candidates)
+  if not choices or any(c.implementation not in ("dense", "blockwise") for c in choices):
+    raise ConfigError(f"candidates must be dense or blockwise Choices, at least one, got {choices!r}")
   seconds = measure(choices, query_shape, key_shape, dtype, opts, repeats=repeats, is_causal=is_causal,
                     local_window_size=local_window_size)
   best = min(choices, key=lambda c: seconds[choice_name(c)])
