@@ -24,6 +24,7 @@ warning).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -57,6 +58,8 @@ REPEATS = 3
 PRUNE_FACTOR = 2.0
 """Candidates whose warm-up call took more than this times the fastest warm-up are not timed further."""
 SEED = 0
+COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
+"""Candidates compiled side by side (compilation is most of a tuning's time)."""
 
 _override: list[pathlib.Path] = []
 _warned: set[str] = set()
@@ -245,11 +248,13 @@ def measure(choices: Sequence[attention_lib.Choice], query_shape: Sequence[int],
     keys = jax.random.split(jax.random.PRNGKey(SEED), 3)
     args = tuple(jax.random.normal(k, tuple(shape), dtype)
                  for k, shape in zip(keys, (query_shape, key_shape, key_shape)))
-    fns = {}
+    lowered = {}
     for choice in choices:
       fn = attention_function(choice, opts, **mask_kwargs)
       step = jax.value_and_grad(lambda q, k, v, fn=fn: jnp.sum(fn(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
-      fns[choice_name(choice)] = jax.jit(step).lower(*args).compile()
+      lowered[choice_name(choice)] = jax.jit(step).lower(*args)
+    with concurrent.futures.ThreadPoolExecutor(COMPILE_THREADS) as pool:  # XLA compiles without holding the GIL
+      fns = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
     return _median_times(fns, args, repeats)
 
 

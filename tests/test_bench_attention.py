@@ -37,10 +37,11 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
     cells = {(r["batch"], r["seq_len"], r["num_kv_heads"], r["causal"], r["mode"], r["impl"])
              for r in data["timings"] if r["status"] == "ok"}
-    impls = (*implementations.IMPLEMENTATIONS, "blockwise 64x128", "ours (auto)")  # and QUICK's one forced tile
+    impls = (*implementations.IMPLEMENTATIONS, "blockwise 64x128")  # and the one forced tile of QUICK
     shapes = ((1, 256, 4), (2, 256, 1))  # (B, T, K): the grid, then the GQA case (N = 4)
     self.assertEqual(cells, {(*shape, c, m, i) for shape in shapes for c in (True, False)
-                             for m in implementations.MODES for i in impls})
+                             for m in implementations.MODES for i in impls}
+                     | {(*shape, c, "fwd+bwd", "ours (auto)") for shape in shapes for c in (True, False)})
     chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
     # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
     self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128", (1, 256, False): "dense",
@@ -77,11 +78,11 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertTrue(data["targets"]["blockwise_long_sequence_runs"]["met"])
     self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 8)
     self.assertLen(data["targets"]["default_within_1.1x_of_best_forced"]["per_size"], 8)
-    self.assertLen(data["targets"]["auto_within_1.1x_of_best_forced"]["per_size"], 8)
-    # The autotune measured each case once (the first pass), by itself, among dense, 64x128 and the fixed 128x128,
-    # in the run's own cache.
+    self.assertLen(data["targets"]["auto_within_1.1x_of_best_forced"]["per_size"], 4)
+    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed 128x128, in the run's own
+    # cache (QUICK times it in the forward+backward pass only).
     auto = [r for r in data["timings"] if r["impl"] == "ours (auto)"]
-    self.assertEqual([r["tuned"] for r in auto], [True, False] * 4)
+    self.assertEqual([r["tuned"] for r in auto], [True] * 4)
     self.assertTrue(all(r["tune_s"] > 0 for r in auto))
     self.assertTrue({r["chosen"] for r in auto} <= {"dense", "blockwise 64x128", "blockwise 128x128"})
     tuned = json.loads((out / "attention_autotune.json").read_text())

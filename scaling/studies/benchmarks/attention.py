@@ -120,6 +120,8 @@ class AttentionBenchConfig(Options):
   tile_candidates: tuple[tuple[int, int], ...] = autotune.TILE_CANDIDATES
   """(block_q, block_k) tiles blockwise is also forced to, for the best forced configuration of each case (and
   those the autotune measures, with dense and the fixed rule's tiles)."""
+  autotune_modes: tuple[str, ...] = option(MODES, "Passes (fwd, fwd+bwd) that also time implementation='auto' "
+                                           "(tuned before its first case); empty: none.")
   autotune_repeats: int = option(autotune.REPEATS, "Timed calls per candidate of the autotune (the median counts).",
                                  lower=1)
   autotune_cache: str | None = option(None, "Attention suite: autotune cache file to read and extend; default: a "
@@ -139,6 +141,9 @@ class AttentionBenchConfig(Options):
   seed: int = option(0, "Seed of the random inputs.", lower=0)
 
   def validate(self):
+    for mode in self.autotune_modes:
+      if mode not in MODES:
+        raise ConfigError(f"autotune_modes must hold passes of {', '.join(MODES)}, got {mode!r}")
     for group in self.gqa_groups:
       if self.gqa_num_heads % group:
         raise ConfigError(f"gqa_groups must divide gqa_num_heads = {self.gqa_num_heads}, got {group}")
@@ -154,11 +159,11 @@ class AttentionBenchConfig(Options):
 
 QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, extra_shapes=(), gqa_groups=(4,),
                              gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
-                             autotune_repeats=1,
+                             autotune_repeats=1, autotune_modes=("fwd+bwd",),
                              peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
                              long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
 """Tiny sizes for a smoke run (T 256, one head dim, no extra shapes, one GQA case, one forced tile,
-2 repeats, one autotune call per candidate, memory at T = 1024, the long run at T = 2048), not a measurement."""
+2 repeats, the autotune in the forward+backward pass with one call per candidate, memory at T = 1024, the long run at T = 2048), not a measurement."""
 
 
 def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, int], causal: bool, mode: str,
@@ -177,9 +182,10 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
                       else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
   opts = attention_lib.resolve_logit_options(head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
                                             float32_softmax=True, subtract_max=True)
-  tuned = _tune(config, args[0].shape, args[1].shape, opts, causal)
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
-  entries[AUTO_ROW] = (AUTO, block_q, block_k)
+  if mode in config.autotune_modes:
+    tuned = _tune(config, args[0].shape, args[1].shape, opts, causal)
+    entries[AUTO_ROW] = (AUTO, block_q, block_k)
   for bq, bk in config.tile_candidates:
     bq, bk = min(bq, seq_len), min(bk, seq_len)
     if (bq, bk) != (block_q, block_k):
@@ -235,7 +241,7 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
     if row.get("ms") is not None and base is not None:
       row["ratio_to_jax_nn"] = row["ms"] / base
   forced = [r for r in rows.values() if r.get("ms") is not None and r["impl"].split(" ")[0] in FORCED]
-  for ours in (rows["ours"], rows[AUTO_ROW]):
+  for ours in (rows["ours"], rows.get(AUTO_ROW, {})):
     if forced and ours.get("ms") is not None:
       best = min(forced, key=lambda r: r["ms"])
       ours.update(best_forced=best["impl"] + (f" {best['blocks']}" if best["impl"] == "blockwise" else ""),
@@ -372,7 +378,8 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
             else f"{ours['best_forced']} ({ours['ratio_to_best_forced']:.2f})")
     auto_runs = ("" if auto.get("ratio_to_best_forced") is None
                  else f"{auto['chosen']} ({auto['ratio_to_best_forced']:.2f})")
-    rows.append([b, t, n, kh, h, "causal" if causal else "none", mode, cell(ours), ours["chosen"], best, cell(auto),
+    rows.append([b, t, n, kh, h, "causal" if causal else "none", mode, cell(ours), ours["chosen"], best,
+                 cell(auto) if AUTO_ROW in by_impl else "",
                  auto_runs,
                  cell(by_impl["dense"]), cell(bw), bw.get("blocks", ""), cell(by_impl["jax_nn"]), cell(by_impl["flax"]),
                  "" if bw.get("fraction_of_peak") is None else f"{bw['fraction_of_peak']:.2f}"])
