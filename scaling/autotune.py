@@ -9,8 +9,8 @@ subtracting the maximum). On a miss ``tune_attention`` times forward+backward
 (value and gradients w.r.t. q, k, v of the output's sum; each candidate jitted
 and compiled once, then the median of ``repeats`` interleaved calls on random
 inputs of exactly that shape) of dense and of blockwise at each candidate tile
-(``TILE_CANDIDATES`` that fit T and S, plus the fixed rule's own tiles), and
-stores the fastest. The default ``implementation=None`` never reads the cache:
+(``TILE_CANDIDATES`` that fit T and S, plus the fixed rule's own tiles, which
+the dispatcher passes in), and stores the fastest. The default ``implementation=None`` never reads the cache:
 its fixed rule (``scaling.attention.select_implementation``) is deterministic
 whatever the machine's timing noise.
 
@@ -41,9 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import attention as attention_lib
 from scaling import blockwise as blockwise_lib
 from scaling import dense_attention as dense_lib
+from scaling import logits as logits_lib
 from scaling.logits import LogitOptions
 from scaling.validation import ConfigError
 
@@ -66,10 +66,20 @@ _warned: set[str] = set()
 
 
 @dataclasses.dataclass(frozen=True)
+class Choice:
+  """What ``dot_product_attention`` runs: an implementation, its blocks, and why."""
+
+  implementation: str
+  block_q: int | None = None
+  block_k: int | None = None
+  reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Tuned:
   """What ``tune_attention`` measured: the fastest choice and every candidate's median time."""
 
-  choice: attention_lib.Choice
+  choice: Choice
   ms: dict[str, float]
   tune_s: float
 
@@ -167,28 +177,30 @@ def store(key: str, entry: dict, path: pathlib.Path | None = None) -> None:
     raise
 
 
-def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[int]) -> attention_lib.Choice | None:
+def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[int]) -> Choice | None:
   """The choice a cache entry records, or None when it is malformed or its tile does not fit T and S."""
   c = entry.get("choice") if isinstance(entry, dict) else None
   if not isinstance(c, dict):
     return None
   impl, bq, bk = c.get("implementation"), c.get("block_q"), c.get("block_k")
   if impl == "dense":
-    return attention_lib.Choice("dense", reason="autotuned")
+    return Choice("dense", reason="autotuned")
   ints = all(isinstance(n, int) and not isinstance(n, bool) for n in (bq, bk))
   if impl == "blockwise" and ints and 1 <= bq <= query_shape[-3] and 1 <= bk <= key_shape[-3]:
-    return attention_lib.Choice("blockwise", bq, bk, reason="autotuned")
+    return Choice("blockwise", bq, bk, reason="autotuned")
   return None
 
 
 def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
-                   tiles: Sequence[tuple[int, int]] | None = None) -> list[attention_lib.Choice]:
+                   tiles: Sequence[tuple[int, int]] | None = None,
+                   fixed_blocks: tuple[int, int] | None = None) -> list[Choice]:
   """Dense (while its logits are small enough), blockwise at each tile within T and S, and the fixed rule's tiles.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
     key_shape: [B, S, K, H] (or [S, K, H]).
     tiles: (block_q, block_k) candidates; None = ``TILE_CANDIDATES``.
+    fixed_blocks: the fixed rule's tiles (``scaling.attention.blockwise_blocks``), also a candidate; None = none.
 
   Returns:
     The choices, without repeats.
@@ -196,22 +208,22 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
   tiles = TILE_CANDIDATES if tiles is None else tiles
   t, s, n = query_shape[-3], key_shape[-3], query_shape[-2]
   b = query_shape[0] if len(query_shape) == 4 else 1
-  out = [attention_lib.Choice("dense")] if b * n * t * s <= DENSE_MAX_TUNE_LOGITS else []
-  fixed = attention_lib.blockwise_blocks(query_shape, key_shape)
-  for bq, bk in (*[tile for tile in tiles if tile[0] <= t and tile[1] <= s], fixed):
-    choice = attention_lib.Choice("blockwise", bq, bk)
+  out = [Choice("dense")] if b * n * t * s <= DENSE_MAX_TUNE_LOGITS else []
+  fixed = () if fixed_blocks is None else (tuple(fixed_blocks),)
+  for bq, bk in (*[tile for tile in tiles if tile[0] <= t and tile[1] <= s], *fixed):
+    choice = Choice("blockwise", bq, bk)
     if choice not in out:
       out.append(choice)
   return out
 
 
-def choice_name(choice: attention_lib.Choice) -> str:
+def choice_name(choice: Choice) -> str:
   """ "dense" or "blockwise BQxBK"."""
   return choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.implementation == "blockwise"
                                   else "")
 
 
-def attention_function(choice: attention_lib.Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
+def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
   """(q, k, v) -> output of the path ``choice`` names with the options' scale, cap and clamp (no prepare)."""
   kwargs = dict(scale=opts.scale, logit_soft_cap=opts.logit_soft_cap, logit_clamp=opts.logit_clamp,
                 float32_softmax=opts.float32_softmax, subtract_max=opts.subtract_max, **mask_kwargs)
@@ -237,7 +249,7 @@ def _median_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[s
   return {name: statistics.median(times[name]) if name in times else warm[name] for name in fns}
 
 
-def measure(choices: Sequence[attention_lib.Choice], query_shape: Sequence[int], key_shape: Sequence[int],
+def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Sequence[int],
             dtype: Any, opts: LogitOptions, *, repeats: int, **mask_kwargs) -> dict[str, float]:
   """Median forward+backward seconds of each choice on random inputs of these shapes ({choice_name: s}).
 
@@ -260,7 +272,8 @@ def measure(choices: Sequence[attention_lib.Choice], query_shape: Sequence[int],
 
 def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any = jnp.float32, *,
                    is_causal: bool = False, local_window_size: int | tuple[int, int] | None = None,
-                   opts: LogitOptions | None = None, candidates: Sequence[attention_lib.Choice] | None = None,
+                   opts: LogitOptions | None = None, candidates: Sequence[Choice] | None = None,
+                   fixed_blocks: tuple[int, int] | None = None,
                    repeats: int | None = None, save: bool = True) -> Tuned:
   """Times dense and blockwise at each candidate tile (forward+backward) and stores the fastest under the case's key.
 
@@ -272,7 +285,8 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
     local_window_size: the local window, or None.
     opts: the resolved logit options (default: 1/√H, nothing else). A rule's ``prepare`` runs once on q and k
       whatever the path, so it is left out of the measurement (the key still names the rule).
-    candidates: the choices to time; None = ``candidates_for(query_shape, key_shape)``.
+    candidates: the choices to time; None = ``candidates_for(query_shape, key_shape, fixed_blocks=fixed_blocks)``.
+    fixed_blocks: the fixed rule's tiles, also timed when ``candidates`` is None.
     repeats: timed calls per candidate (the median counts); None = ``REPEATS``.
     save: store the result in the cache (``cache_path()``).
 
@@ -288,10 +302,11 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
                       f"and H and K dividing N, got {query_shape} and {key_shape}")
   if not isinstance(repeats, int) or repeats < 1:
     raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-  opts = opts if opts is not None else attention_lib.resolve_logit_options(
+  opts = opts if opts is not None else logits_lib.resolve_logit_options(
       query_shape[-1], scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
       subtract_max=True)
-  choices = list(candidates_for(query_shape, key_shape) if candidates is None else candidates)
+  choices = list(candidates_for(query_shape, key_shape, fixed_blocks=fixed_blocks) if candidates is None
+                 else candidates)
   if not choices or any(c.implementation not in ("dense", "blockwise") for c in choices):
     raise ConfigError(f"candidates must be dense or blockwise Choices, at least one, got {choices!r}")
   seconds = measure(choices, query_shape, key_shape, dtype, opts, repeats=repeats, is_causal=is_causal,
@@ -307,32 +322,3 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
                 "ms": ms, "repeats": repeats, "tune_s": tuned.tune_s, "jax": jax.__version__,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
   return tuned
-
-
-def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any, opts: LogitOptions, *,
-                is_causal: bool, local_window_size: int | tuple[int, int] | None, has_bias: bool, has_mask: bool,
-                has_lengths: bool, return_weights: bool) -> attention_lib.Choice:
-  """What ``implementation="auto"`` runs: the cached choice, else a fresh ``tune_attention``'s, else the fixed rule.
-
-  The fixed rule (``select_implementation``) decides without measuring where there is nothing to tune: options
-  blockwise lacks, S below ``BLOCKWISE_MIN_KV_LEN``, a bias, mask or lengths (not measured), or the cuDNN kernel.
-  A cache entry that is malformed or whose tile does not fit T and S is warned about and the fixed rule used.
-  """
-  fixed = attention_lib.select_implementation(
-      query_shape, key_shape, opts, dtype=dtype, return_weights=return_weights, has_bias=has_bias,
-      is_causal=is_causal, has_local_window=local_window_size is not None)
-  if (fixed.implementation == "cudnn" or has_bias or has_mask or has_lengths
-      or blockwise_lib.blockwise_unsupported(opts, return_weights=return_weights) is not None
-      or key_shape[-3] < attention_lib.BLOCKWISE_MIN_KV_LEN):
-    return fixed
-  key = cache_key(query_shape, key_shape, dtype, opts, is_causal=is_causal, local_window_size=local_window_size)
-  entry = load().get(key)
-  if entry is None:
-    return tune_attention(query_shape, key_shape, dtype, is_causal=is_causal, local_window_size=local_window_size,
-                          opts=opts).choice
-  choice = entry_choice(entry, query_shape, key_shape)
-  if choice is None:
-    warnings.warn(f"the attention autotune entry {key} in {cache_path()} is malformed or its tile does not fit "
-                  f"T = {query_shape[-3]}, S = {key_shape[-3]} ({entry.get('choice')!r}); using the fixed rule")
-    return fixed
-  return choice

@@ -765,7 +765,14 @@ class BlockwiseTest(parameterized.TestCase):
       ("qk_norm_gqa_mup_soft_cap", {"rule": "qk_norm", "num_kv_heads": 1, "parametrization": "mup",
                                     "logit_soft_cap": 5.0}),
   )
-  def test_dense_equals_blockwise(self, kw, attention="blockwise"):
+  def test_dense_equals_blockwise(self, kw):
+    self._check_equals_dense(kw, "blockwise")
+
+  def test_dense_equals_auto(self):
+    # T = 11 is below the autotune's shortest case: "auto" takes the fixed rule's path, through dot_product_attention.
+    self._check_equals_dense({"rule": "qk_norm", "num_kv_heads": 1, "logit_soft_cap": 5.0}, "auto")
+
+  def _check_equals_dense(self, kw, attention):
     tokens = _tokens(2, 11)
     dense = model_lib.Transformer(_config(**kw))
     block = model_lib.Transformer(_config(attention=attention, block_q=4, block_k=3, **kw))
@@ -784,10 +791,6 @@ class BlockwiseTest(parameterized.TestCase):
       np.testing.assert_allclose(auxb["layers"][key], auxd["layers"][key], rtol=1e-5, err_msg=key)
     self.assertTrue(np.all(np.isnan(auxb["layers"]["attn_entropy"])))
     chex.assert_trees_all_close(gb, gd, rtol=1e-4, atol=1e-6)
-
-  def test_dense_equals_auto(self):
-    # T = 11 is below the autotune's shortest case: "auto" takes the fixed rule's path, through dot_product_attention.
-    self.test_dense_equals_blockwise({"rule": "qk_norm", "num_kv_heads": 1, "logit_soft_cap": 5.0}, attention="auto")
 
 
 if __name__ == "__main__":

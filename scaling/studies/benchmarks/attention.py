@@ -163,7 +163,8 @@ QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, extra_
                              peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
                              long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
 """Tiny sizes for a smoke run (T 256, one head dim, no extra shapes, one GQA case, one forced tile,
-2 repeats, the autotune in the forward+backward pass with one call per candidate, memory at T = 1024, the long run at T = 2048), not a measurement."""
+2 repeats, the autotune in the forward+backward pass with one call per candidate, memory at T = 1024, the long
+run at T = 2048), not a measurement."""
 
 
 def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, int], causal: bool, mode: str,
@@ -260,10 +261,11 @@ def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape:
   start = time.perf_counter()
   tune = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
   if tune:
-    candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates)
+    candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates,
+                                         attention_lib.blockwise_blocks(query_shape, key_shape))
     autotune.tune_attention(query_shape, key_shape, "float32", is_causal=causal, opts=opts, candidates=candidates,
                             repeats=config.autotune_repeats)
-  choice = autotune.auto_choice(query_shape, key_shape, "float32", opts, is_causal=causal, local_window_size=None,
+  choice = attention_lib.auto_choice(query_shape, key_shape, "float32", opts, is_causal=causal, local_window_size=None,
                                 has_bias=False, has_mask=False, has_lengths=False, return_weights=False)
   return {"chosen": autotune.choice_name(choice), "tune_s": time.perf_counter() - start, "tuned": tune}
 
