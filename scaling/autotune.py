@@ -77,7 +77,11 @@ class Choice:
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
-  """What ``tune_attention`` measured: the fastest choice and every candidate's median time."""
+  """What ``tune_attention`` measured: the fastest choice, each candidate's ms and the tuning's wall time.
+
+  A candidate's ms is the median of its timed calls, or, when its warm-up call took over ``PRUNE_FACTOR`` times the
+  fastest warm-up (so it was not timed further), that warm-up's time.
+  """
 
   choice: Choice
   ms: dict[str, float]
