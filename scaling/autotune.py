@@ -56,7 +56,7 @@ DENSE_MAX_TUNE_LOGITS = 2**26
 REPEATS = 3
 """Timed calls per candidate of an automatic tuning (the median counts)."""
 PRUNE_FACTOR = 2.0
-"""Candidates whose warm-up call took more than this times the fastest warm-up are not timed further."""
+"""Candidates whose second warm-up call took more than this times the fastest one are not timed further."""
 SEED = 0
 COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
 """Candidates compiled side by side (compilation is most of a tuning's time)."""
@@ -79,8 +79,8 @@ class Choice:
 class Tuned:
   """What ``tune_attention`` measured: the fastest choice, each candidate's ms and the tuning's wall time.
 
-  A candidate's ms is the median of its timed calls, or, when its warm-up call took over ``PRUNE_FACTOR`` times the
-  fastest warm-up (so it was not timed further), that warm-up's time.
+  A candidate's ms is the median of its timed calls, or, when its second warm-up call took over ``PRUNE_FACTOR``
+  times the fastest one (so it was not timed further), that call's time.
   """
 
   choice: Choice
@@ -238,11 +238,13 @@ def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Cal
 
 
 def _median_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
-  """Median seconds per call of each compiled function: a warm-up each, then ``repeats`` interleaved rounds."""
+  """Median seconds per call of each function: two warm-up calls each (the second prunes), then ``repeats`` rounds."""
   def call(fn):
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     return time.perf_counter() - start
+  for fn in fns.values():  # the first call of each pays one-time costs
+    call(fn)
   warm = {name: call(fn) for name, fn in fns.items()}
   fastest = min(warm.values())
   timed = {name: fn for name, fn in fns.items() if warm[name] <= PRUNE_FACTOR * fastest}
