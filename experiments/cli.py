@@ -44,6 +44,7 @@ from absl import flags
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from scaling import autotune
 from scaling import config as config_lib
 from scaling import data as data_lib
 from scaling import results
@@ -64,9 +65,8 @@ class ProcessOptions(config_lib.Options):
 
 
 def default_compilation_cache_dir() -> pathlib.Path:
-  """$XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax when XDG_CACHE_HOME is not set."""
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return pathlib.Path(base) / "scaling" / "jax"
+  """$XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax when XDG_CACHE_HOME is not set (beside the autotune's)."""
+  return autotune.cache_root() / "jax"
 
 
 def compilation_cache_dir(value: str | None) -> pathlib.Path | None:

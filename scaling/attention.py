@@ -13,18 +13,20 @@ share (logit options, input checks, logit shaping, the softmax) live in
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+import warnings
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 
+from scaling import autotune
 from scaling import blockwise as blockwise_lib
 from scaling import dense_attention as dense_lib
 from scaling import logits as logits_lib
 from scaling import pallas_attention as pallas_lib
 from scaling import rules as rules_lib
 # Re-exported: users find these names in scaling.attention.
+from scaling.autotune import Choice
 from scaling.blockwise import blockwise_unsupported  # pylint: disable=unused-import
 from scaling.dense_attention import attention_logits  # pylint: disable=unused-import
 from scaling.dense_attention import attention_logits_and_weights  # pylint: disable=unused-import
@@ -41,6 +43,8 @@ Array = jax.Array
 
 
 IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
+AUTO = "auto"
+"""``implementation=AUTO``: the path measured fastest for the case (``scaling.autotune``); fixed rule as fallback."""
 
 # How ``dot_product_attention(..., implementation=None)`` chooses. Measured on a 2-core CPU (float32, fwd+bwd =
 # value and gradients w.r.t. q, k, v; median of interleaved calls) by timing these paths side by side, as
@@ -139,16 +143,6 @@ CUDNN_DTYPES = ("float16", "bfloat16")
 CUDNN_MAX_HEAD_DIM = 128
 
 
-@dataclasses.dataclass(frozen=True)
-class Choice:
-  """What ``dot_product_attention`` runs: an implementation, its blocks, and why."""
-
-  implementation: str
-  block_q: int | None = None
-  block_k: int | None = None
-  reason: str = ""
-
-
 def _cudnn_unsupported(opts: LogitOptions, *, return_weights: bool) -> str | None:
   """Why jax.nn's cuDNN kernel cannot compute these options (None when it can)."""
   if (opts.rule.has_prepare or not logits_lib.is_unit_scale(opts.weight_scale) or opts.logit_soft_cap is not None
@@ -215,6 +209,54 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -
   return min(block_q, q_len), min(block_k, kv_len)
 
 
+def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any, opts: LogitOptions, *,
+                is_causal: bool, local_window_size: int | tuple[int, int] | None, has_bias: bool, has_mask: bool,
+                has_lengths: bool, return_weights: bool) -> Choice:
+  """What ``dot_product_attention(implementation="auto")`` runs: the cached choice, else a fresh tuning's.
+
+  On a miss ``autotune.tune_attention`` measures the case now (dense, blockwise at ``autotune.TILE_CANDIDATES``
+  and at the fixed rule's tiles) and stores the fastest. The fixed rule (``select_implementation``) decides
+  without measuring where there is nothing to tune: options blockwise lacks, S below ``BLOCKWISE_MIN_KV_LEN``, a
+  bias, mask or lengths (not measured), or the cuDNN kernel. A cache entry that is malformed or whose tile does not
+  fit T and S is warned about and the fixed rule used.
+
+  Args:
+    query_shape: [B, T, N, H] (or [T, N, H]).
+    key_shape: [B, S, K, H] (or [S, K, H]).
+    dtype: the input dtype.
+    opts: the resolved logit options.
+    is_causal: causal masking.
+    local_window_size: the local window, or None.
+    has_bias: a bias is given.
+    has_mask: a mask is given.
+    has_lengths: query or key/value sequence lengths are given.
+    return_weights: the weights are requested.
+
+  Returns:
+    The ``Choice`` to run.
+  """
+  fixed = select_implementation(
+      query_shape, key_shape, opts, dtype=dtype, return_weights=return_weights, has_bias=has_bias,
+      is_causal=is_causal, has_local_window=local_window_size is not None)
+  if (fixed.implementation == "cudnn" or has_bias or has_mask or has_lengths
+      or blockwise_lib.blockwise_unsupported(opts, return_weights=return_weights) is not None
+      or key_shape[-3] < BLOCKWISE_MIN_KV_LEN):
+    return fixed
+  key = autotune.cache_key(query_shape, key_shape, dtype, opts, is_causal=is_causal,
+                           local_window_size=local_window_size)
+  entry = autotune.load().get(key)
+  if entry is None:
+    return autotune.tune_attention(query_shape, key_shape, dtype, is_causal=is_causal, opts=opts,
+                                   local_window_size=local_window_size,
+                                   fixed_blocks=blockwise_blocks(query_shape, key_shape)).choice
+  choice = autotune.entry_choice(entry, query_shape, key_shape)
+  if choice is None:
+    warnings.warn(f"the attention autotune entry {key} in {autotune.cache_path()} is malformed or its tile does not "
+                  f"fit T = {query_shape[-3]}, S = {key_shape[-3]} ({entry.get('choice')!r}); using the fixed rule")
+    return fixed
+  return choice
+
+
 def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
                           mask: Array | None = None, *, scale: float | None = None,
                           rule: str | rules_lib.ScaleRule | None = None, is_causal: bool = False,
@@ -263,6 +305,14 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU when the
       options allow it (a plain scale, no cap, clamp or weight scale) and
       raises otherwise. Forced implementations raise on options they lack.
+      ``"auto"`` (opt-in) runs the path measured fastest for this case: the
+      first call of a case (shapes, dtype, backend, masking, logit options)
+      times dense and blockwise at several tiles, forward+backward, and
+      remembers the fastest on disk (``scaling.autotune``; also under jit,
+      where it measures at trace time); cases with nothing to tune (a bias,
+      mask or lengths, options blockwise lacks, S below
+      ``BLOCKWISE_MIN_KV_LEN``) and unusable cache entries use the fixed rule.
+      Unlike None, its choice can differ between machines and runs.
     return_residual: also return the log-sum-exp of the masked logits [B, T, N]
       (as jax.nn; -inf for fully masked rows).
     return_weights: also return the attention weights [B, N, T, S].
@@ -279,13 +329,20 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   opts = logits_lib.resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
                                           logit_clamp=logit_clamp, float32_softmax=float32_softmax,
                                           subtract_max=subtract_max)
-  if implementation is not None and implementation not in IMPLEMENTATIONS:
-    raise ConfigError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
+  if implementation is not None and implementation not in (*IMPLEMENTATIONS, AUTO):
+    raise ConfigError(f"implementation must be None or one of {', '.join((*IMPLEMENTATIONS, AUTO))}, got "
+                      f"{implementation!r}")
   blocks = {}
-  if implementation is None:
+  if implementation == AUTO:
+    choice = auto_choice(
+        query.shape, key.shape, query.dtype, opts, is_causal=is_causal, local_window_size=local_window_size,
+        has_bias=bias is not None, has_mask=mask is not None, return_weights=return_weights,
+        has_lengths=query_seq_lengths is not None or key_value_seq_lengths is not None)
+  elif implementation is None:
     choice = select_implementation(query.shape, key.shape, opts, dtype=query.dtype, return_weights=return_weights,
                                    has_bias=bias is not None, is_causal=is_causal,
                                    has_local_window=local_window_size is not None)
+  if implementation in (None, AUTO):
     implementation = choice.implementation
     blocks = {k: v for k, v in (("block_q", choice.block_q), ("block_k", choice.block_k)) if v is not None}
   mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,

@@ -54,7 +54,8 @@ Array = jax.Array
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 POSITIONS = ("rope", "learned", "none")
-ATTENTION_IMPLEMENTATIONS = ("dense", "blockwise")
+EXPLICIT_ATTENTION = ("dense", "blockwise")
+ATTENTION_IMPLEMENTATIONS = (*EXPLICIT_ATTENTION, "auto")
 NORMS = ("layer", "rms")
 QK_NORMS = ("rms", "layer")
 ATTENTION_METRICS = ("attn_entropy", "attn_max_prob", "attn_max_logit", "attn_logits_rms", "attn_max_lse")
@@ -87,7 +88,9 @@ class ModelConfig:
     use_bias: add biases to every Dense and norm.
     dtype: compute dtype "float32", "bfloat16" or "float16" (params stay float32;
       attention logits and softmax are float32).
-    attention: "dense" (scaling.attention) or "blockwise" (scaling.blockwise).
+    attention: "dense" (scaling.attention), "blockwise" (scaling.blockwise) or
+      "auto" (``dot_product_attention(implementation="auto")``: the path
+      measured fastest for the shape, ``scaling.autotune``; block_q and block_k unused).
     block_q: query tile length for blockwise attention.
     block_k: key tile length for blockwise attention.
     logit_soft_cap: c > 0 caps attention logits with c·tanh(z/c); None = off.
@@ -210,7 +213,8 @@ class ModelFamily(Options):
   logit_soft_cap: float | None = option(None, "Attention logit soft cap c (c*tanh(z/c)); default: none.",
                                         positive=True)
   dtype: str = option("float32", "Compute dtype (parameters stay float32).", choices=tuple(DTYPES))
-  attention: str = option("dense", "Attention implementation (blockwise logs no entropy/max-logit metrics).",
+  attention: str = option("dense", "Attention implementation: dense, blockwise, or auto (the path measured fastest "
+                          "for the shape, remembered on disk); blockwise and auto log no entropy/max-logit metrics.",
                           choices=ATTENTION_IMPLEMENTATIONS)
   block_size: int = option(64, "Query and key tile length of blockwise attention.", lower=1)
   zero_query: bool = option(False, "Zero-initialize W_q (muP option).")
@@ -446,9 +450,14 @@ class Attention(BlockPart):
             q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap)
         stats.update(metrics_lib.attention_layer_metrics(logits, weights, mask))
         return out
-      out, lse = blockwise_lib.blockwise_attention(
-          q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap, block_q=cfg.block_q,
-          block_k=cfg.block_k, return_residual=True)
+      if cfg.attention == "auto":
+        out, lse = attention_lib.dot_product_attention(
+            q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap, implementation="auto",
+            return_residual=True)
+      else:
+        out, lse = blockwise_lib.blockwise_attention(
+            q, kk, v, rule=rule, is_causal=cfg.causal, logit_soft_cap=cfg.logit_soft_cap, block_q=cfg.block_q,
+            block_k=cfg.block_k, return_residual=True)
       stats.update({key: jnp.full((), jnp.nan, jnp.float32) for key in ATTENTION_METRICS})
       stats["attn_max_lse"] = metrics_lib.max_lse(lse)
       return out

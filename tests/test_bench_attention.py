@@ -40,7 +40,8 @@ class AttentionBenchTest(absltest.TestCase):
     impls = (*implementations.IMPLEMENTATIONS, "blockwise 64x128")  # and the one forced tile of QUICK
     shapes = ((1, 256, 4), (2, 256, 1))  # (B, T, K): the grid, then the GQA case (N = 4)
     self.assertEqual(cells, {(*shape, c, m, i) for shape in shapes for c in (True, False)
-                             for m in implementations.MODES for i in impls})
+                             for m in implementations.MODES for i in impls}
+                     | {(*shape, c, "fwd+bwd", "ours (auto)") for shape in shapes for c in (True, False)})
     chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
     # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
     self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128", (1, 256, False): "dense",
@@ -54,7 +55,7 @@ class AttentionBenchTest(absltest.TestCase):
         self.assertAlmostEqual(r["ratio_to_best_forced"], r["ms"] / min(forced))
     table = (out / "attention.md").read_text().splitlines()
     self.assertTrue(table[0].startswith("| B | T | N | K | d_k | mask | pass | ours ms (ratio) | ours runs | best "
-                                        "forced (ours / it) |"), table[0])
+                                        "forced (ours / it) | auto ms (ratio) | auto runs (auto / best) |"), table[0])
     self.assertLen([line for line in table if line.startswith("| 1 | 256 | 4 | 4 |")], 4)  # 2 maskings x 2 passes
     self.assertLen([line for line in table if line.startswith("| 2 | 256 | 4 | 1 |")], 4)
     self.assertTrue(any(line.startswith("- default path within 1.1x of the fastest forced configuration: met in ")
@@ -77,6 +78,19 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertTrue(data["targets"]["blockwise_long_sequence_runs"]["met"])
     self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 8)
     self.assertLen(data["targets"]["default_within_1.1x_of_best_forced"]["per_size"], 8)
+    self.assertLen(data["targets"]["auto_within_1.1x_of_best_forced"]["per_size"], 4)
+    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed 128x128, in the run's own
+    # cache (QUICK times it in the forward+backward pass only).
+    auto = [r for r in data["timings"] if r["impl"] == "ours (auto)"]
+    self.assertEqual([r["tuned"] for r in auto], [True] * 4)
+    self.assertTrue(all(r["tune_s"] > 0 for r in auto))
+    self.assertTrue({r["chosen"] for r in auto} <= {"dense", "blockwise 64x128", "blockwise 128x128"})
+    tuned = json.loads((out / "attention_autotune.json").read_text())
+    self.assertLen(tuned, 4)
+    for entry in tuned.values():
+      self.assertEqual(set(entry["ms"]), {"dense", "blockwise 64x128", "blockwise 128x128"})
+    self.assertTrue(any(line.startswith('- implementation="auto" within 1.1x of the fastest forced configuration: ')
+                        for line in table))
     self.assertGreater((out / "attention.png").stat().st_size, 1000)
 
 

@@ -28,7 +28,7 @@ ATTENTION_LAYERS = (
     ("rules", "masking"),
     ("logits",),
     ("dense_attention", "blockwise"),
-    ("pallas_attention",),
+    ("pallas_attention", "autotune"),
     ("attention", "metrics"),
     ("flax_attention",),
 )

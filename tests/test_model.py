@@ -761,24 +761,26 @@ class AuxMetricsTest(parameterized.TestCase):
 
 class BlockwiseTest(parameterized.TestCase):
 
-  @parameterized.named_parameters(
-      ("qk_norm_gqa_mup_soft_cap", {"rule": "qk_norm", "num_kv_heads": 1, "parametrization": "mup",
-                                    "logit_soft_cap": 5.0}),
-  )
-  def test_dense_equals_blockwise(self, kw):
+  KW = {"rule": "qk_norm", "num_kv_heads": 1, "parametrization": "mup", "logit_soft_cap": 5.0}  # qk_norm, GQA, μP
+  _dense = None  # the dense model's loss and gradients, computed once for the class
+
+  def _loss_and_grad(self, **kw):
     tokens = _tokens(2, 11)
-    dense = model_lib.Transformer(_config(**kw))
-    block = model_lib.Transformer(_config(attention="blockwise", block_q=4, block_k=3, **kw))
-    params = _params(dense.config)
+    model = model_lib.Transformer(_config(**self.KW, **kw))
+    params = _params(model_lib.Transformer(_config(**self.KW)).config)
 
-    def loss_and_grad(model):
-      def loss(p):
-        logits, aux = model_lib.apply_with_aux(model, p, tokens)
-        return jnp.mean(logits**2), (logits, aux)
-      return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    def loss(p):
+      logits, aux = model_lib.apply_with_aux(model, p, tokens)
+      return jnp.mean(logits**2), (logits, aux)
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
-    (_, (ld, auxd)), gd = loss_and_grad(dense)
-    (_, (lb, auxb)), gb = loss_and_grad(block)
+  # T = 11 is below the autotune's shortest case: "auto" takes the fixed rule's path, through dot_product_attention.
+  @parameterized.named_parameters(("blockwise", "blockwise"), ("auto", "auto"))
+  def test_equals_dense(self, attention):
+    if BlockwiseTest._dense is None:
+      BlockwiseTest._dense = self._loss_and_grad()
+    (_, (ld, auxd)), gd = BlockwiseTest._dense
+    (_, (lb, auxb)), gb = self._loss_and_grad(attention=attention, block_q=4, block_k=3)
     np.testing.assert_allclose(lb, ld, rtol=1e-5, atol=1e-5)
     for key in ("attn_max_lse", "attn_out_rms", "mlp_out_rms"):
       np.testing.assert_allclose(auxb["layers"][key], auxd["layers"][key], rtol=1e-5, err_msg=key)

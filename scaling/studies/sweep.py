@@ -48,7 +48,7 @@ from scaling.validation import ConfigError
 Array = jax.Array
 
 DTYPES = model_lib.DTYPES
-ATTENTION_IMPLEMENTATIONS = model_lib.ATTENTION_IMPLEMENTATIONS
+ATTENTION_IMPLEMENTATIONS = model_lib.EXPLICIT_ATTENTION  # the sweep vmaps traced scales: nothing to autotune
 DEFAULT_RULES = ("none", "sqrt", "linear", "qk_norm")
 
 METRICS = ("logit_mean", "logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",

@@ -15,7 +15,13 @@ both maskings); for ``ours`` the path the rule of
 ``blockwise`` runs with the blocks that rule picks for the shape. Blockwise
 also runs forced to each tile of ``tile_candidates``: per case the default's
 time is printed against the fastest forced configuration (dense or blockwise
-with any of those tiles) and against jax.nn's.
+with any of those tiles) and against jax.nn's. ``ours (auto)`` is
+``implementation="auto"`` (``scaling.autotune``), timed beside the others:
+before its case is timed the autotune measures the case itself
+(``tune_attention`` over dense and ``tile_candidates``; its wall time is
+recorded as ``tune_s``, never mixed into the timings) in a cache of its own,
+``attention_autotune.json`` in the output directory, started afresh each run
+unless ``autotune_cache`` names a file to reuse.
 
 Timing: every function is compiled ahead of time (compilation excluded) and
 called once to warm up; then the implementations are called in turn,
@@ -60,6 +66,7 @@ import flax
 import jax
 
 from scaling import attention as attention_lib
+from scaling import autotune
 from scaling import plotting
 from scaling import report
 from scaling import resources
@@ -69,6 +76,7 @@ from scaling.config import Options
 from scaling.studies.benchmarks import memory as memory_lib
 from scaling.studies.benchmarks import timing
 from scaling.studies.benchmarks.implementations import attention_flops
+from scaling.studies.benchmarks.implementations import AUTO
 from scaling.studies.benchmarks.implementations import BLOCK_K
 from scaling.studies.benchmarks.implementations import BLOCK_Q
 from scaling.studies.benchmarks.implementations import IMPLEMENTATIONS
@@ -88,7 +96,7 @@ FORCED = ("dense", "blockwise")
 """The forced configurations the default is compared with (and blockwise at each of ``tile_candidates``)."""
 
 
-COMMAND_LINE = ("seq_lens", "head_dims", "repeats", "max_call_s", "gqa_groups", "gqa_seq_lens")
+COMMAND_LINE = ("seq_lens", "head_dims", "repeats", "max_call_s", "gqa_groups", "gqa_seq_lens", "autotune_cache")
 """The options of ``AttentionBenchConfig`` that ``python -m experiments.benchmark`` has flags for."""
 
 
@@ -109,8 +117,15 @@ class AttentionBenchConfig(Options):
   gqa_batch: int = option(2, "Batch of the GQA grid.", lower=1)
   gqa_num_heads: int = option(8, "Query heads N of the GQA grid.", lower=1)
   gqa_head_dim: int = option(64, "Head dimension of the GQA grid.", lower=1)
-  tile_candidates: tuple[tuple[int, int], ...] = ((64, 128), (128, 128), (128, 256), (256, 256), (256, 512))
-  """(block_q, block_k) tiles blockwise is also forced to, for the best forced configuration of each case."""
+  tile_candidates: tuple[tuple[int, int], ...] = autotune.TILE_CANDIDATES
+  """(block_q, block_k) tiles blockwise is also forced to, for the best forced configuration of each case (and
+  those the autotune measures, with dense and the fixed rule's tiles)."""
+  autotune_modes: tuple[str, ...] = option(MODES, "Passes (fwd, fwd+bwd) that also time implementation='auto' "
+                                           "(tuned before its first case); empty: none.")
+  autotune_repeats: int = option(autotune.REPEATS, "Timed calls per candidate of the autotune (the median counts).",
+                                 lower=1)
+  autotune_cache: str | None = option(None, "Attention suite: autotune cache file to read and extend; default: a "
+                                      "fresh attention_autotune.json in the output directory.")
   block_q: int = option(BLOCK_Q, "Blockwise query block of the memory measurements.", lower=1)
   block_k: int = option(BLOCK_K, "Blockwise key block of the memory measurements.", lower=1)
   max_call_s: float = option(8.0, "Attention suite: skip a size when one call would take longer (seconds).",
@@ -126,6 +141,9 @@ class AttentionBenchConfig(Options):
   seed: int = option(0, "Seed of the random inputs.", lower=0)
 
   def validate(self):
+    for mode in self.autotune_modes:
+      if mode not in MODES:
+        raise ConfigError(f"autotune_modes must hold passes of {', '.join(MODES)}, got {mode!r}")
     for group in self.gqa_groups:
       if self.gqa_num_heads % group:
         raise ConfigError(f"gqa_groups must divide gqa_num_heads = {self.gqa_num_heads}, got {group}")
@@ -141,10 +159,12 @@ class AttentionBenchConfig(Options):
 
 QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, extra_shapes=(), gqa_groups=(4,),
                              gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
+                             autotune_repeats=1, autotune_modes=("fwd+bwd",),
                              peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
                              long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
 """Tiny sizes for a smoke run (T 256, one head dim, no extra shapes, one GQA case, one forced tile,
-2 repeats, memory at T = 1024, the long run at T = 2048), not a measurement."""
+2 repeats, the autotune in the forward+backward pass with one call per candidate, memory at T = 1024, the long
+run at T = 2048), not a measurement."""
 
 
 def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, int], causal: bool, mode: str,
@@ -161,7 +181,12 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
       subtract_max=True), is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
                       else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
+  opts = attention_lib.resolve_logit_options(head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                            float32_softmax=True, subtract_max=True)
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
+  if mode in config.autotune_modes:
+    tuned = _tune(config, args[0].shape, args[1].shape, opts, causal)
+    entries[AUTO_ROW] = (AUTO, block_q, block_k)
   for bq, bk in config.tile_candidates:
     bq, bk = min(bq, seq_len), min(bk, seq_len)
     if (bq, bk) != (block_q, block_k):
@@ -172,6 +197,8 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
            "head_dim": head_dim, "causal": causal, "mode": mode, "impl": name, "flops": flops}
     if impl == "ours":
       row["chosen"] = choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.block_q else "")
+    if impl == AUTO:
+      row.update(tuned)
     if impl == "blockwise":
       row["blocks"] = f"{bq}x{bk}"
     rows[name] = row
@@ -215,12 +242,32 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
     if row.get("ms") is not None and base is not None:
       row["ratio_to_jax_nn"] = row["ms"] / base
   forced = [r for r in rows.values() if r.get("ms") is not None and r["impl"].split(" ")[0] in FORCED]
-  ours = rows["ours"]
-  if forced and ours.get("ms") is not None:
-    best = min(forced, key=lambda r: r["ms"])
-    ours.update(best_forced=best["impl"] + (f" {best['blocks']}" if best["impl"] == "blockwise" else ""),
-                best_forced_ms=best["ms"], ratio_to_best_forced=ours["ms"] / best["ms"])
+  for ours in (rows["ours"], rows.get(AUTO_ROW, {})):
+    if forced and ours.get("ms") is not None:
+      best = min(forced, key=lambda r: r["ms"])
+      ours.update(best_forced=best["impl"] + (f" {best['blocks']}" if best["impl"] == "blockwise" else ""),
+                  best_forced_ms=best["ms"], ratio_to_best_forced=ours["ms"] / best["ms"])
   return list(rows.values())
+
+
+AUTO_ROW = "ours (auto)"
+"""The row of ``implementation="auto"``."""
+
+
+def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape: tuple[int, ...],
+          opts: attention_lib.LogitOptions, causal: bool) -> dict[str, Any]:
+  """Tunes the case (unless the cache has it) by the autotune's own measurements; its choice and wall time."""
+  key = autotune.cache_key(query_shape, key_shape, "float32", opts, is_causal=causal)
+  start = time.perf_counter()
+  tune = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
+  if tune:
+    candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates,
+                                         attention_lib.blockwise_blocks(query_shape, key_shape))
+    autotune.tune_attention(query_shape, key_shape, "float32", is_causal=causal, opts=opts, candidates=candidates,
+                            repeats=config.autotune_repeats)
+  choice = attention_lib.auto_choice(query_shape, key_shape, "float32", opts, is_causal=causal, local_window_size=None,
+                                has_bias=False, has_mask=False, has_lengths=False, return_weights=False)
+  return {"chosen": autotune.choice_name(choice), "tune_s": time.perf_counter() - start, "tuned": tune}
 
 
 def _describe_case(rows: list[dict]) -> str:
@@ -234,6 +281,10 @@ def _describe_case(rows: list[dict]) -> str:
              f"{ours['ratio_to_best_forced']:.2f}")
   if ours.get("ratio_to_jax_nn") is not None:
     text += f"; ours / jax.nn {ours['ratio_to_jax_nn']:.2f}"
+  auto = next((r for r in rows if r["impl"] == AUTO_ROW), None)
+  if auto is not None and auto.get("ms") is not None:
+    text += (f"; auto ({auto['chosen']}, tuned in {auto['tune_s']:.1f} s) {auto['ms']:.4g} ms"
+             + (f", auto / best {auto['ratio_to_best_forced']:.2f}" if auto.get("ratio_to_best_forced") else ""))
   return text
 
 
@@ -241,14 +292,15 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
   """The goals this suite reports on (none is asserted)."""
   key = lambda r: tuple(r[name] for name in CASE_KEYS)
   by_key = {(*key(r), r["impl"]): r for r in timings}
-  ours_vs_nn, ours_vs_best, bw_vs_dense, bw_peak = [], [], [], []
+  ours_vs_nn, ours_vs_best, auto_vs_best, bw_vs_dense, bw_peak = [], [], [], [], []
   for r in timings:
     case = {name: r[name] for name in CASE_KEYS}
     if r["impl"] == "ours" and r.get("ratio_to_jax_nn") is not None:
       ours_vs_nn.append({**case, "ratio": r["ratio_to_jax_nn"], "met": r["ratio_to_jax_nn"] <= 1.0})
-    if r["impl"] == "ours" and r.get("ratio_to_best_forced") is not None:
-      ours_vs_best.append({**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"],
-                           "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
+    if r["impl"] in ("ours", AUTO_ROW) and r.get("ratio_to_best_forced") is not None:
+      (ours_vs_best if r["impl"] == "ours" else auto_vs_best).append(
+          {**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"],
+           "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
     if r["impl"] == "blockwise" and r.get("ms") is not None:
       dense = by_key[(*key(r), "dense")]
       if dense.get("ms") is not None:
@@ -270,6 +322,7 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
       "default_at_least_as_fast_as_jax_nn": {"per_size": ours_vs_nn, "met": verdict(ours_vs_nn)},
       f"default_within_{BEST_FORCED_TARGET:g}x_of_best_forced": {"per_size": ours_vs_best,
                                                                 "met": verdict(ours_vs_best)},
+      f"auto_within_{BEST_FORCED_TARGET:g}x_of_best_forced": {"per_size": auto_vs_best, "met": verdict(auto_vs_best)},
       "blockwise_within_2x_of_dense": {"per_size": bw_vs_dense, "met": verdict(bw_vs_dense)},
       f"blockwise_fwd_bwd_at_least_{PEAK_TARGET:g}_of_peak_from_T_{PEAK_TARGET_MIN_LEN}": {
           "per_size": bw_peak, "met": verdict(bw_peak)},
@@ -322,17 +375,24 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
     return ms if r["impl"] == "jax_nn" or r.get("ratio_to_jax_nn") is None else f"{ms} ({r['ratio_to_jax_nn']:.2f})"
   rows = []
   for (b, t, n, kh, h, causal, mode), by_impl in sorted(cases.items(), key=_table_order):
-    bw, ours = by_impl["blockwise"], by_impl["ours"]
+    bw, ours, auto = by_impl["blockwise"], by_impl["ours"], by_impl.get(AUTO_ROW, {"impl": AUTO_ROW})
     best = ("" if ours.get("best_forced") is None
             else f"{ours['best_forced']} ({ours['ratio_to_best_forced']:.2f})")
+    auto_runs = ("" if auto.get("ratio_to_best_forced") is None
+                 else f"{auto['chosen']} ({auto['ratio_to_best_forced']:.2f})")
     rows.append([b, t, n, kh, h, "causal" if causal else "none", mode, cell(ours), ours["chosen"], best,
+                 cell(auto) if AUTO_ROW in by_impl else "",
+                 auto_runs,
                  cell(by_impl["dense"]), cell(bw), bw.get("blocks", ""), cell(by_impl["jax_nn"]), cell(by_impl["flax"]),
                  "" if bw.get("fraction_of_peak") is None else f"{bw['fraction_of_peak']:.2f}"])
   columns = ("B", "T", "N", "K", "d_k", "mask", "pass", "ours ms (ratio)", "ours runs", "best forced (ours / it)",
+             "auto ms (ratio)", "auto runs (auto / best)",
              "dense ms (ratio)", "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
   text = report.markdown_table(columns, rows) + (
       f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); best forced = the fastest of "
-      f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; blockwise / "
+      f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; auto = "
+      f"implementation=\"auto\", tuned by its own measurements before the timings, with its time over the best "
+      f"forced; blockwise / "
       f"peak = its GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run{load}.\n")
   if targets is not None:
     text += "\n" + _goals_markdown(targets)
@@ -352,13 +412,14 @@ def _goals_markdown(targets: dict) -> str:
                  f"cases where both ran; slowest relative to jax.nn: {_case_name(worst)}, ratio "
                  f"{worst['ratio']:.2f}" + (f"; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
                                                                        for r in missed) if missed else ""))
-  best = targets[f"default_within_{BEST_FORCED_TARGET:g}x_of_best_forced"]["per_size"]
-  if best:
-    worst = max(best, key=lambda r: r["ratio"])
-    missed = sum(not r["met"] for r in best)
-    lines.append(f"- default path within {BEST_FORCED_TARGET:g}x of the fastest forced configuration: met in "
-                 f"{len(best) - missed} of {len(best)} cases; slowest relative to it: {_case_name(worst)}, ratio "
-                 f"{worst['ratio']:.2f} (best: {worst['best']})")
+  for path, name in (("default path", "default"), ('implementation="auto"', "auto")):
+    best = targets.get(f"{name}_within_{BEST_FORCED_TARGET:g}x_of_best_forced", {}).get("per_size")
+    if best:
+      worst = max(best, key=lambda r: r["ratio"])
+      missed = sum(not r["met"] for r in best)
+      lines.append(f"- {path} within {BEST_FORCED_TARGET:g}x of the fastest forced configuration: met in "
+                   f"{len(best) - missed} of {len(best)} cases; slowest relative to it: {_case_name(worst)}, ratio "
+                   f"{worst['ratio']:.2f} (best: {worst['best']})")
   name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
   peak = targets[name]["per_size"]
   if peak:
@@ -413,7 +474,11 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   series += [[(config.gqa_batch, t, n_gqa, n_gqa // g, config.gqa_head_dim) for t in sorted(config.gqa_seq_lens)]
              for g in config.gqa_groups]
   total = sum(map(len, series)) * len(config.causal) * len(MODES)
-  with report.Progress(total, "attention") as progress:
+  tune_cache = out_dir / autotune.CACHE_NAME if config.autotune_cache is None else pathlib.Path(
+      config.autotune_cache).expanduser()
+  if config.autotune_cache is None:
+    tune_cache.unlink(missing_ok=True)
+  with report.Progress(total, "attention") as progress, autotune.cache_file(tune_cache):
     for shapes in series:
       for causal in config.causal:
         for mode in MODES:

@@ -4,6 +4,8 @@
   (``implementation=None``: the measured rule of
   ``scaling.attention.select_implementation`` picks dense or blockwise and
   the blocks);
+* ``auto`` (not in ``IMPLEMENTATIONS``, timed by the attention suite as
+  "ours (auto)"): the same with ``implementation="auto"`` (``scaling.autotune``);
 * ``dense``: the same with ``implementation="dense"`` (materializes [B, N, T, S]);
 * ``blockwise``: ``scaling.blockwise.blockwise_attention`` (online softmax);
 * ``jax_nn``: ``jax.nn.dot_product_attention`` (XLA implementation);
@@ -33,6 +35,7 @@ from scaling import blockwise as blockwise_lib
 from scaling.validation import ConfigError
 
 IMPLEMENTATIONS = ("ours", "dense", "blockwise", "jax_nn", "flax")
+AUTO = "auto"
 MODES = ("fwd", "fwd+bwd")
 # Blocks of the memory measurements. Measured on 2 CPU cores at T = 8192, d_k = 64, causal,
 # forward+backward (ms): 128x128 2251, 256x256 2781, 256x512 2271, 512x512 2389, 1024x256 3048, 512x256 1941.
@@ -47,7 +50,7 @@ def attention_fn(impl: str, *, causal: bool, block_q: int = BLOCK_Q,
   """The attention function of one implementation, all taking q, k, v as [B, T, N, H].
 
   Args:
-    impl: one of ``IMPLEMENTATIONS``.
+    impl: one of ``IMPLEMENTATIONS``, or ``AUTO``.
     causal: causal masking.
     block_q: query block of ``blockwise``.
     block_k: key block of ``blockwise``.
@@ -57,6 +60,8 @@ def attention_fn(impl: str, *, causal: bool, block_q: int = BLOCK_Q,
   """
   if impl == "ours":
     return lambda q, k, v: attention_lib.dot_product_attention(q, k, v, is_causal=causal)
+  if impl == AUTO:
+    return lambda q, k, v: attention_lib.dot_product_attention(q, k, v, is_causal=causal, implementation=AUTO)
   if impl == "dense":
     return lambda q, k, v: attention_lib.dot_product_attention(q, k, v, is_causal=causal, implementation="dense")
   if impl == "blockwise":
