@@ -5,7 +5,7 @@
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
 The suites live in scaling/studies/benchmarks/ (sweep.py, attention.py,
-train.py). Each prints a table and writes <suite>.json and <suite>.png (and
+train.py, attention_profile.py). Each prints a table and writes <suite>.json and <suite>.png (and
 <suite>.md, for the generated sections of docs/benchmarks.md) into --out_dir; --quick runs
 each on tiny sizes (a smoke run, not a measurement). --seq_lens, --head_dims,
 --repeats and --max_call_s size the attention suite. The suites time
@@ -29,6 +29,7 @@ from scaling import results
 from scaling.config import option
 from scaling.config import Options
 from scaling.studies.benchmarks import attention as attention_bench
+from scaling.studies.benchmarks import attention_profile as attention_profile_bench
 from scaling.studies.benchmarks import sweep as sweep_bench
 from scaling.studies.benchmarks import train as train_bench
 from scaling.validation import ConfigError
@@ -37,6 +38,8 @@ SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] 
     "sweep": (sweep_bench.run, sweep_bench.SweepBenchConfig(), sweep_bench.QUICK),
     "attention": (attention_bench.run, attention_bench.AttentionBenchConfig(), attention_bench.QUICK),
     "train": (train_bench.run, train_bench.TrainBenchConfig(), train_bench.QUICK),
+    "attention_profile": (attention_profile_bench.run, attention_profile_bench.AttentionProfileConfig(),
+                          attention_profile_bench.QUICK),
 }
 """Suite name: (its run(config, out_dir), its default config, its quick config)."""
 

@@ -174,6 +174,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "your_model_nnx_transformer_transfer": "docs/your_model.md",
     "bench_sweep": "docs/benchmarks.md",
     "attention": "docs/benchmarks.md",
+    "bench_attention_profile": "docs/benchmarks.md",
     "bench_train": "docs/benchmarks.md",
 }
 """Where each generated section lives: its name -> the file that holds it, relative to the repository root."""

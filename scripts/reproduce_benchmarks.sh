@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Every benchmark suite (sweep, attention, train); the numbers in docs/benchmarks.md.
+# Every benchmark suite (sweep, attention, train, attention_profile); the numbers in docs/benchmarks.md.
 # Usage: scripts/reproduce_benchmarks.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m experiments.benchmark --out_dir="${1:-runs}/benchmark"
-for suite in sweep train; do
-  if [ -f "${1:-runs}/benchmark/$suite.md" ]; then
-    python scripts/update_readme.py "bench_$suite" "${1:-runs}/benchmark/$suite.md"
+out="${1:-runs}/benchmark"
+python -m experiments.benchmark --out_dir="$out"
+# suite's Markdown -> its section of docs/benchmarks.md
+for pair in sweep:bench_sweep train:bench_train attention:attention attention_profile:bench_attention_profile; do
+  suite=${pair%%:*}
+  if [ -f "$out/$suite.md" ]; then
+    python scripts/update_readme.py "${pair#*:}" "$out/$suite.md"
   fi
 done

@@ -32,13 +32,31 @@ class BenchmarkMainTest(absltest.TestCase):
     self.assertIn(f"**{data['rerun']['wall_ratio']:.1f}× faster**", (out / "sweep.md").read_text())
     self.assertIn("sweep", json.loads((out / "summary.json").read_text()))
 
+  def test_quick_attention_profile_suite(self):
+    out = pathlib.Path(self.create_tempdir().full_path)
+    code, _, _ = experiment_main.run_main(benchmark, suite=["attention_profile"], quick=True, out_dir=str(out))
+    self.assertEqual(code, 0)
+    data = json.loads((out / "attention_profile.json").read_text())
+    (case,) = data["cases"]
+    # B1 T256 N2 d32 causal forward+backward: 4·B·N·T²·H, halved by the mask, ×3.5 (written out, not imported)
+    flops = 4 * 1 * 2 * 256 * 256 * 32 / 2 * 3.5
+    self.assertAlmostEqual(case["gflops"], flops / (case["ms"] / 1e3) / 1e9, places=6)
+    self.assertAlmostEqual(case["fraction_of_peak"], case["gflops"] / data["peak"]["gflops"], places=6)
+    self.assertEqual(case["blocks"], "128x128")  # the default tiles below S = 1024
+    shares = [c["share"] for c in case["profile"]["categories"].values()]
+    self.assertAlmostEqual(sum(shares), 1.0, places=6)
+    self.assertGreater(case["profile"]["categories"]["matmul"]["share"], 0)
+    table = (out / "attention_profile.md").read_text()
+    self.assertIn(f"| 1 | 256 | 2 | 1 | 32 | causal | 128x128 | {case['ms']:.4g} | {case['fraction_of_peak']:.2f} |",
+                  table)
+
 
 
 class BenchmarkFlagsTest(absltest.TestCase):
 
   def test_suites_and_their_configs(self):
     config = cli.parse(benchmark.BenchmarkConfig, ["prog"])
-    self.assertEqual(config.suite, ("sweep", "attention", "train"))
+    self.assertEqual(config.suite, ("sweep", "attention", "train", "attention_profile"))
     self.assertEqual(config.suite_config("sweep"), sweep.SweepBenchConfig())
     self.assertEqual(config.suite_config("train"), train.TrainBenchConfig())
     self.assertEqual(config.suite_config("attention").seq_lens, (512, 2048, 8192))

@@ -5,6 +5,8 @@
 * ``attention``: dense, blockwise, jax.nn and flax attention (``attention``,
   with the attention functions in ``implementations`` and the peak-memory
   measurement in ``memory``);
+* ``attention_profile``: blockwise forward+backward against the matmul peak,
+  with its op time split by a profiler trace (``attention_profile``);
 * ``train``: training throughput against the matmul peak, and the vmapped
   learning-rate grid against one run at a time.
 
