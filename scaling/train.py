@@ -541,11 +541,6 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       lean_fn = make_train_step(model_config, opt_config, metrics=lean, donate=donate)
   padded_ok = lambda ok: (ok if members is None
                           else sharding_lib.place(sharding_lib.pad(ok, mesh.size)[0], sharding_lib.leading(mesh)))
-  if record and first < steps:  # an unknown name is refused from the step's output structure, before compiling
-    known = tuple(jax.eval_shape(step_fn, state, batch_of(first))[1])
-    for name in record:
-      if name not in known:
-        raise ConfigError(f"record: {validation.unknown_choice('metric', name, known)}")
   kept = state if keep_last_finite else None
   history: list[dict[str, Any]] = []
   records: dict[str, list] = {name: [] for name in record}
@@ -575,6 +570,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     if kept is not None:
       kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
     for name in record:
+      if name not in metrics:
+        raise ConfigError(f"record: {validation.unknown_choice('metric', name, tuple(metrics))}")
       records[name].append(metrics[name])
     if logged or new.any():
       if not logged and not donate:  # every metric of the diverging step, from the state before it
