@@ -196,7 +196,7 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
     row = {"batch": batch, "seq_len": seq_len, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
            "head_dim": head_dim, "causal": causal, "mode": mode, "impl": name, "flops": flops}
     if impl == "ours":
-      row["chosen"] = choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.block_q else "")
+      row["chosen"] = autotune.choice_name(choice)
     if impl == AUTO:
       row.update(tuned)
     if impl == "blockwise":
