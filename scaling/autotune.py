@@ -7,7 +7,7 @@ lengths) and the logit options that change the blockwise code (the rule's
 name and whether it prepares q and k, soft cap, clamp, float32 softmax,
 subtracting the maximum). On a miss ``tune_attention`` times forward+backward
 (value and gradients w.r.t. q, k, v of the output's sum; each candidate jitted
-and compiled once, then the median of ``repeats`` interleaved calls on random
+and compiled once, then the fastest of ``repeats`` interleaved calls on random
 inputs of exactly that shape) of dense and of blockwise at each candidate tile
 (``TILE_CANDIDATES`` that fit T and S, plus the fixed rule's own tiles, which
 the dispatcher passes in), and stores the fastest. The default ``implementation=None`` never reads the cache:
@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import pathlib
-import statistics
 import tempfile
 import time
 import warnings
@@ -54,7 +53,8 @@ TILE_CANDIDATES = ((64, 128), (128, 128), (128, 256), (256, 256), (256, 512))
 DENSE_MAX_TUNE_LOGITS = 2**26
 """Dense is a candidate while its B·N·T·S float32 logits hold at most this many elements (256 MiB)."""
 REPEATS = 3
-"""Timed calls per candidate of an automatic tuning (the median counts)."""
+"""Timed calls per candidate of an automatic tuning (the fastest counts: noise from other work on the machine
+only adds time, so the minimum is the steadiest estimate of a path's own cost)."""
 PRUNE_FACTOR = 2.0
 """Candidates whose second warm-up call took more than this times the fastest one are not timed further."""
 SEED = 0
@@ -79,7 +79,7 @@ class Choice:
 class Tuned:
   """What ``tune_attention`` measured: the fastest choice, each candidate's ms and the tuning's wall time.
 
-  A candidate's ms is the median of its timed calls, or, when its second warm-up call took over ``PRUNE_FACTOR``
+  A candidate's ms is the fastest of its timed calls, or, when its second warm-up call took over ``PRUNE_FACTOR``
   times the fastest one (so it was not timed further), that call's time.
   """
 
@@ -237,8 +237,8 @@ def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Cal
   return lambda q, k, v: dense_lib.dense_attention(q, k, v, **kwargs)
 
 
-def _median_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
-  """Median seconds per call of each function: two warm-up calls each (the second prunes), then ``repeats`` rounds."""
+def _fastest_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
+  """Fastest seconds per call of each function: two warm-up calls each (the second prunes), then ``repeats`` rounds."""
   def call(fn):
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
@@ -252,12 +252,12 @@ def _median_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[s
   for _ in range(repeats):
     for name, fn in timed.items():
       times[name].append(call(fn))
-  return {name: statistics.median(times[name]) if name in times else warm[name] for name in fns}
+  return {name: min(times[name]) if name in times else warm[name] for name in fns}
 
 
 def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Sequence[int],
             dtype: Any, opts: LogitOptions, *, repeats: int, **mask_kwargs) -> dict[str, float]:
-  """Median forward+backward seconds of each choice on random inputs of these shapes ({choice_name: s}).
+  """Fastest forward+backward seconds of each choice on random inputs of these shapes ({choice_name: s}).
 
   Runs eagerly even when called while a function is being traced (jit, grad): inputs and executables are
   concrete, compiled ahead of time, so compilation is not timed.
@@ -273,7 +273,7 @@ def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Se
       lowered[choice_name(choice)] = jax.jit(step).lower(*args)
     with concurrent.futures.ThreadPoolExecutor(COMPILE_THREADS) as pool:  # XLA compiles without holding the GIL
       fns = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
-    return _median_times(fns, args, repeats)
+    return _fastest_times(fns, args, repeats)
 
 
 def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any = jnp.float32, *,
@@ -293,11 +293,11 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
       whatever the path, so it is left out of the measurement (the key still names the rule).
     candidates: the choices to time; None = ``candidates_for(query_shape, key_shape, fixed_blocks=fixed_blocks)``.
     fixed_blocks: the fixed rule's tiles, also timed when ``candidates`` is None.
-    repeats: timed calls per candidate (the median counts); None = ``REPEATS``.
+    repeats: timed calls per candidate (the fastest counts); None = ``REPEATS``.
     save: store the result in the cache (``cache_path()``).
 
   Returns:
-    A ``Tuned``: the fastest choice, each candidate's median ms and the wall time of the tuning.
+    A ``Tuned``: the fastest choice, each candidate's fastest ms and the wall time of the tuning.
   """
   start = time.perf_counter()
   repeats = REPEATS if repeats is None else repeats

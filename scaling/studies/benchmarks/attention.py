@@ -17,16 +17,24 @@ also runs forced to each tile of ``tile_candidates``: per case the default's
 time is printed against the fastest forced configuration (dense or blockwise
 with any of those tiles) and against jax.nn's. ``ours (auto)`` is
 ``implementation="auto"`` (``scaling.autotune``), timed beside the others:
-before its case is timed the autotune measures the case itself
+before its forward+backward case is timed (that pass runs first) the
+autotune measures the case itself, unless the row is skipped for its size
 (``tune_attention`` over dense and ``tile_candidates``; its wall time is
-recorded as ``tune_s``, never mixed into the timings) in a cache of its own,
+recorded as ``tune_s``, never mixed into the timings); the forward pass
+reuses that choice (the autotune measures forward+backward only) and has no
+auto row where the forward+backward one was skipped. The choices are kept
+in a cache of the suite's own,
 ``attention_autotune.json`` in the output directory, started afresh each run
 unless ``autotune_cache`` names a file to reuse.
 
 Timing: every function is compiled ahead of time (compilation excluded) and
-called once to warm up; then the implementations are called in turn,
-``repeats`` rounds, each call ending in ``block_until_ready``, and the median
-is reported. A measurement is skipped, with the reason printed, when its time
+called once to warm up; a forced tile of ``tile_candidates`` whose warm-up
+call took over ``PRUNE_FACTOR`` times the fastest forced configuration's is
+not timed further (its row says so). Then the implementations are called in
+turn, ``repeats`` rounds, each call ending in ``block_until_ready``, and the
+fastest call is reported (other work on the machine only adds time, so the
+minimum is the steadiest estimate of a path's own cost; the median is kept
+as ``median_ms``). A measurement is skipped, with the reason printed, when its time
 predicted from the previous length (time ∝ T²) exceeds ``max_call_s`` or when
 XLA plans more buffer memory than ``memory.MAX_MEMORY_FRACTION`` of what is
 available.
@@ -92,6 +100,8 @@ from scaling.validation import ConfigTypeError
 PEAK_TARGET = 0.45
 PEAK_TARGET_MIN_LEN = 2048
 BEST_FORCED_TARGET = 1.1
+PRUNE_FACTOR = 1.5
+"""A forced tile whose warm-up call took over this times the fastest forced configuration's is not timed further."""
 FORCED = ("dense", "blockwise")
 """The forced configurations the default is compared with (and blockwise at each of ``tile_candidates``)."""
 
@@ -106,7 +116,7 @@ class AttentionBenchConfig(Options):
 
   seq_lens: tuple[int, ...] = option((512, 2048, 8192), "Attention suite: sequence lengths T to time.", lower=1)
   head_dims: tuple[int, ...] = option((64, 128), "Attention suite: head dimensions d_k to time.", lower=1)
-  repeats: int = option(5, "Attention suite: timed calls per implementation (the median is reported).", lower=1)
+  repeats: int = option(5, "Attention suite: timed calls per implementation (the fastest is reported).", lower=1)
   num_heads: int = option(4, "Heads of the timed cases.", lower=1)
   batch: int = option(1, "Batch of the timed cases.", lower=1)
   causal: tuple[bool, ...] = option((True, False), "Maskings timed (causal or not).")
@@ -122,7 +132,7 @@ class AttentionBenchConfig(Options):
   those the autotune measures, with dense and the fixed rule's tiles)."""
   autotune_modes: tuple[str, ...] = option(MODES, "Passes (fwd, fwd+bwd) that also time implementation='auto' "
                                            "(tuned before its first case); empty: none.")
-  autotune_repeats: int = option(autotune.REPEATS, "Timed calls per candidate of the autotune (the median counts).",
+  autotune_repeats: int = option(autotune.REPEATS, "Timed calls per candidate of the autotune (the fastest counts).",
                                  lower=1)
   autotune_cache: str | None = option(None, "Attention suite: autotune cache file to read and extend; default: a "
                                       "fresh attention_autotune.json in the output directory.")
@@ -185,7 +195,6 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
                                             float32_softmax=True, subtract_max=True)
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
   if mode in config.autotune_modes:
-    tuned = _tune(config, args[0].shape, args[1].shape, opts, causal)
     entries[AUTO_ROW] = (AUTO, block_q, block_k)
   for bq, bk in config.tile_candidates:
     bq, bk = min(bq, seq_len), min(bk, seq_len)
@@ -197,8 +206,6 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
            "head_dim": head_dim, "causal": causal, "mode": mode, "impl": name, "flops": flops}
     if impl == "ours":
       row["chosen"] = autotune.choice_name(choice)
-    if impl == AUTO:
-      row.update(tuned)
     if impl == "blockwise":
       row["blocks"] = f"{bq}x{bk}"
     rows[name] = row
@@ -208,6 +215,13 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
       if predicted > config.max_call_s:
         row.update(status="skipped", reason=f"predicted {predicted:.0f} s per call from {s_prev * 1e3:.0f} ms "
                                             f"at T={t_prev} exceeds the {config.max_call_s:g} s limit")
+        continue
+    if impl == AUTO:
+      # The autotune measures forward+backward, so it tunes in that pass only (run first); the forward pass
+      # reuses its choice, and has none where that pass was skipped.
+      row.update(_tune(config, args[0].shape, args[1].shape, opts, causal, may_tune=mode == TUNED_MODE))
+      if row["chosen"] is None:
+        row.update(status="skipped", reason=f"not tuned: the autotune's {TUNED_MODE} case was skipped at this size")
         continue
     step = make_step(impl, mode, causal=causal, block_q=bq, block_k=bk)
     start = time.perf_counter()
@@ -229,14 +243,18 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
       continue
     active[name] = compiled
     row["times_s"] = []
+  for name, reason in _pruned({name: (entries[name][0], rows[name]["warmup_s"]) for name in active}).items():
+    rows[name].update(status="pruned", reason=reason)
+    del active[name]
   for _ in range(config.repeats):
     for impl, compiled in active.items():
       rows[impl]["times_s"].append(timing.time_call(compiled, args))
   for impl in active:
     row = rows[impl]
-    median = statistics.median(row["times_s"])
-    previous[impl] = (seq_len, median)
-    row.update(status="ok", ms=median * 1e3, gflops=flops / median / 1e9)
+    fastest = min(row["times_s"])
+    previous[impl] = (seq_len, fastest)
+    row.update(status="ok", ms=fastest * 1e3, median_ms=statistics.median(row["times_s"]) * 1e3,
+               gflops=flops / fastest / 1e9)
   base = rows["jax_nn"].get("ms")
   for row in rows.values():
     if row.get("ms") is not None and base is not None:
@@ -250,16 +268,43 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   return list(rows.values())
 
 
+def _pruned(warmups: dict[str, tuple[str, float]]) -> dict[str, str]:
+  """The extra forced tiles not worth timing further, with why: {row name: reason}.
+
+  Args:
+    warmups: {row name: (implementation, warm-up seconds)} of the rows that ran; the extra tiles are the rows
+      named other than their implementation (``"blockwise 64x128"``).
+
+  Returns:
+    The extra tiles whose warm-up took over ``PRUNE_FACTOR`` times the fastest forced configuration's.
+  """
+  forced = [s for impl, s in warmups.values() if impl in FORCED]
+  if not forced:
+    return {}
+  fastest = min(forced)
+  return {name: f"its warm-up call ({s * 1e3:.0f} ms) took over {PRUNE_FACTOR:g}x the fastest forced one's "
+                f"({fastest * 1e3:.0f} ms)"
+          for name, (impl, s) in warmups.items() if name != impl and impl in FORCED and s > PRUNE_FACTOR * fastest}
+
+
 AUTO_ROW = "ours (auto)"
 """The row of ``implementation="auto"``."""
+TUNED_MODE = "fwd+bwd"
+"""The pass the autotune measures (``scaling.autotune.tune_attention``): timed first, and the only one that tunes."""
 
 
 def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape: tuple[int, ...],
-          opts: attention_lib.LogitOptions, causal: bool) -> dict[str, Any]:
-  """Tunes the case (unless the cache has it) by the autotune's own measurements; its choice and wall time."""
+          opts: attention_lib.LogitOptions, causal: bool, may_tune: bool = True) -> dict[str, Any]:
+  """Tunes the case (unless the cache has it) by the autotune's own measurements; its choice and wall time.
+
+  With ``may_tune=False`` a case missing from the cache is not tuned: its ``chosen`` is None.
+  """
   key = autotune.cache_key(query_shape, key_shape, "float32", opts, is_causal=causal)
   start = time.perf_counter()
-  tune = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
+  missing = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
+  if missing and not may_tune:
+    return {"chosen": None, "tune_s": 0.0, "tuned": False}
+  tune = missing
   if tune:
     candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates,
                                          attention_lib.blockwise_blocks(query_shape, key_shape))
@@ -389,7 +434,7 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
              "auto ms (ratio)", "auto runs (auto / best)",
              "dense ms (ratio)", "blockwise ms (ratio)", "blocks", "jax.nn ms", "flax ms (ratio)", "blockwise / peak")
   text = report.markdown_table(columns, rows) + (
-      f"\nratio = time / jax.nn's time in the same run (median of interleaved calls); best forced = the fastest of "
+      f"\nratio = time / jax.nn's time in the same run (fastest of interleaved calls); best forced = the fastest of "
       f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; auto = "
       f"implementation=\"auto\", tuned by its own measurements before the timings, with its time over the best "
       f"forced; blockwise / "
@@ -410,7 +455,7 @@ def _goals_markdown(targets: dict) -> str:
     missed = [r for r in speed if not r["met"]]
     lines.append(f"- default path at least as fast as jax.nn: met in {len(speed) - len(missed)} of {len(speed)} "
                  f"cases where both ran; slowest relative to jax.nn: {_case_name(worst)}, ratio "
-                 f"{worst['ratio']:.2f}" + (f"; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
+                 f"{worst['ratio']:.2f}" + ("; missed: " + ", ".join(f"{_case_name(r)} ({r['ratio']:.2f})"
                                                                        for r in missed) if missed else ""))
   for path, name in (("default path", "default"), ('implementation="auto"', "auto")):
     best = targets.get(f"{name}_within_{BEST_FORCED_TARGET:g}x_of_best_forced", {}).get("per_size")
@@ -441,7 +486,7 @@ def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig)
                and r["num_kv_heads"] == config.num_heads]
         if pts:
           series[f"{impl} d_k={h}"] = ([p[0] for p in pts], [p[1] for p in pts])
-    plotting.line_plot(path, series, xlabel="sequence length T", ylabel="milliseconds (median)",
+    plotting.line_plot(path, series, xlabel="sequence length T", ylabel="milliseconds (fastest call)",
                        title=f"causal attention, {mode}", logx2=True, logy=True, ax=ax)
   plotting.save_figure(fig, path)
 
@@ -481,7 +526,7 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   with report.Progress(total, "attention") as progress, autotune.cache_file(tune_cache):
     for shapes in series:
       for causal in config.causal:
-        for mode in MODES:
+        for mode in sorted(MODES, key=lambda m: m != TUNED_MODE):
           previous: dict[str, tuple[int, float]] = {}
           for shape in shapes:
             rows = _time_size(config, shape, causal, mode, previous)
