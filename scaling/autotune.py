@@ -7,7 +7,7 @@ lengths) and the logit options that change the blockwise code (the rule's
 name and whether it prepares q and k, soft cap, clamp, float32 softmax,
 subtracting the maximum). On a miss ``tune_attention`` times forward+backward
 (value and gradients w.r.t. q, k, v of the output's sum; each candidate jitted
-and compiled once, then the fastest of ``repeats`` interleaved calls on random
+and compiled once, then the fastest of ``repeats`` interleaved calls (``interleaved_times``) on random
 inputs of exactly that shape) of dense and of blockwise at each candidate tile
 (``TILE_CANDIDATES`` that fit T and S, plus the fixed rule's own tiles, which
 the dispatcher passes in), and stores the fastest. The default ``implementation=None`` never reads the cache:
@@ -237,21 +237,46 @@ def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Cal
   return lambda q, k, v: dense_lib.dense_attention(q, k, v, **kwargs)
 
 
+def interleaved_times(fns: dict[str, Callable], args: tuple, rounds: int) -> dict[str, list[float]]:
+  """Seconds of ``rounds`` timed calls of each function, interleaved: round after round, each function in turn.
+
+  Each timed call directly follows an untimed call of the same function, so every function is timed with its own
+  data in the caches: timed right after another one (a dense path that streams its T × S logits through memory,
+  say), a blockwise call took up to 1.35x its time after itself.
+
+  Args:
+    fns: {name: function of ``args``} (compiled, warmed up).
+    args: their arguments.
+    rounds: timed calls per function.
+
+  Returns:
+    {name: [seconds of each timed call]}.
+  """
+  def call(fn):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+  times = {name: [] for name in fns}
+  for _ in range(rounds):
+    for name, fn in fns.items():
+      call(fn)
+      times[name].append(call(fn))
+  return times
+
+
 def _fastest_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
   """Fastest seconds per call of each function: two warm-up calls each (the second prunes), then ``repeats`` rounds."""
   def call(fn):
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     return time.perf_counter() - start
-  for fn in fns.values():  # the first call of each pays one-time costs
+  warm = {}
+  for name, fn in fns.items():  # the first call of each pays one-time costs; the second, right after it, prunes
     call(fn)
-  warm = {name: call(fn) for name, fn in fns.items()}
+    warm[name] = call(fn)
   fastest = min(warm.values())
-  timed = {name: fn for name, fn in fns.items() if warm[name] <= PRUNE_FACTOR * fastest}
-  times = {name: [] for name in timed}
-  for _ in range(repeats):
-    for name, fn in timed.items():
-      times[name].append(call(fn))
+  times = interleaved_times({name: fn for name, fn in fns.items() if warm[name] <= PRUNE_FACTOR * fastest}, args,
+                            repeats)
   return {name: min(times[name]) if name in times else warm[name] for name in fns}
 
 

@@ -675,10 +675,15 @@ def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, f
                                 mutable=[layers.ACTIVATIONS])
     return unit.cross_entropy(logits, tokens[:, 1:], jnp.ones((1, seq_len))), state[layers.ACTIVATIONS]
 
-  (_, acts), (grads, act_grads) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, zeros)
+  def rms_trees(params, perturbations):
+    (_, acts), (grads, act_grads) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(params, perturbations)
+    rms = lambda x: jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
+    return [jax.tree.map(rms, tree) for tree in (acts, act_grads, grads)]
+
+  trees = jax.device_get(jax.jit(rms_trees)(params, zeros))
   out = {}
-  for prefix, tree in (("activation", acts), ("gradient", act_grads), ("weight gradient", grads)):
+  for prefix, tree in zip(("activation", "gradient", "weight gradient"), trees):
     for path, x in jax.tree_util.tree_leaves_with_path(tree):
       name = "/".join(n for n in param_lib.path_names(path) if not n.isdigit())
-      out[f"{prefix}/{name}"] = float(jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32)))))
+      out[f"{prefix}/{name}"] = float(x)
   return out

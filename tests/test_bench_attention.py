@@ -18,6 +18,22 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertEqual(implementations.attention_flops(2, 16, 3, 8, causal=True, mode="fwd+bwd"),
                      3.5 * 4 * 2 * 3 * 16 * 16 * 8 / 2)
 
+  def test_timing_noise(self):
+    case = dict(batch=1, seq_len=8, num_heads=2, num_kv_heads=2, head_dim=4, causal=True, mode="fwd")
+    rows = [dict(case, impl="ours", chosen="blockwise 128x128", ms=10.0),
+            dict(case, impl="blockwise", blocks="128x128", ms=12.0),
+            dict(case, impl="dense", ms=20.0),
+            dict(case, impl="ours (auto)", chosen="dense", ms=25.0),
+            dict(case, impl="jax_nn", ms=10.0), dict(case, impl="flax", ms=10.0),
+            dict(case, impl="blockwise 64x128", ms=None, status="pruned"),
+            dict(case, mode="fwd+bwd", impl="blockwise 64x128", ms=30.0)]
+    noise = attention.timing_noise(rows)
+    self.assertEqual(sorted((r["path"], r["spread"]) for r in noise["spreads"]),
+                     [("blockwise 128x128", 1.2), ("dense", 1.25)])
+    self.assertAlmostEqual(noise["median"], 1.225)
+    self.assertEqual(noise["max"], 1.25)
+    self.assertEqual(attention.timing_noise(rows[4:]), {"spreads": [], "median": None, "max": None})
+
   def test_pruned_tiles(self):
     warm = {"dense": ("dense", 1.0), "blockwise": ("blockwise", 2.0), "blockwise 64x128": ("blockwise", 1.49),
             "blockwise 128x128": ("blockwise", 1.51), "ours": ("ours", 9.0), "jax_nn": ("jax_nn", 0.1),
@@ -68,6 +84,7 @@ class AttentionBenchTest(absltest.TestCase):
         self.assertBetween(len(forced), 2, 3)
         self.assertAlmostEqual(r["best_forced_ms"], min(forced))
         self.assertAlmostEqual(r["ratio_to_best_forced"], r["ms"] / min(forced))
+    self.assertEqual(attention.markdown_from_results(data), (out / "attention.md").read_text())
     table = (out / "attention.md").read_text().splitlines()
     self.assertTrue(table[0].startswith("| B | T | N | K | d_k | mask | pass | ours ms (ratio) | ours runs | best "
                                         "forced (ours / it) | auto ms (ratio) | auto runs (auto / best) |"), table[0])
@@ -77,6 +94,9 @@ class AttentionBenchTest(absltest.TestCase):
                         for line in table))
     self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
+    # Causal at T = 256 the rule runs blockwise 128x128, the forced blockwise row's program: a measured spread.
+    self.assertTrue(any(line.startswith("- timing noise: the same compiled path timed as two rows of one case")
+                        for line in table))
     self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-1])
     for row in data["timings"]:
       if row["status"] == "pruned":

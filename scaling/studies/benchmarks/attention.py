@@ -28,13 +28,16 @@ in a cache of the suite's own,
 unless ``autotune_cache`` names a file to reuse.
 
 Timing: every function is compiled ahead of time (compilation excluded) and
-called once to warm up; a forced tile of ``tile_candidates`` whose warm-up
-call took over ``PRUNE_FACTOR`` times the fastest forced configuration's is
-not timed further (its row says so). Then the implementations are called in
-turn, ``repeats`` rounds, each call ending in ``block_until_ready``, and the
-fastest call is reported (other work on the machine only adds time, so the
-minimum is the steadiest estimate of a path's own cost; the median is kept
-as ``median_ms``). A measurement is skipped, with the reason printed, when its time
+called twice to warm up; a forced tile of ``tile_candidates`` whose second
+warm-up call took over ``PRUNE_FACTOR`` times the fastest forced
+configuration's is not timed further (its row says so). Then the
+implementations are called in turn, ``repeats`` rounds, each timed call
+directly after an untimed call of the same function
+(``scaling.autotune.interleaved_times``: timed right after a dense path, a
+blockwise one pays for the caches dense evicted), each call ending in
+``block_until_ready``, and the fastest call is reported (other work on the
+machine only adds time, so the minimum is the steadiest estimate of a path's
+own cost; the median is kept as ``median_ms``). A measurement is skipped, with the reason printed, when its time
 predicted from the previous length (time ∝ T²) exceeds ``max_call_s`` or when
 XLA plans more buffer memory than ``memory.MAX_MEMORY_FRACTION`` of what is
 available.
@@ -234,7 +237,8 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
       row.update(status="skipped", reason=f"XLA plans {planned / 2**30:.1f} GiB, more than {fraction:g} "
                                           f"of the {available / 2**30:.1f} GiB available")
       continue
-    warm = timing.time_call(compiled, args)
+    first = timing.time_call(compiled, args)  # pays one-time costs
+    warm = first if first > config.max_call_s else timing.time_call(compiled, args)
     row["warmup_s"] = warm
     if warm > config.max_call_s:
       row.update(status="skipped", reason=f"the warm-up call took {warm:.1f} s, over the {config.max_call_s:g} s "
@@ -246,9 +250,8 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   for name, reason in _pruned({name: (entries[name][0], rows[name]["warmup_s"]) for name in active}).items():
     rows[name].update(status="pruned", reason=reason)
     del active[name]
-  for _ in range(config.repeats):
-    for impl, compiled in active.items():
-      rows[impl]["times_s"].append(timing.time_call(compiled, args))
+  for name, times in autotune.interleaved_times(active, args, config.repeats).items():
+    rows[name]["times_s"] = times
   for impl in active:
     row = rows[impl]
     fastest = min(row["times_s"])
@@ -333,6 +336,39 @@ def _describe_case(rows: list[dict]) -> str:
   return text
 
 
+def _configuration(row: dict) -> str | None:
+  """The exact path a timing row ran ("dense" or "blockwise BQxBK"); None for jax.nn's and flax's."""
+  if row["impl"] in ("ours", AUTO_ROW):
+    return row.get("chosen")
+  if row["impl"] == "blockwise":
+    return f"blockwise {row['blocks']}"
+  return row["impl"] if row["impl"].split(" ")[0] in FORCED else None
+
+
+def timing_noise(timings: list[dict]) -> dict[str, Any]:
+  """How far apart one run's timings of the same compiled path are: the noise floor of its ratios.
+
+  The default runs the same program as one forced row whenever its rule picks that path, and auto as another,
+  so per case every path timed as two or more rows gives a spread (slowest / fastest of those rows' times).
+
+  Args:
+    timings: the suite's timing rows.
+
+  Returns:
+    {"spreads": [{case..., "path", "spread"}], "median", "max"} (None without a path timed twice).
+  """
+  groups: dict[tuple, list[float]] = {}
+  for r in timings:
+    path = _configuration(r)
+    if r.get("ms") is not None and path is not None:
+      groups.setdefault((*(r[name] for name in CASE_KEYS), path), []).append(r["ms"])
+  spreads = [{**dict(zip(CASE_KEYS, key[:-1])), "path": key[-1], "spread": max(ms) / min(ms)}
+             for key, ms in groups.items() if len(ms) > 1]
+  values = [s["spread"] for s in spreads]
+  return {"spreads": spreads, "median": statistics.median(values) if values else None,
+          "max": max(values) if values else None}
+
+
 def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq_len: int) -> dict:
   """The goals this suite reports on (none is asserted)."""
   key = lambda r: tuple(r[name] for name in CASE_KEYS)
@@ -344,8 +380,8 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
       ours_vs_nn.append({**case, "ratio": r["ratio_to_jax_nn"], "met": r["ratio_to_jax_nn"] <= 1.0})
     if r["impl"] in ("ours", AUTO_ROW) and r.get("ratio_to_best_forced") is not None:
       (ours_vs_best if r["impl"] == "ours" else auto_vs_best).append(
-          {**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"],
-           "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
+          {**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"], "picked_best": r["chosen"] ==
+           r["best_forced"], "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
     if r["impl"] == "blockwise" and r.get("ms") is not None:
       dense = by_key[(*key(r), "dense")]
       if dense.get("ms") is not None:
@@ -373,6 +409,7 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
           "per_size": bw_peak, "met": verdict(bw_peak)},
       "blockwise_memory_at_most_eighth_of_dense": mem_target,
       "blockwise_long_sequence_runs": {"seq_len": long_run.get("seq_len"), "met": long_run.get("status") == "ok"},
+      "timing_noise": timing_noise(timings),
   }
 
 
@@ -446,6 +483,14 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
   return text
 
 
+def markdown_from_results(results: dict) -> str:
+  """attention.md from a run's results (as ``run`` returns them or attention.json holds them), goals recomputed."""
+  targets = _targets(results["timings"], results["memory"], results["long_run"],
+                     max(results["config"]["memory_seq_lens"]))
+  return markdown(results["timings"], results["machine"]["matmul_peak"]["gflops"], targets,
+                  [*results["memory"], results["long_run"]], load=timing.load_note(results))
+
+
 def _goals_markdown(targets: dict) -> str:
   """One line per timing goal: met or not, and the extreme case."""
   lines = []
@@ -462,9 +507,17 @@ def _goals_markdown(targets: dict) -> str:
     if best:
       worst = max(best, key=lambda r: r["ratio"])
       missed = sum(not r["met"] for r in best)
+      picked = sum(r["picked_best"] for r in best)
       lines.append(f"- {path} within {BEST_FORCED_TARGET:g}x of the fastest forced configuration: met in "
                    f"{len(best) - missed} of {len(best)} cases; slowest relative to it: {_case_name(worst)}, ratio "
-                   f"{worst['ratio']:.2f} (best: {worst['best']})")
+                   f"{worst['ratio']:.2f} (best: {worst['best']}); it ran the fastest forced configuration itself in "
+                   f"{picked} of {len(best)}")
+  noise = targets.get("timing_noise", {})
+  if noise.get("spreads"):
+    worst = max(noise["spreads"], key=lambda r: r["spread"])
+    lines.append(f"- timing noise: the same compiled path timed as two rows of one case ({len(noise['spreads'])} "
+                 f"cases) differs by a median factor of {noise['median']:.2f}, at most {noise['max']:.2f} "
+                 f"({_case_name(worst)}, {worst['path']}); ratios within that factor of 1 are not told apart")
   name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
   peak = targets[name]["per_size"]
   if peak:
@@ -572,7 +625,8 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
 
   targets = _targets(timings, memory, long_run, max(config.memory_seq_lens))
   for name, target in targets.items():
-    print(_fmt_target(name, target), flush=True)
+    if name != "timing_noise":
+      print(_fmt_target(name, target), flush=True)
   results = {
       "config": dataclasses.asdict(config),
       "machine": {"platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(), "jax": jax.__version__,
@@ -587,8 +641,8 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
       "load_average": [load_start, os.getloadavg()[0]],
   }
   results_lib.write_json(out_dir / "attention.json", results)
-  (out_dir / "attention.md").write_text(markdown(timings, peak["gflops"], targets, memory + [long_run],
-                                                 load=timing.load_note(results)))
+  (out_dir / "attention.md").write_text(markdown_from_results(results))
+  print(_goals_markdown(targets), end="", flush=True)
   _plot(out_dir / "attention.png", timings, config)
   print(f"attention suite: {results['wall_s']:.0f} s; wrote attention.json, attention.md and attention.png to "
         f"{out_dir}")
