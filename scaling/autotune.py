@@ -67,12 +67,16 @@ _warned: set[str] = set()
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-  """What ``dot_product_attention`` runs: an implementation, its blocks, and why."""
+  """What ``dot_product_attention`` runs: an implementation, its blocks, and why.
+
+  ``dense_forward``: blockwise whose undifferentiated calls run dense (``scaling.attention.dense_forward``).
+  """
 
   implementation: str
   block_q: int | None = None
   block_k: int | None = None
   reason: str = ""
+  dense_forward: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,9 +226,9 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
 
 
 def choice_name(choice: Choice) -> str:
-  """ "dense" or "blockwise BQxBK"."""
+  """ "dense", "blockwise BQxBK" or "blockwise BQxBK, dense forward"."""
   return choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.implementation == "blockwise"
-                                  else "")
+                                  else "") + (", dense forward" if choice.dense_forward else "")
 
 
 def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:

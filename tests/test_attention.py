@@ -1,5 +1,6 @@
 """Dense attention against jax.nn.dot_product_attention and closed forms; masking against numpy positions."""
 
+import functools
 import math
 from unittest import mock
 
@@ -278,6 +279,39 @@ class DispatchTest(parameterized.TestCase):
     choice = scaling.attention.select_implementation((b, t, n, 16), (b, s, k, 16), _opts(), backend="cpu",
                                                      is_causal=True)
     self.assertEqual((choice.block_q, choice.block_k), blocks)
+
+  def test_small_causal_blockwise_runs_dense_when_not_differentiated(self):
+    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    q, k, v = _qkv(seed=3, b=1, t=t, s=t, n=2, k=1, h=8)
+    ct = jax.random.normal(jax.random.key(4), q.shape)
+    choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
+    self.assertEqual((choice.implementation, choice.dense_forward), ("blockwise", True))  # 2·256·256 <= 2**20
+    big = scaling.attention.select_implementation((1, 4 * t, 4, 8), (1, 4 * t, 1, 8), _opts(), backend="cpu",
+                                                  is_causal=True)
+    self.assertEqual((big.implementation, big.dense_forward), ("blockwise", False))  # 4·1024·1024 > 2**20
+    default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
+    forced = {"dense": functools.partial(scaling.dot_product_attention, is_causal=True, implementation="dense"),
+              "blockwise": functools.partial(scaling.blockwise.blockwise_attention, is_causal=True,
+                                             block_q=choice.block_q, block_k=choice.block_k)}
+
+    def value_and_grads(fn):
+      return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v), ct), argnums=(0, 1, 2))(q, k, v)
+
+    # Alone: the dense program's output; differentiated: the blockwise forward and backward, value and gradients.
+    out, want = jax.jit(lambda: (default(q, k, v), forced["dense"](q, k, v)))()
+    chex.assert_trees_all_close(out, want, rtol=0, atol=1e-7)
+    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(forced["blockwise"])))()
+    chex.assert_trees_all_close(got, want, rtol=0, atol=1e-7)
+    # Both against jax.nn's, an independent reference.
+    out_nn = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    chex.assert_trees_all_close(out, out_nn, rtol=1e-5, atol=2e-6)
+    chex.assert_trees_all_close(got, value_and_grads(lambda q, k, v: jax.nn.dot_product_attention(
+        q, k, v, is_causal=True)), rtol=1e-4, atol=2e-5)
+    # With a mask (or a residual) nothing changes: the blockwise forward.
+    mask = jnp.ones((1, 1, t, t), bool)
+    chex.assert_trees_all_close(
+        jax.jit(lambda: scaling.dot_product_attention(q, k, v, mask=mask, is_causal=True))(),
+        jax.jit(lambda: forced["blockwise"](q, k, v, mask=mask))(), rtol=0, atol=1e-7)
 
   def test_default_long_sequence_matches_jax_nn(self):
     t = scaling.attention.BLOCKWISE_MIN_KV_LEN

@@ -61,9 +61,11 @@ class AutotuneTest(chex.TestCase):
     return calls
 
   def _auto(self, implementation="auto"):
+    """Gradients of a jitted call (differentiated, the fixed rule's small causal blockwise runs blockwise)."""
     q, k, v = _inputs()
-    return jax.jit(lambda q, k, v: attention.dot_product_attention(q, k, v, is_causal=True,
-                                                                    implementation=implementation))(q, k, v)
+    loss = lambda q, k, v: jnp.sum(attention.dot_product_attention(q, k, v, is_causal=True,
+                                                                   implementation=implementation))
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
 
   def test_key_is_stable_and_names_the_case(self):
     self.assertEqual(_key(), _key())

@@ -26,13 +26,18 @@ class AttentionBenchTest(absltest.TestCase):
             dict(case, impl="ours (auto)", chosen="dense", ms=25.0),
             dict(case, impl="jax_nn", ms=10.0), dict(case, impl="flax", ms=10.0),
             dict(case, impl="blockwise 64x128", ms=None, status="pruned"),
-            dict(case, mode="fwd+bwd", impl="blockwise 64x128", ms=30.0)]
+            dict(case, mode="fwd+bwd", impl="blockwise 64x128", ms=30.0),
+            # A dense-forward choice runs the dense program alone and the blockwise one under differentiation.
+            dict(case, mode="fwd+bwd", impl="ours", chosen="blockwise 64x128, dense forward", ms=10.0),
+            dict(case, seq_len=16, impl="ours", chosen="blockwise 64x128, dense forward", ms=5.0),
+            dict(case, seq_len=16, impl="dense", ms=4.0)]
     noise = attention.timing_noise(rows)
-    self.assertEqual(sorted((r["path"], r["spread"]) for r in noise["spreads"]),
-                     [("blockwise 128x128", 1.2), ("dense", 1.25)])
-    self.assertAlmostEqual(noise["median"], 1.225)
-    self.assertEqual(noise["max"], 1.25)
-    self.assertEqual(attention.timing_noise(rows[4:]), {"spreads": [], "median": None, "max": None})
+    self.assertEqual(sorted((r["path"], r["seq_len"], r["spread"]) for r in noise["spreads"]),
+                     [("blockwise 128x128", 8, 1.2), ("blockwise 64x128", 8, 3.0), ("dense", 8, 1.25),
+                      ("dense", 16, 1.25)])
+    self.assertAlmostEqual(noise["median"], 1.25)
+    self.assertEqual(noise["max"], 3.0)
+    self.assertEqual(attention.timing_noise(rows[4:6]), {"spreads": [], "median": None, "max": None})
 
   def test_pruned_tiles(self):
     warm = {"dense": ("dense", 1.0), "blockwise": ("blockwise", 2.0), "blockwise 64x128": ("blockwise", 1.49),
@@ -52,7 +57,8 @@ class AttentionBenchTest(absltest.TestCase):
       result = attention.run(attention.QUICK, out)
     printed = buf.getvalue()
     self.assertIn("ratio_to_jax_nn", printed)
-    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 128x128\) [0-9.]+ ms; best forced "
+    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 128x128, dense forward\) [0-9.]+ "
+                              r"ms; best forced "
                               r"\((dense|blockwise 128x128|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
                               r"ours / jax.nn [0-9.]+")
     self.assertIn("matmul peak", printed)
@@ -73,9 +79,10 @@ class AttentionBenchTest(absltest.TestCase):
                              for m in implementations.MODES for i in impls}
                      | {(*shape, c, "fwd+bwd", "ours (auto)") for shape in shapes for c in (True, False)})
     chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
-    # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense.
-    self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128", (1, 256, False): "dense",
-                              (2, 256, True): "blockwise 128x128", (2, 256, False): "dense"})
+    # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense, and
+    # with one, for a dense forward when not differentiated.
+    self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128, dense forward", (1, 256, False): "dense",
+                              (2, 256, True): "blockwise 128x128, dense forward", (2, 256, False): "dense"})
     for r in data["timings"]:
       if r["impl"] == "ours":
         forced = [o["ms"] for o in data["timings"] if o["impl"] in ("dense", "blockwise", "blockwise 64x128")
@@ -94,10 +101,12 @@ class AttentionBenchTest(absltest.TestCase):
                         for line in table))
     self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
-    # Causal at T = 256 the rule runs blockwise 128x128, the forced blockwise row's program: a measured spread.
+    # Causal at T = 256 the rule runs the forced blockwise row's program under differentiation and the dense
+    # row's alone: measured spreads.
     self.assertTrue(any(line.startswith("- timing noise: the same compiled path timed as two rows of one case")
                         for line in table))
-    self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-1])
+    self.assertIn("- memory, forward+backward, blockwise at T = 2048, 1 head(s), d_k 32: peak RSS grows by", table[-2])
+    self.assertEqual(table[-1], f"- the suite took {data['wall_s'] / 60:.0f} min (calls predicted over 8 s skipped)")
     for row in data["timings"]:
       if row["status"] == "pruned":
         continue

@@ -336,10 +336,17 @@ def _describe_case(rows: list[dict]) -> str:
   return text
 
 
+DENSE_FORWARD = ", dense forward"
+"""The end of a chosen path's name that runs dense when not differentiated (``autotune.choice_name``)."""
+
+
 def _configuration(row: dict) -> str | None:
   """The exact path a timing row ran ("dense" or "blockwise BQxBK"); None for jax.nn's and flax's."""
   if row["impl"] in ("ours", AUTO_ROW):
-    return row.get("chosen")
+    chosen = row.get("chosen")
+    if chosen is not None and chosen.endswith(DENSE_FORWARD):  # dense alone, blockwise under differentiation
+      return "dense" if row["mode"] == "fwd" else chosen[:-len(DENSE_FORWARD)]
+    return chosen
   if row["impl"] == "blockwise":
     return f"blockwise {row['blocks']}"
   return row["impl"] if row["impl"].split(" ")[0] in FORCED else None
@@ -380,8 +387,8 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
       ours_vs_nn.append({**case, "ratio": r["ratio_to_jax_nn"], "met": r["ratio_to_jax_nn"] <= 1.0})
     if r["impl"] in ("ours", AUTO_ROW) and r.get("ratio_to_best_forced") is not None:
       (ours_vs_best if r["impl"] == "ours" else auto_vs_best).append(
-          {**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"], "picked_best": r["chosen"] ==
-           r["best_forced"], "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
+          {**case, "ratio": r["ratio_to_best_forced"], "best": r["best_forced"],
+           "picked_best": _configuration(r) == r["best_forced"], "met": r["ratio_to_best_forced"] <= BEST_FORCED_TARGET})
     if r["impl"] == "blockwise" and r.get("ms") is not None:
       dense = by_key[(*key(r), "dense")]
       if dense.get("ms") is not None:
@@ -487,8 +494,11 @@ def markdown_from_results(results: dict) -> str:
   """attention.md from a run's results (as ``run`` returns them or attention.json holds them), goals recomputed."""
   targets = _targets(results["timings"], results["memory"], results["long_run"],
                      max(results["config"]["memory_seq_lens"]))
-  return markdown(results["timings"], results["machine"]["matmul_peak"]["gflops"], targets,
+  text = markdown(results["timings"], results["machine"]["matmul_peak"]["gflops"], targets,
                   [*results["memory"], results["long_run"]], load=timing.load_note(results))
+  limit = results["config"]["max_call_s"]
+  return text + (f"- the suite took {results['wall_s'] / 60:.0f} min (calls predicted over {limit:g} s "
+                 f"skipped)\n")
 
 
 def _goals_markdown(targets: dict) -> str:
