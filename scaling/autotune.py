@@ -225,10 +225,14 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
   return out
 
 
+DENSE_FORWARD = ", dense forward"
+"""The end of ``choice_name`` for a choice with ``dense_forward``."""
+
+
 def choice_name(choice: Choice) -> str:
   """ "dense", "blockwise BQxBK" or "blockwise BQxBK, dense forward"."""
   return choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.implementation == "blockwise"
-                                  else "") + (", dense forward" if choice.dense_forward else "")
+                                  else "") + (DENSE_FORWARD if choice.dense_forward else "")
 
 
 def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
@@ -239,6 +243,13 @@ def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Cal
     return lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, block_q=choice.block_q,
                                                              block_k=choice.block_k, **kwargs)
   return lambda q, k, v: dense_lib.dense_attention(q, k, v, **kwargs)
+
+
+def _seconds(fn: Callable, args: tuple) -> float:
+  """Seconds of one ``fn(*args)``, until its outputs are ready."""
+  start = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - start
 
 
 def interleaved_times(fns: dict[str, Callable], args: tuple, rounds: int) -> dict[str, list[float]]:
@@ -256,28 +267,20 @@ def interleaved_times(fns: dict[str, Callable], args: tuple, rounds: int) -> dic
   Returns:
     {name: [seconds of each timed call]}.
   """
-  def call(fn):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
   times = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
-      call(fn)
-      times[name].append(call(fn))
+      _seconds(fn, args)
+      times[name].append(_seconds(fn, args))
   return times
 
 
 def _fastest_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[str, float]:
   """Fastest seconds per call of each function: two warm-up calls each (the second prunes), then ``repeats`` rounds."""
-  def call(fn):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
   warm = {}
   for name, fn in fns.items():  # the first call of each pays one-time costs; the second, right after it, prunes
-    call(fn)
-    warm[name] = call(fn)
+    _seconds(fn, args)
+    warm[name] = _seconds(fn, args)
   fastest = min(warm.values())
   times = interleaved_times({name: fn for name, fn in fns.items() if warm[name] <= PRUNE_FACTOR * fastest}, args,
                             repeats)

@@ -189,13 +189,11 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   batch, seq_len, num_heads, num_kv_heads, head_dim = shape
   args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed, num_kv_heads=num_kv_heads)
   flops = attention_flops(batch, seq_len, num_heads, head_dim, causal=causal, mode=mode)
-  choice = attention_lib.select_implementation(args[0].shape, args[1].shape, attention_lib.resolve_logit_options(
-      head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
-      subtract_max=True), is_causal=causal)
-  block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
-                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
   opts = attention_lib.resolve_logit_options(head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
                                             float32_softmax=True, subtract_max=True)
+  choice = attention_lib.select_implementation(args[0].shape, args[1].shape, opts, is_causal=causal)
+  block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
+                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
   if mode in config.autotune_modes:
     entries[AUTO_ROW] = (AUTO, block_q, block_k)
@@ -246,7 +244,6 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
       previous[name] = (seq_len, warm)
       continue
     active[name] = compiled
-    row["times_s"] = []
   for name, reason in _pruned({name: (entries[name][0], rows[name]["warmup_s"]) for name in active}).items():
     rows[name].update(status="pruned", reason=reason)
     del active[name]
@@ -304,10 +301,9 @@ def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape:
   """
   key = autotune.cache_key(query_shape, key_shape, "float32", opts, is_causal=causal)
   start = time.perf_counter()
-  missing = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
-  if missing and not may_tune:
+  tune = autotune.load().get(key) is None and key_shape[-3] >= attention_lib.BLOCKWISE_MIN_KV_LEN
+  if tune and not may_tune:
     return {"chosen": None, "tune_s": 0.0, "tuned": False}
-  tune = missing
   if tune:
     candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates,
                                          attention_lib.blockwise_blocks(query_shape, key_shape))
@@ -336,16 +332,12 @@ def _describe_case(rows: list[dict]) -> str:
   return text
 
 
-DENSE_FORWARD = ", dense forward"
-"""The end of a chosen path's name that runs dense when not differentiated (``autotune.choice_name``)."""
-
-
 def _configuration(row: dict) -> str | None:
   """The exact path a timing row ran ("dense" or "blockwise BQxBK"); None for jax.nn's and flax's."""
   if row["impl"] in ("ours", AUTO_ROW):
     chosen = row.get("chosen")
-    if chosen is not None and chosen.endswith(DENSE_FORWARD):  # dense alone, blockwise under differentiation
-      return "dense" if row["mode"] == "fwd" else chosen[:-len(DENSE_FORWARD)]
+    if chosen is not None and chosen.endswith(autotune.DENSE_FORWARD):  # dense alone, blockwise under differentiation
+      return "dense" if row["mode"] == "fwd" else chosen[:-len(autotune.DENSE_FORWARD)]
     return chosen
   if row["impl"] == "blockwise":
     return f"blockwise {row['blocks']}"
