@@ -247,7 +247,10 @@ class KillAndResumeTest(chex.TestCase):
     code, _, err = experiment_main.run_main(claims, out_dir=str(whole), **CLAIMS)
     self.assertEqual(code, 0, err)
     self.assertLen(_lines(whole / "claims.jsonl"), 2)
-    done = [row["id"] for row in results.read_complete_jsonl(cut / "claims.partial.jsonl")[0]]
+    # What the killed run finished: its partial file, or, when the kill came after the rows were complete (the
+    # partial file is then renamed to claims.jsonl), all of them.
+    partial = cut / "claims.partial.jsonl"
+    done = [row["id"] for row in results.read_complete_jsonl(partial if partial.exists() else cut / "claims.jsonl")[0]]
     code, stdout, err = experiment_main.run_main(claims, out_dir=str(cut), **CLAIMS)
     self.assertEqual(code, 0, err)
     if len(done) < 2:  # killed between the two claims (not after both)
