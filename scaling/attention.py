@@ -128,23 +128,62 @@ AUTO = "auto"
 #
 # Below S = BLOCKWISE_MIN_KV_LEN the few tiles leave blockwise and dense within the machine's noise of each other
 # (at S = 128 either wins by up to 2x from one run to the next), so dense, which also returns weights, is kept
-# there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in
-# DENSE_MAX_LOGITS elements (4 MiB of float32) dense's few large matmuls beat the tile loop; otherwise blockwise
-# with BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN) is faster than dense and jax.nn, forward and
-# forward+backward. Options blockwise lacks (``blockwise_unsupported``) fall back to dense.
+# there. Without a causal mask or window there are no tiles to skip, and while the B·N·T·S logits fit in 2**20
+# elements (4 MiB of float32) dense's few large matmuls beat a loop of 128x128 tiles (but not one tile: below);
+# otherwise blockwise with BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN) is faster than dense and jax.nn,
+# forward and forward+backward. Options blockwise lacks (``blockwise_unsupported``) fall back to dense.
 #
-# The forward pass alone is another matter: with a causal mask too, while the logits fit DENSE_MAX_LOGITS, dense's
-# forward beat the blockwise tiles on both machines measured (B = 1, T = S = 512, N = 4, causal, fwd, time relative
-# to jax.nn: dense 0.81 / 0.86, blockwise 128x128 1.07 / 1.24 at H = 64 / 128; on a second machine, fastest of 5,
-# dense 1.38 / 2.03 ms against 1.92 / 3.16 ms), while forward+backward blockwise was as fast or faster. So a
-# blockwise choice under that size carries ``dense_forward``: undifferentiated calls run dense, and under
-# differentiation the blockwise forward (which saves what its backward needs) and backward run (``dense_forward``).
+# The forward pass alone was another matter: with a causal mask too, while the logits fit 2**20 elements, dense's
+# forward beat the 128x128 tiles on both machines measured (B = 1, T = S = 512, N = 4, causal, fwd, time relative
+# to jax.nn: dense 0.81 / 0.86, blockwise 128x128 1.07 / 1.24 at H = 64 / 128), while forward+backward blockwise was
+# as fast or faster. That was before one tile was measured:
+#
+# One tile. Side by side (``python scripts/attention_tiles.py``, whose default cases these are, the H = 128 row with
+# --head_dim=128: fastest of 5 interleaved calls on a 2-core CPU, H = 64 unless given; time over the fastest of
+# dense and blockwise at 64x128, 128x128, 128x256, 256x256, 256x512, 512x512 and T x S), a single tile covering all
+# of T x S was the fastest or within 1.08x of it forward+backward in every case whose B·N·T·S logits fit
+# SINGLE_TILE_MAX_LOGITS, causal or not, and 1.4-2.5x faster than 128x128 there without a causal mask:
+#
+#   (B, T, N, K, S)            mask    fwd+bwd: T x S  128x128  dense     fwd: T x S  128x128  dense
+#   2, 256, 8, 8, 256          causal           1.00   1.12     1.84           1.00   1.12     1.02
+#   2, 256, 8, 2, 256          causal           1.03   1.29     1.00           1.00   1.48     1.12
+#   2, 256, 8, 1, 256          causal           1.08   1.00     1.70           1.14   1.00     1.11
+#   2, 256, 8, 8, 256          none             1.00   1.67     1.77           1.00   1.23     1.37
+#   1, 512, 4, 4, 512          causal           1.00   1.29     1.70           1.00   1.55     1.09
+#   1, 512, 4, 4, 512 (H 128)  causal           1.00   1.35     1.24           1.02   1.50     1.00
+#   1, 512, 4, 4, 512          none             1.00   2.44     1.74           1.05   2.58     1.00
+#   1, 512, 4, 1, 512          causal           1.05   1.04     1.67           1.26   1.00     1.28
+#   1, 1024, 1, 1, 1024        causal           1.00   1.43     2.10           1.14   1.14     1.03
+#   1, 1024, 1, 1, 1024        none             1.00   2.45     1.89           1.00   1.12     1.00
+#   1, 1, 8, 8, 4096           none             1.00   1.87*    1.55           1.00   1.87*    1.15   (* 1 x 128)
+#
+# Past the limit it lost where measured with a causal mask (1, 1024, 2, 2, 1024: 1.40 fwd+bwd, 1.36 fwd), though
+# not without one (1.00 there); the limit stays where the measurements reach. So while B·N·T·S <=
+# SINGLE_TILE_MAX_LOGITS the rule runs blockwise with one T x S tile, forward and forward+backward, causal or not.
+# (One tile was also 1.4-2.1x faster than dense forward+backward at S = 128, --cases=1x128x4x4x128,4x128x8x8x128,
+# below BLOCKWISE_MIN_KV_LEN; that stays dense for now: every small call, tests included, would change path.)
+#
+# Past that size the forward pass and the backward want different tiles. Side by side (same script):
+#
+#   (B, T, N, K), causal       fwd+bwd: 128x128  128x256  256x256  256x512     fwd: 128x128  256x256  256x512
+#   2, 1024, 8, 8                       1.00     1.09     1.38     1.84             1.15     1.17     1.00
+#   1, 1024, 4, 4                       1.14     1.30     1.08     1.08             1.54     1.39     1.00
+#   4, 512, 8, 8                        1.00     1.48     2.20     3.69             1.00     1.39     3.05
+#   1, 2048, 8, 8                       1.00     1.03     1.07     1.08             1.51     1.45     1.04
+#
+# The backward's steps hold several [B, N, bq, bk] arrays (probabilities, dP, dS), likely past the caches beyond
+# about 2**19 elements (B·N = 4 at 256x512), where smaller tiles win; the forward's steps hold fewer and keep the
+# larger tiles. So under differentiation ``blockwise_blocks`` also halves until B·N·bq·bk <= STEP_MAX_ELEMENTS
+# (same order as above), and when that changes the tile the choice carries the forward's own tiles in
+# ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under differentiation the
+# backward's tiles run forward and backward.
 BLOCKWISE_MIN_KV_LEN = 256
-DENSE_MAX_LOGITS = 2**20
+SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
 TILE_MAX_ELEMENTS = 2**17
+STEP_MAX_ELEMENTS = 2**19
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -191,23 +230,25 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     return Choice("dense", reason=reason)
   if s < BLOCKWISE_MIN_KV_LEN or t < 1:
     return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
-  if not is_causal and not has_local_window and b * n * t * s <= DENSE_MAX_LOGITS:
-    return Choice("dense", reason=f"no tiles to skip and B·N·T·S = {b * n * t * s} <= {DENSE_MAX_LOGITS}")
-  return Choice("blockwise", *blockwise_blocks(query_shape, key_shape), reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}",
-                dense_forward=b * n * t * s <= DENSE_MAX_LOGITS)
+  if b * n * t * s <= SINGLE_TILE_MAX_LOGITS:
+    return Choice("blockwise", t, s, reason=f"B·N·T·S = {b * n * t * s} <= {SINGLE_TILE_MAX_LOGITS}: one tile")
+  blocks, forward = blockwise_blocks(query_shape, key_shape), blockwise_blocks(query_shape, key_shape,
+                                                                               differentiated=False)
+  return Choice("blockwise", *blocks, reason=f"S = {s} >= {BLOCKWISE_MIN_KV_LEN}",
+                forward=None if forward == blocks else Choice("blockwise", *forward, reason="undifferentiated"))
 
 
-def dense_forward(dense_fn: Any, blockwise_fn: Any, query: Array, key: Array, value: Array) -> Array:
-  """``dense_fn(q, k, v)`` when not differentiated; ``blockwise_fn``'s value and gradients under differentiation.
+def split_forward(forward_fn: Any, differentiable_fn: Any, query: Array, key: Array, value: Array) -> Array:
+  """``forward_fn(q, k, v)`` when not differentiated; ``differentiable_fn``'s value and gradients under differentiation.
 
-  A ``jax.custom_vjp``: its undifferentiated evaluation is the dense forward (the faster one for small logits); its
-  forward under ``jax.grad``/``jax.vjp`` is blockwise's, whose saved log-sum-exp its backward uses. The two
-  forwards agree up to float rounding. Forward-mode differentiation (``jax.jvp``) is not supported, as for
-  blockwise itself.
+  A ``jax.custom_vjp``: its undifferentiated evaluation is ``forward_fn`` (the path fastest forward alone: other
+  tiles, or dense); its forward under ``jax.grad``/``jax.vjp`` is ``differentiable_fn``'s (blockwise, which saves
+  what its backward needs), and so is its backward. The two agree up to float rounding. Forward-mode
+  differentiation (``jax.jvp``) is not supported, as for blockwise itself.
 
   Args:
-    dense_fn: attention of (q, k, v) by the dense path, every other argument bound.
-    blockwise_fn: the same attention by the blockwise path.
+    forward_fn: attention of (q, k, v) by the path run alone, every other argument bound.
+    differentiable_fn: the same attention by the path run under differentiation.
     query: [B, T, N, H].
     key: [B, S, K, H].
     value: [B, S, K, H].
@@ -217,34 +258,48 @@ def dense_forward(dense_fn: Any, blockwise_fn: Any, query: Array, key: Array, va
   """
   @jax.custom_vjp
   def attend(q, k, v):
-    return dense_fn(q, k, v)
+    return forward_fn(q, k, v)
 
   def attend_fwd(q, k, v):
-    return jax.vjp(blockwise_fn, q, k, v)  # (output, the blockwise backward with its residuals)
+    return jax.vjp(differentiable_fn, q, k, v)  # (output, its backward with its residuals)
 
-  attend.defvjp(attend_fwd, lambda blockwise_vjp, cotangent: blockwise_vjp(cotangent))
+  attend.defvjp(attend_fwd, lambda vjp, cotangent: vjp(cotangent))
   return attend(query, key, value)
 
 
-def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -> tuple[int, int]:
+def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *,
+                     differentiated: bool = True) -> tuple[int, int]:
   """(block_q, block_k) of the measured rule above, capped at T and S.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
     key_shape: [B, S, K, H] (or [S, K, H]).
+    differentiated: the tiles for forward+backward (True) or for the forward pass alone.
 
   Returns:
     BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to
     MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group
-    G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS.
+    G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when differentiated, B·N·bq·bk,
+    one step's tiles over the batch and heads, at most STEP_MAX_ELEMENTS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
+  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if differentiated else 0  # B·N
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
+
+  def too_big(block_q, block_k):
+    return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > STEP_MAX_ELEMENTS
+
   for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
-    while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:
+    while too_big(block_q, block_k) and (block_q, block_k)[axis] > floor:
       block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
   return min(block_q, q_len), min(block_k, kv_len)
+
+
+def fixed_tiles(choice: Choice) -> list[tuple[int, int]]:
+  """The (block_q, block_k) tiles a fixed-rule choice runs: its own and its forward's (none for dense)."""
+  paths = (choice, choice.forward) if choice.forward is not None else (choice,)
+  return [(c.block_q, c.block_k) for c in paths if c.implementation == "blockwise"]
 
 
 def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any, opts: LogitOptions, *,
@@ -253,9 +308,9 @@ def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any
   """What ``dot_product_attention(implementation="auto")`` runs: the cached choice, else a fresh tuning's.
 
   On a miss ``autotune.tune_attention`` measures the case now (dense, blockwise at ``autotune.TILE_CANDIDATES``
-  and at the fixed rule's tiles) and stores the fastest. The fixed rule (``select_implementation``) decides
-  without measuring where there is nothing to tune: options blockwise lacks, S below ``BLOCKWISE_MIN_KV_LEN``, a
-  bias, mask or lengths (not measured), or the cuDNN kernel. A cache entry that is malformed or whose tile does not
+  and at the fixed rule's tiles, forward+backward and forward alone) and stores the fastest. The fixed rule
+  (``select_implementation``) decides without measuring where there is nothing to tune: options blockwise lacks,
+  S below ``BLOCKWISE_MIN_KV_LEN``, a bias, mask or lengths (not measured), or the cuDNN kernel. A cache entry that is malformed or whose tile does not
   fit T and S is warned about and the fixed rule used.
 
   Args:
@@ -285,8 +340,7 @@ def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any
   entry = autotune.load().get(key)
   if entry is None:
     return autotune.tune_attention(query_shape, key_shape, dtype, is_causal=is_causal, opts=opts,
-                                   local_window_size=local_window_size,
-                                   fixed_blocks=blockwise_blocks(query_shape, key_shape)).choice
+                                   local_window_size=local_window_size, fixed_blocks=fixed_tiles(fixed)).choice
   choice = autotune.entry_choice(entry, query_shape, key_shape)
   if choice is None:
     warnings.warn(f"the attention autotune entry {key} in {autotune.cache_path()} is malformed or its tile does not "
@@ -332,13 +386,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     implementation: None picks the fastest exact path from the shapes,
       options and backend (``select_implementation``; the measured rule is
       written next to it): blockwise for S >= ``BLOCKWISE_MIN_KV_LEN`` when
-      it supports the options (unless nothing is masked causally or by a
-      window and B·N·T·S <= ``DENSE_MAX_LOGITS``), dense otherwise, cuDNN on
-      GPU in half precision with a plain scale. A blockwise choice with
-      B·N·T·S <= ``DENSE_MAX_LOGITS`` runs dense when the call is not
-      differentiated (``dense_forward``; no bias, mask, lengths or residual),
-      so its output then differs from the differentiated call's in float
-      rounding only. ``"dense"`` (alias ``"xla"``) forces the
+      it supports the options (one T x S tile while B·N·T·S <=
+      ``SINGLE_TILE_MAX_LOGITS``), dense otherwise, cuDNN on GPU in half
+      precision with a plain scale. Where the forward pass alone is faster
+      with other tiles (``Choice.forward``), a call that is not
+      differentiated runs those (``split_forward``; no bias, mask, lengths
+      or residual), so its output then differs from the differentiated
+      call's in float rounding only. ``"dense"`` (alias ``"xla"``) forces the
       dense code; ``"blockwise"`` forces ``scaling.blockwise`` (default
       blocks); ``"pallas"`` the Pallas flash-attention kernel
       (``scaling.pallas_attention``; rules "prepare, then a plain scale",
@@ -401,16 +455,14 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     if implementation == "blockwise":
       if return_weights:
         raise ConfigError("implementation='blockwise' does not return weights")
-      # The chosen blockwise path runs dense when not differentiated (small logits), where nothing else rides on
-      # the call: no bias, mask, lengths or residual, and logit options that are plain Python values (a traced
-      # scale or rule parameter could be what is differentiated).
+      # The choice's own forward path runs when not differentiated, where nothing else rides on the call: no
+      # bias, mask, lengths or residual, and logit options that are plain Python values (a traced scale or rule
+      # parameter could be what is differentiated).
       plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
                and not return_residual and (rule is None or isinstance(rule, str))
                and all(x is None or isinstance(x, (int, float)) for x in (scale, logit_soft_cap, logit_clamp)))
-      if choice is not None and choice.dense_forward and plain:
-        out = dense_forward(functools.partial(dense_lib.dense_attention, **logit_kwargs),
-                            functools.partial(blockwise_lib.blockwise_attention, **logit_kwargs, **blocks),
-                            query, key, value)
+      if choice is not None and choice.forward is not None and plain:
+        out = split_forward(_path(choice.forward, logit_kwargs), _path(choice, logit_kwargs), query, key, value)
       else:
         out = blockwise_lib.blockwise_attention(query, key, value, bias, mask, return_residual=return_residual,
                                                 **logit_kwargs, **blocks)
@@ -418,6 +470,14 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       out = dense_lib.dense_attention(query, key, value, bias, mask, return_residual=return_residual,
                                       return_weights=return_weights, **logit_kwargs)
   return out if batched else jax.tree.map(lambda x: x[0], out)
+
+
+def _path(choice: Choice, logit_kwargs: dict) -> Any:
+  """Attention of (q, k, v) by the dense or blockwise path ``choice`` names, the other arguments bound."""
+  if choice.implementation == "blockwise":
+    return functools.partial(blockwise_lib.blockwise_attention, block_q=choice.block_q, block_k=choice.block_k,
+                             **logit_kwargs)
+  return functools.partial(dense_lib.dense_attention, **logit_kwargs)
 
 
 def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, scale, rule, is_causal, return_residual,

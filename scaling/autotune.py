@@ -10,9 +10,12 @@ subtracting the maximum). On a miss ``tune_attention`` times forward+backward
 and compiled once, then the fastest of ``repeats`` interleaved calls (``interleaved_times``) on random
 inputs of exactly that shape) of dense and of blockwise at each candidate tile
 (``TILE_CANDIDATES`` that fit T and S, plus the fixed rule's own tiles, which
-the dispatcher passes in), and stores the fastest. The default ``implementation=None`` never reads the cache:
-its fixed rule (``scaling.attention.select_implementation``) is deterministic
-whatever the machine's timing noise.
+the dispatcher passes in), and stores the fastest; then the forward pass alone
+of the same candidates, and where another one is faster there, stores it as the
+choice's forward (what calls that are not differentiated run). The default
+``implementation=None`` never reads the cache: its fixed rule
+(``scaling.attention.select_implementation``) is deterministic whatever the
+machine's timing noise.
 
 The cache is one JSON file, ``attention_autotune.json`` in the user's cache
 folder (``cache_root()``, the folder of JAX's compilation cache too), or the
@@ -55,6 +58,8 @@ DENSE_MAX_TUNE_LOGITS = 2**26
 REPEATS = 3
 """Timed calls per candidate of an automatic tuning (the fastest counts: noise from other work on the machine
 only adds time, so the minimum is the steadiest estimate of a path's own cost)."""
+FORWARD_MARGIN = 1.05
+"""A tuning's choice gets a forward of its own only when that is faster alone by more than this factor."""
 PRUNE_FACTOR = 2.0
 """Candidates whose second warm-up call took more than this times the fastest one are not timed further."""
 SEED = 0
@@ -69,19 +74,22 @@ _warned: set[str] = set()
 class Choice:
   """What ``dot_product_attention`` runs: an implementation, its blocks, and why.
 
-  ``dense_forward``: blockwise whose undifferentiated calls run dense (``scaling.attention.dense_forward``).
+  ``forward``: for a blockwise choice, the dense or blockwise path its undifferentiated calls run instead
+  (``scaling.attention.split_forward``); None = this path itself.
   """
 
   implementation: str
   block_q: int | None = None
   block_k: int | None = None
   reason: str = ""
-  dense_forward: bool = False
+  forward: Choice | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
   """What ``tune_attention`` measured: the fastest choice, each candidate's ms and the tuning's wall time.
+
+  ``ms`` is forward+backward; ``forward_ms`` the forward pass alone (empty when not timed).
 
   A candidate's ms is the fastest of its timed calls, or, when its second warm-up call took over ``PRUNE_FACTOR``
   times the fastest one (so it was not timed further), that call's time.
@@ -90,6 +98,7 @@ class Tuned:
   choice: Choice
   ms: dict[str, float]
   tune_s: float
+  forward_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def cache_root() -> pathlib.Path:
@@ -185,9 +194,8 @@ def store(key: str, entry: dict, path: pathlib.Path | None = None) -> None:
     raise
 
 
-def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[int]) -> Choice | None:
-  """The choice a cache entry records, or None when it is malformed or its tile does not fit T and S."""
-  c = entry.get("choice") if isinstance(entry, dict) else None
+def _path_choice(c: Any, query_shape: Sequence[int], key_shape: Sequence[int]) -> Choice | None:
+  """The dense or blockwise path a cache entry's {implementation, block_q, block_k} names; None when malformed."""
   if not isinstance(c, dict):
     return None
   impl, bq, bk = c.get("implementation"), c.get("block_q"), c.get("block_k")
@@ -199,16 +207,34 @@ def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[in
   return None
 
 
+def _path_entry(choice: Choice) -> dict:
+  """A path as the cache stores it."""
+  return {"implementation": choice.implementation, "block_q": choice.block_q, "block_k": choice.block_k}
+
+
+def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[int]) -> Choice | None:
+  """The choice a cache entry records (with its forward, if any), or None when malformed or a tile does not fit."""
+  c = entry.get("choice") if isinstance(entry, dict) else None
+  choice = _path_choice(c, query_shape, key_shape)
+  if choice is None or c.get("forward") is None:
+    return choice
+  forward = _path_choice(c["forward"], query_shape, key_shape)
+  if forward is None or choice.implementation != "blockwise":
+    return None
+  return dataclasses.replace(choice, forward=forward)
+
+
 def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
                    tiles: Sequence[tuple[int, int]] | None = None,
-                   fixed_blocks: tuple[int, int] | None = None) -> list[Choice]:
+                   fixed_blocks: tuple[int, int] | Sequence[tuple[int, int]] | None = None) -> list[Choice]:
   """Dense (while its logits are small enough), blockwise at each tile within T and S, and the fixed rule's tiles.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
     key_shape: [B, S, K, H] (or [S, K, H]).
     tiles: (block_q, block_k) candidates; None = ``TILE_CANDIDATES``.
-    fixed_blocks: the fixed rule's tiles (``scaling.attention.blockwise_blocks``), also a candidate; None = none.
+    fixed_blocks: the fixed rule's tiles, one (block_q, block_k) or several (its forward's too), also candidates;
+      None = none.
 
   Returns:
     The choices, without repeats.
@@ -217,7 +243,8 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
   t, s, n = query_shape[-3], key_shape[-3], query_shape[-2]
   b = query_shape[0] if len(query_shape) == 4 else 1
   out = [Choice("dense")] if b * n * t * s <= DENSE_MAX_TUNE_LOGITS else []
-  fixed = () if fixed_blocks is None else (tuple(fixed_blocks),)
+  fixed = (() if not fixed_blocks else (tuple(fixed_blocks),) if isinstance(fixed_blocks[0], int)
+           else tuple(map(tuple, fixed_blocks)))
   for bq, bk in (*[tile for tile in tiles if tile[0] <= t and tile[1] <= s], *fixed):
     choice = Choice("blockwise", bq, bk)
     if choice not in out:
@@ -225,14 +252,15 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
   return out
 
 
-DENSE_FORWARD = ", dense forward"
-"""The end of ``choice_name`` for a choice with ``dense_forward``."""
+FORWARD = ", forward "
+"""Separates ``choice_name``'s path from that of the choice's own forward (``Choice.forward``)."""
 
 
 def choice_name(choice: Choice) -> str:
-  """ "dense", "blockwise BQxBK" or "blockwise BQxBK, dense forward"."""
-  return choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.implementation == "blockwise"
-                                  else "") + (DENSE_FORWARD if choice.dense_forward else "")
+  """ "dense", "blockwise BQxBK", or with a forward of its own "blockwise BQxBK, forward dense" (or another tile)."""
+  name = choice.implementation + (f" {choice.block_q}x{choice.block_k}" if choice.implementation == "blockwise"
+                                  else "")
+  return name + (FORWARD + choice_name(choice.forward) if choice.forward is not None else "")
 
 
 def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
@@ -288,11 +316,13 @@ def _fastest_times(fns: dict[str, Callable], args: tuple, repeats: int) -> dict[
 
 
 def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Sequence[int],
-            dtype: Any, opts: LogitOptions, *, repeats: int, **mask_kwargs) -> dict[str, float]:
-  """Fastest forward+backward seconds of each choice on random inputs of these shapes ({choice_name: s}).
+            dtype: Any, opts: LogitOptions, *, repeats: int, differentiated: bool = True,
+            **mask_kwargs) -> dict[str, float]:
+  """Fastest seconds of each choice on random inputs of these shapes ({choice_name: s}).
 
-  Runs eagerly even when called while a function is being traced (jit, grad): inputs and executables are
-  concrete, compiled ahead of time, so compilation is not timed.
+  Forward+backward (value and gradients w.r.t. q, k, v of the output's sum) when ``differentiated``, else the
+  forward pass alone. Runs eagerly even when called while a function is being traced (jit, grad): inputs and
+  executables are concrete, compiled ahead of time, so compilation is not timed.
   """
   with jax.ensure_compile_time_eval():
     keys = jax.random.split(jax.random.PRNGKey(SEED), 3)
@@ -301,7 +331,8 @@ def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Se
     lowered = {}
     for choice in choices:
       fn = attention_function(choice, opts, **mask_kwargs)
-      step = jax.value_and_grad(lambda q, k, v, fn=fn: jnp.sum(fn(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
+      step = (jax.value_and_grad(lambda q, k, v, fn=fn: jnp.sum(fn(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
+              if differentiated else fn)
       lowered[choice_name(choice)] = jax.jit(step).lower(*args)
     with concurrent.futures.ThreadPoolExecutor(COMPILE_THREADS) as pool:  # XLA compiles without holding the GIL
       fns = dict(zip(lowered, pool.map(lambda low: low.compile(), lowered.values())))
@@ -311,9 +342,13 @@ def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Se
 def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any = jnp.float32, *,
                    is_causal: bool = False, local_window_size: int | tuple[int, int] | None = None,
                    opts: LogitOptions | None = None, candidates: Sequence[Choice] | None = None,
-                   fixed_blocks: tuple[int, int] | None = None,
-                   repeats: int | None = None, save: bool = True) -> Tuned:
-  """Times dense and blockwise at each candidate tile (forward+backward) and stores the fastest under the case's key.
+                   fixed_blocks: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
+                   repeats: int | None = None, save: bool = True, forward: bool = True) -> Tuned:
+  """Times dense and blockwise at each candidate tile and stores the fastest under the case's key.
+
+  The choice is the fastest forward+backward; with ``forward``, the forward pass alone is timed too, and where
+  another candidate is faster there (by more than ``FORWARD_MARGIN``) the choice carries it as its ``forward``
+  (what undifferentiated calls run).
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
@@ -327,9 +362,11 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
     fixed_blocks: the fixed rule's tiles, also timed when ``candidates`` is None.
     repeats: timed calls per candidate (the fastest counts); None = ``REPEATS``.
     save: store the result in the cache (``cache_path()``).
+    forward: also time the forward pass alone (see above).
 
   Returns:
-    A ``Tuned``: the fastest choice, each candidate's fastest ms and the wall time of the tuning.
+    A ``Tuned``: the fastest choice, each candidate's fastest ms (forward+backward, and forward alone) and the
+    wall time of the tuning.
   """
   start = time.perf_counter()
   repeats = REPEATS if repeats is None else repeats
@@ -347,16 +384,26 @@ def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: 
                  else candidates)
   if not choices or any(c.implementation not in ("dense", "blockwise") for c in choices):
     raise ConfigError(f"candidates must be dense or blockwise Choices, at least one, got {choices!r}")
-  seconds = measure(choices, query_shape, key_shape, dtype, opts, repeats=repeats, is_causal=is_causal,
-                    local_window_size=local_window_size)
+  mask_kwargs = dict(is_causal=is_causal, local_window_size=local_window_size)
+  seconds = measure(choices, query_shape, key_shape, dtype, opts, repeats=repeats, **mask_kwargs)
   best = min(choices, key=lambda c: seconds[choice_name(c)])
+  forward_seconds = {}
+  if forward and best.implementation == "blockwise" and len(choices) > 1:
+    forward_seconds = measure(choices, query_shape, key_shape, dtype, opts, repeats=repeats, differentiated=False,
+                              **mask_kwargs)
+    fastest = min(choices, key=lambda c: forward_seconds[choice_name(c)])
+    if forward_seconds[choice_name(best)] > FORWARD_MARGIN * forward_seconds[choice_name(fastest)]:
+      best = dataclasses.replace(best, forward=dataclasses.replace(fastest, reason="autotuned forward"))
   ms = {name: s * 1e3 for name, s in seconds.items()}
+  forward_ms = {name: s * 1e3 for name, s in forward_seconds.items()}
   tuned = Tuned(dataclasses.replace(best, reason=f"autotuned: fastest of {len(choices)} measured"), ms,
-                time.perf_counter() - start)
+                time.perf_counter() - start, forward_ms)
   if save:
     key = cache_key(query_shape, key_shape, dtype, opts, is_causal=is_causal, local_window_size=local_window_size)
-    store(key, {"choice": {"implementation": best.implementation, "block_q": best.block_q,
-                           "block_k": best.block_k},
-                "ms": ms, "repeats": repeats, "tune_s": tuned.tune_s, "jax": jax.__version__,
+    path = _path_entry(best)
+    if best.forward is not None:
+      path["forward"] = _path_entry(best.forward)
+    store(key, {"choice": path, "ms": ms, "forward_ms": forward_ms, "repeats": repeats, "tune_s": tuned.tune_s,
+                "jax": jax.__version__,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
   return tuned

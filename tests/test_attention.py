@@ -246,12 +246,13 @@ class DispatchTest(parameterized.TestCase):
       self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *blocks))
     self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
                      3)  # capped at T
-    small = scaling.attention.DENSE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: nothing to skip, dense
-    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation, "dense")
-    self.assertEqual(select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu",
-                            is_causal=True).implementation, "blockwise")
-    self.assertEqual(select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu").implementation,
-                     "blockwise")
+    small = scaling.attention.SINGLE_TILE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: one T x S tile
+    for causal in (False, True):
+      choice = select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=causal)
+      self.assertEqual((choice.implementation, choice.block_q, choice.block_k, choice.forward),
+                       ("blockwise", small, min_len, None))
+    choice = select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu")
+    self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *scaling.attention.BLOCKS))
     long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
     for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
                          (_opts(), {"return_weights": True})):
@@ -261,57 +262,64 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(select(*long, _opts(rule="qk_norm"), dtype=jnp.bfloat16, backend="gpu").implementation,
                      "blockwise")
 
-  @parameterized.parameters(  # (B, T, N, K, S) -> blocks, written out from the rule's table in scaling.attention
-      ((1, 2048, 4, 4, 2048), (256, 512)),  # no GQA: G·256·512 = 2**17, at the limit: LARGE_BLOCKS
-      ((4, 2048, 16, 16, 8192), (256, 512)),  # batch and heads do not count
-      ((1, 2048, 4, 2, 2048), (256, 256)),  # G = 2, one over: block_k halves first
-      ((1, 2048, 8, 2, 2048), (128, 256)),  # G = 4: then block_q to 128
-      ((2, 4096, 8, 1, 4096), (128, 128)),  # G = 8: then block_k to 128
-      ((1, 2048, 16, 1, 1023), (64, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN: BLOCKS; G = 16: block_q halves last
-      ((1, 512, 32, 1, 512), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
-      ((4, 512, 8, 8, 512), (128, 128)),  # BLOCKS fit
-      ((1, 100, 2, 2, 4096), (100, 512)),  # capped at T
+  @parameterized.parameters(  # (B, T, N, K, S) -> (forward+backward, forward alone) blocks, written out from the rule
+      ((1, 2048, 4, 4, 2048), (256, 512), (256, 512)),  # no GQA: G·256·512 = 2**17, B·N·256·512 = 2**19: limits
+      ((4, 2048, 16, 16, 8192), (64, 128), (256, 512)),  # B·N = 64: halved to 2**19 / 64 = 64·128 under grad only
+      ((2, 1024, 8, 8, 1024), (128, 256), (256, 512)),  # B·N = 16: block_k to 256, then block_q to 128
+      ((1, 2048, 8, 8, 2048), (256, 256), (256, 512)),  # B·N = 8: block_k to 256
+      ((1, 2048, 4, 2, 2048), (256, 256), (256, 256)),  # G = 2, one over: block_k halves first
+      ((1, 2048, 8, 2, 2048), (128, 256), (128, 256)),  # G = 4: then block_q to 128
+      ((2, 4096, 8, 1, 4096), (128, 128), (128, 128)),  # G = 8: then block_k to 128
+      ((1, 2048, 16, 1, 1023), (64, 128), (64, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN: BLOCKS; G = 16: block_q last
+      ((1, 512, 32, 1, 512), (64, 128), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
+      ((4, 512, 8, 8, 512), (128, 128), (128, 128)),  # BLOCKS fit: B·N·128·128 = 2**19
+      ((1, 100, 4, 4, 4096), (100, 512), (100, 512)),  # capped at T
   )
-  def test_blocks_hold_the_tile_within_the_limit(self, shape, blocks):
+  def test_blocks_hold_the_tile_within_the_limits(self, shape, blocks, forward_blocks):
     b, t, n, k, s = shape
-    self.assertEqual(scaling.attention.blockwise_blocks((b, t, n, 16), (b, s, k, 16)), blocks)
-    self.assertEqual(scaling.attention.TILE_MAX_ELEMENTS, 2**17)  # the limit the table above was written for
-    choice = scaling.attention.select_implementation((b, t, n, 16), (b, s, k, 16), _opts(), backend="cpu",
-                                                     is_causal=True)
+    query_shape, key_shape = (b, t, n, 16), (b, s, k, 16)
+    self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape), blocks)
+    self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape, differentiated=False), forward_blocks)
+    # the limits the table above was written for
+    self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.STEP_MAX_ELEMENTS), (2**17, 2**19))
+    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu", is_causal=True)
     self.assertEqual((choice.block_q, choice.block_k), blocks)
+    forward = choice.forward
+    self.assertEqual(None if forward is None else (forward.implementation, forward.block_q, forward.block_k),
+                     None if forward_blocks == blocks else ("blockwise", *forward_blocks))
 
-  def test_small_causal_blockwise_runs_dense_when_not_differentiated(self):
-    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
-    q, k, v = _qkv(seed=3, b=1, t=t, s=t, n=2, k=1, h=8)
+  def test_forward_tiles_run_when_not_differentiated(self):
+    # B·N = 64 heads of T = S = 256: 64·128·128 > 2**19, so the backward's tiles are 64x128, the forward's 128x128.
+    q, k, v = _qkv(seed=3, b=1, t=256, s=256, n=64, k=64, h=4)
     ct = jax.random.normal(jax.random.key(4), q.shape)
     choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
-    self.assertEqual((choice.implementation, choice.dense_forward), ("blockwise", True))  # 2·256·256 <= 2**20
-    big = scaling.attention.select_implementation((1, 4 * t, 4, 8), (1, 4 * t, 1, 8), _opts(), backend="cpu",
+    self.assertEqual((choice.block_q, choice.block_k, choice.forward.block_q, choice.forward.block_k),
+                     (64, 128, 128, 128))
+    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 4096, 4, 8), _opts(), backend="cpu",
                                                   is_causal=True)
-    self.assertEqual((big.implementation, big.dense_forward), ("blockwise", False))  # 4·1024·1024 > 2**20
+    self.assertIsNone(big.forward)  # B·N = 4: both passes' tiles are LARGE_BLOCKS capped at T
     default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
-    forced = {"dense": functools.partial(scaling.dot_product_attention, is_causal=True, implementation="dense"),
-              "blockwise": functools.partial(scaling.blockwise.blockwise_attention, is_causal=True,
-                                             block_q=choice.block_q, block_k=choice.block_k)}
+    forced = {tiles: functools.partial(scaling.blockwise.blockwise_attention, is_causal=True, block_q=tiles[0],
+                                       block_k=tiles[1]) for tiles in ((64, 128), (128, 128))}
 
     def value_and_grads(fn):
       return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v), ct), argnums=(0, 1, 2))(q, k, v)
 
-    # Alone: the dense program's output; differentiated: the blockwise forward and backward, value and gradients.
-    out, want = jax.jit(lambda: (default(q, k, v), forced["dense"](q, k, v)))()
+    # Alone: the forward's tiles; differentiated: the backward's tiles forward and backward, value and gradients.
+    out, want = jax.jit(lambda: (default(q, k, v), forced[128, 128](q, k, v)))()
     chex.assert_trees_all_close(out, want, rtol=0, atol=1e-7)
-    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(forced["blockwise"])))()
+    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(forced[64, 128])))()
     chex.assert_trees_all_close(got, want, rtol=0, atol=1e-7)
     # Both against jax.nn's, an independent reference.
     out_nn = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     chex.assert_trees_all_close(out, out_nn, rtol=1e-5, atol=2e-6)
     chex.assert_trees_all_close(got, value_and_grads(lambda q, k, v: jax.nn.dot_product_attention(
         q, k, v, is_causal=True)), rtol=1e-4, atol=2e-5)
-    # With a mask (or a residual) nothing changes: the blockwise forward.
-    mask = jnp.ones((1, 1, t, t), bool)
+    # With a mask (or a residual) nothing changes: the backward's tiles.
+    mask = jnp.ones((1, 1, 256, 256), bool)
     chex.assert_trees_all_close(
         jax.jit(lambda: scaling.dot_product_attention(q, k, v, mask=mask, is_causal=True))(),
-        jax.jit(lambda: forced["blockwise"](q, k, v, mask=mask))(), rtol=0, atol=1e-7)
+        jax.jit(lambda: forced[64, 128](q, k, v, mask=mask))(), rtol=0, atol=1e-7)
 
   def test_default_long_sequence_matches_jax_nn(self):
     t = scaling.attention.BLOCKWISE_MIN_KV_LEN

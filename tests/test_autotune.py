@@ -15,7 +15,7 @@ from scaling import autotune
 from scaling import blockwise
 
 Q_SHAPE, K_SHAPE = (1, 256, 2, 16), (1, 256, 1, 16)  # S = BLOCKWISE_MIN_KV_LEN: the smallest tuned case
-FIXED = (128, 128)  # what blockwise_blocks gives for these shapes (GQA group 2: 2·128·128 <= 2**17)
+FIXED = (256, 256)  # the fixed rule's one T x S tile for these shapes (B·N·T·S = 2·256·256 <= 2**20)
 
 
 def _opts(**kwargs):
@@ -50,13 +50,17 @@ class AutotuneTest(chex.TestCase):
   def _store_choice(self, impl, bq=None, bk=None):
     autotune.store(_key(), {"choice": {"implementation": impl, "block_q": bq, "block_k": bk}})
 
-  def _fake_measure(self, fastest):
-    """A measure that times nothing: ``fastest`` takes 1 ms, the others 2; counts its calls."""
+  def _fake_measure(self, fastest, fastest_forward=None):
+    """A measure that times nothing: ``fastest`` takes 1 ms, the others 2; counts its calls.
+
+    Timing the forward pass alone, ``fastest_forward`` (default: ``fastest``) takes 1 ms instead.
+    """
     calls = []
 
-    def measure(choices, *args, **kwargs):
+    def measure(choices, *args, differentiated=True, **kwargs):
       calls.append([autotune.choice_name(c) for c in choices])
-      return {autotune.choice_name(c): 1e-3 if autotune.choice_name(c) == fastest else 2e-3 for c in choices}
+      best = fastest if differentiated or fastest_forward is None else fastest_forward
+      return {autotune.choice_name(c): 1e-3 if autotune.choice_name(c) == best else 2e-3 for c in choices}
     self.enter_context(mock.patch.object(autotune, "measure", measure))
     return calls
 
@@ -124,13 +128,42 @@ class AutotuneTest(chex.TestCase):
     self._auto()  # a second program (a new jit) of the same case
     q, k, v = _inputs()
     attention.dot_product_attention(q, k, v, is_causal=True, implementation="auto")
-    self.assertLen(calls, 1)
-    self.assertEqual(calls[0], ["dense", "blockwise 64x128", "blockwise 128x128", "blockwise 128x256",
-                                "blockwise 256x256"])  # 256x512 does not fit S = 256; the fixed 128x128 is a tile
+    candidates = ["dense", "blockwise 64x128", "blockwise 128x128", "blockwise 128x256",
+                  "blockwise 256x256"]  # 256x512 does not fit S = 256; the fixed 256x256 is a tile
+    self.assertEqual(calls, [candidates, candidates])  # one tuning: forward+backward, then forward alone
     self.assertEqual(self.blocks, [(64, 128)] * 3)
     self.assertEqual(autotune.load()[_key()]["choice"],
                      {"implementation": "blockwise", "block_q": 64, "block_k": 128})
     self.assertEqual(autotune.load()[_key()]["jax"], jax.__version__)
+
+  def test_auto_tunes_the_forward_alone_and_runs_it_when_not_differentiated(self):
+    calls = self._fake_measure("blockwise 64x128", fastest_forward="blockwise 128x256")
+    q, k, v = _inputs()
+    self._auto()  # tunes: the choice is 64x128 with a forward of its own, 128x256
+    self.assertLen(calls, 2)
+    self.assertEqual(autotune.load()[_key()]["choice"], {
+        "implementation": "blockwise", "block_q": 64, "block_k": 128,
+        "forward": {"implementation": "blockwise", "block_q": 128, "block_k": 256}})
+    choice = attention.auto_choice(Q_SHAPE, K_SHAPE, jnp.float32, _opts(), is_causal=True, local_window_size=None,
+                                   has_bias=False, has_mask=False, has_lengths=False, return_weights=False)
+    self.assertEqual(autotune.choice_name(choice), "blockwise 64x128, forward blockwise 128x256")
+    self.blocks.clear()
+    out = jax.jit(lambda q, k, v: attention.dot_product_attention(q, k, v, is_causal=True, implementation="auto"))(
+        q, k, v)
+    self.assertEqual(self.blocks, [(128, 256)])  # alone: the forward's tile
+    chex.assert_trees_all_close(out, jax.nn.dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+    self.blocks.clear()
+    self._auto()
+    self.assertEqual(self.blocks[-1], (64, 128))  # differentiated: the choice's own tile, forward and backward
+    self.assertNotIn((128, 256), self.blocks)
+    self.assertLen(calls, 2)  # no further tuning
+    self._store_choice("blockwise", 64, 128)
+    autotune.store(_key(), {"choice": {"implementation": "blockwise", "block_q": 64, "block_k": 128,
+                                       "forward": {"implementation": "blockwise", "block_q": 512, "block_k": 512}}})
+    self.blocks.clear()
+    with self.assertWarnsRegex(UserWarning, "malformed or its tile does not fit"):
+      self._auto()  # a forward tile larger than T = S = 256: the entry is unusable
+    self.assertEqual(self.blocks, [FIXED])
 
   def test_default_ignores_the_cache(self):
     self._store_choice("blockwise", 64, 128)
@@ -175,8 +208,9 @@ class AutotuneTest(chex.TestCase):
     expected = loss(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))(q, k, v)
     chex.assert_trees_all_close(ours(q, k, v), expected, atol=2e-5, rtol=2e-5)
     entry = autotune.load()[_key()]
-    self.assertEqual(set(entry["ms"]), {"blockwise 64x128", "blockwise 128x128"})
-    self.assertTrue(all(ms > 0 for ms in entry["ms"].values()))
+    self.assertEqual(set(entry["ms"]), {"blockwise 64x128", "blockwise 256x256"})
+    self.assertEqual(set(entry["forward_ms"]), set(entry["ms"]))  # the forward alone, timed too
+    self.assertTrue(all(ms > 0 for ms in [*entry["ms"].values(), *entry["forward_ms"].values()]))
     best = min(entry["ms"], key=entry["ms"].get)
     self.assertEqual(self.blocks[-1], tuple(int(n) for n in best.split()[1].split("x")))
 

@@ -27,14 +27,16 @@ class AttentionBenchTest(absltest.TestCase):
             dict(case, impl="jax_nn", ms=10.0), dict(case, impl="flax", ms=10.0),
             dict(case, impl="blockwise 64x128", ms=None, status="pruned"),
             dict(case, mode="fwd+bwd", impl="blockwise 64x128", ms=30.0),
-            # A dense-forward choice runs the dense program alone and the blockwise one under differentiation.
-            dict(case, mode="fwd+bwd", impl="ours", chosen="blockwise 64x128, dense forward", ms=10.0),
-            dict(case, seq_len=16, impl="ours", chosen="blockwise 64x128, dense forward", ms=5.0),
-            dict(case, seq_len=16, impl="dense", ms=4.0)]
+            # A choice with a forward of its own runs that alone and its own path under differentiation.
+            dict(case, mode="fwd+bwd", impl="ours", chosen="blockwise 64x128, forward dense", ms=10.0),
+            dict(case, seq_len=16, impl="ours", chosen="blockwise 64x128, forward dense", ms=5.0),
+            dict(case, seq_len=16, impl="dense", ms=4.0),
+            dict(case, seq_len=32, impl="ours", chosen="blockwise 64x128, forward blockwise 128x256", ms=6.0),
+            dict(case, seq_len=32, impl="blockwise 128x256", ms=3.0)]
     noise = attention.timing_noise(rows)
     self.assertEqual(sorted((r["path"], r["seq_len"], r["spread"]) for r in noise["spreads"]),
-                     [("blockwise 128x128", 8, 1.2), ("blockwise 64x128", 8, 3.0), ("dense", 8, 1.25),
-                      ("dense", 16, 1.25)])
+                     [("blockwise 128x128", 8, 1.2), ("blockwise 128x256", 32, 2.0), ("blockwise 64x128", 8, 3.0),
+                      ("dense", 8, 1.25), ("dense", 16, 1.25)])
     self.assertAlmostEqual(noise["median"], 1.25)
     self.assertEqual(noise["max"], 3.0)
     self.assertEqual(attention.timing_noise(rows[4:6]), {"spreads": [], "median": None, "max": None})
@@ -57,9 +59,9 @@ class AttentionBenchTest(absltest.TestCase):
       result = attention.run(attention.QUICK, out)
     printed = buf.getvalue()
     self.assertIn("ratio_to_jax_nn", printed)
-    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 128x128, dense forward\) [0-9.]+ "
+    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 256x256\) [0-9.]+ "
                               r"ms; best forced "
-                              r"\((dense|blockwise 128x128|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
+                              r"\((dense|blockwise 256x256|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
                               r"ours / jax.nn [0-9.]+")
     self.assertIn("matmul peak", printed)
     data = json.loads((out / "attention.json").read_text())
@@ -79,10 +81,9 @@ class AttentionBenchTest(absltest.TestCase):
                              for m in implementations.MODES for i in impls}
                      | {(*shape, c, "fwd+bwd", "ours (auto)") for shape in shapes for c in (True, False)})
     chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
-    # S = 256 reaches the rule's threshold; without a causal mask these logits are small enough for dense, and
-    # with one, for a dense forward when not differentiated.
-    self.assertEqual(chosen, {(1, 256, True): "blockwise 128x128, dense forward", (1, 256, False): "dense",
-                              (2, 256, True): "blockwise 128x128, dense forward", (2, 256, False): "dense"})
+    # S = 256 reaches the rule's threshold, and these logits are small enough for one T x S tile.
+    self.assertEqual(chosen, {(1, 256, True): "blockwise 256x256", (1, 256, False): "blockwise 256x256",
+                              (2, 256, True): "blockwise 256x256", (2, 256, False): "blockwise 256x256"})
     for r in data["timings"]:
       if r["impl"] == "ours":
         forced = [o["ms"] for o in data["timings"] if o["impl"] in ("dense", "blockwise", "blockwise 64x128")
@@ -129,16 +130,19 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 8)
     self.assertLen(data["targets"]["default_within_1.1x_of_best_forced"]["per_size"], 8)
     self.assertLen(data["targets"]["auto_within_1.1x_of_best_forced"]["per_size"], 4)
-    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed 128x128, in the run's own
-    # cache (QUICK times it in the forward+backward pass only).
+    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed one tile 256x256, in the
+    # run's own cache (QUICK times auto in the forward+backward pass only; the tuning times both passes).
     auto = [r for r in data["timings"] if r["impl"] == "ours (auto)"]
     self.assertEqual([r["tuned"] for r in auto], [True] * 4)
     self.assertTrue(all(r["tune_s"] > 0 for r in auto))
-    self.assertTrue({r["chosen"] for r in auto} <= {"dense", "blockwise 64x128", "blockwise 128x128"})
+    paths = {"dense", "blockwise 64x128", "blockwise 256x256"}
+    self.assertTrue({part for r in auto for part in r["chosen"].split(", forward ")} <= paths)
     tuned = json.loads((out / "attention_autotune.json").read_text())
     self.assertLen(tuned, 4)
     for entry in tuned.values():
-      self.assertEqual(set(entry["ms"]), {"dense", "blockwise 64x128", "blockwise 128x128"})
+      self.assertEqual(set(entry["ms"]), paths)
+      if entry["choice"]["implementation"] == "blockwise":
+        self.assertEqual(set(entry["forward_ms"]), paths)
     self.assertTrue(any(line.startswith('- implementation="auto" within 1.1x of the fastest forced configuration: ')
                         for line in table))
     self.assertGreater((out / "attention.png").stat().st_size, 1000)

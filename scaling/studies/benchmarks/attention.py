@@ -13,16 +13,18 @@ float32; ``extra_shapes`` adds (B, T, N, d_k) cases, and the GQA grid
 both maskings); for ``ours`` the path the rule of
 ``scaling.attention.select_implementation`` chose is recorded, and
 ``blockwise`` runs with the blocks that rule picks for the shape. Blockwise
-also runs forced to each tile of ``tile_candidates``: per case the default's
+also runs forced to the tiles the rule picks for the forward pass alone,
+where they differ, and to each tile of ``tile_candidates``: per case the default's
 time is printed against the fastest forced configuration (dense or blockwise
 with any of those tiles) and against jax.nn's. ``ours (auto)`` is
 ``implementation="auto"`` (``scaling.autotune``), timed beside the others:
 before its forward+backward case is timed (that pass runs first) the
 autotune measures the case itself, unless the row is skipped for its size
-(``tune_attention`` over dense and ``tile_candidates``; its wall time is
-recorded as ``tune_s``, never mixed into the timings); the forward pass
-reuses that choice (the autotune measures forward+backward only) and has no
-auto row where the forward+backward one was skipped. The choices are kept
+(``tune_attention`` over dense, ``tile_candidates`` and the rule's tiles,
+forward+backward and then forward alone; its wall time is recorded as
+``tune_s``, never mixed into the timings); the forward pass reuses that
+choice (its forward, where it has one) and has no auto row where the
+forward+backward one was skipped. The choices are kept
 in a cache of the suite's own,
 ``attention_autotune.json`` in the output directory, started afresh each run
 unless ``autotune_cache`` names a file to reuse.
@@ -197,7 +199,8 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
   if mode in config.autotune_modes:
     entries[AUTO_ROW] = (AUTO, block_q, block_k)
-  for bq, bk in config.tile_candidates:
+  forward_tiles = [tile for tile in attention_lib.fixed_tiles(choice) if tile != (block_q, block_k)]
+  for bq, bk in (*forward_tiles, *config.tile_candidates):
     bq, bk = min(bq, seq_len), min(bk, seq_len)
     if (bq, bk) != (block_q, block_k):
       entries.setdefault(f"blockwise {bq}x{bk}", ("blockwise", bq, bk))
@@ -218,7 +221,7 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
                                             f"at T={t_prev} exceeds the {config.max_call_s:g} s limit")
         continue
     if impl == AUTO:
-      # The autotune measures forward+backward, so it tunes in that pass only (run first); the forward pass
+      # The autotune tunes in the forward+backward pass only (run first), timing both passes; the forward pass
       # reuses its choice, and has none where that pass was skipped.
       row.update(_tune(config, args[0].shape, args[1].shape, opts, causal, may_tune=mode == TUNED_MODE))
       if row["chosen"] is None:
@@ -290,7 +293,7 @@ def _pruned(warmups: dict[str, tuple[str, float]]) -> dict[str, str]:
 AUTO_ROW = "ours (auto)"
 """The row of ``implementation="auto"``."""
 TUNED_MODE = "fwd+bwd"
-"""The pass the autotune measures (``scaling.autotune.tune_attention``): timed first, and the only one that tunes."""
+"""The pass that tunes (``scaling.autotune.tune_attention``, which times both passes): timed first."""
 
 
 def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape: tuple[int, ...],
@@ -305,8 +308,9 @@ def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape:
   if tune and not may_tune:
     return {"chosen": None, "tune_s": 0.0, "tuned": False}
   if tune:
+    fixed = attention_lib.select_implementation(query_shape, key_shape, opts, is_causal=causal)
     candidates = autotune.candidates_for(query_shape, key_shape, config.tile_candidates,
-                                         attention_lib.blockwise_blocks(query_shape, key_shape))
+                                         attention_lib.fixed_tiles(fixed))
     autotune.tune_attention(query_shape, key_shape, "float32", is_causal=causal, opts=opts, candidates=candidates,
                             repeats=config.autotune_repeats)
   choice = attention_lib.auto_choice(query_shape, key_shape, "float32", opts, is_causal=causal, local_window_size=None,
@@ -336,8 +340,9 @@ def _configuration(row: dict) -> str | None:
   """The exact path a timing row ran ("dense" or "blockwise BQxBK"); None for jax.nn's and flax's."""
   if row["impl"] in ("ours", AUTO_ROW):
     chosen = row.get("chosen")
-    if chosen is not None and chosen.endswith(autotune.DENSE_FORWARD):  # dense alone, blockwise under differentiation
-      return "dense" if row["mode"] == "fwd" else chosen[:-len(autotune.DENSE_FORWARD)]
+    if chosen is not None and autotune.FORWARD in chosen:  # its forward alone, its own path under differentiation
+      differentiated, forward = chosen.split(autotune.FORWARD)
+      return forward if row["mode"] == "fwd" else differentiated
     return chosen
   if row["impl"] == "blockwise":
     return f"blockwise {row['blocks']}"

@@ -1,0 +1,52 @@
+"""scripts/attention_tiles.py on a tiny case: its table agrees with the measurements it saved."""
+
+import importlib.util
+import json
+import pathlib
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _script():
+  spec = importlib.util.spec_from_file_location("attention_tiles", ROOT / "scripts" / "attention_tiles.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+class AttentionTilesTest(absltest.TestCase):
+
+  def test_tiny_case_table_matches_its_measurements(self):
+    script = _script()
+    out = pathlib.Path(self.create_tempdir().full_path) / "tiles.md"
+    status = script.main(["attention_tiles", f"--out={out}", "--cases=1x256x2x1x256", "--masks=causal",
+                          "--head_dim=8", "--tiles=64x128,512x512", "--repeats=1"])
+    self.assertEqual(status, 0)
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    self.assertEqual([r["mode"] for r in rows], ["fwd+bwd", "fwd"])
+    for row in rows:
+      # 512x512 is capped at T = S = 256: one tile, which the default runs (B·N·T·S = 2·256·256 is small)
+      self.assertEqual(set(row["ms"]), {"dense", "blockwise 64x128", "blockwise 256x256"})
+      self.assertEqual(row["default"], "blockwise 256x256")
+      self.assertTrue(all(ms > 0 for ms in row["ms"].values()))
+    text = out.read_text()
+    for row in rows:
+      fastest = min(row["ms"], key=row["ms"].get)
+      ratios = {name: ms / row["ms"][fastest] for name, ms in row["ms"].items()}
+      cells = [f"{ratios[n]:.2f}" for n in ("dense", "blockwise 64x128", "blockwise 256x256")]
+      self.assertIn(f"| 1x256x2x1x256 | causal | {row['mode']} | {' | '.join(cells)} | 256x256 "
+                    f"({ratios['blockwise 256x256']:.2f}) |", text)
+    within = sum(r["ms"]["blockwise 256x256"] / min(r["ms"].values()) <= 1.1 for r in rows)
+    self.assertIn(f"the default within 1.1x of the fastest path: {within} of 2 rows", text)
+
+  def test_bad_case_is_refused_in_one_line(self):
+    script = _script()
+    out = pathlib.Path(self.create_tempdir().full_path) / "tiles.md"
+    self.assertEqual(script.main(["attention_tiles", f"--out={out}", "--cases=1x256x3x2x256"]), 2)
+    self.assertFalse(out.exists())
+
+
+if __name__ == "__main__":
+  absltest.main()
