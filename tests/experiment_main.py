@@ -1,12 +1,24 @@
 """Runs an experiment's main on a command line built from keyword flags, capturing its exit code and output."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+  """scripts/<name>.py as a module (registered in sys.modules under ``name``), e.g. to call its main in-process."""
+  spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+  module = sys.modules[name] = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def argv(module, **flag_values) -> list[str]:

@@ -1,19 +1,15 @@
 """scripts/attention_tiles.py on a tiny case: its table agrees with the measurements it saved."""
 
-import importlib.util
 import json
 import pathlib
 
 from absl.testing import absltest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+import experiment_main
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location("attention_tiles", ROOT / "scripts" / "attention_tiles.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return experiment_main.load_script("attention_tiles")
 
 
 class AttentionTilesTest(absltest.TestCase):

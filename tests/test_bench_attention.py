@@ -102,6 +102,7 @@ class AttentionBenchTest(absltest.TestCase):
                if line.startswith("- default path within 1.1x of the fastest forced configuration: met in ")]
     missed = [r for r in data["targets"]["default_within_1.1x_of_best_forced"]["per_size"] if not r["met"]]
     self.assertEqual(line.count(", best "), len(missed))  # each miss listed with the path that won
+    self.assertEqual(line.count(", its own path)"), sum(r["picked_best"] for r in missed))
     self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
     # Causal at T = 256 the rule runs the forced blockwise row's program under differentiation and the dense

@@ -1,19 +1,16 @@
 """scripts/device_check.py in its CPU dry run: every part runs, and its rows agree with what it measured."""
 
-import importlib.util
 import json
 import pathlib
-import sys
 
 from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location("device_check", _ROOT / "scripts" / "device_check.py")
-device_check = sys.modules["device_check"] = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(device_check)
+import experiment_main
+
+device_check = experiment_main.load_script("device_check")
 
 
 class DeviceCheckTest(absltest.TestCase):

@@ -1,6 +1,5 @@
 """README.md and docs/: generated sections where the map says, working snippets, links that resolve."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -14,6 +13,8 @@ import textwrap
 from absl.testing import absltest
 
 from scaling import report
+
+import experiment_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"<!-- (BEGIN|END) generated: ([^ ]+) -->")
@@ -44,10 +45,7 @@ def anchors(path: pathlib.Path) -> set[str]:
 
 def load_update_readme():
   """scripts/update_readme.py as a module."""
-  spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_readme.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return experiment_main.load_script("update_readme")
 
 
 class GeneratedSectionsTest(absltest.TestCase):

@@ -1,7 +1,6 @@
 """Unit-scaled operations of u-μP: custom VJPs against plain jnp ops, the paper's scales, the covariance correction."""
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
@@ -26,6 +25,8 @@ from scaling import optim
 from scaling import train
 from scaling import unit_scaling as U
 from scaling import unit_scaling_covariance as C
+
+import experiment_main
 
 
 def _normal(seed, shape):
@@ -577,9 +578,7 @@ class UnitScaleCheckScriptTest(parameterized.TestCase):
     self.assertEqual(text.count("| **no** |") == 0, inside)
     # --merge pools saved runs of the same setting (and refuses the other's); run in this process (the script's
     # main), as starting Python and JAX again would cost more than the merge itself.
-    spec = importlib.util.spec_from_file_location("unit_scale_check", root / "scripts" / "unit_scale_check.py")
-    script_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script_module)
+    script_module = experiment_main.load_script("unit_scale_check")
     merged = out.with_name("merged.md")
     with contextlib.redirect_stdout(io.StringIO()):
       status = script_module.main(["unit_scale_check", f"--out={merged}", f"--merge={out.with_suffix('.json')}",
