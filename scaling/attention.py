@@ -310,8 +310,8 @@ def auto_choice(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any
   On a miss ``autotune.tune_attention`` measures the case now (dense, blockwise at ``autotune.TILE_CANDIDATES``
   and at the fixed rule's tiles, forward+backward and forward alone) and stores the fastest. The fixed rule
   (``select_implementation``) decides without measuring where there is nothing to tune: options blockwise lacks,
-  S below ``BLOCKWISE_MIN_KV_LEN``, a bias, mask or lengths (not measured), or the cuDNN kernel. A cache entry that is malformed or whose tile does not
-  fit T and S is warned about and the fixed rule used.
+  S below ``BLOCKWISE_MIN_KV_LEN``, a bias, mask or lengths (not measured), or the cuDNN kernel. A cache entry
+  that is malformed or whose tile does not fit T and S is warned about and the fixed rule used.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
@@ -462,7 +462,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                and not return_residual and (rule is None or isinstance(rule, str))
                and all(x is None or isinstance(x, (int, float)) for x in (scale, logit_soft_cap, logit_clamp)))
       if choice is not None and choice.forward is not None and plain:
-        out = split_forward(_path(choice.forward, logit_kwargs), _path(choice, logit_kwargs), query, key, value)
+        out = split_forward(autotune.path_function(choice.forward, **logit_kwargs),
+                            autotune.path_function(choice, **logit_kwargs), query, key, value)
       else:
         out = blockwise_lib.blockwise_attention(query, key, value, bias, mask, return_residual=return_residual,
                                                 **logit_kwargs, **blocks)
@@ -470,14 +471,6 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       out = dense_lib.dense_attention(query, key, value, bias, mask, return_residual=return_residual,
                                       return_weights=return_weights, **logit_kwargs)
   return out if batched else jax.tree.map(lambda x: x[0], out)
-
-
-def _path(choice: Choice, logit_kwargs: dict) -> Any:
-  """Attention of (q, k, v) by the dense or blockwise path ``choice`` names, the other arguments bound."""
-  if choice.implementation == "blockwise":
-    return functools.partial(blockwise_lib.blockwise_attention, block_q=choice.block_q, block_k=choice.block_k,
-                             **logit_kwargs)
-  return functools.partial(dense_lib.dense_attention, **logit_kwargs)
 
 
 def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, scale, rule, is_causal, return_residual,

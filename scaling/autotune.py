@@ -31,6 +31,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import pathlib
@@ -226,15 +227,14 @@ def entry_choice(entry: dict, query_shape: Sequence[int], key_shape: Sequence[in
 
 def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
                    tiles: Sequence[tuple[int, int]] | None = None,
-                   fixed_blocks: tuple[int, int] | Sequence[tuple[int, int]] | None = None) -> list[Choice]:
+                   fixed_blocks: Sequence[tuple[int, int]] = ()) -> list[Choice]:
   """Dense (while its logits are small enough), blockwise at each tile within T and S, and the fixed rule's tiles.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
     key_shape: [B, S, K, H] (or [S, K, H]).
     tiles: (block_q, block_k) candidates; None = ``TILE_CANDIDATES``.
-    fixed_blocks: the fixed rule's tiles, one (block_q, block_k) or several (its forward's too), also candidates;
-      None = none.
+    fixed_blocks: the fixed rule's (block_q, block_k) tiles (``scaling.attention.fixed_tiles``), also candidates.
 
   Returns:
     The choices, without repeats.
@@ -243,9 +243,7 @@ def candidates_for(query_shape: Sequence[int], key_shape: Sequence[int],
   t, s, n = query_shape[-3], key_shape[-3], query_shape[-2]
   b = query_shape[0] if len(query_shape) == 4 else 1
   out = [Choice("dense")] if b * n * t * s <= DENSE_MAX_TUNE_LOGITS else []
-  fixed = (() if not fixed_blocks else (tuple(fixed_blocks),) if isinstance(fixed_blocks[0], int)
-           else tuple(map(tuple, fixed_blocks)))
-  for bq, bk in (*[tile for tile in tiles if tile[0] <= t and tile[1] <= s], *fixed):
+  for bq, bk in (*[tile for tile in tiles if tile[0] <= t and tile[1] <= s], *fixed_blocks):
     choice = Choice("blockwise", bq, bk)
     if choice not in out:
       out.append(choice)
@@ -263,14 +261,19 @@ def choice_name(choice: Choice) -> str:
   return name + (FORWARD + choice_name(choice.forward) if choice.forward is not None else "")
 
 
+def path_function(choice: Choice, **kwargs) -> Callable[..., jax.Array]:
+  """(q, k, v, ...) -> output of the dense or blockwise path ``choice`` names, ``kwargs`` (logit and mask options)
+  bound."""
+  if choice.implementation == "blockwise":
+    return functools.partial(blockwise_lib.blockwise_attention, block_q=choice.block_q, block_k=choice.block_k,
+                             **kwargs)
+  return functools.partial(dense_lib.dense_attention, **kwargs)
+
+
 def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
   """(q, k, v) -> output of the path ``choice`` names with the options' scale, cap and clamp (no prepare)."""
-  kwargs = dict(scale=opts.scale, logit_soft_cap=opts.logit_soft_cap, logit_clamp=opts.logit_clamp,
-                float32_softmax=opts.float32_softmax, subtract_max=opts.subtract_max, **mask_kwargs)
-  if choice.implementation == "blockwise":
-    return lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, block_q=choice.block_q,
-                                                             block_k=choice.block_k, **kwargs)
-  return lambda q, k, v: dense_lib.dense_attention(q, k, v, **kwargs)
+  return path_function(choice, scale=opts.scale, logit_soft_cap=opts.logit_soft_cap, logit_clamp=opts.logit_clamp,
+                       float32_softmax=opts.float32_softmax, subtract_max=opts.subtract_max, **mask_kwargs)
 
 
 def _seconds(fn: Callable, args: tuple) -> float:
@@ -342,7 +345,7 @@ def measure(choices: Sequence[Choice], query_shape: Sequence[int], key_shape: Se
 def tune_attention(query_shape: Sequence[int], key_shape: Sequence[int], dtype: Any = jnp.float32, *,
                    is_causal: bool = False, local_window_size: int | tuple[int, int] | None = None,
                    opts: LogitOptions | None = None, candidates: Sequence[Choice] | None = None,
-                   fixed_blocks: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
+                   fixed_blocks: Sequence[tuple[int, int]] = (),
                    repeats: int | None = None, save: bool = True, forward: bool = True) -> Tuned:
   """Times dense and blockwise at each candidate tile and stores the fastest under the case's key.
 

@@ -4,10 +4,11 @@
   python scripts/attention_tiles.py --out=OUT.md --cases=2x256x8x8x256,1x2048x8x8x2048 --masks=causal
 
 For every case B x T x N x K x S (batch, query length, query heads, key/value heads, key length; head dim
---head_dim, float32) and masking it compiles dense attention and blockwise attention at each tile of --tiles
-(capped at T and S, so the largest ones become one T x S tile), the forward pass alone and forward+backward (value
-and gradients w.r.t. q, k, v of the output's sum), and times them side by side: --repeats rounds, each timed call
-right after an untimed call of the same path (``scaling.autotune.interleaved_times``), the fastest call counting.
+--head_dim, float32) and masking it compiles dense attention (up to 2**26 logits, as ``autotune.candidates_for``
+does) and blockwise attention at each tile of --tiles (capped at T and S, so the largest ones become one T x S
+tile), the forward pass alone and forward+backward (value and gradients w.r.t. q, k, v of the output's sum), and
+times them side by side: --repeats rounds, each timed call right after an untimed call of the same path
+(``scaling.autotune.interleaved_times``), the fastest call counting.
 The table gives, per case and pass, each path's time over the fastest path's (1.00 marks the fastest), and what
 ``scaling.attention.select_implementation`` runs there (under differentiation, and alone) with its own ratio.
 The measurements go to OUT.json.
@@ -26,7 +27,6 @@ from scaling import attention
 from scaling import autotune
 from scaling import config as config_lib
 from scaling import report
-from scaling.autotune import Choice
 from scaling.config import option
 from scaling.validation import ConfigError
 
@@ -60,12 +60,6 @@ class Options(config_lib.Options):
         raise ConfigError(f"tiles must be BQxBK with positive integers, got {tile!r}")
 
 
-def _paths(t: int, s: int, tiles: tuple[str, ...]) -> list[Choice]:
-  """Dense and blockwise at each tile capped at T and S, without repeats."""
-  capped = [(min(int(q), t), min(int(k), s)) for q, k in (tile.split("x") for tile in tiles)]
-  return list(dict.fromkeys([Choice("dense"), *(Choice("blockwise", q, k) for q, k in capped)]))
-
-
 def measure_case(case: str, causal: bool, options: Options) -> list[dict]:
   """One row per pass: the fastest ms of every path and the default's choice in that pass."""
   b, t, n, k, s = map(int, case.split("x"))
@@ -75,10 +69,11 @@ def measure_case(case: str, causal: bool, options: Options) -> list[dict]:
   keys = jax.random.split(jax.random.PRNGKey(options.seed), 3)
   args = tuple(jax.random.normal(key, shape) for key, shape in zip(keys, (query_shape, key_shape, key_shape)))
   choice = attention.select_implementation(query_shape, key_shape, opts, is_causal=causal)
+  capped = [(min(int(q), t), min(int(k), s)) for q, k in (tile.split("x") for tile in options.tiles)]
   rows = []
   for mode in MODES:
     fns = {}
-    for path in _paths(t, s, options.tiles):
+    for path in autotune.candidates_for(query_shape, key_shape, capped):
       fn = autotune.attention_function(path, opts, is_causal=causal)
       step = fn if mode == "fwd" else jax.value_and_grad(lambda q, k, v, fn=fn: jnp.sum(fn(q, k, v)),
                                                          argnums=(0, 1, 2))
@@ -119,13 +114,14 @@ def markdown(rows: list[dict], options: Options) -> str:
 
 def run(options: Options, out_dir: pathlib.Path | None = None) -> None:
   del out_dir
+  out = pathlib.Path(options.out)
+  out.parent.mkdir(parents=True, exist_ok=True)  # before the measurements, not after
   rows = []
   with report.Progress(len(options.cases) * len(options.masks), "cases") as progress:
     for case in options.cases:
       for mask in options.masks:
         rows.extend(measure_case(case, mask == "causal", options))
         progress.update(f"{case} {mask}")
-  out = pathlib.Path(options.out)
   out.with_suffix(".json").write_text(json.dumps({"options": dataclasses.asdict(options), "rows": rows}, indent=1))
   out.write_text(markdown(rows, options))
   print(out.read_text())

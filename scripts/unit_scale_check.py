@@ -74,6 +74,7 @@ def _load(paths: tuple[str, ...], umup_scales: str) -> dict[str, dict[str, float
 def run(options: Options, out_dir: None) -> None:
   """Measures (or pools) and writes the table."""
   del out_dir
+  pathlib.Path(options.out).parent.mkdir(parents=True, exist_ok=True)  # before the measurements, not after
   if options.merge:
     runs = _load(options.merge, options.umup_scales)
   else:

@@ -16,7 +16,7 @@ class AttentionTilesTest(absltest.TestCase):
 
   def test_tiny_case_table_matches_its_measurements(self):
     script = _script()
-    out = pathlib.Path(self.create_tempdir().full_path) / "tiles.md"
+    out = pathlib.Path(self.create_tempdir().full_path) / "runs" / "tiles.md"  # runs/ made by the script
     status = script.main(["attention_tiles", f"--out={out}", "--cases=1x256x2x1x256", "--masks=causal",
                           "--head_dim=8", "--tiles=64x128,512x512", "--repeats=1"])
     self.assertEqual(status, 0)

@@ -559,7 +559,7 @@ class UnitScaleCheckScriptTest(parameterized.TestCase):
   @parameterized.parameters("paper", "covariance")
   def test_tiny_grid(self, umup_scales):
     root = pathlib.Path(__file__).resolve().parents[1]
-    out = pathlib.Path(self.create_tempdir().full_path) / "unit_scale.md"
+    out = pathlib.Path(self.create_tempdir().full_path) / "runs" / "unit_scale.md"  # runs/ made by the script
     env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
     script = [sys.executable, str(root / "scripts" / "unit_scale_check.py")]
     subprocess.run([*script, f"--out={out}", "--widths=16", "--depths=1,2", "--seq_lens=8",

@@ -199,8 +199,7 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
   if mode in config.autotune_modes:
     entries[AUTO_ROW] = (AUTO, block_q, block_k)
-  forward_tiles = [tile for tile in attention_lib.fixed_tiles(choice) if tile != (block_q, block_k)]
-  for bq, bk in (*forward_tiles, *config.tile_candidates):
+  for bq, bk in (*attention_lib.fixed_tiles(choice), *config.tile_candidates):  # the rule's forward tiles too
     bq, bk = min(bq, seq_len), min(bk, seq_len)
     if (bq, bk) != (block_q, block_k):
       entries.setdefault(f"blockwise {bq}x{bk}", ("blockwise", bq, bk))
@@ -498,6 +497,15 @@ def markdown_from_results(results: dict) -> str:
                  f"skipped)\n")
 
 
+OWN_PATH = "its own path"
+"""Marks a missed case in which the default (or auto) ran the fastest forced row's own program."""
+
+
+def _miss(r: dict) -> str:
+  """A missed case of a best-forced goal: its name, ratio and the path that won."""
+  return f"{_case_name(r)} ({r['ratio']:.2f}, best {r['best']}" + (f", {OWN_PATH}" if r["picked_best"] else "") + ")"
+
+
 def _goals_markdown(targets: dict) -> str:
   """One line per timing goal: met or not, and the extreme case."""
   lines = []
@@ -518,11 +526,9 @@ def _goals_markdown(targets: dict) -> str:
       lines.append(f"- {path} within {BEST_FORCED_TARGET:g}x of the fastest forced configuration: met in "
                    f"{len(best) - len(missed)} of {len(best)} cases; slowest relative to it: {_case_name(worst)}, "
                    f"ratio {worst['ratio']:.2f} (best: {worst['best']}); it ran the fastest forced configuration "
-                   f"itself in {picked} of {len(best)}" + ("; missed (\"its own path\": it ran the very program of "
-                                                            "the fastest forced row, so the miss is timing noise): "
-                                                            + ", ".join(
-                       f"{_case_name(r)} ({r['ratio']:.2f}, best {r['best']}"
-                       + (", its own path" if r["picked_best"] else "") + ")" for r in missed) if missed else ""))
+                   f"itself in {picked} of {len(best)}" + (f"; missed (\"{OWN_PATH}\": it ran the very program of the "
+                                                            f"fastest forced row, so the miss is timing noise): "
+                                                            + ", ".join(map(_miss, missed)) if missed else ""))
   noise = targets.get("timing_noise", {})
   if noise.get("spreads"):
     worst = max(noise["spreads"], key=lambda r: r["spread"])
