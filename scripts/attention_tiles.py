@@ -73,7 +73,7 @@ def measure_case(case: str, causal: bool, options: Options) -> list[dict]:
   rows = []
   for mode in MODES:
     fns = {}
-    for path in autotune.candidates_for(query_shape, key_shape, capped):
+    for path in autotune.candidates_for(query_shape, key_shape, capped, attention.fixed_tiles(choice)):
       fn = autotune.attention_function(path, opts, is_causal=causal)
       step = fn if mode == "fwd" else jax.value_and_grad(lambda q, k, v, fn=fn: jnp.sum(fn(q, k, v)),
                                                          argnums=(0, 1, 2))
@@ -91,20 +91,21 @@ def measure_case(case: str, causal: bool, options: Options) -> list[dict]:
 def markdown(rows: list[dict], options: Options) -> str:
   """The table: per case and pass, each path's time over the fastest's, and the default's path and ratio."""
   names = list(dict.fromkeys(name for row in rows for name in row["ms"]))
-  short = {name: name.replace("blockwise ", "") for name in names}
+  def short(name):
+    return name.replace("blockwise ", "")
   cells = []
   for row in rows:
     fastest = min(row["ms"].values())
     default = row["ms"].get(row["default"])
     cells.append([row["case"], "causal" if row["causal"] else "none", row["mode"],
                   *(f"{row['ms'][name] / fastest:.2f}" if name in row["ms"] else "" for name in names),
-                  f"{short[row['default']]} ({default / fastest:.2f})" if default is not None else
-                  f"{short[row['default']]} (not timed)"])
+                  f"{short(row['default'])} ({default / fastest:.2f})" if default is not None else
+                  f"{short(row['default'])} (not timed)"])
   heading = (f"Time over the fastest path of each row (1.00 = fastest; fastest of {options.repeats} interleaved "
              f"calls; float32, H = {options.head_dim}; {jax.devices()[0].device_kind}, "
              f"{jax.device_count()} device(s)); tiles BQxBK capped at T and S, so a tile column can be one T x S "
              f"tile; default = what `select_implementation` runs in that pass:")
-  table = report.markdown_table(["B x T x N x K x S", "mask", "pass", *(short[n] for n in names), "default"], cells)
+  table = report.markdown_table(["B x T x N x K x S", "mask", "pass", *(short(n) for n in names), "default"], cells)
   ratios = [row["ms"][row["default"]] / min(row["ms"].values()) for row in rows if row["default"] in row["ms"]]
   within = sum(r <= 1.1 for r in ratios)
   summary = (f"- the default within 1.1x of the fastest path: {within} of {len(ratios)} rows where it was timed"

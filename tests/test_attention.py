@@ -251,6 +251,13 @@ class DispatchTest(parameterized.TestCase):
       choice = select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=causal)
       self.assertEqual((choice.implementation, choice.block_q, choice.block_k, choice.forward),
                        ("blockwise", small, min_len, None))
+    # causal with T < S: keys past T are never seen, so the rule tiles as if S were T (one T x T tile here)
+    for t, kv_len in ((1, 4096), (200, 2048), (min_len, 4 * min_len)):
+      choice = select((1, t, 4, 16), (1, kv_len, 4, 16), _opts(), backend="cpu", is_causal=True)
+      self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", t, t))
+      choice = select((1, t, 4, 16), (1, kv_len, 4, 16), _opts(), backend="cpu")  # not causal: all S keys count
+      self.assertEqual(choice.block_k, kv_len if 4 * t * kv_len <= scaling.attention.SINGLE_TILE_MAX_LOGITS else
+                       scaling.attention.LARGE_BLOCKS[1])
     choice = select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu")
     self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *scaling.attention.BLOCKS))
     long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
@@ -282,11 +289,26 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape, differentiated=False), forward_blocks)
     # the limits the table above was written for
     self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.STEP_MAX_ELEMENTS), (2**17, 2**19))
-    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu", is_causal=True)
+    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu")
     self.assertEqual((choice.block_q, choice.block_k), blocks)
     forward = choice.forward
     self.assertEqual(None if forward is None else (forward.implementation, forward.block_q, forward.block_k),
                      None if forward_blocks == blocks else ("blockwise", *forward_blocks))
+
+  @parameterized.parameters((1, 300), (200, 2048))  # one T x T tile; 2048 keys padded to 11 tiles of 200
+  def test_causal_short_queries_match_jax_nn(self, t, s):
+    q, k, v = _qkv(seed=5, b=1, t=t, s=s, n=4, k=2, h=8)
+    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu",
+                                                             is_causal=True).block_k, t)
+
+    def loss(attend):
+      return lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v, is_causal=True)))
+
+    ours = jax.jit(jax.value_and_grad(loss(scaling.dot_product_attention), argnums=(0, 1, 2)))(q, k, v)
+    reference = jax.value_and_grad(loss(jax.nn.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
+    chex.assert_trees_all_close(ours, reference, atol=2e-5, rtol=2e-5)
+    chex.assert_trees_all_close(jax.jit(functools.partial(scaling.dot_product_attention, is_causal=True))(q, k, v),
+                                jax.nn.dot_product_attention(q, k, v, is_causal=True), atol=2e-5, rtol=2e-5)
 
   def test_forward_tiles_run_when_not_differentiated(self):
     # B·N = 64 heads of T = S = 256: 64·128·128 > 2**19, so the backward's tiles are 64x128, the forward's 128x128.
@@ -295,8 +317,7 @@ class DispatchTest(parameterized.TestCase):
     choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
     self.assertEqual((choice.block_q, choice.block_k, choice.forward.block_q, choice.forward.block_k),
                      (64, 128, 128, 128))
-    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 4096, 4, 8), _opts(), backend="cpu",
-                                                  is_causal=True)
+    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 4096, 4, 8), _opts(), backend="cpu")
     self.assertIsNone(big.forward)  # B·N = 4: both passes' tiles are LARGE_BLOCKS capped at T
     default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
     forced = {tiles: functools.partial(scaling.blockwise.blockwise_attention, is_causal=True, block_q=tiles[0],
