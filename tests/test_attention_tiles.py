@@ -18,12 +18,12 @@ class AttentionTilesTest(absltest.TestCase):
     script = _script()
     out = pathlib.Path(self.create_tempdir().full_path) / "runs" / "tiles.md"  # runs/ made by the script
     status = script.main(["attention_tiles", f"--out={out}", "--cases=1x256x2x1x256", "--masks=causal",
-                          "--head_dim=8", "--tiles=64x128,512x512", "--repeats=1"])
+                          "--head_dim=8", "--tiles=64x128", "--repeats=1"])
     self.assertEqual(status, 0)
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     self.assertEqual([r["mode"] for r in rows], ["fwd+bwd", "fwd"])
     for row in rows:
-      # 512x512 is capped at T = S = 256: one tile, which the default runs (B·N·T·S = 2·256·256 is small)
+      # the default runs one 256x256 tile (B·N·T·S = 2·256·256 is small): timed though not among --tiles
       self.assertEqual(set(row["ms"]), {"dense", "blockwise 64x128", "blockwise 256x256"})
       self.assertEqual(row["default"], "blockwise 256x256")
       self.assertTrue(all(ms > 0 for ms in row["ms"].values()))
