@@ -188,6 +188,20 @@ AUTO = "auto"
 # (same order as above), and when that changes the tile the choice carries the forward's own tiles in
 # ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under differentiation the
 # backward's tiles run forward and backward.
+#
+# Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
+# tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
+# 256x256, 256x512 and the old rule's tile):
+#
+#   (B, T, N, K)        fwd+bwd: old rule's tile          256x512        fwd: old rule's tile          256x512
+#   4, 512, 8, 8                 128x128  1.27 / 1.05     1.00 / 1.07         128x128  1.37 / 1.38     1.00 / 1.00
+#   2, 1024, 8, 8                128x256  1.48 / 1.17     1.00 / 1.06
+#   1, 2048, 8, 8                256x256  1.18 / 1.27     1.00 / 1.00
+#   2, 4096, 8, 8                128x256  -    / 1.29     -    / 1.00
+#
+# So without a causal mask or window ``blockwise_blocks`` starts from LARGE_BLOCKS at any S and only the GQA cap
+# TILE_MAX_ELEMENTS halves it (at G = 4, 128x256 was again the fastest tile, in both passes); BLOCKS below
+# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_MAX_ELEMENTS are for causal attention.
 BLOCKWISE_MIN_KV_LEN = 256
 SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
@@ -245,8 +259,9 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     s, key_shape = t, (*key_shape[:-3], t, *key_shape[-2:])
   if b * n * t * s <= SINGLE_TILE_MAX_LOGITS:
     return Choice("blockwise", t, s, reason=f"B·N·T·S = {b * n * t * s} <= {SINGLE_TILE_MAX_LOGITS}: one tile")
-  blocks, forward = blockwise_blocks(query_shape, key_shape), blockwise_blocks(query_shape, key_shape,
-                                                                               differentiated=False)
+  skips = is_causal or has_local_window
+  blocks = blockwise_blocks(query_shape, key_shape, is_causal=skips)
+  forward = blockwise_blocks(query_shape, key_shape, is_causal=skips, differentiated=False)
   return Choice("blockwise", *blocks, reason=f"S = {key_shape[-3]} >= {BLOCKWISE_MIN_KV_LEN}",
                 forward=None if forward == blocks else Choice("blockwise", *forward, reason="undifferentiated"))
 
@@ -280,25 +295,27 @@ def split_forward(forward_fn: Any, differentiable_fn: Any, query: Array, key: Ar
   return attend(query, key, value)
 
 
-def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *,
+def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *, is_causal: bool,
                      differentiated: bool = True) -> tuple[int, int]:
   """(block_q, block_k) of the measured rule above, capped at T and S.
 
   Args:
     query_shape: [B, T, N, H] (or [T, N, H]).
     key_shape: [B, S, K, H] (or [S, K, H]).
+    is_causal: whether a causal mask (or a local window) skips tiles.
     differentiated: the tiles for forward+backward (True) or for the forward pass alone.
 
   Returns:
-    BLOCKS (LARGE_BLOCKS from S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to
-    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group
-    G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when differentiated, B·N·bq·bk,
-    one step's tiles over the batch and heads, at most STEP_MAX_ELEMENTS.
+    LARGE_BLOCKS (causal: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128,
+    block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA
+    group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when causal and
+    differentiated, B·N·bq·bk, one step's tiles over the batch and heads, at most STEP_MAX_ELEMENTS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
-  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if differentiated else 0  # B·N
-  block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN else BLOCKS
+  batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
+  step_rows = batch_heads if differentiated and is_causal else 0
+  block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN or not is_causal else BLOCKS
 
   def too_big(block_q, block_k):
     return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > STEP_MAX_ELEMENTS

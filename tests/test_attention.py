@@ -242,8 +242,11 @@ class DispatchTest(parameterized.TestCase):
                      "dense")
     large = scaling.attention.LARGE_BLOCKS_MIN_KV_LEN
     for kv_len, blocks in ((large - 1, scaling.attention.BLOCKS), (large, scaling.attention.LARGE_BLOCKS)):
-      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
+      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu",
+                      is_causal=True)
       self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *blocks))
+      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
+      self.assertEqual((choice.block_q, choice.block_k), scaling.attention.LARGE_BLOCKS)  # no mask: large tiles
     self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
                      3)  # capped at T
     small = scaling.attention.SINGLE_TILE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: one T x S tile
@@ -258,8 +261,10 @@ class DispatchTest(parameterized.TestCase):
       choice = select((1, t, 4, 16), (1, kv_len, 4, 16), _opts(), backend="cpu")  # not causal: all S keys count
       self.assertEqual(choice.block_k, kv_len if 4 * t * kv_len <= scaling.attention.SINGLE_TILE_MAX_LOGITS else
                        scaling.attention.LARGE_BLOCKS[1])
-    choice = select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu")
-    self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *scaling.attention.BLOCKS))
+    for causal, blocks in ((True, scaling.attention.BLOCKS), (False, scaling.attention.LARGE_BLOCKS)):  # past it
+      choice = select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=causal)
+      self.assertEqual((choice.implementation, choice.block_q, choice.block_k),
+                       ("blockwise", *(min(b, min_len) for b in blocks)))
     long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
     for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
                          (_opts(), {"return_weights": True})):
@@ -285,11 +290,13 @@ class DispatchTest(parameterized.TestCase):
   def test_blocks_hold_the_tile_within_the_limits(self, shape, blocks, forward_blocks):
     b, t, n, k, s = shape
     query_shape, key_shape = (b, t, n, 16), (b, s, k, 16)
-    self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape), blocks)
-    self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape, differentiated=False), forward_blocks)
+    blocks_of = functools.partial(scaling.attention.blockwise_blocks, query_shape, key_shape, is_causal=True)
+    self.assertEqual(blocks_of(), blocks)
+    self.assertEqual(blocks_of(differentiated=False), forward_blocks)
     # the limits the table above was written for
     self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.STEP_MAX_ELEMENTS), (2**17, 2**19))
-    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu")
+    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu",
+                                                     is_causal=t >= s, has_local_window=t < s)
     self.assertEqual((choice.block_q, choice.block_k), blocks)
     forward = choice.forward
     self.assertEqual(None if forward is None else (forward.implementation, forward.block_q, forward.block_k),
@@ -310,6 +317,22 @@ class DispatchTest(parameterized.TestCase):
     chex.assert_trees_all_close(jax.jit(functools.partial(scaling.dot_product_attention, is_causal=True))(q, k, v),
                                 jax.nn.dot_product_attention(q, k, v, is_causal=True), atol=2e-5, rtol=2e-5)
 
+  @parameterized.parameters(  # (B, T, N, K, S) -> blocks, both passes, written out from the rule
+      ((4, 2048, 16, 16, 8192), (256, 512)),  # B·N = 64: no step cap without a mask
+      ((4, 512, 8, 8, 512), (256, 512)),  # S < LARGE_BLOCKS_MIN_KV_LEN: LARGE_BLOCKS all the same
+      ((1, 2048, 8, 2, 2048), (128, 256)),  # G = 4: the tile cap only
+      ((1, 512, 32, 1, 512), (64, 128)),  # G = 32: the floor MIN_BLOCKS
+  )
+  def test_unmasked_blocks_are_large_in_both_passes(self, shape, blocks):
+    b, t, n, k, s = shape
+    query_shape, key_shape = (b, t, n, 16), (b, s, k, 16)
+    for differentiated in (True, False):
+      self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape, is_causal=False,
+                                                          differentiated=differentiated), blocks)
+    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu")
+    self.assertEqual((choice.implementation, choice.block_q, choice.block_k, choice.forward),
+                     ("blockwise", *blocks, None))
+
   def test_forward_tiles_run_when_not_differentiated(self):
     # B·N = 64 heads of T = S = 256: 64·128·128 > 2**19, so the backward's tiles are 64x128, the forward's 128x128.
     q, k, v = _qkv(seed=3, b=1, t=256, s=256, n=64, k=64, h=4)
@@ -317,7 +340,8 @@ class DispatchTest(parameterized.TestCase):
     choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
     self.assertEqual((choice.block_q, choice.block_k, choice.forward.block_q, choice.forward.block_k),
                      (64, 128, 128, 128))
-    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 4096, 4, 8), _opts(), backend="cpu")
+    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 4096, 4, 8), _opts(), backend="cpu",
+                                                  has_local_window=True)
     self.assertIsNone(big.forward)  # B·N = 4: both passes' tiles are LARGE_BLOCKS capped at T
     default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
     forced = {tiles: functools.partial(scaling.blockwise.blockwise_attention, is_causal=True, block_q=tiles[0],

@@ -195,7 +195,7 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
                                             float32_softmax=True, subtract_max=True)
   choice = attention_lib.select_implementation(args[0].shape, args[1].shape, opts, is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
-                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape))
+                      else attention_lib.blockwise_blocks(args[0].shape, args[1].shape, is_causal=causal))
   entries = {impl: (impl, block_q, block_k) for impl in IMPLEMENTATIONS}
   if mode in config.autotune_modes:
     entries[AUTO_ROW] = (AUTO, block_q, block_k)

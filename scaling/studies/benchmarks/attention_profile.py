@@ -66,7 +66,7 @@ def profile_case(config: AttentionProfileConfig, case: tuple, peak_gflops: float
   """Time, fraction of the peak and op-time split of one case's blockwise forward+backward at the default tiles."""
   batch, seq_len, num_heads, num_kv_heads, head_dim, causal = case
   args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed, num_kv_heads=num_kv_heads)
-  block_q, block_k = attention_lib.blockwise_blocks(args[0].shape, args[1].shape)
+  block_q, block_k = attention_lib.blockwise_blocks(args[0].shape, args[1].shape, is_causal=causal)
   step = make_step("blockwise", "fwd+bwd", causal=causal, block_q=block_q, block_k=block_k)
   compiled = jax.jit(step).lower(*args).compile()
   jax.block_until_ready(compiled(*args))
