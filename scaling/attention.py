@@ -13,7 +13,6 @@ share (logit options, input checks, logit shaping, the softmax) live in
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any, Sequence
 
