@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from scaling import validation
 from scaling.validation import ConfigError
@@ -23,7 +24,12 @@ def rope_frequencies(head_dim: int, base: float = 10000.0) -> Array:
     raise ConfigError(f"RoPE needs an even head_dim, got {head_dim}")
   if not base > 0:
     raise ConfigError(f"RoPE base must be positive, got {base}")
-  return base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+  return jnp.asarray(_frequencies(head_dim, base), jnp.float32)
+
+
+def _frequencies(head_dim: int, base: float) -> np.ndarray:
+  """θ_p of ``rope_frequencies`` in float64 NumPy (known when tracing)."""
+  return float(base) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
 def check_rope_inputs(x: Array, positions: Array | None, base: float) -> None:
@@ -56,13 +62,16 @@ def apply_rope(x: Array, positions: Array | None = None, *, base: float = 10000.
   """
   check_rope_inputs(x, positions, base)
   t, h = x.shape[-3], x.shape[-1]
-  freqs = rope_frequencies(h, base)
   if positions is None:
-    positions = jnp.arange(t)
-  positions = jnp.asarray(positions, jnp.float32)
-  angles = positions[..., :, None] * freqs  # [..., T, H/2]
-  cos = jnp.cos(angles)[..., :, None, :]
-  sin = jnp.sin(angles)[..., :, None, :]
+    # Positions 0..T-1 are known when tracing: the [T, H/2] tables become constants. Computed in the program,
+    # XLA on CPU fused cos and sin into the rotation and evaluated them again for every batch element and head
+    # (1.6 ms against 0.14 ms for [16, 128, 4, 64]).
+    angles = np.arange(t, dtype=np.float64)[:, None] * _frequencies(h, base)
+    cos, sin = (jnp.asarray(table(angles), jnp.float32)[:, None, :] for table in (np.cos, np.sin))
+  else:
+    angles = jnp.asarray(positions, jnp.float32)[..., :, None] * rope_frequencies(h, base)  # [..., T, H/2]
+    cos = jnp.cos(angles)[..., :, None, :]
+    sin = jnp.sin(angles)[..., :, None, :]
   x32 = x.astype(jnp.float32)
   x1, x2 = x32[..., : h // 2], x32[..., h // 2:]
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

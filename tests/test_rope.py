@@ -31,6 +31,16 @@ class RopeTest(chex.TestCase):
     np.testing.assert_allclose(y[0, :, 0, 0], np.cos(np.arange(4)), atol=1e-6)
     np.testing.assert_allclose(y[0, :, 0, 2], np.sin(np.arange(4)), atol=1e-6)
 
+  def test_default_positions_are_constant_tables(self):
+    # Positions 0..T-1 by default: the same rotation as those positions given, with cos and sin computed at trace
+    # time (the compiled program evaluates no cosine or sine).
+    x = jax.random.normal(jax.random.key(3), (2, 50, 3, 16))
+    chex.assert_trees_all_close(rope.apply_rope(x), rope.apply_rope(x, jnp.arange(50)), atol=2e-5)
+    chex.assert_trees_all_close(jax.jit(rope.apply_rope)(x), rope.apply_rope(x, jnp.arange(50)), atol=2e-5)
+    hlo = jax.jit(rope.apply_rope).lower(x).compile().as_text()
+    self.assertNotRegex(hlo, r"= f32\[[\d,]*\]\{[\d,]*\} (cosine|sine)\(")
+    self.assertRegex(jax.jit(rope.apply_rope).lower(x, jnp.arange(50)).compile().as_text(), r" cosine\(")
+
   def test_odd_head_dim_rejected(self):
     with self.assertRaisesRegex(ValueError, "even head_dim"):
       rope.apply_rope(jnp.zeros((1, 2, 1, 5)))
