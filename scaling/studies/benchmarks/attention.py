@@ -172,12 +172,12 @@ class AttentionBenchConfig(Options):
         raise ConfigError(f"extra_shapes must hold (B, T, N, d_k) tuples of positive integers, got {shape!r}")
 
 
-QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, extra_shapes=(), gqa_groups=(4,),
-                             gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
+QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, causal=(True,), extra_shapes=(),
+                             gqa_groups=(4,), gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
                              autotune_repeats=1, autotune_modes=("fwd+bwd",),
                              peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
                              long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
-"""Tiny sizes for a smoke run (T 256, one head dim, no extra shapes, one GQA case, one forced tile,
+"""Tiny sizes for a smoke run (T 256, one head dim, causal only, no extra shapes, one GQA case, one forced tile,
 2 repeats, the autotune in the forward+backward pass with one call per candidate, memory at T = 1024, the long
 run at T = 2048), not a measurement."""
 
