@@ -254,14 +254,15 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     return Choice("dense", reason=reason)
   if s < BLOCKWISE_MIN_KV_LEN or t < 1:
     return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
+  kv_len, seen = s, ""
   if is_causal and t < s:  # query i sees keys j <= i only: tiles as if S were T (the key tiles past T are skipped)
-    s, key_shape = t, (*key_shape[:-3], t, *key_shape[-2:])
+    s, key_shape, seen = t, (*key_shape[:-3], t, *key_shape[-2:]), f" (causal: only the first T = {t} keys count)"
   if b * n * t * s <= SINGLE_TILE_MAX_LOGITS:
-    return Choice("blockwise", t, s, reason=f"B·N·T·S = {b * n * t * s} <= {SINGLE_TILE_MAX_LOGITS}: one tile")
+    return Choice("blockwise", t, s, reason=f"B·N·T·S = {b * n * t * s} <= {SINGLE_TILE_MAX_LOGITS}: one tile{seen}")
   skips = is_causal or has_local_window
   blocks = blockwise_blocks(query_shape, key_shape, is_causal=skips)
   forward = blockwise_blocks(query_shape, key_shape, is_causal=skips, differentiated=False)
-  return Choice("blockwise", *blocks, reason=f"S = {key_shape[-3]} >= {BLOCKWISE_MIN_KV_LEN}",
+  return Choice("blockwise", *blocks, reason=f"S = {kv_len} >= {BLOCKWISE_MIN_KV_LEN}{seen}",
                 forward=None if forward == blocks else Choice("blockwise", *forward, reason="undifferentiated"))
 
 

@@ -173,8 +173,8 @@ class AttentionBenchConfig(Options):
 
 
 QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, causal=(True,), extra_shapes=(),
-                             gqa_groups=(4,), gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32, tile_candidates=((64, 128),),
-                             autotune_repeats=1, autotune_modes=("fwd+bwd",),
+                             gqa_groups=(4,), gqa_seq_lens=(256,), gqa_num_heads=4, gqa_head_dim=32,
+                             tile_candidates=((64, 128),), autotune_repeats=1, autotune_modes=("fwd+bwd",),
                              peak_matmul_size=256, memory_seq_lens=(1024,), memory_head_dim=32, long_seq_len=2048,
                              long_timeout_s=120.0, memory_timeout_s=120.0, parallel_subprocesses=True)
 """Tiny sizes for a smoke run (T 256, one head dim, causal only, no extra shapes, one GQA case, one forced tile,
