@@ -313,8 +313,7 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
-  batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
-  step_rows = batch_heads if differentiated and is_causal else 0
+  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if differentiated and is_causal else 0
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN or not is_causal else BLOCKS
 
   def too_big(block_q, block_k):

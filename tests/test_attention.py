@@ -295,6 +295,8 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(blocks_of(differentiated=False), forward_blocks)
     # the limits the table above was written for
     self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.STEP_MAX_ELEMENTS), (2**17, 2**19))
+    # A causal mask with T < S would count only T keys (tested in test_rule); a local window keeps S, and the
+    # rule treats it like a causal mask otherwise.
     choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu",
                                                      is_causal=t >= s, has_local_window=t < s)
     self.assertEqual((choice.block_q, choice.block_k), blocks)
