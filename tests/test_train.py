@@ -164,7 +164,12 @@ class TrainStepTest(chex.TestCase):
 
     state = train_lib.init_train_state(0, cfg, opt)
     params, opt_state = state.params, state.opt_state
-    step = train_lib.make_train_step(cfg, opt)
+    batch = _dataset().batch(0)
+    # Both programs compiled with XLA's default CPU emitters: the tests' faster-compiling ones (conftest) fuse the
+    # two differently shaped programs with different roundings.
+    options = {"xla_cpu_use_fusion_emitters": True}
+    step = train_lib.make_train_step(cfg, opt).lower(state, batch).compile(options)
+    plain_step = plain_step.lower(params, opt_state, batch).compile(options)
     for t in range(2):
       state, metrics = step(state, _dataset().batch(t))
       params, opt_state = plain_step(params, opt_state, _dataset().batch(t))
