@@ -33,9 +33,11 @@ METRIC_TOL = dict(rtol=1e-5, atol=1e-6)
 
 def _env(devices: int | None = None) -> dict[str, str]:
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-  env.pop("XLA_FLAGS", None)
+  # The session's compile flags (conftest) without any device count; the job's own count, if given.
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
   if devices is not None:
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    flags.append(f"--xla_force_host_platform_device_count={devices}")
+  env["XLA_FLAGS"] = " ".join(flags)
   return env
 
 
