@@ -181,12 +181,30 @@ AUTO = "auto"
 #   4, 512, 8, 8                        1.00     1.48     2.20     3.69             1.00     1.39     3.05
 #   1, 2048, 8, 8                       1.00     1.03     1.07     1.08             1.51     1.45     1.04
 #
-# The backward's steps hold several [B, N, bq, bk] arrays (probabilities, dP, dS), likely past the caches beyond
-# about 2**19 elements (B·N = 4 at 256x512), where smaller tiles win; the forward's steps hold fewer and keep the
-# larger tiles. So under differentiation ``blockwise_blocks`` also halves until B·N·bq·bk <= STEP_MAX_ELEMENTS
-# (same order as above), and when that changes the tile the choice carries the forward's own tiles in
-# ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under differentiation the
-# backward's tiles run forward and backward.
+# The backward's steps hold several [B, N, bq, bk] arrays (probabilities, dP, dS) where the forward's hold fewer,
+# and the forward alone keeps the larger tiles. A first rule capped one step's tiles at a fixed 2**19 elements
+# (B·N·bq·bk); it picked 128x256 at 2, 1024, 8, 8 (1.06 and 1.25 in two later runs) and 256x256 at
+# 1, 2048, 8, 8 (1.14, 1.24, 1.14 in three runs), where 128x128 and 256x512 were the fastest. More rows (same
+# script, --masks=causal --tiles=64x128,128x128,128x256,256x256,256x512, one run, time over the fastest path,
+# dense omitted: 2.9x or slower; * = the rule's tile):
+#
+#   (B, T = S, N, K), causal   fwd+bwd: 64x128   128x128  128x256  256x256  256x512     fwd: 256x512
+#   4, 512, 8, 8                        1.00*    1.10     1.45     1.56     2.45             1.98 (128x128* 1.00)
+#   2, 1024, 8, 8                       1.03     1.00*    1.21     1.23     1.29             1.00*
+#   2, 1024, 8, 2                       1.50     1.25     1.00*    1.13     1.83             1.43 (128x256* 1.00)
+#   1, 1024, 4, 4                       1.05     1.05     1.12     1.03*    1.00             1.00*
+#   1, 2048, 8, 8                       1.17     1.28     1.04     1.12     1.00*            1.00*
+#   2, 4096, 8, 8                       1.28     1.12     1.17     1.20     1.00*            1.00*
+#
+# What fits every row is a cap that grows with the logits of one head: B·K·bq·bk, one step's tiles over the batch
+# and the key/value heads, counted without the G query rows each GQA group folds in (counting them would halve
+# 2, 1024, 8, 2's 128x256 to 128x128, 1.25 there), at most T·S/STEP_SHARE_OF_LOGITS: 2**16 at T = S = 512 (the floor
+# MIN_BLOCKS at B·K = 32), 2**18 at 1024 (128x128 at B·K = 16, 256x256 at B·K = 4), 2**20 at 2048 and 2**22 at 4096
+# (256x512 at B·K = 8 and 16). It is a fit to these measurements, not a model of the caches. So under
+# differentiation ``blockwise_blocks`` also halves until B·K·bq·bk <= T·S/STEP_SHARE_OF_LOGITS (same order as
+# above), and when that changes the tile the choice carries the forward's own tiles in ``Choice.forward``:
+# undifferentiated calls run those (``split_forward``), and under differentiation the backward's tiles run forward
+# and backward.
 #
 # Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
 # tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
@@ -200,14 +218,14 @@ AUTO = "auto"
 #
 # So without a causal mask or window ``blockwise_blocks`` starts from LARGE_BLOCKS at any S and only the GQA cap
 # TILE_MAX_ELEMENTS halves it (at G = 4, 128x256 was again the fastest tile, in both passes); BLOCKS below
-# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_MAX_ELEMENTS are for causal attention.
+# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_SHARE_OF_LOGITS are for causal attention.
 BLOCKWISE_MIN_KV_LEN = 256
 SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
 TILE_MAX_ELEMENTS = 2**17
-STEP_MAX_ELEMENTS = 2**19
+STEP_SHARE_OF_LOGITS = 4
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -309,15 +327,17 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
     LARGE_BLOCKS (causal: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128,
     block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA
     group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when causal and
-    differentiated, B·N·bq·bk, one step's tiles over the batch and heads, at most STEP_MAX_ELEMENTS.
+    differentiated, B·K·bq·bk, one step's tiles over the batch and key/value heads, at most
+    T·S/STEP_SHARE_OF_LOGITS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
-  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if differentiated and is_causal else 0
+  step_rows = key_shape[-2] * (key_shape[0] if len(key_shape) == 4 else 1) if differentiated and is_causal else 0
+  step_max = q_len * kv_len // STEP_SHARE_OF_LOGITS
   block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN or not is_causal else BLOCKS
 
   def too_big(block_q, block_k):
-    return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > STEP_MAX_ELEMENTS
+    return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > step_max
 
   for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
     while too_big(block_q, block_k) and (block_q, block_k)[axis] > floor:
