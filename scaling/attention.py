@@ -196,15 +196,40 @@ AUTO = "auto"
 #   1, 2048, 8, 8                       1.17     1.28     1.04     1.12     1.00*            1.00*
 #   2, 4096, 8, 8                       1.28     1.12     1.17     1.20     1.00*            1.00*
 #
-# What fits every row is a cap that grows with the logits of one head: B·K·bq·bk, one step's tiles over the batch
-# and the key/value heads, counted without the G query rows each GQA group folds in (counting them would halve
-# 2, 1024, 8, 2's 128x256 to 128x128, 1.25 there), at most T·S/STEP_SHARE_OF_LOGITS: 2**16 at T = S = 512 (the floor
-# MIN_BLOCKS at B·K = 32), 2**18 at 1024 (128x128 at B·K = 16, 256x256 at B·K = 4), 2**20 at 2048 and 2**22 at 4096
-# (256x512 at B·K = 8 and 16). It is a fit to these measurements, not a model of the caches. So under
-# differentiation ``blockwise_blocks`` also halves until B·K·bq·bk <= T·S/STEP_SHARE_OF_LOGITS (same order as
-# above), and when that changes the tile the choice carries the forward's own tiles in ``Choice.forward``:
-# undifferentiated calls run those (``split_forward``), and under differentiation the backward's tiles run forward
-# and backward.
+# What fits every row is a cap that grows with the logits of one head: B·N·bq·bk, one step's tiles over the batch
+# and heads, at most T·S/STEP_SHARE_OF_LOGITS: 2**18 at T = S = 1024 (128x128 at B·N = 16, 256x256 at B·N = 4),
+# 2**20 at 2048 and 2**22 at 4096 (256x512 at B·N = 8 and 16). Below S = 1024 a quarter of the logits would leave
+# only the floor MIN_BLOCKS, which lost at B·N = 16 (same script):
+#
+#   (B, T = S, N, K), causal   fwd+bwd: 64x128        128x128       256x256     (two runs where two numbers are given)
+#   2, 512, 8, 8                        1.03 / 1.18   1.00 / 1.00   1.35 / 1.51
+#   4, 512, 8, 8                        1.00 / 1.00   1.10 / 1.07   1.56 / 1.40
+#   4, 256, 8, 8                        1.04          1.10          1.00
+#   8, 256, 8, 8                        1.00          1.13          1.07
+#
+# so the cap is at least STEP_MIN_ELEMENTS = 2**18 (128x128 at B·N = 16, 64x128 at 32 and 64). It is a fit to
+# these measurements, not a model of the caches. With GQA, though, neither the step cap nor BLOCKS below
+# S = LARGE_BLOCKS_MIN_KV_LEN helped: starting from LARGE_BLOCKS, the group's tile cap alone picked the fastest tile
+# in every row (same script, fwd+bwd, from the runs of the rows above and two more; the tile the rule would pick
+# with both):
+#
+#   (B, T = S, N, K), causal   64x128   128x128  128x256  256x256     with them         tile cap alone (the rule)
+#   4, 256, 8, 1               1.44     1.00     3.12     1.19        64x128            128x128
+#   2, 512, 8, 1               1.44     1.00     1.26     1.40        128x128           128x128
+#   4, 512, 8, 2               1.42     1.39     1.00     1.22        64x128            128x256
+#   2, 1024, 8, 2              1.50     1.25     1.00     1.13        128x128           128x256
+#   4, 512, 8, 2               1.24     1.20     1.00     1.42        64x128            128x256
+#   2, 512, 8, 2               1.52     1.21     1.00     1.19        128x128           128x256
+#   2, 768, 8, 2               1.46     1.16     1.00     1.11        128x128           128x256
+#   2, 512, 4, 2               1.38     1.31     1.31     1.00        128x128           256x256
+#   4, 512, 4, 2               1.21     1.14     1.47     1.00        128x128           256x256
+#
+# (the forward alone agreed in each of these rows). So for causal attention without GQA, and under
+# differentiation, ``blockwise_blocks`` also halves until B·N·bq·bk <= max(T·S/STEP_SHARE_OF_LOGITS,
+# STEP_MIN_ELEMENTS) (same order as above), and when that changes the tile the choice carries the
+# forward's own tiles in ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under
+# differentiation the backward's tiles run forward and backward. With GQA, causal or not, it starts from
+# LARGE_BLOCKS and only the group's tile cap halves it.
 #
 # Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
 # tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
@@ -218,7 +243,7 @@ AUTO = "auto"
 #
 # So without a causal mask or window ``blockwise_blocks`` starts from LARGE_BLOCKS at any S and only the GQA cap
 # TILE_MAX_ELEMENTS halves it (at G = 4, 128x256 was again the fastest tile, in both passes); BLOCKS below
-# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_SHARE_OF_LOGITS are for causal attention.
+# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_SHARE_OF_LOGITS are for causal attention without GQA.
 BLOCKWISE_MIN_KV_LEN = 256
 SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
@@ -226,6 +251,7 @@ LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
 TILE_MAX_ELEMENTS = 2**17
 STEP_SHARE_OF_LOGITS = 4
+STEP_MIN_ELEMENTS = 2**18
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -324,17 +350,18 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
     differentiated: the tiles for forward+backward (True) or for the forward pass alone.
 
   Returns:
-    LARGE_BLOCKS (causal: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128,
+    LARGE_BLOCKS (causal without GQA: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128,
     block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA
-    group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when causal and
-    differentiated, B·K·bq·bk, one step's tiles over the batch and key/value heads, at most
-    T·S/STEP_SHARE_OF_LOGITS.
+    group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when causal, differentiated
+    and without GQA (G = 1), B·N·bq·bk, one step's tiles over the batch and heads, at most
+    T·S/STEP_SHARE_OF_LOGITS (and at least STEP_MIN_ELEMENTS).
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
-  step_rows = key_shape[-2] * (key_shape[0] if len(key_shape) == 4 else 1) if differentiated and is_causal else 0
-  step_max = q_len * kv_len // STEP_SHARE_OF_LOGITS
-  block_q, block_k = LARGE_BLOCKS if kv_len >= LARGE_BLOCKS_MIN_KV_LEN or not is_causal else BLOCKS
+  causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as without a mask
+  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if causal and differentiated else 0
+  step_max = max(q_len * kv_len // STEP_SHARE_OF_LOGITS, STEP_MIN_ELEMENTS)
+  block_q, block_k = BLOCKS if causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
 
   def too_big(block_q, block_k):
     return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > step_max
