@@ -360,13 +360,13 @@ def attention_core_bwd(plan: Plan, residuals, cotangents):
       vis = _tile_visibility(plan, mask, q_lens, kv_lens, i, j) if masked else None
       if vis is not None:
         p = jnp.where(vis, p, 0.0)
-      dv = dv.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", p.astype(dtype), do_i, preferred_element_type=_F32))
+      dv = dv.at[j].add(jnp.einsum("bkgqh,bkgqs->bkhs", do_i, p.astype(dtype), preferred_element_type=_F32))
       dp = jnp.einsum("bkgqh,bksh->bkgqs", do_i, v_j, preferred_element_type=_F32)
       ds = p * (dp - delta_i[..., None])
       grads = shape_vjp(ds)
       ds_raw = grads[0].astype(dtype)
       dq_i = dq_i + jnp.einsum("bkgqs,bksh->bkgqh", ds_raw, k_j, preferred_element_type=_F32)
-      dk = dk.at[j].add(jnp.einsum("bkgqs,bkgqh->bksh", ds_raw, q_i, preferred_element_type=_F32))
+      dk = dk.at[j].add(jnp.einsum("bkgqh,bkgqs->bkhs", q_i, ds_raw, preferred_element_type=_F32))
       if bias is not None:
         dbias = _add_tile(dbias, masking_lib.ungroup_heads(grads[1]), plan, i, j)
       return dq_i, dk, dv, dbias
@@ -376,10 +376,15 @@ def attention_core_bwd(plan: Plan, residuals, cotangents):
                                             (jnp.zeros(q_i.shape, _F32), dk, dv, dbias))
     return (dk, dv, dbias), dq_i
 
-  init = (jnp.zeros(kb.shape, _F32), jnp.zeros(vb.shape, _F32),
+  # dK and dV accumulate transposed, [nk, B, K, H, bk]: dKᵀ += Qᵀ·dS and dVᵀ += dOᵀ·P contract the [G·bq, bk]
+  # tiles over their rows as they lie, so XLA transposes the small [G·bq, H] tiles of q and dO rather than copying
+  # each [G·bq, bk] tile of dS and P into another layout (on CPU that copy took a fifth of the backward's op time).
+  kv_t_shape = (*kb.shape[:-2], kb.shape[-1], kb.shape[-2])
+  init = (jnp.zeros(kv_t_shape, _F32), jnp.zeros(kv_t_shape, _F32),
           None if bias is None else jnp.zeros(bias.shape, _F32))
   xs = (jnp.arange(plan.num_q_blocks, dtype=jnp.int32), qb, d_out, lse, delta)
   (dk, dv, dbias), dq = lax.scan(query_block, init, xs)
+  dk, dv = jnp.swapaxes(dk, -1, -2), jnp.swapaxes(dv, -1, -2)
   dbias = None if bias is None else dbias.astype(bias.dtype)
   return dq.astype(qb.dtype), dk.astype(kb.dtype), dv.astype(vb.dtype), dbias, None, None, None
 
