@@ -231,6 +231,12 @@ AUTO = "auto"
 # differentiation the backward's tiles run forward and backward. With GQA, causal or not, it starts from
 # LARGE_BLOCKS and only the group's tile cap halves it.
 #
+# All these tables were measured before the backward accumulated dK and dV transposed (``blockwise.py``), which
+# removed a copy of every dS and P tile and so made large tiles cheaper under differentiation. Rerun once since
+# (same script, fwd+bwd, causal), 1, 1024, 4, 4 took 1.35 at the rule's 256x256 against 256x512, and 4, 512, 8, 8
+# 1.05 at 64x128 against 128x128; the other rows kept the rule's tile (2, 512, 8, 8; 2, 1024, 8, 8; 1, 2048, 8, 8;
+# 4, 512, 8, 2). The step cap is due to be measured again.
+#
 # Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
 # tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
 # 256x256, 256x512 and the old rule's tile):

@@ -378,7 +378,8 @@ def attention_core_bwd(plan: Plan, residuals, cotangents):
 
   # dK and dV accumulate transposed, [nk, B, K, H, bk]: dKᵀ += Qᵀ·dS and dVᵀ += dOᵀ·P contract the [G·bq, bk]
   # tiles over their rows as they lie, so XLA transposes the small [G·bq, H] tiles of q and dO rather than copying
-  # each [G·bq, bk] tile of dS and P into another layout (on CPU that copy took a fifth of the backward's op time).
+  # each [G·bq, bk] tile of dS and P into another layout (on CPU that copy was the largest op of
+  # ``python -m experiments.benchmark --suite=attention_profile``).
   kv_t_shape = (*kb.shape[:-2], kb.shape[-1], kb.shape[-2])
   init = (jnp.zeros(kv_t_shape, _F32), jnp.zeros(kv_t_shape, _F32),
           None if bias is None else jnp.zeros(bias.shape, _F32))
