@@ -42,12 +42,12 @@ class BenchmarkMainTest(absltest.TestCase):
     flops = 4 * 1 * 2 * 256 * 256 * 32 / 2 * 3.5
     self.assertAlmostEqual(case["gflops"], flops / (case["ms"] / 1e3) / 1e9, places=6)
     self.assertAlmostEqual(case["fraction_of_peak"], case["gflops"] / data["peak"]["gflops"], places=6)
-    self.assertEqual(case["blocks"], "128x128")  # the default tiles below S = 1024
+    self.assertEqual(case["blocks"], "256x256")  # GQA (G = 2): 256x512 halved once by the group's tile cap, then T
     shares = [c["share"] for c in case["profile"]["categories"].values()]
     self.assertAlmostEqual(sum(shares), 1.0, places=6)
     self.assertGreater(case["profile"]["categories"]["matmul"]["share"], 0)
     table = (out / "attention_profile.md").read_text()
-    self.assertIn(f"| 1 | 256 | 2 | 1 | 32 | causal | 128x128 | {case['ms']:.4g} | {case['fraction_of_peak']:.2f} |",
+    self.assertIn(f"| 1 | 256 | 2 | 1 | 32 | causal | 256x256 | {case['ms']:.4g} | {case['fraction_of_peak']:.2f} |",
                   table)
 
 
