@@ -343,7 +343,7 @@ class DispatchTest(parameterized.TestCase):
                      ("blockwise", *blocks, None))
 
   def test_forward_tiles_run_when_not_differentiated(self):
-    # B·N = 64 heads of T = S = 256: 64·128·128 > max(T·S/4, 2**18), so the backward's tiles are 64x128, the forward's 128x128.
+    # B·N = 64 heads of T = S = 256: 64·128·128 > max(T·S/4, 2**18): backward tiles 64x128, forward 128x128.
     q, k, v = _qkv(seed=3, b=1, t=256, s=256, n=64, k=64, h=4)
     ct = jax.random.normal(jax.random.key(4), q.shape)
     choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
