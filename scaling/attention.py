@@ -364,10 +364,11 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
-  causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as without a mask
-  step_rows = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1) if causal and differentiated else 0
+  ungrouped_causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as unmasked
+  batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
+  step_rows = batch_heads if ungrouped_causal and differentiated else 0
   step_max = max(q_len * kv_len // STEP_SHARE_OF_LOGITS, STEP_MIN_ELEMENTS)
-  block_q, block_k = BLOCKS if causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
+  block_q, block_k = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
 
   def too_big(block_q, block_k):
     return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > step_max
