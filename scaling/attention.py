@@ -173,45 +173,37 @@ AUTO = "auto"
 #
 # (dense, which computes every T x S logit, was 1.8-11.6x slower there.)
 #
-# Past that size the forward pass and the backward want different tiles. Side by side (same script):
+# Past that size the forward pass and the backward want different tiles: the backward's steps hold several
+# [B, N, bq, bk] arrays (probabilities, dP, dS) where the forward's hold fewer. Causal forward+backward without GQA,
+# side by side (same script, --masks=causal --tiles=64x128,128x128,128x256,256x256,256x512, time over the fastest
+# path, two runs where two numbers are given; dense was 2.1x or slower in every row; * = the rule's tile):
 #
-#   (B, T, N, K), causal       fwd+bwd: 128x128  128x256  256x256  256x512     fwd: 128x128  256x256  256x512
-#   2, 1024, 8, 8                       1.00     1.09     1.38     1.84             1.15     1.17     1.00
-#   1, 1024, 4, 4                       1.14     1.30     1.08     1.08             1.54     1.39     1.00
-#   4, 512, 8, 8                        1.00     1.48     2.20     3.69             1.00     1.39     3.05
-#   1, 2048, 8, 8                       1.00     1.03     1.07     1.08             1.51     1.45     1.04
+#   (B, T = S, N, K)   B·N   64x128        128x128       128x256       256x256       256x512
+#   8, 256, 8, 8       64    1.00*         1.14          2.19          1.32          -
+#   4, 512, 8, 8       32    1.00 / 1.09*  1.01 / 1.00   1.29 / 1.35   1.25 / 1.46   2.06 / 2.12
+#   2, 512, 8, 8       16    1.35          1.00*         1.25          1.30          2.25
+#   4, 1024, 8, 8      32    1.19 / 1.13   1.00 / 1.00*  1.27 / 1.13   1.46 / 1.31   1.14 / 1.10
+#   2, 1024, 8, 8      16    1.09 / 1.13   1.03 / 1.00*  1.15 / 1.50   1.11 / 1.32   1.00 / 1.23
+#   2, 1024, 4, 4      8     1.30          1.17          1.23          1.13          1.00*
+#   1, 1024, 8, 8      8     1.34          1.20          1.26          1.27          1.00*
+#   1, 1024, 4, 4      4     1.44 / 1.47   1.41 / 1.41   1.43 / 1.48   1.28 / 1.32   1.00 / 1.00*
+#   1, 1024, 2, 2      2     1.25          1.18          1.51          1.37          1.00*
+#   4, 2048, 8, 8      32    1.27          1.25          1.41          1.35          1.00*
+#   2, 2048, 8, 8      16    1.27          1.18          1.32          1.39          1.00*
+#   1, 2048, 8, 8      8     1.51          1.41          1.28          1.39          1.00*
+#   2, 2048, 4, 4      8     1.63          1.36          1.34          1.30          1.00*
+#   1, 2048, 4, 4      4     1.70          1.59          1.66          1.45          1.00*
 #
-# The backward's steps hold several [B, N, bq, bk] arrays (probabilities, dP, dS) where the forward's hold fewer,
-# and the forward alone keeps the larger tiles. A first rule capped one step's tiles at a fixed 2**19 elements
-# (B·N·bq·bk); it picked 128x256 at 2, 1024, 8, 8 (1.06 and 1.25 in two later runs) and 256x256 at
-# 1, 2048, 8, 8 (1.14, 1.24, 1.14 in three runs), where 128x128 and 256x512 were the fastest. More rows (same
-# script, --masks=causal --tiles=64x128,128x128,128x256,256x256,256x512, one run, time over the fastest path,
-# dense omitted: 2.9x or slower; * = the rule's tile):
-#
-#   (B, T = S, N, K), causal   fwd+bwd: 64x128   128x128  128x256  256x256  256x512     fwd: 256x512
-#   4, 512, 8, 8                        1.00*    1.10     1.45     1.56     2.45             1.98 (128x128* 1.00)
-#   2, 1024, 8, 8                       1.03     1.00*    1.21     1.23     1.29             1.00*
-#   2, 1024, 8, 2                       1.50     1.25     1.00*    1.13     1.83             1.43 (128x256* 1.00)
-#   1, 1024, 4, 4                       1.05     1.05     1.12     1.03*    1.00             1.00*
-#   1, 2048, 8, 8                       1.17     1.28     1.04     1.12     1.00*            1.00*
-#   2, 4096, 8, 8                       1.28     1.12     1.17     1.20     1.00*            1.00*
-#
-# What fits every row is a cap that grows with the logits of one head: B·N·bq·bk, one step's tiles over the batch
-# and heads, at most T·S/STEP_SHARE_OF_LOGITS: 2**18 at T = S = 1024 (128x128 at B·N = 16, 256x256 at B·N = 4),
-# 2**20 at 2048 and 2**22 at 4096 (256x512 at B·N = 8 and 16). Below S = 1024 a quarter of the logits would leave
-# only the floor MIN_BLOCKS, which lost at B·N = 16 (same script):
-#
-#   (B, T = S, N, K), causal   fwd+bwd: 64x128        128x128       256x256     (two runs where two numbers are given)
-#   2, 512, 8, 8                        1.03 / 1.18   1.00 / 1.00   1.35 / 1.51
-#   4, 512, 8, 8                        1.00 / 1.00   1.10 / 1.07   1.56 / 1.40
-#   4, 256, 8, 8                        1.04          1.10          1.00
-#   8, 256, 8, 8                        1.00          1.13          1.07
-#
-# so the cap is at least STEP_MIN_ELEMENTS = 2**18 (128x128 at B·N = 16, 64x128 at 32 and 64). It is a fit to
-# these measurements, not a model of the caches. With GQA, though, neither the step cap nor BLOCKS below
-# S = LARGE_BLOCKS_MIN_KV_LEN helped: starting from LARGE_BLOCKS, the group's tile cap alone picked the fastest tile
-# in every row (same script, fwd+bwd, from the runs of the rows above and two more; the tile the rule would pick
-# with both):
+# The intermediate tiles 128x256 and 256x256 were never the fastest (1.11 at best), and where the large tile lost,
+# it lost to 128x128 or 64x128. What fits every row is a cap on one step's tiles over the batch and heads,
+# B·N·bq·bk, at the logits of one head, T·S: the first of 256x512 (from S = LARGE_BLOCKS_MIN_KV_LEN) and 128x128
+# that holds it, else 64x128. It is a fit to these measurements, not a model of the caches. (An earlier backward
+# copied every dS and P tile into another layout, and an earlier rule, fitted to it, halved 256x512 through
+# 256x256 and 128x256 with a cap of a quarter of T·S; with the backward of ``blockwise.py``, which accumulates dK
+# and dV transposed, that rule's tile took 1.13-1.41 in six of the rows above.) With GQA, though, neither a step
+# cap nor BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN helped: starting from LARGE_BLOCKS, the group's tile cap alone
+# picked the fastest tile in every row (same script, fwd+bwd, with the earlier backward; the tile a step cap of
+# a quarter of T·S with a floor of 2**18 would pick):
 #
 #   (B, T = S, N, K), causal   64x128   128x128  128x256  256x256     with them         tile cap alone (the rule)
 #   4, 256, 8, 1               1.44     1.00     3.12     1.19        64x128            128x128
@@ -225,17 +217,11 @@ AUTO = "auto"
 #   4, 512, 4, 2               1.21     1.14     1.47     1.00        128x128           256x256
 #
 # (the forward alone agreed in each of these rows). So for causal attention without GQA, and under
-# differentiation, ``blockwise_blocks`` also halves until B·N·bq·bk <= max(T·S/STEP_SHARE_OF_LOGITS,
-# STEP_MIN_ELEMENTS) (same order as above), and when that changes the tile the choice carries the
-# forward's own tiles in ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under
-# differentiation the backward's tiles run forward and backward. With GQA, causal or not, it starts from
-# LARGE_BLOCKS and only the group's tile cap halves it.
-#
-# All these tables were measured before the backward accumulated dK and dV transposed (``blockwise.py``), which
-# removed a copy of every dS and P tile and so made large tiles cheaper under differentiation. Rerun once since
-# (same script, fwd+bwd, causal), 1, 1024, 4, 4 took 1.35 at the rule's 256x256 against 256x512, and 4, 512, 8, 8
-# 1.05 at 64x128 against 128x128; the other rows kept the rule's tile (2, 512, 8, 8; 2, 1024, 8, 8; 1, 2048, 8, 8;
-# 4, 512, 8, 2). The step cap is due to be measured again.
+# differentiation, ``blockwise_blocks`` takes the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN) and
+# BLOCKS with B·N·bq·bk <= T·S, else MIN_BLOCKS, and when that changes the tile the choice carries the forward's own
+# tiles in ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under differentiation the
+# backward's tiles run forward and backward. With GQA, causal or not, it starts from LARGE_BLOCKS and only the
+# group's tile cap halves it.
 #
 # Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
 # tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
@@ -249,15 +235,13 @@ AUTO = "auto"
 #
 # So without a causal mask or window ``blockwise_blocks`` starts from LARGE_BLOCKS at any S and only the GQA cap
 # TILE_MAX_ELEMENTS halves it (at G = 4, 128x256 was again the fastest tile, in both passes); BLOCKS below
-# LARGE_BLOCKS_MIN_KV_LEN and the step cap STEP_SHARE_OF_LOGITS are for causal attention without GQA.
+# LARGE_BLOCKS_MIN_KV_LEN and the step cap are for causal attention without GQA.
 BLOCKWISE_MIN_KV_LEN = 256
 SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
 TILE_MAX_ELEMENTS = 2**17
-STEP_SHARE_OF_LOGITS = 4
-STEP_MIN_ELEMENTS = 2**18
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -356,26 +340,26 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
     differentiated: the tiles for forward+backward (True) or for the forward pass alone.
 
   Returns:
-    LARGE_BLOCKS (causal without GQA: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128,
-    block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA
-    group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS, and, when causal, differentiated
-    and without GQA (G = 1), B·N·bq·bk, one step's tiles over the batch and heads, at most
-    T·S/STEP_SHARE_OF_LOGITS (and at least STEP_MIN_ELEMENTS).
+    Causal without GQA under differentiation: the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN) and
+    BLOCKS whose B·N·bq·bk (capped at T and S), one step's tiles over the batch and heads, is at most T·S, the
+    logits of one head; else MIN_BLOCKS. Otherwise LARGE_BLOCKS (causal without GQA: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved
+    (block_k to 256, block_q to 128, block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of
+    one key/value head with its GQA group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
   ungrouped_causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as unmasked
-  batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
-  step_rows = batch_heads if ungrouped_causal and differentiated else 0
-  step_max = max(q_len * kv_len // STEP_SHARE_OF_LOGITS, STEP_MIN_ELEMENTS)
-  block_q, block_k = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
-
-  def too_big(block_q, block_k):
-    return rows * block_q * block_k > TILE_MAX_ELEMENTS or step_rows * block_q * block_k > step_max
-
-  for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
-    while too_big(block_q, block_k) and (block_q, block_k)[axis] > floor:
-      block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
+  large = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
+  if ungrouped_causal and differentiated:  # the step cap; G = 1, so every candidate holds the tile cap
+    batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
+    step = lambda tile: batch_heads * min(tile[0], q_len) * min(tile[1], kv_len)
+    fits = [tile for tile in (large, BLOCKS) if step(tile) <= q_len * kv_len]
+    block_q, block_k = fits[0] if fits else MIN_BLOCKS
+  else:
+    block_q, block_k = large
+    for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
+      while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:
+        block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
   return min(block_q, q_len), min(block_k, kv_len)
 
 

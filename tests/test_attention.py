@@ -276,10 +276,12 @@ class DispatchTest(parameterized.TestCase):
 
   @parameterized.parameters(  # (B, T, N, K, S) -> (forward+backward, forward alone) blocks, written out from the rule
       ((1, 2048, 4, 4, 2048), (256, 512), (256, 512)),  # no GQA: G·256·512 = 2**17 (tile limit); B·N = 4: fits
-      ((4, 2048, 16, 16, 2048), (128, 128), (256, 512)),  # B·N = 64: halved to T·S/4 / 64 = 128·128 under grad only
-      ((4, 2048, 16, 16, 8192), (256, 256), (256, 512)),  # local window, S = 8192: T·S/4 = 2**22 holds 64·256·256
-      ((2, 1024, 8, 8, 1024), (128, 128), (256, 512)),  # B·N = 16: T·S/4 = 2**18: block_k to 256, q to 128, k to 128
-      ((1, 2048, 8, 8, 2048), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 = T·S/4
+      ((4, 2048, 16, 16, 2048), (128, 128), (256, 512)),  # B·N = 64: 64·256·512 > T·S: 128x128 under grad only
+      ((4, 2048, 16, 16, 8192), (256, 512), (256, 512)),  # local window, S = 8192: T·S = 2**24 holds 64·256·512
+      ((2, 1024, 8, 8, 1024), (128, 128), (256, 512)),  # B·N = 16: 16·256·512 > T·S = 2**20: straight to 128x128
+      ((1, 2048, 8, 8, 2048), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 <= T·S
+      ((1, 1024, 8, 8, 1024), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 = T·S, the most that fits
+      ((4, 1024, 8, 8, 1024), (128, 128), (256, 512)),  # B·N = 32: 32·128·128 = 2**19 <= T·S
       ((1, 2048, 4, 2, 2048), (256, 256), (256, 256)),  # G = 2, one over: block_k halves first
       ((1, 2048, 8, 2, 2048), (128, 256), (128, 256)),  # G = 4: then block_q to 128
       ((2, 1024, 8, 2, 1024), (128, 256), (128, 256)),  # G = 4: the tile cap only, no step cap with GQA
@@ -289,9 +291,10 @@ class DispatchTest(parameterized.TestCase):
       ((1, 2048, 16, 1, 1023), (64, 128), (64, 128)),  # with GQA LARGE_BLOCKS at any S; G = 16: block_q last
       ((2, 512, 4, 2, 512), (256, 256), (256, 256)),  # G = 2 below LARGE_BLOCKS_MIN_KV_LEN: block_k halves once
       ((1, 512, 32, 1, 512), (64, 128), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
-      ((4, 512, 8, 8, 512), (64, 128), (128, 128)),  # B·N = 32, T·S/4 < 2**18: 32·64·128 = 2**18 under grad
-      ((2, 512, 8, 8, 512), (128, 128), (128, 128)),  # B·N = 16: 16·128·128 = 2**18, the least step cap
-      ((1, 100, 4, 4, 4096), (100, 256), (100, 512)),  # capped at T; T·S/4 < 2**18 = B·N·256·256 under grad
+      ((4, 512, 8, 8, 512), (64, 128), (128, 128)),  # B·N = 32: 32·128·128 > T·S = 2**18: MIN_BLOCKS under grad
+      ((2, 512, 8, 8, 512), (128, 128), (128, 128)),  # B·N = 16: 16·128·128 = 2**18 = T·S
+      ((1, 100, 4, 4, 4096), (100, 512), (100, 512)),  # capped at T, also in the step: 4·100·512 <= T·S
+      ((3, 100, 4, 4, 4096), (100, 128), (100, 512)),  # B·N = 12: 12·100·512 > T·S: 128x128 capped at T
   )
   def test_blocks_hold_the_tile_within_the_limits(self, shape, blocks, forward_blocks):
     b, t, n, k, s = shape
@@ -300,8 +303,8 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(blocks_of(), blocks)
     self.assertEqual(blocks_of(differentiated=False), forward_blocks)
     # the limits the table above was written for
-    self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.STEP_SHARE_OF_LOGITS,
-                      scaling.attention.STEP_MIN_ELEMENTS), (2**17, 4, 2**18))
+    self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.BLOCKS, scaling.attention.LARGE_BLOCKS,
+                      scaling.attention.MIN_BLOCKS), (2**17, (128, 128), (256, 512), (64, 128)))
     # A causal mask with T < S would count only T keys (tested in test_rule); a local window keeps S, and the
     # rule treats it like a causal mask otherwise.
     choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu",
@@ -343,7 +346,7 @@ class DispatchTest(parameterized.TestCase):
                      ("blockwise", *blocks, None))
 
   def test_forward_tiles_run_when_not_differentiated(self):
-    # B·N = 64 heads of T = S = 256: 64·128·128 > max(T·S/4, 2**18): backward tiles 64x128, forward 128x128.
+    # B·N = 64 heads of T = S = 256: 64·128·128 > T·S: backward tiles 64x128, forward 128x128.
     q, k, v = _qkv(seed=3, b=1, t=256, s=256, n=64, k=64, h=4)
     ct = jax.random.normal(jax.random.key(4), q.shape)
     choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
@@ -351,7 +354,7 @@ class DispatchTest(parameterized.TestCase):
                      (64, 128, 128, 128))
     big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 8192, 4, 8), _opts(), backend="cpu",
                                                   has_local_window=True)
-    self.assertIsNone(big.forward)  # B·N·256·512 = T·S/4: both passes' tiles are LARGE_BLOCKS
+    self.assertIsNone(big.forward)  # B·N·256·512 <= T·S: both passes' tiles are LARGE_BLOCKS
     default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
     forced = {tiles: functools.partial(scaling.blockwise.blockwise_attention, is_causal=True, block_q=tiles[0],
                                        block_k=tiles[1]) for tiles in ((64, 128), (128, 128))}
