@@ -197,7 +197,18 @@ AUTO = "auto"
 # The intermediate tiles 128x256 and 256x256 were never the fastest (1.11 at best), and where the large tile lost,
 # it lost to 128x128 or 64x128. What fits every row is a cap on one step's tiles over the batch and heads,
 # B·N·bq·bk, at the logits of one head, T·S: the first of 256x512 (from S = LARGE_BLOCKS_MIN_KV_LEN) and 128x128
-# that holds it, else 64x128. It is a fit to these measurements, not a model of the caches. (An earlier backward
+# that holds it, else 64x128. It is a fit to these measurements, not a model of the caches. Checked on shapes left
+# out of the fit (same script, one run):
+#
+#   (B, T = S, N, K)   B·N   64x128   128x128  128x256  256x256  256x512
+#   16, 512, 8, 8      128   1.04*    1.00     1.18     1.20     1.73
+#   3, 1024, 8, 8      24    1.08     1.00*    1.16     1.13     1.01
+#   8, 1024, 8, 8      64    1.04     1.00*    1.17     1.24     1.04
+#   1, 1536, 8, 8      8     1.58     1.39     1.34     1.33     1.00*
+#   2, 2048, 16, 16    32    1.15     1.05     1.17     1.16     1.00*
+#   8, 2048, 8, 8      64    1.23     1.13*    1.43     1.34     1.00
+#
+# so at T = 2048 the large tile still won past the cap, where the rule's 128x128 took 1.13. (An earlier backward
 # copied every dS and P tile into another layout, and an earlier rule, fitted to it, halved 256x512 through
 # 256x256 and 128x256 with a cap of a quarter of T·S; with the backward of ``blockwise.py``, which accumulates dK
 # and dV transposed, that rule's tile took 1.13-1.41 in six of the rows above.) With GQA, though, neither a step
