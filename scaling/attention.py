@@ -353,21 +353,22 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
   Returns:
     Causal without GQA under differentiation: the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN) and
     BLOCKS whose B·N·bq·bk (capped at T and S), one step's tiles over the batch and heads, is at most T·S, the
-    logits of one head; else MIN_BLOCKS. Otherwise LARGE_BLOCKS (causal without GQA: BLOCKS below S = LARGE_BLOCKS_MIN_KV_LEN), halved
-    (block_k to 256, block_q to 128, block_k to MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of
-    one key/value head with its GQA group G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS.
+    logits of one head; else MIN_BLOCKS. Otherwise LARGE_BLOCKS (causal without GQA: BLOCKS below
+    S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to MIN_BLOCKS[1], block_q to
+    MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group G = N/K folded into the query
+    rows, holds at most TILE_MAX_ELEMENTS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
   ungrouped_causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as unmasked
-  large = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
+  start = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
   if ungrouped_causal and differentiated:  # the step cap; G = 1, so every candidate holds the tile cap
     batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
     step = lambda tile: batch_heads * min(tile[0], q_len) * min(tile[1], kv_len)
-    fits = [tile for tile in (large, BLOCKS) if step(tile) <= q_len * kv_len]
+    fits = [tile for tile in (start, BLOCKS) if step(tile) <= q_len * kv_len]
     block_q, block_k = fits[0] if fits else MIN_BLOCKS
   else:
-    block_q, block_k = large
+    block_q, block_k = start
     for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):
       while rows * block_q * block_k > TILE_MAX_ELEMENTS and (block_q, block_k)[axis] > floor:
         block_q, block_k = (block_q // 2, block_k) if axis == 0 else (block_q, block_k // 2)
