@@ -104,6 +104,8 @@ class QuickSuiteTest(absltest.TestCase):
       self.assertAlmostEqual(r["share"], r["ms_per_call"] / prof["op_ms_per_call"], places=6)
       self.assertLessEqual(r["ms_per_call"], prof["categories"][r["category"]]["ms_per_call"] + 1e-9)
     self.assertIn(f"matmul {prof['categories']['matmul']['share']:.0%}", markdown)
+    self.assertGreater(prof["wall_ms_per_call"], 0)
+    self.assertIn(f"in {prof['wall_ms_per_call']:.3g} ms of wall time", markdown)
 
 
 if __name__ == "__main__":

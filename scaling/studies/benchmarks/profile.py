@@ -11,6 +11,11 @@ HLO (the ops XLA's runtime executed; Python and runtime events are left out) and
   together), the largest ones.
 
 Op times are summed, so ops that ran concurrently on different threads count each; the shares are of that sum.
+An op's event spans what its own thread did: XLA's CPU runtime runs a plain ``dot`` (Eigen's) asynchronously, so
+its event spans the launch and the product then runs on the intra-op threads beside the ops that follow, whose
+events it lengthens. The categories' totals keep that time (the ops beside it are mostly matmuls too), but not
+where it belongs: the weight gradients' dots look almost free and the input gradients' products beside them slow.
+The wall time of the traced calls (``wall_ms_per_call``) is given beside the op time to compare with.
 Control-flow instructions (``while``, ``conditional``, ``call``) are left out: their events span the ops of their
 bodies, which are counted themselves (a loop's time would otherwise count twice).
 """
@@ -23,6 +28,7 @@ import gzip
 import json
 import pathlib
 import re
+import time
 from typing import Any, Sequence
 
 import jax
@@ -63,16 +69,19 @@ def profile_ops(compiled: Any, args: Sequence[Any], calls: int, trace_dir: str |
     top: how many of the largest source ops to return.
 
   Returns:
-    {"calls", "op_ms_per_call" (all ops), "categories": {category: {"ms_per_call", "share"}},
+    {"calls", "op_ms_per_call" (all ops), "wall_ms_per_call" (of the traced calls, tracing included),
+    "categories": {category: {"ms_per_call", "share"}},
     "top_ops": [{"op", "category", "ms_per_call", "share"}] largest first}.
   """
   hlo = compiled.as_text()
   source = {m.group(1): _source_op(m.group(0)) for m in _INSTRUCTION.finditer(hlo)
             if not _CONTAINER.search(m.group(0))}
   with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+    start = time.perf_counter()
     for _ in range(calls):
       out = compiled(*args)
     jax.block_until_ready(out)
+    wall_s = time.perf_counter() - start
   path = sorted(glob.glob(str(pathlib.Path(trace_dir) / "**" / "*perfetto_trace.json.gz"), recursive=True))[-1]
   with gzip.open(path) as f:
     trace = json.load(f)
@@ -89,7 +98,7 @@ def profile_ops(compiled: Any, args: Sequence[Any], calls: int, trace_dir: str |
   total = sum(by_category.values())
   per_call = lambda us: us / calls / 1e3
   share = lambda us: us / total if total else 0.0
-  return {"calls": calls, "op_ms_per_call": per_call(total),
+  return {"calls": calls, "op_ms_per_call": per_call(total), "wall_ms_per_call": wall_s / calls * 1e3,
           "categories": {c: {"ms_per_call": per_call(by_category[c]), "share": share(by_category[c])}
                          for c in CATEGORIES},
           "top_ops": [{"op": op, "category": cat, "ms_per_call": per_call(us), "share": share(us)}
