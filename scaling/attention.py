@@ -162,6 +162,20 @@ AUTO = "auto"
 # (One tile was also 1.4-2.1x faster than dense forward+backward at S = 128, --cases=1x128x4x4x128,4x128x8x8x128,
 # below BLOCKWISE_MIN_KV_LEN; that stays dense for now: every small call, tests included, would change path.)
 #
+# Remeasured with the transposed backward (same script, --masks=causal,none --tiles=64x128,128x128,128x256,4096x4096,
+# one run), one tile kept up, forward+backward within 1.04 and forward alone within 1.08, except forward+backward
+# with a causal mask and a large GQA group:
+#
+#   (B, T, N, K, S), causal    fwd+bwd: one tile  128x128  128x256     fwd: one tile  128x128
+#   2, 256, 8, 8, 256                   1.04      1.00     1.69             1.07      1.00
+#   2, 256, 8, 2, 256                   1.00      1.04     1.34             1.01      1.58
+#   2, 256, 8, 1, 256                   1.19      1.00     1.65             1.08      1.00
+#   4, 256, 4, 4, 256                   1.01      1.00     1.68             1.03      1.00
+#   1, 512, 4, 4, 512                   1.00      1.27     1.42             1.06      1.47
+#
+# (unmasked, one tile was the fastest or within 1.15 in every row, G = 8 included). The G = 8 row agrees with the
+# benchmark's B2 T256 N8/K1 causal rows; the rule does not yet act on it.
+#
 # A causal mask with T < S hides every key past T (query i sees keys j <= i), so there the rule tiles as if S were
 # T: one T x T tile, the key tiles past it skipped. Against the T x S tile and the larger rule's T x 512 (same
 # script, --masks=causal --tiles=1x1,64x64,200x200,64x128,128x128,1x512,64x512,4096x4096):
