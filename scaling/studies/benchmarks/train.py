@@ -397,4 +397,5 @@ def _profile_sentence(prof: dict[str, Any]) -> str:
   ops = "; ".join(f"`{r['op']}` ({r['category']}) {r['share']:.0%}" for r in prof["top_ops"])
   return (f"Profile of the loss-only step ({prof['calls']} traced call(s), {prof['op_ms_per_call']:.3g} ms of XLA op "
           f"time per call in {prof['wall_ms_per_call']:.3g} ms of wall time; matmul = dot and matmul-library "
-          f"fusions, layout = copies and transposes into another layout): {parts}. Largest source ops (per JAX op, blocks together): {ops}.")
+          f"fusions, layout = copies and transposes into another layout): {parts}. Largest source ops (per JAX op, "
+          f"blocks together): {ops}.")
