@@ -16,7 +16,7 @@ Three parts, each printed and written to OUT/device_check.json and OUT/device_ch
   compilation excluded), each as a fraction of the chip's matmul peak in the same dtype, measured in this run as the
   best of several [``matmul_size``]² ``jnp.dot`` calls. FLOPs as in ``scaling.studies.benchmarks.implementations``.
 * Train-step throughput: ``scaling.studies.benchmarks.train.throughput`` at ``train_width`` / ``train_depth`` /
-  ``train_seq_len`` / ``train_batch_size``, against the float32 matmul peak.
+  ``train_seq_len`` / ``train_batch_size``, against the float32 matmul peak timed in the same rounds.
 
 --dry_run runs it all on the default backend (CPU) at tiny sizes, with the Pallas kernel interpreted and the cuDNN
 rows skipped: it checks this script, not a GPU. Without --dry_run it stops at once unless the backend is a GPU.
@@ -264,8 +264,9 @@ def run(config: Options, out_dir: pathlib.Path | None = None) -> dict[str, Any]:
   bench = attention_throughput(config, peaks, gpu=gpu)
   train_config = dataclasses.replace(train_bench.TrainBenchConfig(), width=config.train_width,
                                      depth=config.train_depth, num_heads=config.train_num_heads,
-                                     seq_len=config.train_seq_len, batch_size=config.train_batch_size)
-  thr = train_bench.throughput(train_config, peaks["float32"])
+                                     seq_len=config.train_seq_len, batch_size=config.train_batch_size,
+                                     matmul_size=config.matmul_size)
+  thr = train_bench.throughput(train_config)
   results = {"device": jax.devices()[0].device_kind, "backend": backend, "dry_run": config.dry_run,
              "jax": jax.__version__, "config": dataclasses.asdict(config), "matmul_size": config.matmul_size,
              "matmul_peak_flops": peaks, "exactness": exact, "attention": bench, "train": thr}

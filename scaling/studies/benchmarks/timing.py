@@ -25,6 +25,27 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
   return out, time.perf_counter() - start
 
 
+def matmul_call(size: int, dtype: str = "float32") -> tuple[Callable[..., Any], tuple[Any, Any]]:
+  """(a compiled, warmed-up [size, size] jnp.dot in ``dtype``, its two arguments): the peak's matmul, to time.
+
+  Args:
+    size: the side of both square matrices.
+    dtype: the matrices' dtype (e.g. "bfloat16" for an accelerator's low-precision peak).
+  """
+  if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    raise ConfigError(f"size must be a positive integer, got {size!r}")
+  a, b = (jax.random.normal(k, (size, size), jnp.float32).astype(dtype)
+          for k in jax.random.split(jax.random.PRNGKey(1)))
+  dot = jax.jit(jnp.dot).lower(a, b).compile()
+  jax.block_until_ready(dot(a, b))
+  return dot, (a, b)
+
+
+def matmul_flops(size: int) -> float:
+  """Multiply-adds × 2 of one [size, size] × [size, size] matmul."""
+  return 2.0 * size**3
+
+
 def measure_matmul_peak(size: int, repeats: int = 5, dtype: str = "float32") -> dict:
   """Best GFLOP/s of a [size, size] jnp.dot in ``dtype`` (compiled, warmed up).
 
@@ -36,16 +57,11 @@ def measure_matmul_peak(size: int, repeats: int = 5, dtype: str = "float32") -> 
   Returns:
     {"size", "seconds" (the fastest call), "gflops"}.
   """
-  if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-    raise ConfigError(f"size must be a positive integer, got {size!r}")
   if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
     raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-  a, b = (jax.random.normal(k, (size, size), jnp.float32).astype(dtype)
-          for k in jax.random.split(jax.random.PRNGKey(1)))
-  dot = jax.jit(jnp.dot).lower(a, b).compile()
-  jax.block_until_ready(dot(a, b))
-  best = min(time_call(dot, (a, b)) for _ in range(repeats))
-  return {"size": size, "seconds": best, "gflops": 2.0 * size**3 / best / 1e9}
+  dot, args = matmul_call(size, dtype)
+  best = min(time_call(dot, args) for _ in range(repeats))
+  return {"size": size, "seconds": best, "gflops": matmul_flops(size) / best / 1e9}
 
 
 def load_note(results: dict[str, Any]) -> str:

@@ -4,9 +4,10 @@ Two measurements, each side by side in one run:
 
 * Throughput. Train steps per second of one model on a fixed batch
   (compilation excluded), and the model FLOP/s they achieve as a fraction of
-  the machine's float32 matmul peak, measured in the same run (before and after
-  the throughput, the better of the two) as the best of several large
-  ``jnp.dot`` calls. Two variants of the step, timed in
+  the machine's float32 matmul peak, the best of several large ``jnp.dot``
+  calls timed in the same rounds as the steps (each round: the matmul calls,
+  then each variant's steps), so that a machine whose speed drifts from minute
+  to minute slows both alike. Two variants of the step, timed in
   interleaved rounds (best round each): the step that returns every metric
   (what a logged step runs) and the step that returns only the loss and takes
   over the old state's buffers (``donate_argnums``; what
@@ -33,7 +34,8 @@ Two measurements, each side by side in one run:
   same data) trained as one vmapped program (``scaling.train.run_training`` with a grid)
   and one at a time, each with its own jitted init and step, as separate
   scripts would: cold (compilation included) and warm (compiled functions
-  reused; the best of ``timed_rounds`` calls). A third row, one at a time with a single shared compiled step (the
+  reused; the best of ``timed_rounds`` rounds, each calling every method in
+  turn). A third row, one at a time with a single shared compiled step (the
   learning rate is data in the optimizer state), separates what vmapping saves
   in compilation from what it saves in execution. Both methods must give the
   same losses (``max_rel_diff``). Every method runs the loss-only, donating
@@ -84,10 +86,10 @@ class TrainBenchConfig(Options):
   seq_len: int = option(128, "Sequence length of its batch.", lower=1)
   batch_size: int = option(16, "Sequences in its batch.", lower=1)
   timed_steps: int = option(5, "Steps per timed round.", lower=1)
-  timed_rounds: int = option(3, "Timed rounds per step variant, and warm calls per method of the grid "
-                              "comparison (the best counts).", lower=1)
+  timed_rounds: int = option(5, "Timed rounds, each timing the peak's matmul and then every step variant; also rounds "
+                              "of warm calls of the grid's methods (the best counts).", lower=1)
   matmul_size: int = option(2048, "Side of the float32 matmul whose FLOP/s is the peak.", lower=1)
-  matmul_repeats: int = option(5, "Timed calls of that matmul (the best counts).", lower=1)
+  matmul_repeats: int = option(5, "Timed calls of that matmul per round (the best of all counts).", lower=1)
   profile_calls: int = option(3, "Calls of the loss-only step traced by the profile.", lower=1)
   # Learning-rate grid: learning rates × seeds, and the model they train.
   grid_log2_lrs: tuple[float, ...] = option((-12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0, -5.0),
@@ -134,12 +136,20 @@ def _throughput_model(config: TrainBenchConfig):
   return model_config, optim_lib.OptimizerConfig(learning_rate=1e-3), dataset.batch(0)
 
 
-def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
-  """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded, for each of ``STEP_VARIANTS``.
+def throughput(config: TrainBenchConfig) -> dict[str, Any]:
+  """Steps/s and FLOP/s of one model on a fixed batch, compilation excluded, for each of ``STEP_VARIANTS``, against
+  the matmul peak timed between them.
 
-  The top-level values are those of the loss-only, donating step; ``variants`` holds both.
+  In each of ``timed_rounds`` rounds, ``matmul_repeats`` calls of the peak's matmul, then ``timed_steps`` steps of
+  each variant in turn; the fastest matmul call of all rounds is the peak and the fastest round of each variant
+  its step time, so that peak and steps are timed over the same minutes of a machine whose speed drifts.
+
+  Returns:
+    The loss-only, donating step's values at the top level, both variants under ``variants``,
+    ``matmul_peak_flops_per_s`` and, per round, ``rounds`` (the round's peak and each variant's fraction of it).
   """
   model_config, opt, batch = _throughput_model(config)
+  dot, dot_args = timing.matmul_call(config.matmul_size)
   steps, states, first_step_s = {}, {}, {}
   for name, options in STEP_VARIANTS.items():
     steps[name] = train_lib.make_train_step(model_config, opt, **options)
@@ -147,25 +157,33 @@ def throughput(config: TrainBenchConfig, peak: float) -> dict[str, Any]:
     states[name], metrics = steps[name](train_lib.make_init(model_config, opt)(0, 1e-3), batch)
     jax.block_until_ready(metrics)
     first_step_s[name] = time.perf_counter() - start
-  best = {name: float("inf") for name in STEP_VARIANTS}
-  for _ in range(config.timed_rounds):  # interleaved, so that both variants see the same machine
+  params = states["every_metric"].params
+  flops = flops_per_step(model_config, params, config.batch_size, config.seq_len)
+  rounds = []
+  for _ in range(config.timed_rounds):  # interleaved, so that the peak and both variants see the same machine
+    peak_s = min(timing.time_call(dot, dot_args) for _ in range(config.matmul_repeats))
+    row = {"peak_flops_per_s": timing.matmul_flops(config.matmul_size) / peak_s, "step_s": {}}
     for name, step in steps.items():
       start = time.perf_counter()
       for _ in range(config.timed_steps):
         states[name], metrics = step(states[name], batch)
       jax.block_until_ready((states[name], metrics))
-      best[name] = min(best[name], (time.perf_counter() - start) / config.timed_steps)
-  params = states["every_metric"].params
-  flops = flops_per_step(model_config, params, config.batch_size, config.seq_len)
+      row["step_s"][name] = (time.perf_counter() - start) / config.timed_steps
+    row["fraction_of_peak"] = {name: flops["total"] / t / row["peak_flops_per_s"] for name, t in row["step_s"].items()}
+    rounds.append(row)
+  peak = max(r["peak_flops_per_s"] for r in rounds)
+  best = {name: min(r["step_s"][name] for r in rounds) for name in STEP_VARIANTS}
   variants = {name: {"first_step_s": first_step_s[name], "step_s": best[name], "steps_per_s": 1.0 / best[name],
                      "tokens_per_s": config.batch_size * config.seq_len / best[name],
-                     "flops_per_s": flops["total"] / best[name], "fraction_of_peak": flops["total"] / best[name] / peak}
+                     "flops_per_s": flops["total"] / best[name], "fraction_of_peak": flops["total"] / best[name] / peak,
+                     "median_round_fraction": float(np.median([r["fraction_of_peak"][name] for r in rounds]))}
               for name in STEP_VARIANTS}
   return {"model": {"width": config.width, "depth": config.depth, "num_heads": model_config.num_heads,
                     "head_dim": model_config.head_dim, "vocab_size": model_config.vocab_size,
                     "batch_size": config.batch_size, "seq_len": config.seq_len,
                     "params": model_lib.count_params(params), "matmul_params": matmul_params(params)},
-          "flops_per_step": flops, "variants": variants, **variants["loss_only_donated"]}
+          "flops_per_step": flops, "matmul_peak_flops_per_s": peak, "rounds": rounds, "variants": variants,
+          **variants["loss_only_donated"]}
 
 
 def profile(config: TrainBenchConfig, trace_dir: pathlib.Path) -> dict[str, Any]:
@@ -231,18 +249,25 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   # Both methods' data samplers are compiled outside the timings (they are shared by every width).
   dataset.batch(0)
   train_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
-  # Warm: the best of timed_rounds calls (other work on the machine only adds time).
-  warm = lambda fn: min(timing.timed(fn)[1] for _ in range(config.timed_rounds))
   fast, cold = timing.timed(vmapped)
-  timings["vmapped"] = {"cold_s": cold, "warm_s": warm(vmapped)}
+  timings["vmapped"] = {"cold_s": cold}
   (slow, fns), cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
-  timings["one_at_a_time"] = {"cold_s": cold,
-                              "warm_s": warm(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns))}
+  timings["one_at_a_time"] = {"cold_s": cold}
+  warm_fns = {"vmapped": vmapped,
+              "one_at_a_time": lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns)}
   if config.shared_compile_row:
     shared = [_fresh_fns(model_config, opt)] * len(lrs)
     _, cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
-    timings["one_at_a_time_shared_compile"] = {
-        "cold_s": cold, "warm_s": warm(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))}
+    timings["one_at_a_time_shared_compile"] = {"cold_s": cold}
+    warm_fns["one_at_a_time_shared_compile"] = lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps,
+                                                                      shared)
+  # Warm: the best of timed_rounds rounds, each calling every method in turn (so that all see the same machine;
+  # other work on it only adds time).
+  for name in warm_fns:
+    timings[name]["warm_s"] = float("inf")
+  for _ in range(config.timed_rounds):
+    for name, fn in warm_fns.items():
+      timings[name]["warm_s"] = min(timings[name]["warm_s"], timing.timed(fn)[1])
   finite = np.isfinite(slow) & np.isfinite(fast)
   max_rel = float(np.max(np.abs(fast - slow)[finite] / (np.abs(slow[finite]) + 1e-12))) if finite.any() else 0.0
   shared = timings.get("one_at_a_time_shared_compile")
@@ -296,19 +321,13 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
   if not isinstance(config, TrainBenchConfig):
     raise ConfigTypeError(f"config must be a TrainBenchConfig, got {type(config).__name__}")
   load_before = os.getloadavg()[0]
-  peak_before = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
-  thr = throughput(config, peak_before)
-  # The peak is measured again after the throughput (other load on the machine can depress either) and the better
-  # of the two is the reference of every fraction.
-  peak_after = timing.measure_matmul_peak(config.matmul_size, config.matmul_repeats)["gflops"] * 1e9
-  peak = max(peak_before, peak_after)
-  for v in (thr, *thr["variants"].values()):
-    v["fraction_of_peak"] = v["flops_per_s"] / peak
+  thr = throughput(config)
+  peak = thr["matmul_peak_flops_per_s"]
   with tempfile.TemporaryDirectory() as trace_dir:
     prof = profile(config, pathlib.Path(trace_dir))
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
-             "matmul_peak_flops_per_s": peak, "matmul_peak_before_after": [peak_before, peak_after],
+             "matmul_peak_flops_per_s": peak,
              "matmul_size": config.matmul_size, "throughput": thr,
              "profile": prof, **grid,
              "load_average": [load_before, os.getloadavg()[0]]}
@@ -361,12 +380,12 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines = [f"**train**: a width-{m['width']}, depth-{m['depth']} model ({m['num_heads']} heads × {m['head_dim']}, "
            f"batch {m['batch_size']} × {m['seq_len']} tokens, {m['params'] / 1e6:.1f} M parameters); model FLOPs = "
            f"6·params·tokens + attention, {thr['flops_per_step']['total'] / 1e9:.1f} GFLOP per step; peak = the "
-           f"best {results['matmul_size']}² float32 matmul in the same run, {peak / 1e9:.0f} GFLOP/s"
-           + timing.load_note(results) + ":", ""]
+           f"best {results['matmul_size']}² float32 matmul of {len(thr['rounds'])} rounds that time it between the steps, "
+           f"{peak / 1e9:.0f} GFLOP/s" + timing.load_note(results) + ":", ""]
   lines.append(report.markdown_table(
-      ("train step", "steps/s", "GFLOP/s", "fraction of peak"),
+      ("train step", "steps/s", "GFLOP/s", "fraction of peak", "median of the rounds' fractions"),
       [(_VARIANT_LABELS.get(name, name), f"{v['steps_per_s']:.2f}", f"{v['flops_per_s'] / 1e9:.0f}",
-        f"{v['fraction_of_peak']:.2f}") for name, v in thr["variants"].items()]))
+        f"{v['fraction_of_peak']:.2f}", f"{v['median_round_fraction']:.2f}") for name, v in thr["variants"].items()]))
   if "profile" in results:
     lines.append(_profile_sentence(results["profile"]))
     lines.append("")
