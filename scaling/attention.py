@@ -222,7 +222,37 @@ AUTO = "auto"
 #   2, 2048, 16, 16    32    1.15     1.05     1.17     1.16     1.00*
 #   8, 2048, 8, 8      64    1.23     1.13*    1.43     1.34     1.00
 #
-# so at T = 2048 the large tile still won past the cap, where the rule's 128x128 took 1.13. (An earlier backward
+# so at T = 2048 the large tile still won past the cap, where that rule's 128x128 took 1.13. Both passes, remeasured
+# (same script, --tiles=64x128,128x128,256x512, one run; forward+backward / forward alone; * = the rule's tile now):
+#
+#   (B, T = S, N, K)   B·N   64x128         128x128        256x512
+#   16, 512, 8, 8      128   1.00* / 1.05   1.05  / 1.00*  1.60  / 1.22
+#   4, 512, 8, 8       32    1.02* / 1.03   1.00  / 1.00*  2.33  / 2.32
+#   2, 512, 8, 8       16    1.07  / 1.15   1.00* / 1.00*  2.10  / 1.54
+#   8, 1024, 8, 8      64    1.00  / 1.01   1.21* / 1.00*  1.09  / 1.08
+#   4, 1024, 8, 8      32    1.00  / 1.08   1.06* / 1.00*  1.04  / 1.09
+#   2, 1024, 8, 8      16    1.11  / 1.00   1.00* / 1.01*  1.10  / 1.07
+#   1, 1024, 8, 8      8     1.44  / 1.54   1.25  / 1.32   1.00* / 1.00*
+#   1, 1024, 4, 4      4     1.37  / 1.00   1.34  / 1.02   1.00* / 1.14*
+#   8, 2048, 8, 8      64    1.43  / 1.15   1.48  / 1.14   1.00* / 1.00*
+#   4, 2048, 8, 8      32    1.13  / 1.38   1.11  / 1.12   1.00* / 1.00*
+#   2, 2048, 8, 8      16    1.30  / 1.55   1.24  / 1.42   1.00* / 1.00*
+#   1, 2048, 8, 8      8     1.56  / 1.77   1.41  / 1.58   1.00* / 1.00*
+#
+# and on shapes left out of both fits (one run):
+#
+#   16, 2048, 8, 8     128   1.26  / 1.27   1.17  / 1.32   1.00* / 1.00*
+#   3, 2048, 8, 8      24    1.26  / 1.19   1.18  / 1.02   1.00* / 1.00*
+#   1, 4096, 8, 8      8     1.74  / 1.83   1.53  / 1.58   1.00* / 1.00*
+#   6, 1024, 8, 8      48    1.06  / 1.09   1.00* / 1.00*  1.11  / 1.04
+#   2, 1536, 8, 8      16    1.15  / 1.26   1.00  / 1.10   1.01* / 1.00*
+#   4, 1536, 8, 8      32    1.06  / 1.02   1.14* / 1.00*  1.00  / 1.26
+#
+# From S = STEP_CAP_MAX_KV_LEN = 2048 the large tile won in both passes at every B·N measured (up to 128), so the
+# step cap applies below that length only. Below it the forward alone wanted the tiles forward+backward wanted,
+# except past the cap, where it kept 128x128 and the backward wanted 64x128; so the forward's fallback is BLOCKS.
+# Misses left: 4x1536x8x8 forward+backward at 1.14 (the large tile won) and 1x1024x4x4 forward alone at 1.14
+# (64x128 won; forward+backward wanted the large tile by 1.34). (An earlier backward
 # copied every dS and P tile into another layout, and an earlier rule, fitted to it, halved 256x512 through
 # 256x256 and 128x256 with a cap of a quarter of T·S; with the backward of ``blockwise.py``, which accumulates dK
 # and dV transposed, that rule's tile took 1.13-1.41 in six of the rows above.) With GQA, though, neither a step
@@ -241,12 +271,13 @@ AUTO = "auto"
 #   2, 512, 4, 2               1.38     1.31     1.31     1.00        128x128           256x256
 #   4, 512, 4, 2               1.21     1.14     1.47     1.00        128x128           256x256
 #
-# (the forward alone agreed in each of these rows). So for causal attention without GQA, and under
-# differentiation, ``blockwise_blocks`` takes the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN) and
-# BLOCKS with B·N·bq·bk <= T·S, else MIN_BLOCKS, and when that changes the tile the choice carries the forward's own
-# tiles in ``Choice.forward``: undifferentiated calls run those (``split_forward``), and under differentiation the
-# backward's tiles run forward and backward. With GQA, causal or not, it starts from LARGE_BLOCKS and only the
-# group's tile cap halves it.
+# (the forward alone agreed in each of these rows). So for causal attention without GQA below
+# S = STEP_CAP_MAX_KV_LEN, ``blockwise_blocks`` takes the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN)
+# and BLOCKS with B·N·bq·bk <= T·S, else MIN_BLOCKS under differentiation and BLOCKS alone; where the two differ
+# the choice carries the forward's own tiles in ``Choice.forward``: undifferentiated calls run those
+# (``split_forward``), and under differentiation the backward's tiles run forward and backward. From
+# S = STEP_CAP_MAX_KV_LEN, and with GQA, causal or not, it starts from LARGE_BLOCKS and only the group's tile cap
+# halves it.
 #
 # Those were causal. Without a causal mask (or window) no tile is skipped and none is half masked, and the largest
 # tiles won whatever B·N (same script, --masks=none, two runs, time over the fastest of 64x128, 128x128, 128x256,
@@ -266,6 +297,7 @@ SINGLE_TILE_MAX_LOGITS = 2**20
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
+STEP_CAP_MAX_KV_LEN = 2048
 TILE_MAX_ELEMENTS = 2**17
 MIN_BLOCKS = (64, 128)
 # On GPU, cuDNN's fused kernel (jax.nn, implementation="cudnn") takes these input dtypes and head dims.
@@ -365,22 +397,22 @@ def blockwise_blocks(query_shape: tuple[int, ...], key_shape: tuple[int, ...], *
     differentiated: the tiles for forward+backward (True) or for the forward pass alone.
 
   Returns:
-    Causal without GQA under differentiation: the first of LARGE_BLOCKS (from S = LARGE_BLOCKS_MIN_KV_LEN) and
-    BLOCKS whose B·N·bq·bk (capped at T and S), one step's tiles over the batch and heads, is at most T·S, the
-    logits of one head; else MIN_BLOCKS. Otherwise LARGE_BLOCKS (causal without GQA: BLOCKS below
-    S = LARGE_BLOCKS_MIN_KV_LEN), halved (block_k to 256, block_q to 128, block_k to MIN_BLOCKS[1], block_q to
-    MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group G = N/K folded into the query
-    rows, holds at most TILE_MAX_ELEMENTS.
+    Causal without GQA and S below STEP_CAP_MAX_KV_LEN: the first of LARGE_BLOCKS (from
+    S = LARGE_BLOCKS_MIN_KV_LEN) and BLOCKS whose B·N·bq·bk (capped at T and S), one step's tiles over the batch
+    and heads, is at most T·S, the logits of one head; else MIN_BLOCKS under differentiation and BLOCKS for the
+    forward pass alone. Otherwise LARGE_BLOCKS, halved (block_k to 256, block_q to 128, block_k to
+    MIN_BLOCKS[1], block_q to MIN_BLOCKS[0]) until G·bq·bk, the tile of one key/value head with its GQA group
+    G = N/K folded into the query rows, holds at most TILE_MAX_ELEMENTS.
   """
   q_len, kv_len = query_shape[-3], key_shape[-3]
   rows = max(1, query_shape[-2] // key_shape[-2])  # the GQA group G
   ungrouped_causal = is_causal and rows == 1  # with GQA the group's tile cap alone sizes the tiles, as unmasked
   start = BLOCKS if ungrouped_causal and kv_len < LARGE_BLOCKS_MIN_KV_LEN else LARGE_BLOCKS
-  if ungrouped_causal and differentiated:  # the step cap; G = 1, so every candidate holds the tile cap
+  if ungrouped_causal and kv_len < STEP_CAP_MAX_KV_LEN:  # the step cap; G = 1, so every candidate holds the tile cap
     batch_heads = query_shape[-2] * (query_shape[0] if len(query_shape) == 4 else 1)  # B·N
     step = lambda tile: batch_heads * min(tile[0], q_len) * min(tile[1], kv_len)
     fits = [tile for tile in (start, BLOCKS) if step(tile) <= q_len * kv_len]
-    block_q, block_k = fits[0] if fits else MIN_BLOCKS
+    block_q, block_k = fits[0] if fits else (MIN_BLOCKS if differentiated else BLOCKS)
   else:
     block_q, block_k = start
     for axis, floor in ((1, 256), (0, 128), (1, MIN_BLOCKS[1]), (0, MIN_BLOCKS[0])):

@@ -276,12 +276,15 @@ class DispatchTest(parameterized.TestCase):
 
   @parameterized.parameters(  # (B, T, N, K, S) -> (forward+backward, forward alone) blocks, written out from the rule
       ((1, 2048, 4, 4, 2048), (256, 512), (256, 512)),  # no GQA: G·256·512 = 2**17 (tile limit); B·N = 4: fits
-      ((4, 2048, 16, 16, 2048), (128, 128), (256, 512)),  # B·N = 64: 64·256·512 > T·S: 128x128 under grad only
-      ((4, 2048, 16, 16, 8192), (256, 512), (256, 512)),  # local window, S = 8192: T·S = 2**24 holds 64·256·512
-      ((2, 1024, 8, 8, 1024), (128, 128), (256, 512)),  # B·N = 16: 16·256·512 > T·S = 2**20: straight to 128x128
+      ((4, 2048, 16, 16, 2048), (256, 512), (256, 512)),  # B·N = 64 > T·S / (256·512): no step cap from S = 2048
+      ((8, 2048, 16, 16, 2048), (256, 512), (256, 512)),  # B·N = 128: likewise
+      ((4, 2048, 16, 16, 8192), (256, 512), (256, 512)),  # local window, S = 8192: likewise
+      ((2, 1024, 8, 8, 1024), (128, 128), (128, 128)),  # B·N = 16: 16·256·512 > T·S = 2**20: straight to 128x128
       ((1, 2048, 8, 8, 2048), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 <= T·S
       ((1, 1024, 8, 8, 1024), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 = T·S, the most that fits
-      ((4, 1024, 8, 8, 1024), (128, 128), (256, 512)),  # B·N = 32: 32·128·128 = 2**19 <= T·S
+      ((4, 1024, 8, 8, 1024), (128, 128), (128, 128)),  # B·N = 32: 32·128·128 = 2**19 <= T·S
+      ((2, 1536, 8, 8, 1536), (256, 512), (256, 512)),  # B·N = 16: 16·256·512 = 2**21 <= T·S = 2359296
+      ((4, 1536, 8, 8, 1536), (128, 128), (128, 128)),  # B·N = 32: 2**22 > T·S: 128x128, both passes
       ((1, 2048, 4, 2, 2048), (256, 256), (256, 256)),  # G = 2, one over: block_k halves first
       ((1, 2048, 8, 2, 2048), (128, 256), (128, 256)),  # G = 4: then block_q to 128
       ((2, 1024, 8, 2, 1024), (128, 256), (128, 256)),  # G = 4: the tile cap only, no step cap with GQA
@@ -293,8 +296,10 @@ class DispatchTest(parameterized.TestCase):
       ((1, 512, 32, 1, 512), (64, 128), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
       ((4, 512, 8, 8, 512), (64, 128), (128, 128)),  # B·N = 32: 32·128·128 > T·S = 2**18: MIN_BLOCKS under grad
       ((2, 512, 8, 8, 512), (128, 128), (128, 128)),  # B·N = 16: 16·128·128 = 2**18 = T·S
-      ((1, 100, 4, 4, 4096), (100, 512), (100, 512)),  # capped at T, also in the step: 4·100·512 <= T·S
-      ((3, 100, 4, 4, 4096), (100, 128), (100, 512)),  # B·N = 12: 12·100·512 > T·S: 128x128 capped at T
+      ((3, 600, 1, 1, 1900), (256, 512), (256, 512)),  # local window, S = 1900: 3·256·512 <= T·S = 1140000
+      ((1, 100, 8, 8, 1500), (100, 128), (100, 128)),  # B·N = 8: 8·100·512 > T·S = 150000: 128x128 capped at T
+      ((16, 100, 4, 4, 1500), (64, 128), (100, 128)),  # B·N = 64: 64·100·128 > T·S: MIN_BLOCKS under grad only
+      ((64, 100, 4, 4, 4096), (100, 512), (100, 512)),  # S = 4096: no step cap from S = 2048
   )
   def test_blocks_hold_the_tile_within_the_limits(self, shape, blocks, forward_blocks):
     b, t, n, k, s = shape
@@ -304,7 +309,8 @@ class DispatchTest(parameterized.TestCase):
     self.assertEqual(blocks_of(differentiated=False), forward_blocks)
     # the limits the table above was written for
     self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.BLOCKS, scaling.attention.LARGE_BLOCKS,
-                      scaling.attention.MIN_BLOCKS), (2**17, (128, 128), (256, 512), (64, 128)))
+                      scaling.attention.MIN_BLOCKS, scaling.attention.LARGE_BLOCKS_MIN_KV_LEN,
+                      scaling.attention.STEP_CAP_MAX_KV_LEN), (2**17, (128, 128), (256, 512), (64, 128), 1024, 2048))
     # A causal mask with T < S would count only T keys (tested in test_rule); a local window keeps S, and the
     # rule treats it like a causal mask otherwise.
     choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu",
