@@ -187,8 +187,8 @@ AUTO = "auto"
 #
 # (dense, which computes every T x S logit, was 1.8-11.6x slower there.)
 #
-# Past that size the forward pass and the backward want different tiles: the backward's steps hold several
-# [B, N, bq, bk] arrays (probabilities, dP, dS) where the forward's hold fewer. Causal forward+backward without GQA,
+# Past that size the tiles of one step over the batch and heads, [B, N, bq, bk], are what counts: the backward's steps
+# hold several such arrays (probabilities, dP, dS), the forward's fewer. Causal forward+backward without GQA,
 # side by side (same script, --masks=causal --tiles=64x128,128x128,128x256,256x256,256x512, time over the fastest
 # path, two runs where two numbers are given; dense was 2.1x or slower in every row; * = the rule's tile):
 #
