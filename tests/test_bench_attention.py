@@ -4,6 +4,7 @@ import contextlib
 import io as std_io
 import json
 import pathlib
+import statistics
 
 from absl.testing import absltest
 
@@ -52,6 +53,15 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertIn("1510 ms", pruned["blockwise 128x128"])
     self.assertEqual(attention._pruned({"jax_nn": ("jax_nn", 1.0), "blockwise 64x128": ("blockwise", 9.0)}), {})
 
+  def test_peak_wording(self):
+    # A run's results since the peak is timed per case, and an older run's with one peak for the whole suite.
+    per_case = {"size": 8, "per_case": True, "gflops": 150.0, "min_gflops": 120.4, "max_gflops": 180.6}
+    self.assertEqual(attention._peak_text(per_case), "the float32 matmul peak timed in the same interleaved rounds as "
+                                                     "the case (120–181 GFLOP/s across cases, median 150)")
+    self.assertEqual(attention._peak_text({"size": 8, "gflops": 184.7, "before_gflops": 184.7}),
+                     "the 185 GFLOP/s float32 matmul peak measured in the same run")
+    self.assertIn("no case was timed", attention._peak_text({**per_case, "gflops": None}))
+
   def test_quick_run_writes_every_measurement(self):
     out = pathlib.Path(self.create_tempdir().full_path)
     buf = std_io.StringIO()
@@ -69,7 +79,16 @@ class AttentionBenchTest(absltest.TestCase):
                 "wall_s", "load_average"):
       self.assertIn(key, data)
     self.assertEqual(set(result), set(data))
-    self.assertGreater(data["machine"]["matmul_peak"]["gflops"], 0)
+    case_peaks = {}  # one peak per case, timed with it, shared by its rows
+    for r in data["timings"]:
+      if r["status"] == "ok":
+        case_peaks.setdefault(tuple(r[k] for k in attention.CASE_KEYS), set()).add(r["peak_gflops"])
+    self.assertLen(case_peaks, 4)
+    self.assertTrue(all(len(p) == 1 for p in case_peaks.values()), case_peaks)
+    case_peaks = [p for (p,) in case_peaks.values()]
+    self.assertEqual(data["machine"]["matmul_peak"]["min_gflops"], min(case_peaks))
+    self.assertEqual(data["machine"]["matmul_peak"]["max_gflops"], max(case_peaks))
+    self.assertEqual(data["machine"]["matmul_peak"]["gflops"], statistics.median(case_peaks))
     # The one forced tile may be pruned after its warm-up (when it took over 1.5x the fastest forced one's).
     pruned = [r for r in data["timings"] if r["status"] == "pruned"]
     self.assertTrue(all(r["impl"] == "blockwise 64x128" and "warm-up" in r["reason"] for r in pruned), pruned)
@@ -101,7 +120,10 @@ class AttentionBenchTest(absltest.TestCase):
     missed = [r for r in data["targets"]["default_within_1.1x_of_best_forced"]["per_size"] if not r["met"]]
     self.assertEqual(line.count(", best "), len(missed))  # each miss listed with the path that won
     self.assertEqual(line.count(", its own path)"), sum(r["picked_best"] for r in missed))
-    self.assertIn("GFLOP/s float32 matmul peak measured in the same run (1-minute load average ", "\n".join(table))
+    peak = data["machine"]["matmul_peak"]
+    self.assertIn(f"float32 matmul peak timed in the same interleaved rounds as the case ({peak['min_gflops']:.0f}–"
+                  f"{peak['max_gflops']:.0f} GFLOP/s across cases, median {peak['gflops']:.0f}) (1-minute load "
+                  f"average ", "\n".join(table))
     self.assertTrue(any(line.startswith("- default path at least as fast as jax.nn: met in ") for line in table))
     # Causal at T = 256 the rule runs the forced blockwise row's program under differentiation and the dense
     # row's alone: measured spreads.
@@ -117,7 +139,8 @@ class AttentionBenchTest(absltest.TestCase):
       self.assertGreaterEqual(row["median_ms"], row["ms"])
       self.assertGreater(row["ms"], 0)
       self.assertGreater(row["gflops"], 0)
-      self.assertGreater(row["fraction_of_peak"], 0)
+      self.assertGreater(row["peak_gflops"], 0)
+      self.assertAlmostEqual(row["fraction_of_peak"], row["gflops"] / row["peak_gflops"])  # the case's own peak
       self.assertIn("ratio_to_jax_nn", row)
     self.assertEqual({(r["impl"], r["seq_len"]) for r in data["memory"]}, {("dense", 1024), ("blockwise", 1024)})
     for row in data["memory"] + [data["long_run"]]:

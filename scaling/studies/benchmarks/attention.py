@@ -47,8 +47,10 @@ available.
 FLOP counts (``implementations.attention_flops``): 4·B·N·T·S·H forward,
 halved for causal attention, times 3.5 for forward+backward (the
 FlashAttention benchmarks' convention). GFLOP/s are compared with the
-machine's matmul peak, measured in the same run as the best of several large
-float32 ``jnp.dot`` calls.
+machine's matmul peak, timed per case in the same interleaved rounds as the
+case's own calls (a float32 ``peak_matmul_size``² ``jnp.dot``, its fastest
+call): a machine whose peak drifts from minute to minute is measured in the
+minute the case ran, as the train suite does.
 
 Memory: the peak resident set size of one forward+backward at
 ``memory_seq_lens`` (d_k = ``memory_head_dim``) is measured for dense and
@@ -73,7 +75,7 @@ import os
 import pathlib
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import jax
@@ -183,11 +185,16 @@ QUICK = AttentionBenchConfig(seq_lens=(256,), head_dims=(32,), repeats=2, causal
 run at T = 2048), not a measurement."""
 
 
+PEAK_CALL = "matmul peak"
+"""The name of the peak's matmul among a case's interleaved calls."""
+
+
 def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, int], causal: bool, mode: str,
-               previous: dict[str, tuple[int, float]]) -> list[dict]:
+               previous: dict[str, tuple[int, float]], peak_call: Callable[..., Any]) -> list[dict]:
   """Times all implementations (and blockwise at each forced tile) at one (B, T, N, K, d_k) case, interleaved.
 
-  Updates ``previous`` {impl: (T, s)}.
+  ``peak_call`` (the peak's matmul, ignoring its arguments) is timed in the same rounds; each timed row records
+  that peak (``peak_gflops``) and its fraction of it. Updates ``previous`` {impl: (T, s)}.
   """
   batch, seq_len, num_heads, num_kv_heads, head_dim = shape
   args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed, num_kv_heads=num_kv_heads)
@@ -250,14 +257,18 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   for name, reason in _pruned({name: (entries[name][0], rows[name]["warmup_s"]) for name in active}).items():
     rows[name].update(status="pruned", reason=reason)
     del active[name]
-  for name, times in autotune.interleaved_times(active, args, config.repeats).items():
-    rows[name]["times_s"] = times
+  times = autotune.interleaved_times({**active, PEAK_CALL: peak_call} if active else {}, args, config.repeats)
+  peak_gflops = (timing.matmul_flops(config.peak_matmul_size) / min(times.pop(PEAK_CALL)) / 1e9 if active
+                 else None)
+  for name, row_times in times.items():
+    rows[name]["times_s"] = row_times
   for impl in active:
     row = rows[impl]
     fastest = min(row["times_s"])
     previous[impl] = (seq_len, fastest)
     row.update(status="ok", ms=fastest * 1e3, median_ms=statistics.median(row["times_s"]) * 1e3,
-               gflops=flops / fastest / 1e9)
+               gflops=flops / fastest / 1e9, peak_gflops=peak_gflops,
+               fraction_of_peak=flops / fastest / 1e9 / peak_gflops)
   base = rows["jax_nn"].get("ms")
   for row in rows.values():
     if row.get("ms") is not None and base is not None:
@@ -391,7 +402,8 @@ def _targets(timings: list[dict], memory: list[dict], long_run: dict, memory_seq
       if dense.get("ms") is not None:
         bw_vs_dense.append({**case, "ratio": r["ms"] / dense["ms"], "met": r["ms"] <= 2 * dense["ms"]})
       if r["mode"] == "fwd+bwd" and r["seq_len"] >= PEAK_TARGET_MIN_LEN:
-        bw_peak.append({**case, "fraction": r["fraction_of_peak"], "met": r["fraction_of_peak"] >= PEAK_TARGET})
+        bw_peak.append({**case, "fraction": r["fraction_of_peak"], "peak_gflops": r.get("peak_gflops"),
+                        "met": r["fraction_of_peak"] >= PEAK_TARGET})
   mem = {r["impl"]: r for r in memory if r["seq_len"] == memory_seq_len}
   mem_target: dict[str, Any] = {"seq_len": memory_seq_len, "met": None}
   dense_m, bw_m = mem.get("dense", {}), mem.get("blockwise", {})
@@ -448,9 +460,13 @@ def _table_order(item) -> tuple:
   return b, n, -kh, h, not causal, mode, t
 
 
-def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = None,
+def markdown(timings: list[dict], peak: dict, targets: dict | None = None,
              memory: list[dict] = (), load: str = "") -> str:
-  """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals."""
+  """The timing table in Markdown (one line per case, ms and time / jax.nn's per implementation), then the goals.
+
+  ``peak`` is the results' ``machine.matmul_peak``: timed per case (with ``min_gflops``) or, in results of older
+  runs, once for the whole suite.
+  """
   cases: dict[tuple, dict[str, dict]] = {}
   for r in timings:
     cases.setdefault(tuple(r[name] for name in CASE_KEYS), {})[r["impl"]] = r
@@ -479,7 +495,7 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
       f"dense and blockwise at the rule's and the candidate tiles, with the default's time over its; auto = "
       f"implementation=\"auto\", tuned by its own measurements before the timings, with its time over the best "
       f"forced; blockwise / "
-      f"peak = its GFLOP/s over the {peak_gflops:.0f} GFLOP/s float32 matmul peak measured in the same run{load}.\n")
+      f"peak = its GFLOP/s over {_peak_text(peak)}{load}.\n")
   if targets is not None:
     text += "\n" + _goals_markdown(targets)
   for r in memory:
@@ -487,11 +503,21 @@ def markdown(timings: list[dict], peak_gflops: float, targets: dict | None = Non
   return text
 
 
+def _peak_text(peak: dict) -> str:
+  """What the fractions of peak are over, in words."""
+  if not peak.get("per_case"):
+    return f"the {peak['gflops']:.0f} GFLOP/s float32 matmul peak measured in the same run"
+  if peak["gflops"] is None:
+    return "the float32 matmul peak timed in the same interleaved rounds as the case (no case was timed)"
+  return (f"the float32 matmul peak timed in the same interleaved rounds as the case ({peak['min_gflops']:.0f}–"
+          f"{peak['max_gflops']:.0f} GFLOP/s across cases, median {peak['gflops']:.0f})")
+
+
 def markdown_from_results(results: dict) -> str:
   """attention.md from a run's results (as ``run`` returns them or attention.json holds them), goals recomputed."""
   targets = _targets(results["timings"], results["memory"], results["long_run"],
                      max(results["config"]["memory_seq_lens"]))
-  text = markdown(results["timings"], results["machine"]["matmul_peak"]["gflops"], targets,
+  text = markdown(results["timings"], results["machine"]["matmul_peak"], targets,
                   [*results["memory"], results["long_run"]], load=timing.load_note(results))
   limit = results["config"]["max_call_s"]
   return text + (f"- the suite took {results['wall_s'] / 60:.0f} min (calls predicted over {limit:g} s "
@@ -539,7 +565,8 @@ def _goals_markdown(targets: dict) -> str:
   name = next(k for k in targets if k.startswith("blockwise_fwd_bwd_at_least"))
   peak = targets[name]["per_size"]
   if peak:
-    parts = ", ".join(f"{_case_name(r)}: {r['fraction']:.2f}" for r in peak)
+    parts = ", ".join(f"{_case_name(r)}: {r['fraction']:.2f}"
+                      + ("" if r.get("peak_gflops") is None else f" (of {r['peak_gflops']:.0f} GFLOP/s)") for r in peak)
     lines.append(f"- blockwise forward+backward at T >= {PEAK_TARGET_MIN_LEN}, fraction of the matmul peak "
                  f"(goal {PEAK_TARGET:g}): {parts}")
   return "\n".join(lines) + "\n"
@@ -579,9 +606,10 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
 
-  peak = timing.measure_matmul_peak(config.peak_matmul_size)
-  print(f"matmul peak: {peak['gflops']:.1f} GFLOP/s (float32 {config.peak_matmul_size}^2 jnp.dot, best of 5) "
-        f"on {jax.devices()[0].platform}, {os.cpu_count()} cores; measured again after the timings", flush=True)
+  dot, dot_args = timing.matmul_call(config.peak_matmul_size)
+  peak_call = lambda *_: dot(*dot_args)
+  print(f"matmul peak: timed per case, a float32 {config.peak_matmul_size}^2 jnp.dot interleaved with the case's "
+        f"calls, on {jax.devices()[0].platform}, {os.cpu_count()} cores", flush=True)
   timings = []
   n_gqa = config.gqa_num_heads
   series = [[(config.batch, t, config.num_heads, config.num_heads, h) for t in sorted(config.seq_lens)]
@@ -600,24 +628,21 @@ def run(config: AttentionBenchConfig, out_dir: pathlib.Path) -> dict:
         for mode in sorted(MODES, key=lambda m: m != TUNED_MODE):
           previous: dict[str, tuple[int, float]] = {}
           for shape in shapes:
-            rows = _time_size(config, shape, causal, mode, previous)
+            rows = _time_size(config, shape, causal, mode, previous, peak_call)
             for row in rows:
               if row["status"] != "ok":
                 print(f"  skip {row['impl']} {_case_name(row)}: {row['reason']}", flush=True)
             print(_describe_case(rows), flush=True)
             timings.extend(rows)
             progress.update(_case_name(rows[0]))
-  # The peak is measured before and after the timings (other load on the machine can depress either) and the
-  # better of the two is the reference.
-  peak_after = timing.measure_matmul_peak(config.peak_matmul_size)
-  peak = {**max(peak, peak_after, key=lambda p: p["gflops"]), "before_gflops": peak["gflops"],
-          "after_gflops": peak_after["gflops"]}
-  print(f"matmul peak: {peak_after['gflops']:.1f} GFLOP/s after the timings; reference {peak['gflops']:.1f}",
-        flush=True)
-  for row in timings:
-    if row.get("gflops") is not None:
-      row["fraction_of_peak"] = row["gflops"] / peak["gflops"]
-  columns = (*CASE_KEYS, "impl", "ms", "gflops", "ratio_to_jax_nn", "fraction_of_peak")
+  case_peaks = {_case_name(r): r["peak_gflops"] for r in timings if r.get("peak_gflops") is not None}
+  peak = {"size": config.peak_matmul_size, "per_case": True,
+          "gflops": statistics.median(case_peaks.values()) if case_peaks else None,
+          "min_gflops": min(case_peaks.values(), default=None), "max_gflops": max(case_peaks.values(), default=None)}
+  if case_peaks:
+    print(f"matmul peak per case: {peak['min_gflops']:.1f}–{peak['max_gflops']:.1f} GFLOP/s, median "
+          f"{peak['gflops']:.1f}", flush=True)
+  columns = (*CASE_KEYS, "impl", "ms", "gflops", "ratio_to_jax_nn", "peak_gflops", "fraction_of_peak")
   table_rows = [{**r, "ms": r.get("ms", r["status"])} for r in timings]
   table = report.table(table_rows, columns, floatfmt=".3g")
   print(table, flush=True)
