@@ -171,7 +171,7 @@ class RuleFormulaTest(parameterized.TestCase):
       rules.register_rule("sqrt", rules.SqrtScale)
 
 
-class MaskingAndOptionsTest(chex.TestCase):
+class MaskingAndOptionsTest(chex.TestCase, parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_fully_masked_rows_give_zero_not_nan(self):
@@ -186,6 +186,28 @@ class MaskingAndOptionsTest(chex.TestCase):
     np.testing.assert_allclose(np.delete(out, 3, axis=1), np.delete(ref, 3, axis=1), atol=1e-5)
     grads = jax.grad(lambda q: jnp.sum(scaling.dot_product_attention(q, k, v, mask=mask)))(q)
     chex.assert_tree_all_finite(grads)
+
+  @parameterized.parameters(jnp.float32, jnp.bfloat16)
+  def test_masked_softmax_matches_closed_form_value_and_gradient(self, dtype):
+    # Closed form, in numpy float64: softmax over the visible entries of each row, 0 elsewhere and on rows with
+    # nothing visible; its vector-Jacobian product y·(g − Σ y·g) on the visible entries, 0 elsewhere.
+    logits = jax.random.normal(jax.random.PRNGKey(3), (3, 5, 6), jnp.float32) * 4.0
+    mask = jax.random.bernoulli(jax.random.PRNGKey(4), 0.6, (3, 5, 6)).at[1, 2].set(False).at[2, 0].set(True)
+    cotangent = jax.random.normal(jax.random.PRNGKey(5), (3, 5, 6), jnp.float32)
+    x, g = (np.asarray(a.astype(dtype), np.float64) for a in (logits, cotangent))
+    m = np.asarray(mask)
+    e = np.where(m, np.exp(x - np.max(x, axis=-1, keepdims=True, initial=-np.inf, where=m)), 0.0)
+    denom = e.sum(-1, keepdims=True)
+    y = np.where(denom > 0, e / np.where(denom > 0, denom, 1.0), 0.0)
+    dx = y * (g - np.sum(y * g, axis=-1, keepdims=True))
+    weights, vjp = jax.vjp(lambda z: scaling.masked_softmax(z, mask), logits.astype(dtype))
+    (grad,) = vjp(cotangent.astype(dtype))
+    tol = 1e-6 if dtype == jnp.float32 else 2e-2
+    np.testing.assert_allclose(np.asarray(weights, np.float64), y, atol=tol)
+    np.testing.assert_allclose(np.asarray(grad, np.float64), dx, atol=tol * 4)
+    np.testing.assert_array_equal(np.asarray(weights)[~np.asarray(mask)], 0.0)  # exactly 0 where masked
+    np.testing.assert_array_equal(np.asarray(grad)[~np.asarray(mask)], 0.0)
+    self.assertEqual(weights.dtype, dtype)
 
   def test_query_seq_lengths_zero_padded_queries(self):
     q, k, v = _qkv()
