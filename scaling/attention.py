@@ -159,8 +159,29 @@ AUTO = "auto"
 # Past the limit it lost where measured with a causal mask (1, 1024, 2, 2, 1024: 1.40 fwd+bwd, 1.36 fwd), though
 # not without one (1.00 there); the limit stays where the measurements reach. So while B·N·T·S <=
 # SINGLE_TILE_MAX_LOGITS the rule runs blockwise with one T x S tile, forward and forward+backward, causal or not.
-# (One tile was also 1.4-2.1x faster than dense forward+backward at S = 128, --cases=1x128x4x4x128,4x128x8x8x128,
-# below BLOCKWISE_MIN_KV_LEN; that stays dense for now: every small call, tests included, would change path.)
+#
+# Below BLOCKWISE_MIN_KV_LEN, after dense's softmax lost softmax(where=mask) (``logits.masked_softmax``), one tile
+# still beat dense forward+backward while B·N·T·S <= SMALL_SINGLE_TILE_MAX_LOGITS; the forward pass alone was a
+# toss-up (one tile 1.0-1.3x dense's time or dense 1.0-1.4x the tile's, 2.2x at T = 1) and stays dense, through
+# ``split_forward``. (Same script, --tiles=64x64,128x128,4096x4096 --repeats=9, causal / none; time over the
+# fastest of dense, 64x64, 128x128 and one tile.)
+#
+#   (B, T, N, K, S)     B·N·T·S   fwd+bwd: one tile     dense        fwd: one tile     dense
+#   1, 16, 2, 2, 16        1024            1.00 / 1.00  1.34 / 1.00       1.00 / 1.00  1.01 / 1.41
+#   4, 32, 4, 4, 32       16384            1.00 / 1.00  1.27 / 1.13       1.00 / 1.04  1.07 / 1.00
+#   1, 128, 4, 4, 128     65536            1.01 / 1.00  1.21 / 1.09       1.29 / 1.00  1.39 / 1.14
+#   1, 1, 8, 8, 128        1024            1.00 / 1.00  1.42 / 1.24       2.17 / 1.10  1.00 / 1.00
+#   4, 100, 4, 4, 100    160000            1.00 / 1.00  1.34 / 1.15       1.03 / 1.00  1.00 / 1.20
+#   16, 64, 4, 4, 64     262144            1.00 / 1.00  1.23 / 1.10       1.18 / 1.00  1.00 / 1.18
+#   2, 128, 8, 1, 128    262144            1.00 / 1.00  1.40 / 1.43       1.00 / 1.13  1.07 / 1.00
+#   4, 128, 8, 8, 128    524288            1.00 / 1.00  1.21 / 1.25       1.17 / 1.00  1.07 / 1.04
+#   16, 128, 4, 4, 128  1048576            1.06 / 1.00  1.03 / 1.16       1.00 / 1.00  1.43 / 1.20
+#   32, 64, 8, 8, 64    1048576            1.00 / 1.06  1.01 / 1.00       1.00 / 1.00  1.11 / 1.26
+#   8, 128, 8, 2, 128   1048576            1.41 / 1.36  1.00 / 1.00       1.14 / 1.30  1.37 / 1.00
+#   64, 128, 8, 8, 128  8388608            1.19 / 1.22  1.00 / 1.00       1.00 / 1.00  1.28 / 1.18
+#
+# At 2**20 logits the two took turns (and GQA G = 4 lost by 1.4), so the limit is 2**19 there: past it dense runs.
+# Where the call cannot split (a bias, mask, lengths or residual) dense runs both passes, as before.
 #
 # Remeasured with the transposed backward (same script, --masks=causal,none --tiles=64x128,128x128,128x256,4096x4096,
 # one run), one tile kept up, forward+backward within 1.04 and forward alone within 1.08, except forward+backward
@@ -294,6 +315,7 @@ AUTO = "auto"
 # LARGE_BLOCKS_MIN_KV_LEN and the step cap are for causal attention without GQA.
 BLOCKWISE_MIN_KV_LEN = 256
 SINGLE_TILE_MAX_LOGITS = 2**20
+SMALL_SINGLE_TILE_MAX_LOGITS = 2**19
 BLOCKS = (128, 128)
 LARGE_BLOCKS = (256, 512)
 LARGE_BLOCKS_MIN_KV_LEN = 1024
@@ -343,11 +365,17 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
   reason = blockwise_lib.blockwise_unsupported(opts, return_weights=return_weights)
   if reason is not None:
     return Choice("dense", reason=reason)
-  if s < BLOCKWISE_MIN_KV_LEN or t < 1:
-    return Choice("dense", reason=f"S = {s} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
+  if t < 1:
+    return Choice("dense", reason="T = 0")
   kv_len, seen = s, ""
   if is_causal and t < s:  # query i sees keys j <= i only: tiles as if S were T (the key tiles past T are skipped)
     s, key_shape, seen = t, (*key_shape[:-3], t, *key_shape[-2:]), f" (causal: only the first T = {t} keys count)"
+  if kv_len < BLOCKWISE_MIN_KV_LEN:
+    if b * n * t * s <= SMALL_SINGLE_TILE_MAX_LOGITS:
+      return Choice("blockwise", t, s, reason=f"S = {kv_len} < {BLOCKWISE_MIN_KV_LEN} and B·N·T·S = {b * n * t * s} "
+                                              f"<= {SMALL_SINGLE_TILE_MAX_LOGITS}: one tile under differentiation{seen}",
+                    forward=Choice("dense", reason=f"undifferentiated, S < {BLOCKWISE_MIN_KV_LEN}"))
+    return Choice("dense", reason=f"S = {kv_len} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
   if b * n * t * s <= SINGLE_TILE_MAX_LOGITS:
     return Choice("blockwise", t, s, reason=f"B·N·T·S = {b * n * t * s} <= {SINGLE_TILE_MAX_LOGITS}: one tile{seen}")
   skips = is_causal or has_local_window
@@ -512,7 +540,9 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       options and backend (``select_implementation``; the measured rule is
       written next to it): blockwise for S >= ``BLOCKWISE_MIN_KV_LEN`` when
       it supports the options (one T x S tile while B·N·T·S <=
-      ``SINGLE_TILE_MAX_LOGITS``), dense otherwise, cuDNN on GPU in half
+      ``SINGLE_TILE_MAX_LOGITS``); below it one T x S tile under
+      differentiation and dense alone while B·N·T·S <=
+      ``SMALL_SINGLE_TILE_MAX_LOGITS``; dense otherwise; cuDNN on GPU in half
       precision with a plain scale. Where the forward pass alone is faster
       with other tiles (``Choice.forward``), a call that is not
       differentiated runs those (``split_forward``; no bias, mask, lengths
@@ -568,6 +598,16 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     blocks = {k: v for k, v in (("block_q", choice.block_q), ("block_k", choice.block_k)) if v is not None}
   mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,
                      key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
+  # The choice's own forward path runs when not differentiated, where nothing else rides on the call: no bias,
+  # mask, lengths or residual, and logit options that are plain Python values (a traced scale or rule parameter
+  # could be what is differentiated). A choice whose forward is dense (S < BLOCKWISE_MIN_KV_LEN) runs dense where
+  # it cannot split.
+  plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
+           and not return_residual and (rule is None or isinstance(rule, str))
+           and all(x is None or isinstance(x, (int, float)) for x in (scale, logit_soft_cap, logit_clamp)))
+  split = choice is not None and choice.forward is not None and implementation == "blockwise"
+  if split and not plain and choice.forward.implementation == "dense":
+    implementation, split = "dense", False
   if implementation == "cudnn":
     out = _cudnn(query, key, value, bias, mask, opts, return_residual=return_residual, return_weights=return_weights,
                  **mask_kwargs)
@@ -580,13 +620,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     if implementation == "blockwise":
       if return_weights:
         raise ConfigError("implementation='blockwise' does not return weights")
-      # The choice's own forward path runs when not differentiated, where nothing else rides on the call: no
-      # bias, mask, lengths or residual, and logit options that are plain Python values (a traced scale or rule
-      # parameter could be what is differentiated).
-      plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
-               and not return_residual and (rule is None or isinstance(rule, str))
-               and all(x is None or isinstance(x, (int, float)) for x in (scale, logit_soft_cap, logit_clamp)))
-      if choice is not None and choice.forward is not None and plain:
+      if split and plain:
         out = split_forward(autotune.path_function(choice.forward, **logit_kwargs),
                             autotune.path_function(choice, **logit_kwargs), query, key, value)
       else:

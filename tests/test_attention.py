@@ -260,8 +260,25 @@ class DispatchTest(parameterized.TestCase):
   def test_rule(self):
     select = scaling.attention.select_implementation
     min_len = scaling.attention.BLOCKWISE_MIN_KV_LEN
-    self.assertEqual(select((1, min_len - 1, 4, 16), (1, min_len - 1, 4, 16), _opts(), backend="cpu").implementation,
-                     "dense")
+    # Below BLOCKWISE_MIN_KV_LEN: one T x S tile under differentiation and dense alone, while B·N·T·S <=
+    # SMALL_SINGLE_TILE_MAX_LOGITS (2**19 = 8·4·128·128); dense past it.
+    self.assertEqual(scaling.attention.SMALL_SINGLE_TILE_MAX_LOGITS, 8 * 4 * 128 * 128)
+    path = lambda c: (c.implementation, c.block_q, c.block_k, c.forward and c.forward.implementation)
+    for causal in (False, True):
+      below = (1, min_len - 1, 4, 16)
+      self.assertEqual(path(select(below, below, _opts(), backend="cpu", is_causal=causal)),
+                       ("blockwise", min_len - 1, min_len - 1, "dense"))
+      self.assertEqual(path(select((8, 128, 4, 16), (8, 128, 2, 16), _opts(), backend="cpu", is_causal=causal)),
+                       ("blockwise", 128, 128, "dense"))  # at the limit, GQA or not
+      self.assertEqual(path(select((9, 128, 4, 16), (9, 128, 4, 16), _opts(), backend="cpu", is_causal=causal)),
+                       ("dense", None, None, None))  # past it
+    # causal with T < S: only the first T keys count (the tile is T x T); not causal, all S do
+    self.assertEqual(path(select((1, 100, 4, 16), (1, 200, 4, 16), _opts(), backend="cpu", is_causal=True)),
+                     ("blockwise", 100, 100, "dense"))
+    self.assertEqual(path(select((1, 100, 4, 16), (1, 200, 4, 16), _opts(), backend="cpu")),
+                     ("blockwise", 100, 200, "dense"))
+    self.assertEqual(path(select(below, below, _opts(), backend="cpu", return_weights=True)),
+                     ("dense", None, None, None))
     large = scaling.attention.LARGE_BLOCKS_MIN_KV_LEN
     for kv_len, blocks in ((large - 1, scaling.attention.BLOCKS), (large, scaling.attention.LARGE_BLOCKS)):
       choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu",
@@ -405,6 +422,29 @@ class DispatchTest(parameterized.TestCase):
     chex.assert_trees_all_close(
         jax.jit(lambda: scaling.dot_product_attention(q, k, v, mask=mask, is_causal=True))(),
         jax.jit(lambda: forced[64, 128](q, k, v, mask=mask))(), rtol=0, atol=1e-7)
+
+  def test_short_keys_one_tile_when_differentiated_dense_alone(self):
+    # S = 64 < BLOCKWISE_MIN_KV_LEN: under differentiation one 48 x 64 tile, alone dense; with a mask, dense always.
+    q, k, v = _qkv(seed=5, b=2, t=48, s=64, n=4, k=2, h=8)
+    ct = jax.random.normal(jax.random.key(6), q.shape)
+    default = lambda q, k, v, **kw: scaling.dot_product_attention(q, k, v, **kw)
+    dense = functools.partial(scaling.dot_product_attention, implementation="dense")
+    tile = functools.partial(scaling.blockwise.blockwise_attention, block_q=48, block_k=64)
+
+    def value_and_grads(fn, **kw):
+      return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
+
+    out, want = jax.jit(lambda: (default(q, k, v), dense(q, k, v)))()
+    chex.assert_trees_all_close(out, want, rtol=0, atol=0)  # the dense program itself
+    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(tile)))()
+    chex.assert_trees_all_close(got, want, rtol=0, atol=0)  # the one tile's program itself
+    chex.assert_trees_all_close(got, value_and_grads(jax.nn.dot_product_attention), rtol=1e-4, atol=2e-5)
+    # Not split (a mask, a residual): dense, differentiated or not.
+    mask = jnp.tril(jnp.ones((48, 64), bool))[None, None]
+    got, want = jax.jit(lambda: (value_and_grads(default, mask=mask), value_and_grads(dense, mask=mask)))()
+    chex.assert_trees_all_close(got, want, rtol=0, atol=0)
+    loops = lambda **kw: "while[" in str(jax.make_jaxpr(lambda q: value_and_grads(default, **kw))(q))
+    self.assertEqual((loops(is_causal=True), loops(mask=mask)), (True, False))  # blockwise's key-block loops
 
   def test_default_long_sequence_matches_jax_nn(self):
     t = scaling.attention.BLOCKWISE_MIN_KV_LEN

@@ -310,8 +310,8 @@ class ScalingImportsTest(absltest.TestCase):
                  "make_attention_fn"):
       self.assertTrue(callable(getattr(scaling, name)), name)
     for name in ("select_implementation", "blockwise_blocks", "Choice", "IMPLEMENTATIONS", "BLOCKS", "LARGE_BLOCKS",
-                 "BLOCKWISE_MIN_KV_LEN", "LARGE_BLOCKS_MIN_KV_LEN", "SINGLE_TILE_MAX_LOGITS", "TILE_MAX_ELEMENTS",
-                 "MIN_BLOCKS", "STEP_CAP_MAX_KV_LEN", "CUDNN_DTYPES", "CUDNN_MAX_HEAD_DIM"):
+                 "BLOCKWISE_MIN_KV_LEN", "LARGE_BLOCKS_MIN_KV_LEN", "SINGLE_TILE_MAX_LOGITS",
+                 "SMALL_SINGLE_TILE_MAX_LOGITS", "TILE_MAX_ELEMENTS", "MIN_BLOCKS", "STEP_CAP_MAX_KV_LEN", "CUDNN_DTYPES", "CUDNN_MAX_HEAD_DIM"):
       self.assertTrue(hasattr(attention, name), name)
 
   def test_version_is_written_once_and_setup_reads_it(self):
