@@ -600,13 +600,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                      key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
   # The choice's own forward path runs when not differentiated, where nothing else rides on the call: no bias,
   # mask, lengths or residual, and logit options that are plain Python values (a traced scale or rule parameter
-  # could be what is differentiated). A choice whose forward is dense (S < BLOCKWISE_MIN_KV_LEN) runs dense where
-  # it cannot split.
+  # could be what is differentiated). Below S = BLOCKWISE_MIN_KV_LEN, where the rule's forward is dense, a call that
+  # cannot split runs dense (a tuned choice at longer S keeps its blockwise tiles).
   plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
            and not return_residual and (rule is None or isinstance(rule, str))
            and all(x is None or isinstance(x, (int, float)) for x in (scale, logit_soft_cap, logit_clamp)))
   split = choice is not None and choice.forward is not None and implementation == "blockwise"
-  if split and not plain and choice.forward.implementation == "dense":
+  if split and not plain and key.shape[-3] < BLOCKWISE_MIN_KV_LEN and choice.forward.implementation == "dense":
     implementation, split = "dense", False
   if implementation == "cudnn":
     out = _cudnn(query, key, value, bias, mask, opts, return_residual=return_residual, return_weights=return_weights,

@@ -165,6 +165,17 @@ class AutotuneTest(chex.TestCase):
       self._auto()  # a forward tile larger than T = S = 256: the entry is unusable
     self.assertEqual(self.blocks, [FIXED])
 
+  def test_tuned_dense_forward_keeps_its_tiles_where_the_call_cannot_split(self):
+    # S = 256: a tuned "blockwise 64x128, forward dense" with a residual requested (as the model's attention="auto"
+    # asks) runs its blockwise tile, not dense (only the fixed rule's S < 256 choices fall back to dense).
+    autotune.store(_key(), {"choice": {"implementation": "blockwise", "block_q": 64, "block_k": 128,
+                                       "forward": {"implementation": "dense"}}})
+    q, k, v = _inputs()
+    out, lse = jax.jit(lambda q, k, v: attention.dot_product_attention(
+        q, k, v, is_causal=True, implementation="auto", return_residual=True))(q, k, v)
+    self.assertEqual(self.blocks, [(64, 128)])
+    chex.assert_trees_all_close(out, jax.nn.dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+
   def test_default_ignores_the_cache(self):
     self._store_choice("blockwise", 64, 128)
     calls = self._fake_measure("dense")
