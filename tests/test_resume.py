@@ -71,6 +71,24 @@ def _complete_groups(path, size):
   return len(rows) // size
 
 
+def _done_keys(path, size, key):
+  """The keys of the whole groups of ``size`` complete lines in a file, in the order they were written."""
+  rows, _ = results.read_complete_jsonl(path)
+  return [key(rows[i]) for i in range(0, len(rows) // size * size, size)]
+
+
+def _assert_each_measured_once(test, timings, key, keys, done):
+  """No group was measured twice, and every group's wall time is in timings.jsonl but at most one.
+
+  The one that may lack it is the last group the killed run wrote: a group's rows are written (and fsynced) before
+  its wall time, so a kill can fall between the two writes. The rows themselves are never lost or measured again.
+  """
+  measured = [key(json.loads(line)) for line in _lines(timings)]
+  test.assertEqual(len(measured), len(set(measured)), f"a group was measured twice: {measured}")
+  test.assertLessEqual(set(measured), set(keys))
+  test.assertLessEqual(set(keys) - set(measured), set(done[-1:]), f"measured {measured}; done before the kill {done}")
+
+
 class GroupedRowsTest(chex.TestCase):
 
   def _plan(self):
@@ -206,6 +224,7 @@ class KillAndResumeTest(chex.TestCase):
     proc = _start(sweep, cut, **SWEEP)
     size = len(SWEEP["rules"])
     _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
+    done = _done_keys(cut / "results.partial.jsonl", size, lambda row: row["d_k"])
     code, _, err = experiment_main.run_main(sweep, out_dir=str(whole), **SWEEP)
     self.assertEqual(code, 0, err)
     self.assertFalse((cut / "results.jsonl").exists())
@@ -219,7 +238,8 @@ class KillAndResumeTest(chex.TestCase):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
     self.assertFalse((cut / "results.partial.jsonl").exists())
     # Each head dimension was computed once: d_k 2 before the kill, d_k 4 after it.
-    self.assertEqual(sorted(json.loads(line)["d_k"] for line in _lines(cut / "timings.jsonl")), [2, 4])
+    self.assertEqual(done, [2])
+    _assert_each_measured_once(self, cut / "timings.jsonl", lambda row: row["d_k"], [2, 4], done)
     self._check_rows_without_timings(cut / "results.jsonl")
 
   def test_coord_check(self):
@@ -228,6 +248,7 @@ class KillAndResumeTest(chex.TestCase):
     proc = _start(coord_check, cut, **COORD)
     size = 5 * (COORD["steps"] + 1)  # embed, attention logits, attention output, MLP output, readout; steps 0..k
     _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
+    done = _done_keys(cut / "results.partial.jsonl", size, lambda row: row["width"])
     code, _, err = experiment_main.run_main(coord_check, out_dir=str(whole), **COORD)
     self.assertEqual(code, 0, err)
     self.assertLen(_lines(whole / "results.jsonl"), size * len(COORD["widths"]))
@@ -236,7 +257,8 @@ class KillAndResumeTest(chex.TestCase):
     self.assertIn("resuming: 1 of 2", stdout)
     for name in ("results.jsonl", "slopes.jsonl", "slopes.csv"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
-    self.assertEqual(sorted(json.loads(line)["width"] for line in _lines(cut / "timings.jsonl")), [16, 32])
+    self.assertEqual(done, [16])
+    _assert_each_measured_once(self, cut / "timings.jsonl", lambda row: row["width"], [16, 32], done)
     self._check_rows_without_timings(cut / "results.jsonl")
 
   def test_claims(self):
@@ -258,7 +280,7 @@ class KillAndResumeTest(chex.TestCase):
     for name in ("claims.jsonl", "claims.md", "claims_readme.md"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
     # Each claim was measured once: what was done before the kill is not measured again.
-    self.assertCountEqual([json.loads(line)["id"] for line in _lines(cut / "timings.jsonl")], CLAIMS["ids"])
+    _assert_each_measured_once(self, cut / "timings.jsonl", lambda row: row["id"], CLAIMS["ids"], done)
     self._check_rows_without_timings(cut / "claims.jsonl")
 
   def test_training_resumes_from_its_checkpoint(self):
