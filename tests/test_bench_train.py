@@ -6,11 +6,13 @@ import json
 import pathlib
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
 
 from scaling import model as model_lib
+from scaling import train as train_lib
 from scaling.studies.benchmarks import profile
 from scaling.studies.benchmarks import train as bench_train
 
@@ -58,7 +60,8 @@ class QuickSuiteTest(absltest.TestCase):
     out = pathlib.Path(tempfile.mkdtemp())
     self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     buf = std_io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    # One member per chunk, so that the grid's default (chunks) and all members at once are both timed.
+    with contextlib.redirect_stdout(buf), mock.patch.object(train_lib, "GRID_CHUNK", 1):
       summary = bench_train.run(bench_train.QUICK, out)
     self.assertIn("faster", buf.getvalue())
     # The throughput table has a fraction-of-peak column (a narrow console may truncate the header with '…').
@@ -79,7 +82,8 @@ class QuickSuiteTest(absltest.TestCase):
       self.assertAlmostEqual(v["median_round_fraction"], (fractions[0] + fractions[-1]) / 2)  # two rounds
     for v in (thr, *thr["variants"].values()):
       self.assertAlmostEqual(v["fraction_of_peak"], v["flops_per_s"] / data["matmul_peak_flops_per_s"])
-    self.assertEqual(set(data["timings"]), {"vmapped", "one_at_a_time"})
+    self.assertEqual(set(data["timings"]), {"vmapped", "vmapped_all_at_once", "one_at_a_time"})
+    self.assertEqual(data["grid"]["chunk"], 1)
     for timing in data["timings"].values():
       self.assertGreater(timing["cold_s"], 0)
       self.assertGreater(timing["warm_s"], 0)
@@ -94,10 +98,15 @@ class QuickSuiteTest(absltest.TestCase):
     timings = data["timings"]
     self.assertAlmostEqual(data["per_step"]["loop_over_vmapped"],
                            timings["one_at_a_time"]["warm_s"] / timings["vmapped"]["warm_s"], places=6)
+    self.assertAlmostEqual(data["per_step"]["loop_over_all_at_once"],
+                           timings["one_at_a_time"]["warm_s"] / timings["vmapped_all_at_once"]["warm_s"], places=6)
     markdown = (out / "train.md").read_text()
     self.assertIn("| train step | steps/s | GFLOP/s | fraction of peak |", markdown)
     self.assertIn(f"{thr['variants']['every_metric']['fraction_of_peak']:.2f}", markdown)
     self.assertIn(f"**{data['per_step']['loop_over_vmapped']:.2f}×**", markdown)
+    self.assertIn("| vmapped grid in chunks of 1 (default) |", markdown)
+    self.assertIn(f"{data['per_step']['loop_over_all_at_once']:.2f}× the time of the grid vmapped all at once",
+                  markdown)
     self.assertTrue((out / "train.png").stat().st_size > 1000)
     prof = data["profile"]
     self.assertEqual(set(prof["categories"]), {"matmul", "layout", "other"})

@@ -248,7 +248,7 @@ class GridTest(chex.TestCase):
     self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
     np.testing.assert_array_equal(grid.diverged, [False, False, False])
     chex.assert_shape(grid.initial_loss, (3,))
-    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
+    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=None)  # the step run_training uses
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
     separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
@@ -276,11 +276,46 @@ class GridTest(chex.TestCase):
     self.assertFalse(np.allclose(states.params["embed"]["embedding"][0], states.params["embed"]["embedding"][1]))
     chex.assert_trees_all_equal(_member(states.params, 1), train_lib.make_init(cfg, opt)(4, 0.25).params)
 
+  @parameterized.parameters(1, 2)
+  def test_grid_in_chunks_equals_all_at_once(self, chunk):
+    cfg, opt = _config(), _adam()
+    seeds, lrs = [1, 2, 3], [1e-2, 3e-2, 2e-2]  # chunk 2: one chunk of 2 and a remainder of 1
+    whole = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, record=("loss",),
+                                   grid_chunk=3)
+    parts = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, record=("loss",),
+                                   grid_chunk=chunk)
+    np.testing.assert_allclose(parts.records["loss"], whole.records["loss"], rtol=1e-5)
+    chex.assert_trees_all_close(parts.state.params, whole.state.params, rtol=1e-4, atol=1e-5)
+    self.assertFalse(np.allclose(parts.records["loss"][-1, 0], parts.records["loss"][-1, 1]))
+    # The chunked step ran (a loop over chunks in its program); all at once is a plain vmap, without one.
+    chunked = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=chunk)
+    plain = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=None)
+    self.assertEqual(chunked._cache_size(), 1)  # pylint: disable=protected-access
+    state = train_lib.make_init(cfg, opt, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
+    batch = train_lib.grid_batches(_dataset(), 0, jnp.asarray(seeds))
+    self.assertIn("scan", str(jax.make_jaxpr(chunked)(state, batch)))
+    self.assertNotIn("scan", str(jax.make_jaxpr(plain)(state, batch)))
+
+  def test_default_grid_chunk(self):
+    small, wide = _config(width=train_lib.GRID_CHUNK_MAX_WIDTH), _config(width=2 * train_lib.GRID_CHUNK_MAX_WIDTH)
+    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="cpu"), train_lib.GRID_CHUNK)
+    self.assertEqual(train_lib.default_grid_chunk(small, 3, backend="cpu"), 3)
+    self.assertEqual(train_lib.default_grid_chunk(wide, 16, backend="cpu"), 16)
+    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="gpu"), 16)
+    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="cpu", devices=2), 16)
+
   def test_bad_grid_arguments(self):
     with self.assertRaisesRegex(ValueError, "same length"):
       train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], learning_rates=[1e-2])
     with self.assertRaisesRegex(ValueError, "grid"):
       train_lib.run_training(_config(), _adam(), _dataset(), seed=0, learning_rates=[1e-2])
+    with self.assertRaisesRegex(ValueError, "grid"):
+      train_lib.run_training(_config(), _adam(), _dataset(), seed=0, grid_chunk=2)
+    with self.assertRaisesRegex(ValueError, "grid_chunk"):
+      train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], grid_chunk=0)
+    for bad in (1.5, True, "2"):
+      with self.assertRaisesRegex(TypeError, "grid_chunk"):
+        train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], grid_chunk=bad)
 
 
 class RunTrainingTest(chex.TestCase):

@@ -31,7 +31,8 @@ Two measurements, each side by side in one run:
   source ops: where the FLOP/s short of the matmul peak go.
 
 * The learning-rate grid. The same runs (learning rates × seeds, same steps,
-  same data) trained as one vmapped program (``scaling.train.run_training`` with a grid)
+  same data) trained as one vmapped program (``scaling.train.run_training`` with a grid, its members in
+  chunks by ``default_grid_chunk``; where that makes chunks, the grid vmapped all at once is timed too)
   and one at a time, each with its own jitted init and step, as separate
   scripts would: cold (compilation included) and warm (compiled functions
   reused; the best of ``timed_rounds`` rounds, each calling every method in
@@ -237,10 +238,11 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   steps = config.grid_steps
   opt = optim_lib.OptimizerConfig(steps=steps)
   lrs, seeds = lr_grid(config.grid_log2_lrs, config.grid_seeds)
+  chunk = train_lib.default_grid_chunk(model_config, len(lrs), devices=jax.device_count())
 
-  def vmapped():
+  def vmapped(grid_chunk=None):
     return train_lib.run_training(model_config, opt, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
-                                  log_every=steps, stop_on_divergence=False).records["loss"]
+                                  log_every=steps, stop_on_divergence=False, grid_chunk=grid_chunk).records["loss"]
 
   timings = {}
   for cached in (train_lib.make_train_step, train_lib.make_init, train_lib.make_optimizer):
@@ -251,10 +253,16 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   train_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
   fast, cold = timing.timed(vmapped)
   timings["vmapped"] = {"cold_s": cold}
+  all_at_once = functools.partial(vmapped, len(lrs))
+  if chunk < len(lrs):  # the default runs the members in chunks: all of them at once beside it
+    _, cold = timing.timed(all_at_once)
+    timings["vmapped_all_at_once"] = {"cold_s": cold}
   (slow, fns), cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
   timings["one_at_a_time"] = {"cold_s": cold}
   warm_fns = {"vmapped": vmapped,
               "one_at_a_time": lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns)}
+  if "vmapped_all_at_once" in timings:
+    warm_fns["vmapped_all_at_once"] = all_at_once
   if config.shared_compile_row:
     shared = [_fresh_fns(model_config, opt)] * len(lrs)
     _, cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, shared))
@@ -274,13 +282,16 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   per_step = {"vmapped_grid_step_s": timings["vmapped"]["warm_s"] / steps,
               "loop_of_runs_step_s": timings["one_at_a_time"]["warm_s"] / steps}
   per_step["loop_over_vmapped"] = per_step["loop_of_runs_step_s"] / per_step["vmapped_grid_step_s"]
+  if "vmapped_all_at_once" in timings:
+    per_step["all_at_once_step_s"] = timings["vmapped_all_at_once"]["warm_s"] / steps
+    per_step["loop_over_all_at_once"] = per_step["loop_of_runs_step_s"] / per_step["all_at_once_step_s"]
   if shared:
     per_step["loop_shared_compile_step_s"] = shared["warm_s"] / steps
     per_step["loop_shared_compile_over_vmapped"] = per_step["loop_shared_compile_step_s"] / per_step[
         "vmapped_grid_step_s"]
   return {"per_step": per_step, "grid": {"width": config.grid_width, "depth": config.grid_depth, "seq_len": config.grid_seq_len,
                    "batch_size": config.grid_batch_size, "log2_lrs": list(config.grid_log2_lrs),
-                   "seeds": list(config.grid_seeds), "runs": len(lrs), "steps": steps},
+                   "seeds": list(config.grid_seeds), "runs": len(lrs), "steps": steps, "chunk": chunk},
           "timings": timings, "max_rel_diff": max_rel,
           "speedup_cold": timings["one_at_a_time"]["cold_s"] / timings["vmapped"]["cold_s"],
           "speedup_warm": timings["one_at_a_time"]["warm_s"] / timings["vmapped"]["warm_s"],
@@ -349,13 +360,16 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
         f"{grid['speedup_warm']:.1f}x faster warm than one run at a time (max relative loss difference "
         f"{grid['max_rel_diff']:.1e})")
   ps = grid["per_step"]
-  rows = [("vmapped grid", "vmapped_grid_step_s"), ("loop of runs", "loop_of_runs_step_s"),
+  rows = [(f"vmapped grid in chunks of {g['chunk']}", "vmapped_grid_step_s"),
+          ("vmapped grid, all members at once", "all_at_once_step_s"), ("loop of runs", "loop_of_runs_step_s"),
           ("loop, one shared compiled step", "loop_shared_compile_step_s")]
   print(report.table([{"method": label, "ms_per_step_of_all_runs": 1e3 * ps[key]} for label, key in rows if key in ps],
                      ("method", "ms_per_step_of_all_runs"), floatfmt=".1f"))
   print(f"train: per step (warm), the loop of separate runs takes {ps['loop_over_vmapped']:.2f}x the time of the "
         f"vmapped grid" + (f" ({ps['loop_shared_compile_over_vmapped']:.2f}x with one shared compiled step)"
-                           if "loop_shared_compile_over_vmapped" in ps else ""))
+                           if "loop_shared_compile_over_vmapped" in ps else "")
+        + (f"; {ps['loop_over_all_at_once']:.2f}x the time of the grid vmapped all at once"
+           if "loop_over_all_at_once" in ps else ""))
   if grid["speedup_cold_vs_shared_compile"] is not None:
     print(f"train: against one run at a time sharing one compiled step, the vmapped grid is "
           f"{grid['speedup_cold_vs_shared_compile']:.1f}x faster cold")
@@ -369,7 +383,8 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
 
 
 _VARIANT_LABELS = {"every_metric": "every metric", "loss_only_donated": "loss only, state donated"}
-_GRID_LABELS = {"vmapped": "vmapped grid", "one_at_a_time": "one run at a time",
+_GRID_LABELS = {"vmapped": "vmapped grid", "vmapped_all_at_once": "vmapped grid, all members at once",
+                "one_at_a_time": "one run at a time",
                 "one_at_a_time_shared_compile": "one at a time, one shared compiled step"}
 
 
@@ -394,16 +409,20 @@ def readme_markdown(results: dict[str, Any]) -> str:
                f"{results['max_rel_diff']:.0e} relative):")
   lines.append("")
   rows = []
+  labels = {**_GRID_LABELS, **({"vmapped": f"vmapped grid in chunks of {g['chunk']} (default)"}
+                               if g.get("chunk", g["runs"]) < g["runs"] else {})}
   for name, t in results["timings"].items():
     per_step = f"{1e3 * t['warm_s'] / g['steps']:.1f}"
-    rows.append((_GRID_LABELS.get(name, name), f"{t['cold_s']:.1f}", f"{t['warm_s']:.2f}", per_step))
+    rows.append((labels.get(name, name), f"{t['cold_s']:.1f}", f"{t['warm_s']:.2f}", per_step))
   lines.append(report.markdown_table(("method", "cold s (with compilation)", "warm s", "warm ms per step of all runs"),
                                      rows))
   lines.append(f"Vmapped, the grid is **{results['speedup_cold']:.1f}× faster cold** and "
                f"{results['speedup_warm']:.2f}× faster warm than one run at a time; per step (warm) the loop of "
                f"separate runs takes **{results['per_step']['loop_over_vmapped']:.2f}×** the time of the vmapped grid"
                + (f" ({results['per_step']['loop_shared_compile_over_vmapped']:.2f}× when the runs share one "
-                  f"compiled step)." if "loop_shared_compile_over_vmapped" in results["per_step"] else "."))
+                  f"compiled step)" if "loop_shared_compile_over_vmapped" in results["per_step"] else "")
+               + (f"; it takes {results['per_step']['loop_over_all_at_once']:.2f}× the time of the grid vmapped "
+                  f"all at once" if "loop_over_all_at_once" in results["per_step"] else "") + ".")
   return "\n".join(lines) + "\n"
 
 
