@@ -256,8 +256,8 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
 #
 # Up to width GRID_CHUNK_MAX_WIDTH, chunks of GRID_CHUNK were 6-23% faster than all at once (one member at a time,
 # what a loop of separate runs computes, took 0.78-1.04); from width 192 all at once was the fastest. So on one
-# CPU device a grid of a model up to that width runs GRID_CHUNK members at a time; otherwise (several devices, which
-# split the members between them, or an accelerator) all at once. Chunks change only the order of float rounding:
+# CPU device a grid of more than GRID_CHUNK members of a model up to that width runs GRID_CHUNK members at a time;
+# otherwise (several devices, which split the members between them, or an accelerator) all at once. Chunks change only the order of float rounding:
 # a member's losses agree with all-at-once's to float32 rounding (about 1e-6 relative).
 GRID_CHUNK = 4
 """Members vmapped together per chunk of a small model's grid step on one CPU device (``default_grid_chunk``)."""
@@ -266,7 +266,7 @@ GRID_CHUNK_MAX_WIDTH = 128
 
 
 def default_grid_chunk(model_config: model_lib.ModelConfig, members: int, *, backend: str | None = None,
-                       devices: int = 1) -> int:
+                       devices: int = 1) -> int | None:
   """How many of a grid's ``members`` its step vmaps together by default (the measured rule above).
 
   Args:
@@ -276,13 +276,13 @@ def default_grid_chunk(model_config: model_lib.ModelConfig, members: int, *, bac
     devices: the devices the members are split over.
 
   Returns:
-    ``GRID_CHUNK`` (at most ``members``) on one CPU device for a model up to ``GRID_CHUNK_MAX_WIDTH`` wide, else
-    ``members`` (all at once).
+    ``GRID_CHUNK`` on one CPU device for a model up to ``GRID_CHUNK_MAX_WIDTH`` wide with more members than that,
+    else None (all at once); the ``chunk`` of ``make_train_step``.
   """
   backend = jax.default_backend() if backend is None else backend
-  if backend == "cpu" and devices == 1 and model_config.width <= GRID_CHUNK_MAX_WIDTH:
-    return min(GRID_CHUNK, members)
-  return members
+  if backend == "cpu" and devices == 1 and model_config.width <= GRID_CHUNK_MAX_WIDTH and members > GRID_CHUNK:
+    return GRID_CHUNK
+  return None
 
 
 def _chunked(step: Callable[[TrainState, Batch], Any], chunk: int | None) -> Callable[[TrainState, Batch], Any]:
@@ -295,7 +295,6 @@ def _chunked(step: Callable[[TrainState, Batch], Any], chunk: int | None) -> Cal
   return grid_step
 
 
-@functools.lru_cache(maxsize=64)
 def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
                     grid: bool = False, metrics: tuple[str, ...] | None = None, donate: bool = False,
                     chunk: int | None = None) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
@@ -314,8 +313,24 @@ def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.O
       time (``jax.lax.map`` with ``batch_size``; see ``default_grid_chunk``).
 
   Returns:
-    The jitted ``(state, batch) -> (new state, metrics)``; the same configs return the same function (cached).
+    The jitted ``(state, batch) -> (new state, metrics)``; the same configs return the same function (cached,
+    however the arguments are passed).
   """
+  return _jitted_train_step(model_config, opt_config, grid, metrics, donate, chunk)
+
+
+def clear_caches() -> None:
+  """Forgets the cached jitted steps and inits and the optimizers (``make_train_step``, ``make_init``): the next
+  call builds and compiles them anew."""
+  for cached in (_jitted_train_step, make_init, make_optimizer):
+    cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, grid: bool,
+                       metrics: tuple[str, ...] | None, donate: bool,
+                       chunk: int | None) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
+  """``make_train_step``'s function, cached by its arguments in one order."""
   fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
                          optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config, metrics=metrics)
   donated = (0,) if donate else ()
@@ -590,7 +605,7 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
       state = state if mults is None else state.replace(attn_mult=mults)
     padded = int(seeds.shape[0])
     chunk = default_grid_chunk(model_config, padded, devices=mesh.size) if grid_chunk is None else int(grid_chunk)
-    chunk = None if chunk >= padded else chunk  # all at once: the plain vmapped step
+    chunk = None if chunk is not None and chunk >= padded else chunk  # all at once: the plain vmapped step
     step_fn = make_train_step(model_config, opt_config, grid=True, donate=donate, chunk=chunk)
     lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate, chunk=chunk)
   else:

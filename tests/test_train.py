@@ -248,7 +248,7 @@ class GridTest(chex.TestCase):
     self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
     np.testing.assert_array_equal(grid.diverged, [False, False, False])
     chex.assert_shape(grid.initial_loss, (3,))
-    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=None)  # the step run_training uses
+    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
     separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
@@ -289,7 +289,7 @@ class GridTest(chex.TestCase):
     self.assertFalse(np.allclose(parts.records["loss"][-1, 0], parts.records["loss"][-1, 1]))
     # The chunked step ran (a loop over chunks in its program); all at once is a plain vmap, without one.
     chunked = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=chunk)
-    plain = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=None)
+    plain = train_lib.make_train_step(cfg, opt, grid=True, donate=True)
     self.assertEqual(chunked._cache_size(), 1)  # pylint: disable=protected-access
     state = train_lib.make_init(cfg, opt, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
     batch = train_lib.grid_batches(_dataset(), 0, jnp.asarray(seeds))
@@ -299,10 +299,10 @@ class GridTest(chex.TestCase):
   def test_default_grid_chunk(self):
     small, wide = _config(width=train_lib.GRID_CHUNK_MAX_WIDTH), _config(width=2 * train_lib.GRID_CHUNK_MAX_WIDTH)
     self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="cpu"), train_lib.GRID_CHUNK)
-    self.assertEqual(train_lib.default_grid_chunk(small, 3, backend="cpu"), 3)
-    self.assertEqual(train_lib.default_grid_chunk(wide, 16, backend="cpu"), 16)
-    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="gpu"), 16)
-    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="cpu", devices=2), 16)
+    self.assertIsNone(train_lib.default_grid_chunk(small, train_lib.GRID_CHUNK, backend="cpu"))  # all at once
+    self.assertIsNone(train_lib.default_grid_chunk(wide, 16, backend="cpu"))
+    self.assertIsNone(train_lib.default_grid_chunk(small, 16, backend="gpu"))
+    self.assertIsNone(train_lib.default_grid_chunk(small, 16, backend="cpu", devices=2))
 
   def test_bad_grid_arguments(self):
     with self.assertRaisesRegex(ValueError, "same length"):

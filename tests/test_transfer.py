@@ -73,7 +73,8 @@ class GridTest(chex.TestCase):
     losses = grid.records["loss"]
     chex.assert_shape(losses, (STEPS, 6))
     chex.assert_shape(grid.records["attn_logits_rms"], (STEPS, 6, 1))
-    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True)  # the step run_training uses
+    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
+                                     chunk=train_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Reference: scaling.train's own step, one run at a time, optimizer built with the run's learning rate.
     ref_opt = dataclasses.replace(OPT, learning_rate=2.0**-6)
@@ -91,7 +92,8 @@ class GridTest(chex.TestCase):
     # run_width summarizes the same grid (same compiled step): final loss = mean of the last `last` losses.
     config = _config()
     rows = transfer.run_point(config, {"parametrization": "sp", "width": 16}, dataset)
-    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True)  # the step run_training uses
+    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
+                                     chunk=train_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     self.assertLen(rows, len(LOG2_LRS))
     self.assertEqual(config.last, 1)

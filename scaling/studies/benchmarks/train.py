@@ -245,8 +245,7 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
                                   log_every=steps, stop_on_divergence=False, grid_chunk=grid_chunk).records["loss"]
 
   timings = {}
-  for cached in (train_lib.make_train_step, train_lib.make_init, train_lib.make_optimizer):
-    cached.cache_clear()
+  train_lib.clear_caches()
   jax.clear_caches()
   # Both methods' data samplers are compiled outside the timings (they are shared by every width).
   dataset.batch(0)
@@ -254,7 +253,7 @@ def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   fast, cold = timing.timed(vmapped)
   timings["vmapped"] = {"cold_s": cold}
   all_at_once = functools.partial(vmapped, len(lrs))
-  if chunk < len(lrs):  # the default runs the members in chunks: all of them at once beside it
+  if chunk is not None:  # the default runs the members in chunks: all of them at once beside it
     _, cold = timing.timed(all_at_once)
     timings["vmapped_all_at_once"] = {"cold_s": cold}
   (slow, fns), cold = timing.timed(lambda: _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps))
@@ -360,7 +359,7 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
         f"{grid['speedup_warm']:.1f}x faster warm than one run at a time (max relative loss difference "
         f"{grid['max_rel_diff']:.1e})")
   ps = grid["per_step"]
-  rows = [(f"vmapped grid in chunks of {g['chunk']}", "vmapped_grid_step_s"),
+  rows = [(f"vmapped grid in chunks of {g['chunk']}" if g["chunk"] else "vmapped grid", "vmapped_grid_step_s"),
           ("vmapped grid, all members at once", "all_at_once_step_s"), ("loop of runs", "loop_of_runs_step_s"),
           ("loop, one shared compiled step", "loop_shared_compile_step_s")]
   print(report.table([{"method": label, "ms_per_step_of_all_runs": 1e3 * ps[key]} for label, key in rows if key in ps],
@@ -410,7 +409,7 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines.append("")
   rows = []
   labels = {**_GRID_LABELS, **({"vmapped": f"vmapped grid in chunks of {g['chunk']} (default)"}
-                               if g.get("chunk", g["runs"]) < g["runs"] else {})}
+                               if g.get("chunk") is not None else {})}
   for name, t in results["timings"].items():
     per_step = f"{1e3 * t['warm_s'] / g['steps']:.1f}"
     rows.append((labels.get(name, name), f"{t['cold_s']:.1f}", f"{t['warm_s']:.2f}", per_step))
