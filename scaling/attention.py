@@ -197,6 +197,12 @@ AUTO = "auto"
 # (unmasked, one tile was the fastest or within 1.15 in every row, G = 8 included). The G = 8 row agrees with the
 # benchmark's B2 T256 N8/K1 causal rows; the rule does not yet act on it.
 #
+# Twice more at T = S = 256, causal (--masks=causal --tiles=128x128,4096x4096 --repeats=9; B·N from 8 to 16): one
+# tile took 1.01-1.16x 128x128's time forward+backward at G = 1 and 8, but 128x128 took 1.12-1.18x the one tile's
+# at G = 4 (2, 256, 8, 2, 256; 1.31-1.47 forward alone); at T = S = 512 the one tile won by 1.18-1.32 at G = 1.
+# A rule for T = 256 alone that excepts G = 4 would fit this machine's noise as much as the shapes, so the rule
+# stays as it is.
+#
 # A causal mask with T < S hides every key past T (query i sees keys j <= i), so there the rule tiles as if S were
 # T: one T x T tile, the key tiles past it skipped. Against the T x S tile and the larger rule's T x 512 (same
 # script, --masks=causal --tiles=1x1,64x64,200x200,64x128,128x128,1x512,64x512,4096x4096):

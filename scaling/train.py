@@ -240,26 +240,23 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
 
 
 # A grid's members vmapped all at once or a few at a time (``jax.lax.map`` over chunks of ``grid_chunk`` members,
-# each chunk vmapped; one compiled body either way). The per-step time of a 16-member grid (8 learning rates x 2
-# seeds, depth 2, 2 heads, batch 8 x 32 tokens unless given; 2-core CPU, one device; best of 5; each chunk size's
-# time over all-at-once's; measured with the chunks unrolled in one program, and then with ``lax.map``):
+# each chunk vmapped; one compiled body either way). Per-step time of a 16-member grid (8 learning rates x 2 seeds,
+# depth 2, 2 heads, batch 8 x 32 tokens unless given; 2-core CPU, one device; best of 5 interleaved rounds of 30
+# steps), ``run_training(grid_chunk=c)`` over all at once's, and a loop of the 16 separate runs (each its own
+# compiled step, as the train benchmark times it):
 #
-#   width (tokens)   chunk 1  chunk 2  chunk 4  chunk 8  all 16 (ms)    lax.map: chunk 2  chunk 4
-#   32                  0.93     0.92     0.82     0.74     1.00 (41)
-#   64                  0.89     0.86     0.77     0.80     1.00 (79)              0.64-0.73  0.79-0.81
-#   64 (batch 32)       0.78     0.79     0.78     0.89     1.00 (275)
-#   64 (T = 128)        0.78     0.73     0.81     0.92     1.00 (406)
-#   96                  0.94     0.87     0.88     0.91     1.00 (122)
-#   128                 1.04     0.97     0.94     1.06     1.00 (154)             0.88       0.87
-#   192                 1.07     1.11     1.09     1.07     1.00 (311)
-#   256                 1.09     1.11     0.99     1.09     1.00 (436)             1.12-1.15  1.19-1.30
+#   width (batch)   chunk 1  chunk 2  chunk 4  chunk 8  all 16 (ms)   loop of runs
+#   32                 1.09     0.99     1.00     0.90     1.00 (37)        1.01
+#   64                 0.80     0.73     0.82     0.83     1.00 (86)        0.87
+#   64 (batch 32)      0.78     0.63     0.69     0.81     1.00 (238)       0.68
+#   128                1.17     0.92     0.98     1.03     1.00 (175)       0.93
 #
-# Up to width GRID_CHUNK_MAX_WIDTH, chunks of GRID_CHUNK were 6-23% faster than all at once (one member at a time,
-# what a loop of separate runs computes, took 0.78-1.04); from width 192 all at once was the fastest. So on one
-# CPU device a grid of more than GRID_CHUNK members of a model up to that width runs GRID_CHUNK members at a time;
-# otherwise (several devices, which split the members between them, or an accelerator) all at once. Chunks change only the order of float rounding:
-# a member's losses agree with all-at-once's to float32 rounding (about 1e-6 relative).
-GRID_CHUNK = 4
+# Wider, all at once was the fastest: chunks of 2 took 1.12-1.15x its time at width 256 (411-428 ms), and with the
+# chunks unrolled in one program every chunk size from 1 to 8 took 1.07-1.11x at width 192. So on one CPU device a
+# grid of more than GRID_CHUNK members of a model up to GRID_CHUNK_MAX_WIDTH wide runs GRID_CHUNK members at a time;
+# otherwise (several devices, which split the members between them, or an accelerator) all at once. Chunks change
+# only the order of float rounding: a member's losses agree with all at once's to about 1e-6 relative.
+GRID_CHUNK = 2
 """Members vmapped together per chunk of a small model's grid step on one CPU device (``default_grid_chunk``)."""
 GRID_CHUNK_MAX_WIDTH = 128
 """The widest model whose grid runs in chunks of ``GRID_CHUNK`` by default."""
