@@ -600,9 +600,8 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     if state is None:
       state = make_init(model_config, opt_config, grid=True)(seeds, lrs)
       state = state if mults is None else state.replace(attn_mult=mults)
-    padded = int(seeds.shape[0])
-    chunk = default_grid_chunk(model_config, padded, devices=mesh.size) if grid_chunk is None else int(grid_chunk)
-    chunk = None if chunk is not None and chunk >= padded else chunk  # all at once: the plain vmapped step
+    chunk = (default_grid_chunk(model_config, int(seeds.shape[0]), devices=mesh.size) if grid_chunk is None
+             else int(grid_chunk))
     step_fn = make_train_step(model_config, opt_config, grid=True, donate=donate, chunk=chunk)
     lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate, chunk=chunk)
   else:

@@ -67,8 +67,7 @@ def _kill_when(proc, ready, test, timeout=300.0):
 
 def _complete_groups(path, size):
   """The number of whole groups of ``size`` complete lines in a partial file."""
-  rows, _ = results.read_complete_jsonl(path)
-  return len(rows) // size
+  return len(results.read_complete_jsonl(path)[0]) // size
 
 
 def _done_keys(path, size, key):
@@ -272,7 +271,7 @@ class KillAndResumeTest(chex.TestCase):
     # What the killed run finished: its partial file, or, when the kill came after the rows were complete (the
     # partial file is then renamed to claims.jsonl), all of them.
     partial = cut / "claims.partial.jsonl"
-    done = [row["id"] for row in results.read_complete_jsonl(partial if partial.exists() else cut / "claims.jsonl")[0]]
+    done = _done_keys(partial if partial.exists() else cut / "claims.jsonl", 1, lambda row: row["id"])
     code, stdout, err = experiment_main.run_main(claims, out_dir=str(cut), **CLAIMS)
     self.assertEqual(code, 0, err)
     if len(done) < 2:  # killed between the two claims (not after both)

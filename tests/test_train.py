@@ -248,7 +248,8 @@ class GridTest(chex.TestCase):
     self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
     np.testing.assert_array_equal(grid.diverged, [False, False, False])
     chex.assert_shape(grid.initial_loss, (3,))
-    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
+    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True,  # the step run_training uses
+                                     chunk=train_lib.default_grid_chunk(cfg, len(seeds)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
     separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
