@@ -1,5 +1,6 @@
-"""What every example shares: the command line, μP (or SP) for a model given as a factory of the width, and the
-coordinate check and learning-rate transfer under each parametrization, written to --out_dir.
+"""What every example shares: the command line, and the coordinate check and learning-rate transfer of a model
+given as a factory of the width under each parametrization (``scaling.WidthParametrization``), written to
+--out_dir.
 
 Each example defines its model (a factory of the width per parametrization), its loss and its data, and calls
 ``main``; ``python -m examples.linen_mlp --help`` lists the options.
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import dataclasses
-import functools
 import pathlib
 import time
 from typing import Any, Callable
@@ -19,55 +18,8 @@ import jax
 
 import scaling
 from scaling import results
-from scaling import user_model
 from scaling.studies import user_coord_check
 from scaling.studies import user_transfer
-
-
-@dataclasses.dataclass
-class WidthParametrization:
-  """A parametrization of a model given as a factory of the width: roles inferred once from the base and delta
-  widths (``scaling.infer_kinds``), then per width the init and per-parameter learning rates
-  (``scaling.parametrize``), in the forms ``scaling.coord_check`` and ``scaling.transfer`` take."""
-
-  model: Callable[..., Any]
-  loss_fn: Callable[[Any, Any], Any]
-  example_batch: Any
-  scheme: str = "mup"
-  base_width: int = 64
-  delta_width: int = 128
-  overrides: dict[str, Any] | None = None
-  optimizer_name: str = "adam"
-
-  @functools.cache  # pylint: disable=method-cache-max-size-none
-  def shapes(self, width: int) -> Any:
-    """The parameter shapes of the model at ``width`` (nothing computed)."""
-    fm = user_model.functional_model(self.model, self.loss_fn, width, self.example_batch)
-    return user_model.abstract_params(fm)
-
-  @functools.cache  # pylint: disable=method-cache-max-size-none
-  def at(self, width: int) -> Any:
-    """``scaling.parametrize`` of the model at ``width``."""
-    roles = scaling.infer_kinds(self.shapes(self.base_width), self.shapes(self.delta_width), self.shapes(width),
-                                overrides=self.overrides)
-    return scaling.parametrize(roles, self.scheme)
-
-  def __hash__(self):
-    return id(self)
-
-  def init(self, width: int, params: Any, key: jax.Array) -> Any:
-    """The scheme's initialization of ``params`` at ``width``."""
-    return self.at(width).init(key, params)
-
-  def optimizer(self, width: int, params: Any, learning_rate: Any) -> Any:
-    """The optimizer with the scheme's per-parameter learning rates at ``width``."""
-    del params
-    return self.at(width).optimizer(self.optimizer_name, learning_rate)
-
-  @property
-  def roles(self) -> Any:
-    """The roles of the parameters (at the delta width; the kinds are the same at every width)."""
-    return self.at(self.delta_width).roles
 
 
 def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: int = 200,
@@ -82,6 +34,9 @@ def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: 
   p.add_argument("--widths", default=widths, type=ints, help="Widths of the coordinate check (and of the transfer).")
   p.add_argument("--transfer_widths", default=None, type=ints, help="Widths of the transfer (default --widths).")
   p.add_argument("--base_width", default=64, type=int, help="Base width (μP equals SP there); delta = 2x base.")
+  p.add_argument("--init", default="base", choices=scaling.width_parametrization.INIT_MODES,
+                 help="Init: base (the model's own initializers, scaled by the scheme's law from the base width), "
+                      "paper (the paper's constants) or rescale (the model's distributions at the paper's stds).")
   p.add_argument("--batch_size", default=batch_size, type=int, help="Batch size.")
   p.add_argument("--coord_steps", default=3, type=int, help="Coordinate check: RMS at steps 0..k.")
   p.add_argument("--coord_lr", default=1e-2, type=float, help="Coordinate check: the Adam learning rate.")
@@ -121,6 +76,7 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
     the folder holds coord_check.png, coord_check_delta.png, coord_check.md, coord_check.jsonl (the rows) and
     (with --transfer_steps) transfer.png, transfer.md and transfer.jsonl.
   """
+  scaling.user_model.check_widths(args.widths)
   out = pathlib.Path(args.out_dir or f"runs/examples/{name}")
   out.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
@@ -128,17 +84,18 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
   checks, transfers = [], []
   for scheme in args.parametrizations:
     model = model_for(scheme)
-    param = WidthParametrization(model, loss_fn, example, scheme, args.base_width, 2 * args.base_width, overrides)
-    print(f"{name} {scheme}: roles " + ", ".join(f"{p}={r.kind}" for p, r in param.roles.items()), flush=True)
-    checks.append(scaling.coord_check(model, loss_fn, example, param.optimizer, widths=args.widths,
+    param = scaling.WidthParametrization(model, loss_fn, example, scheme, base_width=args.base_width,
+                                         overrides=overrides, init=args.init)
+    roles = param.roles(max(args.widths))
+    print(f"{name} {scheme}: roles " + ", ".join(f"{p}={r.kind}{' (tied)' if r.tied else ''}"
+                                                 for p, r in roles.items()), flush=True)
+    checks.append(scaling.coord_check(model, loss_fn, example, schemes=(param,), widths=args.widths,
                                       steps=args.coord_steps, learning_rate=args.coord_lr,
-                                      seeds=range(args.coord_seeds), init=param.init, roles=param.roles,
-                                      name=scheme))
+                                      seeds=range(args.coord_seeds)))
     if args.transfer_steps:
-      transfers.append(scaling.transfer(model, loss_fn, batches, param.optimizer,
-                                        widths=args.transfer_widths or args.widths,
-                                        log2_lrs=args.log2_lrs, steps=args.transfer_steps,
-                                        seeds=range(args.seeds), init=param.init, name=scheme))
+      transfers.append(scaling.transfer(model, loss_fn, batches, schemes=(param,),
+                                        widths=args.transfer_widths or args.widths, log2_lrs=args.log2_lrs,
+                                        steps=args.transfer_steps, seeds=range(args.seeds)))
   check = user_coord_check.combine(*checks)
   check.write_figure(out / "coord_check.png")
   check.write_figure(out / "coord_check_delta.png", delta=True)

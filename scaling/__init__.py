@@ -62,6 +62,9 @@ from scaling.user_parametrization import parametrize
 from scaling.user_parametrization import ReadoutDense
 from scaling.user_parametrization import ReadoutLinear
 from scaling.user_parametrization import UserParametrization
+from scaling.user_model import PureModel
+from scaling.usage import read_usage
+from scaling.width_parametrization import WidthParametrization
 
 # The coordinate check and learning-rate grid of a user's own Flax model live in scaling.studies (they plot and
 # tabulate); imported on first use, so that ``import scaling`` stays light.

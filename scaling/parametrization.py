@@ -650,7 +650,24 @@ def path_names(path: Iterable[Any]) -> tuple[str, ...]:
   return tuple(names)
 
 
-def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[int, int]:
+def input_axes(in_axes: int | Sequence[int], rank: int) -> tuple[int, ...]:
+  """The input axes of a kernel of ``rank`` axes: the first ``in_axes`` (an int) or the given axis indices."""
+  if isinstance(in_axes, bool):
+    raise ConfigError(f"in_axes must be an int or a sequence of axis indices, got {in_axes!r}")
+  if isinstance(in_axes, int):
+    if not 0 < in_axes < rank:
+      raise ConfigError(f"in_axes must be an integer in [1, {rank - 1}] for a parameter of rank {rank}, got {in_axes!r}")
+    return tuple(range(in_axes))
+  try:
+    axes = tuple(sorted({operator.index(a) for a in in_axes}))
+  except TypeError:
+    raise ConfigError(f"in_axes must be an int or a sequence of axis indices, got {in_axes!r}") from None
+  if not axes or len(axes) >= rank or axes[0] < 0 or axes[-1] >= rank:
+    raise ConfigError(f"in_axes must name between 1 and {rank - 1} of the axes 0..{rank - 1}, got {in_axes!r}")
+  return axes
+
+
+def fans(kind: str, shape: Sequence[int], in_axes: int | Sequence[int] | None = None) -> tuple[int, int]:
   """(fan_in, fan_out) of a parameter of ``kind`` with ``shape``.
 
   * embedding [V, D]: (V, D);
@@ -658,8 +675,10 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[i
     DenseGeneral kernel [D, N, H] has fan_out N·H;
   * attn_o [N·H, D] or [N, H, D]: fan_in is the product of all but the last axis;
   * bias and norm: (1, size); a fixed parameter of rank < 2 too;
-  * ``in_axes`` (a matrix kind): the first ``in_axes`` axes are the input (fan_in is their product; a Conv
-    kernel [..., in, out] has in_axes = rank − 1).
+  * ``in_axes`` (a matrix kind): an int n says the first n axes are the input (a Conv kernel [..., in, out] has
+    n = rank − 1); a tuple of axis indices names the input axes wherever they are (a kernel stored [out, in] has
+    (1,), as ``scaling.usage`` reads it from the contraction). fan_in is the product of the input axes, fan_out of
+    the others.
 
   Raises:
     ValueError: unknown kind, wrong rank, or an empty axis.
@@ -674,9 +693,9 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | None = None) -> tuple[i
   if kind in VECTOR_KINDS or (kind == "fixed" and len(dims) < 2):
     return 1, math.prod(dims)
   if in_axes is not None and len(dims) >= 2:
-    if isinstance(in_axes, bool) or not isinstance(in_axes, int) or not 0 < in_axes < len(dims):
-      raise ConfigError(f"in_axes must be an integer in [1, {len(dims) - 1}] for shape {dims}, got {in_axes!r}")
-    return math.prod(dims[:in_axes]), math.prod(dims[in_axes:])
+    axes = input_axes(in_axes, len(dims))
+    return (math.prod(dims[a] for a in axes),
+            math.prod(d for a, d in enumerate(dims) if a not in axes))
   if kind == "embedding":
     if len(dims) != 2:
       raise ConfigError(f"embedding parameter must be [V, D], got shape {dims}")

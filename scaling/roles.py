@@ -1,34 +1,45 @@
-"""The role of every parameter of any Flax model, inferred from its shapes at two widths.
+"""The role of every parameter of any model, read from its computation and its shapes at two widths.
 
-``infer_kinds(base, delta, target)`` compares the parameter shapes of one model built at a base width and at a
-second width (microsoft/mup's ``set_base_shapes(model, base, delta=delta)``): the dimensions that differ are the
-ones that grow with width. From them and Flax's kernel layouts each parameter gets a role, one of the layer kinds
-of ``scaling.parametrization`` (``LAYER_KINDS``):
+``infer_kinds(base, delta, target, usage=...)`` decides each parameter's role (a layer kind of
+``scaling.parametrization``, ``LAYER_KINDS``) from two things:
+
+* **How the computation uses it** (``usage``: ``scaling.usage.read_usage`` of the model's loss or forward pass, its
+  jaxpr): the axes a ``dot_general`` or convolution sums over are its fan-in axes, whatever the layout ([in, out],
+  [out, in] as Conv1D-style layers store it, [in, heads, head_dim], a fused q/k/v kernel, an ``einsum`` weight, a
+  Conv kernel); a table that is gathered is an embedding looked up along the indexed axes; one that is gathered
+  *and* contracted with the last hidden state (its product terminal, reaching the output with no parameter
+  contracted after it) is a **tied** embedding, also the readout; an elementwise shift is a bias, an elementwise
+  gain a norm gain, an additive table of rank ≥ 2 (learned positions, a class token) an embedding.
+* **What grows** (microsoft/mup's ``set_base_shapes(target, base, delta=delta)``): the axes that differ between the
+  base and the delta model grow with width.
 
 ==================================================  ====================================================
-what grows                                          kind
+use and growth                                      kind
 ==================================================  ====================================================
-an Embed table [vocab, features]: features          ``embedding`` (one-hot input)
-a kernel: fan-out only (fan-in fixed)               ``input`` (a Dense layer with a dense input)
-a kernel: fan-in and fan-out                        ``hidden`` (``attn_q``/``attn_k``/``attn_v``/``attn_o`` by override)
-a kernel: fan-in only (fan-out fixed)               ``readout``
-a bias or gain (``bias``, ``scale``, rank <= 1)     ``bias`` / ``norm`` (``final_bias`` / ``final_norm``
+gathered (a lookup): features grow                  ``embedding``
+gathered and contracted, terminal                   ``embedding``, tied (``Roles.tied_embedding``)
+contracted: fan-out grows only (fan-in fixed)       ``input`` (a dense layer with a dense input)
+contracted: fan-in and fan-out grow                 ``hidden`` (``attn_q``/``attn_k``/``attn_v``/``attn_o`` by override)
+contracted: fan-in grows only                       ``readout``
+contracted: nothing grows                           ``fixed`` (a finite matrix: SP's init and learning rate)
+elementwise shift / gain, rank <= 1, grows          ``bias`` / ``norm`` (``final_bias`` / ``final_norm``
                                                     outside ``blocks`` when ``blocks`` is given)
-nothing, in a bias, gain or scalar                  ``fixed`` (e.g. a bias over the vocabulary)
+elementwise or concatenated, rank >= 2, grows       ``embedding`` (an additive table, fan-in its fixed
+                                                    axes; ``bias``/``scale`` by name are vectors)
+nothing grows, in a bias, gain or table             ``fixed`` (e.g. a bias over the vocabulary)
 ==================================================  ====================================================
 
-Kernel layouts (Flax's): Dense [in, out]; DenseGeneral and nnx.LinearGeneral [in..., out...], split after the first
-axis for the modules named ``query``/``key``/``value`` ([D, N, H], as ``nn.MultiHeadDotProductAttention`` and
-``nnx.MultiHeadAttention`` make them) and before the last for ``out`` ([N, H, D]); Conv [..., in, out] (the
-leading spatial axes fixed; fan-in includes them). Embed and nnx.Embed store ``embedding`` [vocab, features];
-LayerNorm/RMSNorm ``scale`` and ``bias``.
+Without ``usage`` (or for a parameter the computation does not read), Flax's layouts decide as before: Dense
+[in, out]; DenseGeneral and nnx.LinearGeneral [in..., out...], split after the first axis for the modules named
+``query``/``key``/``value`` ([D, N, H]) and before the last for ``out`` ([N, H, D]); Conv [..., in, out]; Embed
+``embedding`` [vocab, features]; ``bias`` and ``scale`` vectors.
 
-Where shapes cannot tell, the user says (``overrides``: a path pattern -> kind, or -> (kind, in_axes) for a kernel
-whose input axes are not the above), and the parameters our own layers made (``scaling.layers.Kinded``) keep their
-kind. What needs a word always: which projections are the attention's q and k (only ``zero_query`` and the
-logit rule ``make_attention_fn(rule="linear")`` care; ``FLAX_ATTENTION`` names them for Flax's attention modules);
-an embedding that is also the readout (``tied_embedding``); a kernel none of whose dimensions grows (``fixed``
-or a delta that changes it).
+Where the computation cannot tell, the user says (``overrides``: a path pattern -> kind, or -> (kind, in_axes),
+in_axes an int (the first axes are the input) or a tuple of axis indices), and the parameters our own layers made
+(``scaling.layers.Kinded``) keep their kind. An override the computation contradicts (input axes it does not sum
+over, a matrix kind for a table it only gathers, a vector kind for a matrix it contracts, a tie it never uses) is
+one error naming the path. What needs a word always: which projections are the attention's q and k (only
+``zero_query`` cares; ``FLAX_ATTENTION`` names them for Flax's attention modules).
 
 Every role carries the parameter's own width multiplier m: target over base of its fan-in (hidden, attention,
 readout: ``mup``'s fan-in ``width_mult``) or of its fan-out (embedding, input, vectors), so that layers growing
@@ -46,6 +57,8 @@ import jax
 
 from scaling import layers
 from scaling import parametrization as param_lib
+from scaling import usage as usage_lib
+from scaling.usage import path_key  # pylint: disable=unused-import
 from scaling.validation import ConfigError
 from scaling.validation import ConfigTypeError
 
@@ -70,16 +83,22 @@ class Role:
     shape: its shape in the target model.
     base_shape: its shape in the base model.
     grown: the axes that grow with width (differ between base and delta).
-    in_axes: the number of leading input axes of a kernel (None: the layout of ``parametrization.fans``).
+    in_axes: its input axes: None (the layout of ``parametrization.fans``), an int n (the first n axes) or a
+      tuple of axis indices (as the computation sums over them, or a table's looked-up axes).
     in_block: whether it is inside the residual blocks (depth scaling touches it).
+    tied: an embedding that is also the readout (gathered at the input, contracted at the output).
+    width_mult: its width multiplier when given directly (one global width, ``roles_from_kinds``); None: from the
+      fans of ``shape`` over ``base_shape``.
   """
 
   kind: str
   shape: tuple[int, ...]
   base_shape: tuple[int, ...]
   grown: tuple[int, ...]
-  in_axes: int | None = None
+  in_axes: int | tuple[int, ...] | None = None
   in_block: bool = True
+  tied: bool = False
+  width_mult: float | None = None
 
   @property
   def fans(self) -> tuple[int, int]:
@@ -91,6 +110,8 @@ class Role:
     """The parameter's width multiplier m: fan-in (matrices) or fan-out (the rest) of target over base."""
     if self.kind == "fixed":
       return 1.0
+    if self.width_mult is not None:
+      return self.width_mult
     target, base = self.fans, param_lib.fans(self.kind, self.base_shape, self.in_axes)
     side = 0 if self.kind in _FAN_IN_KINDS else 1
     return target[side] / base[side]
@@ -104,14 +125,20 @@ class Roles(Mapping[str, Role]):
   """The role of every parameter, by path ("a/b/kernel"), in the order and tree structure of the target.
 
   A read-only mapping path -> ``Role``; ``kinds()`` is the tree of kind strings (the structure of the target's
-  plain parameter tree) for APIs taking kinds (``scaling.make_optimizer``); ``tied_embedding`` is the path of an
-  embedding that is also the readout (or None).
+  plain parameter tree); ``tied_embedding`` is the path of the embedding that is also the readout (or None).
   """
 
   def __init__(self, roles: dict[str, Role], treedef: Any, tied_embedding: str | None = None):
     self._roles = dict(roles)
     self._treedef = treedef
-    self.tied_embedding = tied_embedding
+    tied = [p for p, r in self._roles.items() if r.tied]
+    if tied_embedding is not None and tied_embedding not in tied:
+      self._roles[tied_embedding] = dataclasses.replace(self._roles[tied_embedding], tied=True)
+      tied.append(tied_embedding)
+    if len(tied) > 1:
+      raise ConfigError(f"more than one tied embedding ({', '.join(tied)}); one table may be both the embedding "
+                        "and the readout")
+    self.tied_embedding = tied[0] if tied else None
 
   def __getitem__(self, path: str) -> Role:
     return self._roles[path]
@@ -123,7 +150,7 @@ class Roles(Mapping[str, Role]):
     return len(self._roles)
 
   def __repr__(self) -> str:
-    return "Roles(" + ", ".join(f"{p}: {r.kind}" for p, r in self._roles.items()) + ")"
+    return "Roles(" + ", ".join(f"{p}: {r.kind}{' (tied)' if r.tied else ''}" for p, r in self._roles.items()) + ")"
 
   def kinds(self) -> Any:
     """The kind of every parameter as a tree with the structure of the target's plain parameters."""
@@ -138,14 +165,6 @@ class Roles(Mapping[str, Role]):
                          "the roles from the same model")
       return fn(key, self._roles[key], leaf)
     return jax.tree_util.tree_map_with_path(leaf_fn, params)
-
-
-def path_key(path: Sequence[Any]) -> str:
-  """"a/b/kernel" for a jax key path (an nnx Variable's trailing ``.value`` dropped)."""
-  names = list(param_lib.path_names(path))
-  if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and names[-1] == "value":
-    names = names[:-1]
-  return "/".join(names)
 
 
 def _is_box(x: Any) -> bool:
@@ -187,7 +206,7 @@ def _match(path: str, patterns: Any) -> bool:
   return any(fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
-def _override(path: str, overrides: Mapping[str, Any]) -> tuple[str, int | None] | None:
+def _override(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any] | None:
   """(kind, in_axes) of the first pattern of ``overrides`` matching ``path``, or None."""
   for pattern, value in overrides.items():
     if fnmatch.fnmatchcase(path, pattern):
@@ -214,9 +233,8 @@ def _kernel_in_axes(path: str, shape: tuple[int, ...], grown: tuple[int, ...]) -
       f"pass overrides={{{path!r}: (kind, in_axes)}} with in_axes the number of its leading input axes")
 
 
-def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, overrides: Mapping[str, Any],
-          blocks: Sequence[str] | None) -> Role:
-  """The role of one parameter from its base, delta and target shapes (or its override or Kinded kind)."""
+def _check_shapes(path: str, shapes: tuple[tuple[int, ...], ...]) -> None:
+  """ConfigError unless base, delta and target have one rank and the target differs only where the delta does."""
   base, delta, target = shapes
   if not len(base) == len(delta) == len(target):
     raise ConfigError(f"parameter {path!r} has rank {len(base)}, {len(delta)} and {len(target)} in base, delta and "
@@ -226,6 +244,25 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
   if moved:
     raise ConfigError(f"parameter {path!r}: axes {moved} differ between base {list(base)} and target {list(target)} "
                      f"but not between base and delta {list(delta)}; the delta must change every width-like axis")
+
+
+def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, overrides: Mapping[str, Any],
+          blocks: Sequence[str] | None, use: usage_lib.Usage | None) -> Role:
+  """The role of one parameter: from the computation when it reads the parameter, else from shapes and layouts."""
+  _check_shapes(path, shapes)
+  if use is None or not use.used:
+    return _shape_role(path, shapes, marked, overrides, blocks)
+  found = _override(path, overrides)
+  if found is None and marked is not None:
+    found = (marked, None)
+  return _role_from_usage(path, shapes, use, found, blocks)
+
+
+def _shape_role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, overrides: Mapping[str, Any],
+                blocks: Sequence[str] | None) -> Role:
+  """The role of one parameter from its base, delta and target shapes and Flax's layouts (no computation)."""
+  base, delta, target = shapes
+  grown = tuple(i for i, (b, d) in enumerate(zip(base, delta)) if b != d)
   in_block = blocks is None or _match(path, blocks)
   found = _override(path, overrides)
   if found is None and marked is not None:
@@ -260,6 +297,81 @@ def _role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | None, ov
   return Role(kind, target, base, grown, in_axes, in_block)
 
 
+def _axes_text(axes: Any) -> str:
+  return "(" + ", ".join(str(a) for a in sorted(axes)) + ")"
+
+
+def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_lib.Usage, found: Any,
+                     blocks: Sequence[str] | None) -> Role:
+  """The role of one parameter from how the computation uses it and what grows (module docstring)."""
+  base, delta, target = shapes
+  grown = tuple(i for i, (b, d) in enumerate(zip(base, delta)) if b != d)
+  in_block = blocks is None or _match(path, blocks)
+  rank = len(target)
+  try:
+    fan_in = use.fan_in_axes
+  except ValueError as e:
+    raise ConfigError(f"parameter {path!r}: {e}; pass overrides={{{path!r}: (kind, in_axes)}}") from None
+  lookup = use.lookup_axes
+  tied = lookup is not None and fan_in is not None
+  if found is not None:
+    kind, in_axes = found
+    if in_axes is not None and fan_in is not None and rank >= 2:
+      said = set(param_lib.input_axes(in_axes, rank))
+      if said != set(fan_in):
+        raise ConfigError(f"parameter {path!r} {list(target)}: overrides say its input axes are {_axes_text(said)}, "
+                          f"but the computation sums over axes {_axes_text(fan_in)}")
+    if kind in param_lib.VECTOR_KINDS and fan_in is not None:
+      raise ConfigError(f"parameter {path!r} {list(target)}: overrides say {kind!r} (a vector), but the computation "
+                        f"contracts it over axes {_axes_text(fan_in)} (a matrix)")
+    if kind in param_lib.MATRIX_KINDS and kind != "embedding" and lookup is not None and fan_in is None:
+      raise ConfigError(f"parameter {path!r} {list(target)}: overrides say {kind!r}, but the computation only looks "
+                        f"it up (gathers along axes {_axes_text(lookup)}): an embedding")
+    if in_axes is None and rank >= 2 and kind in param_lib.MATRIX_KINDS:
+      in_axes = tuple(sorted(lookup if kind == "embedding" and lookup is not None else fan_in or ())) or None
+    return _checked(path, Role(kind, target, base, grown, in_axes, in_block, tied and kind == "embedding"))
+  if lookup is not None:
+    if set(lookup) & set(grown):
+      raise ConfigError(f"parameter {path!r}: a table looked up along axes {_axes_text(lookup)}, which grow with width "
+                        f"(base {list(base)}, delta {list(delta)}); keep the vocabulary fixed or pass "
+                        f"overrides={{{path!r}: kind}}")
+    if tied:
+      if set(lookup) & set(fan_in):
+        raise ConfigError(f"parameter {path!r}: looked up and summed over the same axes {_axes_text(lookup)}; pass "
+                          f"overrides={{{path!r}: kind}}")
+      if not use.terminal:
+        raise ConfigError(f"parameter {path!r}: looked up at the input and contracted, but its product feeds other "
+                          f"layers (not a tied readout); pass overrides={{{path!r}: kind}}")
+    if not grown:
+      return Role("fixed", target, base, grown, None, in_block)
+    return Role("embedding", target, base, grown, tuple(sorted(lookup)), in_block, tied)
+  if fan_in is not None:
+    if rank < 2:
+      return _shape_role(path, shapes, None, {}, blocks)
+    grows_in = any(axis in fan_in for axis in grown)
+    grows_out = any(axis not in fan_in for axis in grown)
+    kind = {(False, True): "input", (True, True): "hidden", (True, False): "readout",
+            (False, False): "fixed"}[grows_in, grows_out]
+    return Role(kind, target, base, grown, tuple(sorted(fan_in)), in_block)
+  if use.elementwise or use.concatenated:
+    if not grown:
+      return Role("fixed", target, base, grown, None, in_block)
+    name = path.rsplit("/", 1)[-1]
+    if rank >= 2 and name not in _VECTOR_NAMES:  # an additive table (a DenseGeneral's [N, H] bias is a bias)
+      fixed_axes = tuple(a for a in range(rank) if a not in grown)
+      if not fixed_axes:
+        raise ConfigError(f"parameter {path!r} {list(target)}: added to activations with every axis growing; pass "
+                          f"overrides={{{path!r}: kind}}")
+      return Role("embedding", target, base, grown, fixed_axes, in_block)
+    gain = any(op in ("mul", "div") for op in use.elementwise)
+    shift = any(op in ("add", "sub", "add_any") for op in use.elementwise)
+    if gain == shift:  # both or neither: the name decides
+      gain = name in _GAIN_NAMES
+    kind = "norm" if gain else "bias"
+    return Role(kind if in_block else "final_" + kind, target, base, grown, None, in_block)
+  return _shape_role(path, shapes, None, {}, blocks)
+
+
 def _checked(path: str, role: Role) -> Role:
   """``role`` if its kind fits its shape (``parametrization.fans``), else a ValueError naming ``path``."""
   try:
@@ -277,13 +389,15 @@ def _fixed_matrix_error(path: str, base: tuple[int, ...], delta: tuple[int, ...]
       "model so that its width-like axes differ from the base's")
 
 
-def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping[str, Any] | None = None,
-                tied_embedding: str | None = None, blocks: str | Sequence[str] | None = None) -> Roles:
-  """The role (layer kind, grown axes, width multiplier) of every parameter of a model, from shapes.
+def infer_kinds(base: Any, delta: Any, target: Any = None, *, usage: Mapping[str, usage_lib.Usage] | None = None,
+                overrides: Mapping[str, Any] | None = None, tied_embedding: str | None = None,
+                blocks: str | Sequence[str] | None = None) -> Roles:
+  """The role (layer kind, input axes, width multiplier) of every parameter of a model.
 
-  microsoft/mup's ``set_base_shapes(target, base, delta=delta)`` for Flax: the axes that differ between ``base``
-  and ``delta`` grow with width; ``target`` is the model to train (the roles' fans and multipliers are its own).
-  Rules and Flax layouts in the module docstring.
+  microsoft/mup's ``set_base_shapes(target, base, delta=delta)``, with the computation read as well: the axes that
+  differ between ``base`` and ``delta`` grow with width; how the model uses each parameter (``usage``) gives its
+  fan-in axes, its lookups and a tied readout; ``target`` is the model to train (the roles' fans and multipliers
+  are its own). The rule is in the module docstring.
 
   Args:
     base: the parameters of the model at its base width: a params tree (arrays, ``jax.eval_shape`` results, or
@@ -291,11 +405,13 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping
       ``nnx.Module`` / ``nnx.State`` (``nnx.eval_shape`` makes an abstract one).
     delta: the same model at another width (every width-like axis different from the base's).
     target: the model to train (default: ``delta``).
-    overrides: path pattern (``fnmatch`` on "a/b/kernel") -> kind, or -> (kind, in_axes) for a kernel whose first
-      ``in_axes`` axes are its input; the first matching pattern wins, before any ``Kinded`` kind
-      (e.g. ``scaling.FLAX_ATTENTION`` for Flax's attention modules).
-    tied_embedding: the path of an embedding that is also the readout (``Embed.attend``); required when the model
-      has an embedding and no readout.
+    usage: {path: ``scaling.usage.Usage``}, how the model's computation uses each parameter
+      (``scaling.usage.read_usage`` of its loss at any width); None: shapes and Flax's layouts alone decide.
+    overrides: path pattern (``fnmatch`` on "a/b/kernel") -> kind, or -> (kind, in_axes) with in_axes an int (the
+      first axes are the input) or a tuple of axis indices; the first matching pattern wins, before any ``Kinded``
+      kind (e.g. ``scaling.FLAX_ATTENTION`` for Flax's attention modules).
+    tied_embedding: the path of an embedding that is also the readout (``Embed.attend``); found from ``usage``
+      without it.
     blocks: path pattern(s) of the parameters inside the residual blocks; biases and gains outside them are
       ``final_bias``/``final_norm`` (depth scaling leaves them alone). None: every bias and gain is in-block.
 
@@ -303,8 +419,9 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping
     ``Roles``: path -> ``Role``, with ``kinds()`` the tree of kinds.
 
   Raises:
-    ValueError: naming the parameter and what to pass, for a role that shapes cannot decide, trees that differ,
-      no axis growing anywhere, or a tied embedding that was not named.
+    ValueError: naming the parameter and what to pass, for a role that neither the computation nor shapes can
+      decide, an override the computation contradicts, trees that differ, no axis growing anywhere, or (without
+      ``usage``) a tied embedding that was not named.
   """
   overrides = dict(overrides or {})
   if isinstance(blocks, str):
@@ -318,22 +435,35 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, overrides: Mapping
                      "same model at different widths")
   if all(b[p][0] == d[p][0] for p in b):
     raise ConfigError("base and delta have the same parameter shapes: build the delta model at another width")
+  if usage is not None:
+    usage = dict(usage)
+    missing = sorted(set(t) - set(usage))
+    if missing:
+      raise ConfigError(f"usage has no entry for {', '.join(missing[:4])}: read it from the same model "
+                        "(scaling.usage.read_usage)")
   roles = {}
   for path in t:
     marked = next((tree[path][1] for tree in (t, b, d) if tree[path][1] is not None), None)
-    roles[path] = _role(path, (b[path][0], d[path][0], t[path][0]), marked, overrides, blocks)
+    use = None if usage is None else usage[path]
+    roles[path] = _role(path, (b[path][0], d[path][0], t[path][0]), marked, overrides, blocks, use)
   if tied_embedding is not None:
     if tied_embedding not in roles or roles[tied_embedding].kind != "embedding":
       raise ConfigError(f"tied_embedding={tied_embedding!r} is not an embedding of the model; embeddings: "
                        f"{', '.join(p for p, r in roles.items() if r.kind == 'embedding') or 'none'}")
-  elif not any(r.kind == "readout" for r in roles.values()):
+    if usage is not None and usage[tied_embedding].used and not usage[tied_embedding].contracted:
+      raise ConfigError(f"tied_embedding={tied_embedding!r}: the computation only looks it up, it never uses it as "
+                        "the readout")
+    found = [p for p, r in roles.items() if r.tied and p != tied_embedding]
+    if found:
+      raise ConfigError(f"tied_embedding={tied_embedding!r}, but the computation uses {found[0]!r} as the tied "
+                        "readout")
+  elif usage is None and not any(r.kind == "readout" for r in roles.values()):
     embeddings = [p for p, r in roles.items() if r.kind == "embedding"]
     if embeddings:
       raise ConfigError(
-          f"the model has no readout (no kernel whose fan-in grows and fan-out is fixed) but has the embedding "
-          f"{embeddings[0]!r}: if it is also the readout (tied, Embed.attend), pass "
-          f"tied_embedding={embeddings[0]!r} and multiply the tied logits by the readout multiplier "
-          "(UserParametrization.tied_readout_multiplier)")
+          f"the model has no readout (no kernel whose fan-in grows and fan-out is fixed) but has the embedding(s) "
+          f"{', '.join(embeddings)}: if one is also the readout (tied, Embed.attend), pass tied_embedding=<its path>, "
+          "or pass usage=scaling.usage.read_usage(loss, params, batch) so that the computation finds it")
   return Roles(roles, treedef, tied_embedding)
 
 

@@ -1,15 +1,18 @@
-"""A user's own Flax model (``flax.linen`` or ``flax.nnx``) as pure functions of its parameters, for the studies
-that train it at several widths (``scaling.coord_check``, ``scaling.transfer``).
+"""A user's own model (``flax.linen``, ``flax.nnx`` or a plain JAX function) as pure functions of its parameters,
+for the studies that train it at several widths (``scaling.coord_check``, ``scaling.transfer``).
 
-The model is given as a factory of the width: ``model(width) -> flax.linen.Module`` or
-``model(width, rngs) -> flax.nnx.Module`` (told apart by the number of parameters the factory takes), with a loss
-``loss_fn(module, batch) -> scalar`` that calls the module as the user would. ``functional_model`` turns them into
+The model is given as a factory of the width: ``model(width) -> flax.linen.Module``,
+``model(width, rngs) -> flax.nnx.Module`` (told apart by the number of parameters the factory takes) or
+``model(width) -> PureModel(init, apply)`` (a parameter tree and a function of it: hand-written JAX, Equinox's
+``eqx.partition``, Haiku's ``transform``), with a loss ``loss_fn(model, batch) -> scalar`` that calls the model as
+the user would (a ``PureModel`` is called as ``model(*inputs)`` = ``apply(params, *inputs)``). ``functional_model`` turns them into
 ``init(key) -> (params, state)``, ``loss(params, state, batch)`` and ``captured(params, state, batch) -> (loss,
 {module: output})``; the parameters are a plain nested dict (linen's ``params`` collection, or nnx's
 ``nnx.Param`` state as ``nnx.to_pure_dict``), so the same optimizers and parameter trees serve both APIs.
 
 The output of every module is recorded without any change to the user's model: linen's ``capture_intermediates``,
-and nnx's ``nnx.capture(..., method_outputs=nnx.Intermediate)``. A module is named by its path ("Dense_0",
+nnx's ``nnx.capture(..., method_outputs=nnx.Intermediate)``, and for a plain function the product of every
+parameter read from its computation (``scaling.usage.record_products``). A module is named by its path ("Dense_0",
 "block/attn"; "model" for the top module); a method other than ``__call__`` is appended (".attend"); a module
 called more than once, or returning several arrays, gets one entry per array ("name[i]").
 
@@ -30,6 +33,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from scaling import usage
 from scaling.validation import ConfigError
 from scaling.validation import ConfigTypeError
 
@@ -41,11 +45,27 @@ InitFn = Callable[[int, Params, Array], Params]
 
 
 @dataclasses.dataclass(frozen=True)
+class PureModel:
+  """A model as a plain JAX function: ``init(key) -> params`` and ``apply(params, *inputs) -> outputs``.
+
+  What ``model(width)`` returns for a model that is not a Flax module; the loss calls it as ``model(*inputs)``.
+  """
+
+  init: Callable[[Array], Params]
+  apply: Callable[..., Any]
+
+  def __post_init__(self):
+    for name in ("init", "apply"):
+      if not callable(getattr(self, name)):
+        raise ConfigTypeError(f"PureModel.{name} must be a function, got {type(getattr(self, name)).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
 class FunctionalModel:
   """A user's model at one width as pure functions (see the module docstring).
 
   Attributes:
-    kind: "linen" or "nnx".
+    kind: "linen", "nnx" or "pure".
     width: the width it was built at.
     init: key -> (params, state): params a nested dict of arrays, state everything else the model holds
       (linen's other collections, nnx's non-Param state), held fixed.
@@ -61,9 +81,10 @@ class FunctionalModel:
 
 
 def model_kind(model: ModelFactory) -> str:
-  """"linen" for a factory ``model(width)``, "nnx" for ``model(width, rngs)`` (TypeError otherwise)."""
+  """"linen" for a factory ``model(width)`` (a linen Module or a ``PureModel``), "nnx" for ``model(width, rngs)``
+  (TypeError otherwise)."""
   if not callable(model):
-    raise ConfigTypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or "
+    raise ConfigTypeError(f"model must be a factory of the width, model(width) -> flax.linen.Module or PureModel, or "
                     f"model(width, rngs) -> flax.nnx.Module, got {type(model).__name__}")
   try:  # a class: its __init__ without self (nnx's metaclass hides the class's own signature)
     params = (list(inspect.signature(model.__init__).parameters.values())[1:] if isinstance(model, type)
@@ -159,12 +180,29 @@ def _nnx(factory: ModelFactory, loss_fn: LossFn, width: int) -> FunctionalModel:
   return FunctionalModel("nnx", width, init, loss, captured)
 
 
+def _pure(model: PureModel, loss_fn: LossFn, width: int) -> FunctionalModel:
+  """The plain-function form: the loss calls ``apply`` bound to the parameters; products recorded from the jaxpr."""
+  def init(key):
+    return model.init(key), {}
+
+  def loss(params, state, batch):
+    del state
+    return loss_fn(lambda *inputs, **kw: model.apply(params, *inputs, **kw), batch)
+
+  recorded = usage.record_products(loss)
+
+  def captured(params, state, batch):
+    return recorded(params, state, batch)
+
+  return FunctionalModel("pure", width, init, loss, captured)
+
+
 def functional_model(model: ModelFactory, loss_fn: LossFn, width: int, example_batch: Any, *,
                      init: InitFn | None = None) -> FunctionalModel:
   """A user's model at ``width`` as pure functions of its parameters.
 
   Args:
-    model: ``model(width) -> flax.linen.Module`` or ``model(width, rngs) -> flax.nnx.Module``.
+    model: ``model(width) -> flax.linen.Module | PureModel`` or ``model(width, rngs) -> flax.nnx.Module``.
     loss_fn: ``loss_fn(module, batch) -> scalar``, calling the module as the user would.
     width: the width.
     example_batch: a batch (linen's ``init`` traces the loss on it).
@@ -181,9 +219,13 @@ def functional_model(model: ModelFactory, loss_fn: LossFn, width: int, example_b
     raise ConfigTypeError(f"init must be a function init(width, params, key) -> params, got {type(init).__name__}")
   if kind == "linen":
     module = model(width)
-    if not isinstance(module, nn.Module):
-      raise ConfigTypeError(f"model(width) must return a flax.linen.Module, got {type(module).__name__}")
-    fm = _linen(module, loss_fn, width, example_batch)
+    if isinstance(module, PureModel):
+      fm = _pure(module, loss_fn, width)
+    elif isinstance(module, nn.Module):
+      fm = _linen(module, loss_fn, width, example_batch)
+    else:
+      raise ConfigTypeError(f"model(width) must return a flax.linen.Module or a scaling.PureModel, got "
+                            f"{type(module).__name__}")
   else:
     fm = _nnx(model, loss_fn, width)
   if init is None:

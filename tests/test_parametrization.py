@@ -554,10 +554,18 @@ class FansTest(parameterized.TestCase):
   def test_fans_with_in_axes(self, kind, shape, in_axes, want):
     self.assertEqual(P.fans(kind, shape, in_axes), want)
 
-  @parameterized.parameters(0, 3, True, 1.5)
-  def test_bad_in_axes(self, in_axes):
-    with self.assertRaisesRegex(ValueError, r"in_axes must be an integer in \[1, 2\]"):
+  @parameterized.parameters((0, r"an integer in \[1, 2\]"), (3, r"an integer in \[1, 2\]"),
+                            (True, "an int or a sequence"), (1.5, "an int or a sequence"), ((), "name between 1 and 2"),
+                            ((0, 1, 2), "name between 1 and 2"), ((3,), "name between 1 and 2"))
+  def test_bad_in_axes(self, in_axes, message):
+    with self.assertRaisesRegex(ValueError, "in_axes must (be )?" + message):
       P.fans("hidden", (4, 8, 32), in_axes)
+
+  def test_input_axes_anywhere(self):
+    # A kernel stored [out, in] (Conv1D-style) has its input on axis 1; a DenseGeneral [N, H, D] on (0, 1).
+    self.assertEqual(P.fans("hidden", (48, 16), (1,)), (16, 48))
+    self.assertEqual(P.fans("attn_o", (4, 8, 32), (0, 1)), (32, 32))
+    self.assertEqual(P.fans("input", (3, 3, 5, 32), (0, 1, 2)), (45, 32))
 
   @parameterized.parameters(
       ("embedding", (100,), "embedding parameter must be"),

@@ -144,12 +144,20 @@ class LinenRolesTest(parameterized.TestCase):
 
   def test_tied_embedding(self):
     shapes = lambda w: _shapes(_Tied(w), jnp.zeros((1, 4), jnp.int32))
-    with self.assertRaisesRegex(ValueError, r"'embed/embedding'.*tied_embedding='embed/embedding'"):
+    with self.assertRaisesRegex(ValueError, r"embed/embedding: if one is also the readout.*tied_embedding"):
       scaling.infer_kinds(shapes(16), shapes(32))
     roles = scaling.infer_kinds(shapes(16), shapes(32), tied_embedding="embed/embedding")
     self.assertEqual((roles["embed/embedding"].kind, roles.tied_embedding), ("embedding", "embed/embedding"))
     with self.assertRaisesRegex(ValueError, "tied_embedding='hidden/kernel' is not an embedding"):
       scaling.infer_kinds(shapes(16), shapes(32), tied_embedding="hidden/kernel")
+    # From the computation the tie needs no name: the table is gathered and contracted with the last hidden state.
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    model = _Tied(16)
+    params = model.init(jax.random.key(0), tokens)["params"]
+    use = scaling.read_usage(lambda p: model.apply({"params": p}, tokens), params)
+    roles = scaling.infer_kinds(shapes(16), shapes(32), usage=use)
+    self.assertEqual(roles.tied_embedding, "embed/embedding")
+    self.assertEqual(roles["embed/embedding"].in_axes, (0,))
 
 
 class ErrorsTest(parameterized.TestCase):

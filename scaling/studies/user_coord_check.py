@@ -33,6 +33,7 @@ import numpy as np
 
 from scaling import report
 from scaling import user_model
+from scaling import width_parametrization
 from scaling.studies import coord_check as study
 from scaling.studies import stats
 from scaling.validation import ConfigError
@@ -275,32 +276,48 @@ def combine(*results: CoordCheckResult, roles: Mapping[str, Any] | None = None) 
 
 
 def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches: Any,
-                optimizer: user_model.OptimizerFactory, *, widths: Sequence[int] = (64, 128, 256, 512),
-                steps: int = 3, learning_rate: float = 1e-2, seeds: Sequence[int] = (0, 1, 2),
-                init: user_model.InitFn | None = None, roles: Mapping[str, Any] | None = None,
-                name: str = "model", tolerance: float = TOLERANCE, progress: bool = True) -> CoordCheckResult:
-  """The coordinate check of a user's Flax model: every module's output RMS against width over the first steps.
+                optimizer: user_model.OptimizerFactory | None = None, *, schemes: Sequence[Any] = ("sp", "mup"),
+                widths: Sequence[int] = (64, 128, 256, 512), base_width: int | None = None,
+                init: str | user_model.InitFn | None = None, steps: int = 3, learning_rate: float = 1e-2,
+                seeds: Sequence[int] = (0, 1, 2), roles: Mapping[str, Any] | None = None, name: str = "model",
+                tolerance: float = TOLERANCE, progress: bool = True, **options: Any) -> CoordCheckResult:
+  """The coordinate check of any model: every module's output RMS against width over the first steps.
 
-  Tensor Programs V (Yang et al. 2022), §D.1 and Fig. 5; ``microsoft/mup``'s ``get_coord_data``.
+  Tensor Programs V (Yang et al. 2022), §D.1 and Fig. 5; ``microsoft/mup``'s ``get_coord_data``. One call infers
+  the roles (``scaling.WidthParametrization``: the computation and the shapes), parametrizes each width under each
+  scheme and runs them all::
+
+    result = scaling.coord_check(model, loss_fn, batch, schemes=("sp", "mup"), widths=(64, 128, 256, 512))
+
+  With an ``optimizer`` factory instead, the model is trained as given under that optimizer (custom
+  per-parameter learning rates; ``init`` may then be an ``init(width, params, key)`` function), one run named
+  ``name``.
 
   Args:
-    model: ``model(width) -> flax.linen.Module`` or ``model(width, rngs) -> flax.nnx.Module``.
-    loss_fn: ``loss_fn(module, batch) -> scalar``.
+    model: ``model(width) -> flax.linen.Module | scaling.PureModel`` or ``model(width, rngs) -> flax.nnx.Module``.
+    loss_fn: ``loss_fn(model, batch) -> scalar``.
     batches: a fixed batch (as mup's ``fix_data``), a function ``batches(step) -> batch``, or an iterator.
-    optimizer: ``optimizer(width, params, learning_rate) -> optax.GradientTransformation`` (params: the shapes of
-      the parameter tree; per-parameter learning rates of a parametrization plug in here).
+    optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
+      optax.GradientTransformation`` (params: the shapes of the parameter tree).
+    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.Parametrization`` objects or ready
+      ``scaling.WidthParametrization`` s.
     widths: at least two widths.
+    base_width: the schemes' base width (default: the smallest width).
+    init: "base" (None), "paper" or "rescale" (``scaling.WidthParametrization``); with ``optimizer``, an optional
+      ``init(width, params, key) -> params`` applied after the model's own initialization.
     steps: k ≥ 1: RMS at steps 0..k (k updates).
-    learning_rate: passed to ``optimizer``.
+    learning_rate: the (Adam) learning rate.
     seeds: the seeds (initialization keys), trained together as one vmapped program per width.
-    init: optional ``init(width, params, key) -> params`` applied after the model's own initialization.
-    roles: the role of each module's weights, for the likely causes (``module_roles``).
-    name: the parametrization's name in the rows and figures ("sp", "mup", ...).
+    roles: with ``optimizer``, the role of each module's weights for the likely causes (``module_roles``); the
+      schemes' own roles otherwise.
+    name: the run's name with ``optimizer``.
     tolerance: the slope above which a module grows.
     progress: show progress (``scaling.report.Progress``) on stderr.
+    **options: further options of ``scaling.WidthParametrization`` (overrides, tied_embedding, blocks, forward,
+      optimizer name as ``optimizer_name``, its options).
 
   Returns:
-    A ``CoordCheckResult``.
+    A ``CoordCheckResult`` of every scheme (one row of panels each in its figure).
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -314,11 +331,33 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
     raise ConfigError(f"tolerance must be a positive number, got {tolerance!r}")
   stacked = user_model.materialize_batches(batches, steps + 1)
   example = jax.tree.map(lambda x: x[0], stacked)
+  if optimizer is not None:
+    if init is not None and not callable(init):
+      raise ConfigTypeError(f"with an optimizer factory, init must be a function init(width, params, key) -> params "
+                            f"or None, got {init!r}")
+    user_model.model_kind(model)
+    at = lambda width: user_model.functional_model(model, loss_fn, width, example, init=init)
+    rows = _measure(name, at, optimizer, widths, steps, learning_rate, seeds, stacked, progress)
+    return from_rows(rows, steps, roles=roles, tolerance=tolerance)
+  if "optimizer_name" in options:
+    options["optimizer"] = options.pop("optimizer_name")
+  results = []
+  for wp in width_parametrization.for_schemes(model, loss_fn, example, schemes, widths=widths, base_width=base_width,
+                     init=init or "base", **options):
+    rows = _measure(wp.parametrization.name, wp.model_at, wp.optimizer, widths, steps, learning_rate, seeds, stacked,
+                    progress)
+    results.append(from_rows(rows, steps, roles=wp.roles(max(widths)), tolerance=tolerance))
+  return combine(*results)
+
+
+def _measure(name: str, model_at: Any, optimizer: Any, widths: Sequence[int], steps: int, learning_rate: float,
+             seeds: np.ndarray, stacked: Any, progress: bool) -> list[dict[str, Any]]:
+  """The coordinate-check rows of one scheme: every width trained for ``steps`` updates, seeds vmapped."""
   lrs = np.full(seeds.shape, learning_rate, np.float32)
   rows = []
   with report.Progress(len(widths), f"coord_check {name}", stream=None if progress else io.StringIO()) as bar:
     for width in widths:
-      fm = user_model.functional_model(model, loss_fn, width, example, init=init)
+      fm = model_at(width)
       records = jax.device_get(user_model.training_program(fm, optimizer, record_outputs=True)(seeds, lrs, stacked))
       point = {"parametrization": name, "width": width}
       rms_rows = study.coord_rows(point, {"rms": {k: np.asarray(v).T for k, v in records["rms"].items()}})
@@ -327,7 +366,7 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
       rows += [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]])),
                 "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
       bar.update(f"width {width}")
-  return from_rows(rows, steps, roles=roles, tolerance=tolerance)
+  return rows
 
 
 def from_rows(rows: list[dict[str, Any]], steps: int, *, roles: Mapping[str, Any] | None = None,

@@ -24,10 +24,12 @@ import numpy as np
 
 from scaling import report
 from scaling import user_model
+from scaling import width_parametrization
 from scaling.studies import grid as grid_lib
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import transfer_report
 from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 KEYS = ("parametrization", "width")
 
@@ -91,31 +93,42 @@ def combine(*results: TransferResult) -> TransferResult:
 
 
 def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches: Any,
-             optimizer: user_model.OptimizerFactory, *, widths: Sequence[int] = (64, 128, 256, 512),
+             optimizer: user_model.OptimizerFactory | None = None, *, schemes: Sequence[Any] = ("sp", "mup"),
+             widths: Sequence[int] = (64, 128, 256, 512), base_width: int | None = None,
              log2_lrs: Sequence[float] = tuple(float(x) for x in range(-12, -3)), steps: int = 200,
-             seeds: Sequence[int] = (0,), init: user_model.InitFn | None = None, name: str = "model",
-             average_last: int | None = None, progress: bool = True) -> TransferResult:
-  """The learning-rate × width (× seed) grid of a user's Flax model; one vmapped program per width.
+             seeds: Sequence[int] = (0,), init: str | user_model.InitFn | None = None, name: str = "model",
+             average_last: int | None = None, progress: bool = True, **options: Any) -> TransferResult:
+  """The learning-rate × width (× seed) grid of any model under each scheme; one vmapped program per width.
 
-  Tensor Programs V (Yang et al. 2022), §1 and Fig. 1.
+  Tensor Programs V (Yang et al. 2022), §1 and Fig. 1. One call infers the roles, parametrizes each width under
+  each scheme (``scaling.WidthParametrization``) and trains every grid::
+
+    result = scaling.transfer(model, loss_fn, batches, schemes=("sp", "mup"), widths=(64, 128, 256, 512))
+
+  With an ``optimizer`` factory instead, the model is trained as given under it (one run named ``name``; ``init``
+  may then be an ``init(width, params, key)`` function).
 
   Args:
-    model: ``model(width) -> flax.linen.Module`` or ``model(width, rngs) -> flax.nnx.Module``.
-    loss_fn: ``loss_fn(module, batch) -> scalar``.
+    model: ``model(width) -> flax.linen.Module | scaling.PureModel`` or ``model(width, rngs) -> flax.nnx.Module``.
+    loss_fn: ``loss_fn(model, batch) -> scalar``.
     batches: a function ``batches(step) -> batch``, an iterator of batches, or one fixed batch.
-    optimizer: ``optimizer(width, params, learning_rate) -> optax.GradientTransformation`` (``learning_rate`` is
-      traced: one program serves every learning rate; schedules built on it work).
+    optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
+      optax.GradientTransformation`` (``learning_rate`` is traced: one program serves every learning rate).
+    schemes: parametrizations compared (names, ``Parametrization`` objects or ``WidthParametrization`` s).
     widths: the widths (at least two).
+    base_width: the schemes' base width (default: the smallest width).
     log2_lrs: base-2 logarithms of the learning rates tried.
     steps: training steps per run.
     seeds: initialization seeds per learning rate.
-    init: optional ``init(width, params, key) -> params`` applied after the model's own initialization.
-    name: the parametrization's name in the rows and figures.
+    init: "base" (None), "paper" or "rescale"; with ``optimizer``, an optional ``init(width, params, key)`` function.
+    name: the run's name with ``optimizer``.
     average_last: final loss = mean training loss of the last this many steps (default steps // 10, at least 1).
     progress: show progress (``scaling.report.Progress``) on stderr.
+    **options: further options of ``scaling.WidthParametrization`` (overrides, tied_embedding, forward, the
+      optimizer name as ``optimizer_name`` and its options).
 
   Returns:
-    A ``TransferResult``.
+    A ``TransferResult`` of every scheme.
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -131,19 +144,30 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
     raise ConfigError(f"average_last must be an int in [1, steps={steps}], got {average_last!r}")
   stacked = user_model.materialize_batches(batches, steps)
   example = jax.tree.map(lambda x: x[0], stacked)
+  if optimizer is not None:
+    if init is not None and not callable(init):
+      raise ConfigTypeError(f"with an optimizer factory, init must be a function init(width, params, key) -> params "
+                            f"or None, got {init!r}")
+    user_model.model_kind(model)
+    runs = [(name, lambda width: user_model.functional_model(model, loss_fn, width, example, init=init), optimizer)]
+  else:
+    if "optimizer_name" in options:
+      options["optimizer"] = options.pop("optimizer_name")
+    runs = [(wp.parametrization.name, wp.model_at, wp.optimizer) for wp in width_parametrization.for_schemes(
+        model, loss_fn, example, schemes, widths=widths, base_width=base_width, init=init or "base", **options)]
   lrs, member_seeds = grid_lib.lr_grid(log2_lrs, seeds)
   rows = []
-  with report.Progress(len(widths), f"transfer {name}", stream=None if progress else io.StringIO()) as bar:
-    for width in widths:
-      fm = user_model.functional_model(model, loss_fn, width, example, init=init)
-      run = user_model.training_program(fm, optimizer, record_outputs=False)
-      losses = np.asarray(jax.device_get(run(member_seeds, lrs, stacked)["loss"])).T  # [steps, L·S]
-      point = {"parametrization": name, "width": width}
-      new = optimum_lib.summarize_grid(losses, log2_lrs, len(seeds), last)
-      rows += [{**point, **r, "steps": steps, "average_last": last} for r in new]
-      best = optimum_lib.find_optimum(new, keys=())[0]
-      bar.update(f"width {width}: " + ("all diverged" if best["log2_lr"] is None else
-                                       f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}"))
+  for run_name, model_at, opt in runs:
+    with report.Progress(len(widths), f"transfer {run_name}", stream=None if progress else io.StringIO()) as bar:
+      for width in widths:
+        run = user_model.training_program(model_at(width), opt, record_outputs=False)
+        losses = np.asarray(jax.device_get(run(member_seeds, lrs, stacked)["loss"])).T  # [steps, L·S]
+        point = {"parametrization": run_name, "width": width}
+        new = optimum_lib.summarize_grid(losses, log2_lrs, len(seeds), last)
+        rows += [{**point, **r, "steps": steps, "average_last": last} for r in new]
+        best = optimum_lib.find_optimum(new, keys=())[0]
+        bar.update(f"width {width}: " + ("all diverged" if best["log2_lr"] is None else
+                                         f"best log2 lr {best['log2_lr']:g}, loss {best['final_loss']:.3f}"))
   optimum = optimum_lib.find_optimum(rows, keys=KEYS)
   for o, sens in zip(optimum, optimum_lib.sensitivity_rows(rows, KEYS)):
     o.update({k: v for k, v in sens.items() if k not in KEYS})
