@@ -18,8 +18,8 @@ import jax
 
 import scaling
 from scaling import results
-from scaling.studies import user_coord_check
-from scaling.studies import user_transfer
+from scaling.studies import coord_check as coord_check_lib
+from scaling.studies import transfer as transfer_lib
 
 
 def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: int = 200,
@@ -96,7 +96,7 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
       transfers.append(scaling.transfer(model, loss_fn, batches, schemes=(param,),
                                         widths=args.transfer_widths or args.widths, log2_lrs=args.log2_lrs,
                                         steps=args.transfer_steps, seeds=range(args.seeds)))
-  check = user_coord_check.combine(*checks)
+  check = coord_check_lib.combine(*checks)
   check.write_figure(out / "coord_check.png")
   check.write_figure(out / "coord_check_delta.png", delta=True)
   widths = ", ".join(map(str, args.widths))
@@ -107,10 +107,10 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
   print(check.verdict_markdown(heading))
   transfer = None
   if transfers:
-    transfer = user_transfer.combine(*transfers)
+    transfer = transfer_lib.combine(*transfers)
     results.write_jsonl(out / "transfer.jsonl", transfer.rows)
     transfer.write_figure(out / "transfer.png")
-    text = transfer.optimum_markdown(user_transfer.heading(transfer, data, "Adam"))
+    text = transfer.optimum_markdown(transfer_lib.heading(transfer, data, "Adam"))
     results.write_text(out / "transfer.md", text)
     print(transfer.loss_table())
     print(text)

@@ -66,9 +66,9 @@ from scaling.user_model import PureModel
 from scaling.usage import read_usage
 from scaling.width_parametrization import WidthParametrization
 
-# The coordinate check and learning-rate grid of a user's own Flax model live in scaling.studies (they plot and
-# tabulate); imported on first use, so that ``import scaling`` stays light.
-_STUDIES = {"coord_check": "scaling.studies.user_coord_check", "transfer": "scaling.studies.user_transfer"}
+# The coordinate check and learning-rate transfer of any model live in scaling.studies (they plot and tabulate);
+# imported on first use, so that ``import scaling`` stays light.
+_STUDIES = {"coord_check": "scaling.studies.coord_check", "transfer": "scaling.studies.transfer"}
 
 __all__ = [name for name in dir() if not name.startswith("_")] + list(_STUDIES)
 

@@ -1,9 +1,10 @@
 """Layers whose parameters carry their layer kind, with init and multiplier from a parametrization.
 
 Each parameter is created through ``kind_param``: it is drawn as
-``init_mean + init_std · N(0, 1)`` from the ``LayerSpec`` that the
-parametrization gives its kind and fans, and it is stored boxed in
-``Kinded(value, kind)``, a Flax ``AxisMetadata``. The kind therefore travels with
+``init_mean + init_std · N(0, 1)`` from the ``LayerSpec`` that the layers' spec source gives it by its path
+(``specs.layer(path, kind, shape)``: a ``scaling.UserParametrization`` with ``forward="model"``, made by
+``scaling.parametrize`` from the model's roles; ``SHAPES_ONLY`` while only the shapes are wanted, to infer those
+roles), and it is stored boxed in ``Kinded(value, kind)``, a Flax ``AxisMetadata``. The kind therefore travels with
 the parameter from the layer that made it: ``param_kinds`` reads it, and the
 per-layer learning rates (``scaling.optim``) use it. Renaming a module changes
 nothing. ``module.param`` unboxes as usual, so the layers compute with plain
@@ -69,11 +70,17 @@ def unbox(boxed: Any) -> Any:
   return nn.meta.unbox(boxed)
 
 
-def layer_spec(parametrization: param_lib.Parametrization, kind: str, shape: tuple[int, ...],
-               width: int) -> param_lib.LayerSpec:
-  """The LayerSpec of a parameter of ``kind`` and ``shape`` in a model of ``width``."""
-  fan_in, fan_out = param_lib.fans(kind, shape)
-  return parametrization.layer(kind, fan_in, fan_out, width)
+class ShapesOnly:
+  """The spec source of a model built only for its parameter shapes: every parameter zero, multiplier 1."""
+
+  def layer(self, path: str, kind: str, shape: tuple[int, ...]) -> param_lib.LayerSpec:
+    del path, shape
+    param_lib.check_kind(kind)
+    return param_lib.LayerSpec(init_std=0.0, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
+
+
+SHAPES_ONLY = ShapesOnly()
+"""The spec source for ``jax.eval_shape`` of a model's init (the roles are inferred from those shapes)."""
 
 
 def _initializer(spec: param_lib.LayerSpec, kind: str) -> Callable[..., Kinded]:
@@ -87,10 +94,13 @@ def _initializer(spec: param_lib.LayerSpec, kind: str) -> Callable[..., Kinded]:
   return init
 
 
-def kind_param(module: nn.Module, name: str, kind: str, shape: tuple[int, ...],
-               parametrization: param_lib.Parametrization, width: int) -> tuple[Array, float]:
-  """Creates (or reads) parameter ``name`` of ``kind``: returns (value float32, forward multiplier)."""
-  spec = layer_spec(parametrization, kind, shape, width)
+def kind_param(module: nn.Module, name: str, kind: str, shape: tuple[int, ...], specs: Any) -> tuple[Array, float]:
+  """Creates (or reads) parameter ``name`` of ``kind``: returns (value float32, forward multiplier).
+
+  Its spec is ``specs.layer(path, kind, shape)``, the path being the module's path and ``name`` ("block_0/mlp/fc_in/
+  kernel").
+  """
+  spec = specs.layer("/".join((*module.path, name)), kind, tuple(shape))
   return module.param(name, _initializer(spec, kind), shape, jnp.float32), spec.multiplier
 
 
@@ -131,31 +141,29 @@ def _rows(x: Array) -> int:
 DenseParts = tuple[Array, float, "Array | None", float]
 
 
-def _dense_params(module: nn.Module, fan_in: int, features: int, kind: str, parametrization: param_lib.Parametrization,
-                  width: int, use_bias: bool) -> DenseParts:
+def _dense_params(module: nn.Module, fan_in: int, features: int, kind: str, specs: Any,
+                  use_bias: bool) -> DenseParts:
   """(kernel [fan_in, features], its multiplier, bias [features] or None, its multiplier) of a dense layer."""
-  kernel, mult = kind_param(module, "kernel", kind, (fan_in, features), parametrization, width)
+  kernel, mult = kind_param(module, "kernel", kind, (fan_in, features), specs)
   bias, bmult = None, 1.0
   if use_bias:
-    bias, bmult = kind_param(module, "bias", "bias", (features,), parametrization, width)
+    bias, bmult = kind_param(module, "bias", "bias", (features,), specs)
   return kernel, mult, bias, bmult
 
 
 class ScaledDense(nn.Module):
-  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the parametrization."""
+  """y = A·(x @ W) [+ A_b·b]: W [fan_in, fan_out] of layer ``kind`` with multiplier A from the spec source."""
 
   features: int
   kind: str
-  parametrization: param_lib.Parametrization
-  width: int
+  specs: Any
   use_bias: bool = False
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     """x [..., fan_in] -> [..., features] in ``dtype``."""
-    parts = _dense_params(self, x.shape[-1], self.features, self.kind, self.parametrization, self.width,
-                          self.use_bias)
+    parts = _dense_params(self, x.shape[-1], self.features, self.kind, self.specs, self.use_bias)
     return self._product(x, [parts])[0]
 
   def _product(self, x: Array, parts: list[DenseParts]) -> list[Array]:
@@ -168,14 +176,13 @@ class DenseKernel(nn.Module):
 
   features: int
   kind: str
-  parametrization: param_lib.Parametrization
-  width: int
+  specs: Any
   use_bias: bool = False
 
   @nn.compact
   def __call__(self, fan_in: int) -> DenseParts:
     """(kernel [fan_in, features], its multiplier, bias [features] or None, its multiplier)."""
-    return _dense_params(self, fan_in, self.features, self.kind, self.parametrization, self.width, self.use_bias)
+    return _dense_params(self, fan_in, self.features, self.kind, self.specs, self.use_bias)
 
 
 def _concat_split(x: Array, parts: list[DenseParts], dtype: Any,
@@ -249,23 +256,21 @@ class UnitDense(ScaledDense):
 
 
 class ScaledEmbed(nn.Module):
-  """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the parametrization.
+  """Lookup A·E[ids] with E [num_embeddings, features] an "embedding" layer of the spec source.
 
   ``grad_scale`` multiplies the table's gradient (u-μP: ``unit_scaling.embedding_grad_scale``; 1 = none).
   """
 
   num_embeddings: int
   features: int
-  parametrization: param_lib.Parametrization
-  width: int
+  specs: Any
   dtype: Any = jnp.float32
   grad_scale: float = 1.0
 
   @nn.compact
   def __call__(self, ids: Array) -> Array:
     """ids int [...] -> [..., features] in ``dtype``."""
-    table, mult = kind_param(self, "embedding", "embedding", (self.num_embeddings, self.features),
-                             self.parametrization, self.width)
+    table, mult = kind_param(self, "embedding", "embedding", (self.num_embeddings, self.features), self.specs)
     if self.grad_scale != 1.0:
       table = unit.scale(table, 1.0, self.grad_scale)
     return scaled(jnp.take(table, ids, axis=0).astype(self.dtype), mult)
@@ -280,8 +285,7 @@ class Norm(nn.Module):
   """
 
   kind: str
-  parametrization: param_lib.Parametrization
-  width: int
+  specs: Any
   use_bias: bool = False
   dtype: Any = jnp.float32
   eps: float = 1e-6
@@ -292,12 +296,12 @@ class Norm(nn.Module):
   def __call__(self, x: Array) -> Array:
     d = x.shape[-1]
     gain_kind, bias_kind = ("final_norm", "final_bias") if self.final else ("norm", "bias")
-    scale, mult = kind_param(self, "scale", gain_kind, (d,), self.parametrization, self.width)
+    scale, mult = kind_param(self, "scale", gain_kind, (d,), self.specs)
     norm = rules_lib.layer_norm if self.kind == "layer" else rules_lib.rms_norm
     grad_scale = (lambda v: v) if self.grad_scale == 1.0 else (lambda v: unit.scale(v, 1.0, self.grad_scale))
     y = norm(x.astype(jnp.float32), self.eps) * scaled(grad_scale(scale), mult)
     if self.use_bias:
-      bias, bmult = kind_param(self, "bias", bias_kind, (d,), self.parametrization, self.width)
+      bias, bmult = kind_param(self, "bias", bias_kind, (d,), self.specs)
       bias = grad_scale(bias)
       y = y + scaled(bias, bmult)
     return y.astype(self.dtype)

@@ -43,6 +43,8 @@ from scaling import rope as rope_lib
 from scaling import rules as rules_lib
 from scaling import unit_scaling as unit
 from scaling import unit_scaling_covariance as covariance_lib
+from scaling import roles as roles_lib
+from scaling import user_parametrization
 from scaling import validation
 from scaling.config import option
 from scaling.config import Options
@@ -380,20 +382,21 @@ def _unit_norm(norm: Callable[[Array], Array], x: Array, grad_factor: float,
   return unit.scale(probe(norm(unit.scale(x, 1.0, 1.0 / grad_factor))), 1.0, grad_factor)
 
 
-def _dense(cfg: ModelConfig, features: int, kind: str, name: str, scales: unit.LinearScales | None,
+def _dense(cfg: ModelConfig, specs: Any, features: int, kind: str, name: str, scales: unit.LinearScales | None,
            use_bias: bool | None = None) -> nn.Module:
   """The model's dense layer: ``layers.UnitDense`` with u-μP's scales, else ``layers.ScaledDense``."""
   use_bias = cfg.use_bias if use_bias is None else use_bias
   if scales is not None:
-    return layers.UnitDense(features, kind, cfg.parametrization, cfg.width, use_bias, cfg.compute_dtype,
-                            scales=scales, name=name)
-  return layers.ScaledDense(features, kind, cfg.parametrization, cfg.width, use_bias, cfg.compute_dtype, name=name)
+    return layers.UnitDense(features, kind, specs, use_bias, cfg.compute_dtype, scales=scales, name=name)
+  return layers.ScaledDense(features, kind, specs, use_bias, cfg.compute_dtype, name=name)
 
 
 class BlockPart(nn.Module):
-  """The fields of a block and of its attention: the model, α_attn and the block's unit scales."""
+  """The fields of a block and of its attention: the model, its layers' spec source, α_attn and the block's unit
+  scales."""
 
   config: ModelConfig
+  specs: Any = None
   attn_mult: Any = None
   scales: unit.BlockScales | None = None
 
@@ -415,19 +418,19 @@ class Attention(BlockPart):
   def __call__(self, x: Array) -> Array:
     """x [B, T, D] -> [B, T, D]."""
     cfg = self.config
-    p = cfg.parametrization
+    specs = self.specs
     b, t, _ = x.shape
     n, k, h = cfg.num_heads, cfg.kv_heads, cfg.head_dim
     s = self.scales
     projections = ((n * h, "attn_q", "query"), (k * h, "attn_k", "key"), (k * h, "attn_v", "value"))
     if s is None or s.query == s.key == s.value:
       # One matmul for q, k and v; parameters, kinds and multipliers stay those of three layers.
-      kernels = [layers.DenseKernel(f, kind, p, cfg.width, cfg.use_bias, name=name)(x.shape[-1])
+      kernels = [layers.DenseKernel(f, kind, specs, cfg.use_bias, name=name)(x.shape[-1])
                  for f, kind, name in projections]
       q, kk, v = (layers.fused_dense(x, kernels, cfg.compute_dtype) if s is None
                   else layers.unit_fused_dense(x, kernels, s.query, cfg.compute_dtype))
     else:  # projections of different backward scales
-      q, kk, v = (_dense(cfg, f, kind, name, _linear_scales(s, name))(x) for f, kind, name in projections)
+      q, kk, v = (_dense(cfg, specs, f, kind, name, _linear_scales(s, name))(x) for f, kind, name in projections)
     q, kk, v = q.reshape(b, t, n, h), kk.reshape(b, t, k, h), v.reshape(b, t, k, h)
     self.sow("intermediates", "q_projected", q)  # before RoPE and any QK-norm (kept only when asked for)
     self.sow("intermediates", "k_projected", kk)
@@ -437,8 +440,8 @@ class Attention(BlockPart):
     q, kk, v = (layers.probe(self, name, y) for name, y in (("act_q", q), ("act_k", kk), ("act_v", v)))
     rule = cfg.attention_rule
     if isinstance(rule, rules_lib.QKNorm) and cfg.qk_norm_gains:
-      qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), p, cfg.width)
-      kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), p, cfg.width)
+      qg, mult = layers.kind_param(self, "query_gain", "norm", (h,), specs)
+      kg, _ = layers.kind_param(self, "key_gain", "norm", (h,), specs)
       rule = rule.replace(query_gain=layers.scaled(qg, mult), key_gain=layers.scaled(kg, mult))
     if self.attn_mult is not None:
       rule = rules_lib.FixedScale(logit=jnp.asarray(self.attn_mult, jnp.float32) / h)
@@ -466,22 +469,23 @@ class Attention(BlockPart):
     for key, value in stats.items():
       layers.record(self, key, value)
     out = layers.probe(self, "act_ctx", out.reshape(b, t, n * h).astype(cfg.compute_dtype))
-    return _dense(cfg, cfg.width, "attn_o", "out", _linear_scales(s, "out"))(out)
+    return _dense(cfg, specs, cfg.width, "attn_o", "out", _linear_scales(s, "out"))(out)
 
 
 class Mlp(nn.Module):
   """fc_out(gelu(fc_in(x))), both "hidden" layers; F = mlp_ratio · width (u-μP: its scales, the unit-scaled GELU)."""
 
   config: ModelConfig
+  specs: Any = None
   scales: unit.BlockScales | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     s = self.scales
-    hidden = _dense(cfg, cfg.mlp_hidden, "hidden", "fc_in", _linear_scales(s, "fc_in"))(x)
+    hidden = _dense(cfg, self.specs, cfg.mlp_hidden, "hidden", "fc_in", _linear_scales(s, "fc_in"))(x)
     hidden = layers.probe(self, "act_hidden", nn.gelu(hidden) if s is None else unit.gelu(hidden))
-    return _dense(cfg, cfg.width, "hidden", "fc_out", _linear_scales(s, "fc_out"))(hidden)
+    return _dense(cfg, self.specs, cfg.width, "hidden", "fc_out", _linear_scales(s, "fc_out"))(hidden)
 
 
 class Block(BlockPart):
@@ -500,10 +504,10 @@ class Block(BlockPart):
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     s = self.scales
-    norm = lambda name, grad_scale: layers.Norm(cfg.norm, cfg.parametrization, cfg.width, cfg.use_bias,
-                                                cfg.compute_dtype, grad_scale=grad_scale, name=name)
-    attn = Attention(cfg, attn_mult=self.attn_mult, scales=s, name="attn")
-    mlp = Mlp(cfg, scales=s, name="mlp")
+    norm = lambda name, grad_scale: layers.Norm(cfg.norm, self.specs, cfg.use_bias, cfg.compute_dtype,
+                                                grad_scale=grad_scale, name=name)
+    attn = Attention(cfg, self.specs, attn_mult=self.attn_mult, scales=s, name="attn")
+    mlp = Mlp(cfg, self.specs, scales=s, name="mlp")
     if s is not None:
       taus = (s.tau_attn, s.tau_mlp)
       split = lambda x, i: unit.residual_split(x, taus[i])
@@ -549,6 +553,7 @@ class Transformer(nn.Module):
 
   config: ModelConfig
   attn_mult: Any = None
+  specs: Any = None
 
   def __post_init__(self):
     check_model_config("config", self.config)
@@ -567,7 +572,7 @@ class Transformer(nn.Module):
       logits [B, T, V] float32.
     """
     cfg = self.config
-    p = cfg.parametrization
+    specs = parametrized(cfg) if self.specs is None else self.specs
     if tokens.ndim != 2:
       raise ConfigError(f"tokens must be [B, T], got shape {tokens.shape}")
     if not jnp.issubdtype(tokens.dtype, jnp.integer):
@@ -577,24 +582,23 @@ class Transformer(nn.Module):
       raise ConfigError(f"sequence length {t} exceeds max_len {cfg.max_len}")
     dt = cfg.compute_dtype
     s = _model_scales(cfg, b, t)
-    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, p, cfg.width, dt, grad_scale=s.embedding, name="embed")(tokens)
+    x = layers.ScaledEmbed(cfg.vocab_size, cfg.width, specs, dt, grad_scale=s.embedding, name="embed")(tokens)
     if embedded is not None:
       if embedded.shape != x.shape:
         raise ConfigError(f"embedded must have shape {x.shape}, got {embedded.shape}")
       x = embedded.astype(dt)
     if cfg.positions == "learned":
-      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, p, cfg.width, dt, grad_scale=s.positions,
+      x = x + layers.ScaledEmbed(cfg.max_len, cfg.width, specs, dt, grad_scale=s.positions,
                                  name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
     for i in range(cfg.depth):
-      x = Block(cfg, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
+      x = Block(cfg, specs, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
     if cfg.pre_ln:
-      x = layers.Norm(cfg.norm, p, cfg.width, cfg.use_bias, dt, final=True, grad_scale=s.ln_final,
-                      name="ln_final")(x)
+      x = layers.Norm(cfg.norm, specs, cfg.use_bias, dt, final=True, grad_scale=s.ln_final, name="ln_final")(x)
       x = layers.probe(self, "act_final", x)
     # No readout bias: its fan-out is the vocabulary, which the parametrization cannot tell from a width.
-    logits = _dense(cfg, cfg.vocab_size, "readout", "readout", s.readout, use_bias=False)(x)
+    logits = _dense(cfg, specs, cfg.vocab_size, "readout", "readout", s.readout, use_bias=False)(x)
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
@@ -616,10 +620,10 @@ def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
 
-def _init_boxed(rng: Array, config: ModelConfig, seq_len: int | None = None) -> Any:
+def _init_boxed(rng: Array, config: ModelConfig, seq_len: int | None = None, specs: Any = None) -> Any:
   """The boxed ``params`` collection (values carry their layer kind)."""
   t = min(config.max_len, 8) if seq_len is None else seq_len
-  return Transformer(config).init(rng, jnp.zeros((1, t), jnp.int32))["params"]
+  return Transformer(config, specs=specs).init(rng, jnp.zeros((1, t), jnp.int32))["params"]
 
 
 def init_params(rng: Array, config: ModelConfig) -> dict[str, Any]:
@@ -628,8 +632,53 @@ def init_params(rng: Array, config: ModelConfig) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)
+def _boxed_shapes(config: ModelConfig) -> Any:
+  """The boxed parameter shapes (``jax.ShapeDtypeStruct`` in ``Kinded`` boxes); nothing computed."""
+  return jax.eval_shape(functools.partial(_init_boxed, config=config, specs=layers.SHAPES_ONLY),
+                        jax.random.PRNGKey(0))
+
+
 def _cached_kinds(config: ModelConfig) -> Any:
-  return layers.param_kinds(jax.eval_shape(functools.partial(_init_boxed, config=config), jax.random.PRNGKey(0)))
+  return layers.param_kinds(_boxed_shapes(config))
+
+
+def at_width(config: ModelConfig, width: int) -> ModelConfig:
+  """The same model at ``width``: every width-like dimension scaled with it, the rest (vocabulary, depth,
+  positions, options) kept.
+
+  The MLP follows ``mlp_ratio``. When the attention width N·H equals the model width it follows it: by the number
+  of heads when the head dim is the parametrization's base head dim (``ModelFamily`` with --head_dim), else by the
+  head dim (a fixed number of heads); otherwise (N and H both fixed) it is kept. Only the ratio of each parameter's
+  fans to the base model's matters for its width multiplier.
+  """
+  p = config.parametrization
+  n, h, k = config.num_heads, config.head_dim, config.num_kv_heads
+  if n * h == config.width and width != config.width:
+    if h == p.base_head_dim and width % h == 0:
+      n = width // h
+    elif width % n == 0:
+      h = width // n
+    else:
+      raise ConfigError(f"width {width}: {n} heads of dim {h} cannot follow the model width")
+    k = None if k is None else math.gcd(n, k)
+  return dataclasses.replace(config, width=width, num_heads=n, head_dim=h, num_kv_heads=k)
+
+
+@functools.lru_cache(maxsize=64)
+def parametrized(config: ModelConfig) -> user_parametrization.UserParametrization:
+  """The model's parametrization through the one engine: ``scaling.parametrize`` of its roles (``forward="model"``).
+
+  The roles are inferred (``scaling.infer_kinds``) from the model's parameter shapes at the parametrization's base
+  width (``at_width``), at a second width and at its own, each parameter keeping the kind its layer gave it
+  (``layers.Kinded``); so every parameter's width multiplier is its own fan-in or fan-out over the base model's, as
+  for any user's model. The layers draw their init and apply their forward multipliers from it
+  (``UserParametrization.layer``), and the optimizer's per-parameter learning rates come from it too.
+  """
+  check_model_config("config", config)
+  base = at_width(config, config.parametrization.base_width)
+  delta = config if config.width != base.width else at_width(config, 2 * base.width)
+  roles = roles_lib.infer_kinds(_boxed_shapes(base), _boxed_shapes(delta), _boxed_shapes(config))
+  return user_parametrization.parametrize(roles, config.parametrization, forward="model")
 
 
 def check_model_config(name: str, config: Any) -> None:

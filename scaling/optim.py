@@ -1,23 +1,22 @@
 """Per-layer learning rates of a parametrization, as optax transformations.
 
-``scale_by_parametrization`` multiplies each parameter's update by the LR
-multiplier (``LayerSpec.lr_adam`` or ``lr_sgd``) of its layer kind. The kinds
-come from the model: every parameter is created with its kind as Flax metadata
-(``scaling.layers``) and ``scaling.model.param_kinds`` reads them, so names of
-modules play no part. It composes with any optax optimizer placed before it::
+The one way a parametrization meets a model is ``scaling.parametrize(roles, scheme)`` (``scaling.roles`` infers
+the roles; the built-in Transformer's come from ``scaling.model.parametrized``). Its ``optimizer`` builds Adam,
+AdamW, SGD or Adam-atan2 from the pieces here: ``scale_by_multipliers`` multiplies each parameter's update by its
+LR multiplier (``LayerSpec.lr_adam`` or ``lr_sgd``), ``scale_by_adam_eps_factors`` gives each its Adam ε, and
+``assemble_optimizer`` chains them with the learning rate injected into the optimizer state
+(``optax.inject_hyperparams``), so that it may be a float, an optax schedule, or a traced value: a grid of
+learning rates is trained in one program by vmapping over it::
 
-    kinds = scaling.model.param_kinds(model_config)
-    opt = optax.chain(optax.adam(1e-3), scale_by_parametrization(mup, width=256, kinds=kinds))
-
-``make_optimizer`` builds Adam, AdamW, SGD or Adam-atan2 that way, with the learning rate
-injected into the optimizer state (``optax.inject_hyperparams``) so that it may
-be a float, an optax schedule, or a traced value: a grid of learning rates can
-be trained in one program by vmapping over it::
-
+    p = scaling.parametrize(roles, "mup")
     def train(lr):
-      opt = make_optimizer("adam", lr, mup, width, kinds, schedule=warmup_cosine_schedule(1.0, 100, 1000))
+      opt = p.optimizer("adam", lr, schedule=warmup_cosine_schedule(1.0, 100, 1000))
       ...
     jax.vmap(train)(jnp.array([1e-3, 3e-3, 1e-2]))
+
+``make_optimizer(name, lr, parametrization, width, kinds)``, ``scale_by_parametrization``, ``lr_multipliers`` and
+``scale_by_adam_scaled_eps`` (one global width and a tree of kinds, ``parametrization.specs_at_width``) remain for
+one release, with a ``DeprecationWarning``.
 
 The learning rate of a parameter at step t is
 ``learning_rate(t) · schedule(t) · C`` where C is its LR multiplier. Weight
@@ -25,11 +24,6 @@ decay (AdamW's decoupled decay, SGD's L2 term) is added after the per-layer
 scaling, so its per-step strength is ``lr_t · wd`` for every parameter at every
 width, as in ``mup`` with ``decoupled_wd=False`` (see the weight-decay note in
 ``scaling.parametrization``).
-
-The same chain serves any model whose per-parameter multipliers come from elsewhere
-(``scaling.user_parametrization``, roles inferred from shapes): ``scale_by_multipliers`` takes a function
-params -> multipliers, ``scale_by_adam_eps_factors`` a function params -> ε factors, and
-``assemble_optimizer`` builds Adam, AdamW, SGD or Adam-atan2 around them.
 
 ``OptimizerConfig`` declares the optimizer and schedule options every training
 study shares and builds the optimizer (``OptimizerConfig.build``): the one
@@ -40,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import jax
@@ -68,54 +63,40 @@ class ScaleByParametrizationState(NamedTuple):
   multipliers: Any
 
 
+def _deprecated(old: str, new: str) -> None:
+  warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}", DeprecationWarning,
+                stacklevel=3)
+
+
+def _specs_of(parametrization: param_lib.Parametrization, width: int, kinds: Any) -> Callable[[Any], Any]:
+  """params -> the LayerSpec of every parameter at one global width (``param_lib.specs_at_width``)."""
+  if not isinstance(parametrization, param_lib.Parametrization):
+    raise ConfigError(f"parametrization must be a Parametrization object, got {parametrization!r}")
+  width = check_positive_int("width", width)
+  return lambda params: param_lib.specs_at_width(params, kinds, parametrization, width)
+
+
+def _lr_of(specs: Any, optimizer: str) -> Any:
+  return jax.tree.map(lambda spec: spec.lr(optimizer), specs, is_leaf=lambda x: isinstance(x, param_lib.LayerSpec))
+
+
 def lr_multipliers(params: Any, kinds: Any, parametrization: param_lib.Parametrization, width: int,
                    optimizer: str = "adam") -> Any:
-  """The LR multiplier of every parameter (Python floats, structure of ``params``).
-
-  Args:
-    params: the ``params`` tree (arrays or anything with ``.shape``).
-    kinds: the layer kind of every parameter, same structure (``scaling.model.param_kinds``).
-    parametrization: the scheme.
-    width: the model width.
-    optimizer: "adam", "adamw" or "sgd".
-
-  Returns:
-    A pytree of floats with the structure of ``params``.
-  """
-  specs = param_lib.param_specs(params, kinds, parametrization, width)
-  return jax.tree.map(lambda spec: spec.lr(optimizer), specs, is_leaf=lambda x: isinstance(x, param_lib.LayerSpec))
+  """The LR multiplier of every parameter at one global width (deprecated: ``UserParametrization.lr_multipliers``)."""
+  _deprecated("scaling.optim.lr_multipliers(params, kinds, parametrization, width)",
+              "scaling.parametrize(roles, parametrization).lr_multipliers(params, optimizer)")
+  param_lib.optimizer_family(optimizer)
+  return _lr_of(_specs_of(parametrization, width, kinds)(params), optimizer)
 
 
 def scale_by_parametrization(parametrization: param_lib.Parametrization, width: int, kinds: Any,
                              optimizer: str = "adam") -> optax.GradientTransformation:
-  """Multiplies each update by its parameter's LR multiplier under ``parametrization``.
-
-  The multipliers are computed once, in ``init``, from the parameters' kinds
-  and shapes, and kept in the state as float32 scalars; ``update`` is one
-  multiply per leaf. Place it after the optimizer's direction (e.g. after
-  ``optax.scale_by_adam``), before or after the global learning rate: all
-  these scalings commute. Add weight decay after it, so that the decay is not
-  rescaled (see ``make_optimizer``).
-
-  Args:
-    parametrization: a ``scaling.parametrization.Parametrization``.
-    width: the model width (d_model).
-    kinds: the layer kind of every parameter (a pytree of strings with the
-      structure of the parameters; ``scaling.model.param_kinds``).
-    optimizer: "adam"/"adamw" (use ``LayerSpec.lr_adam``) or "sgd" (``lr_sgd``).
-
-  Returns:
-    An optax GradientTransformation.
-
-  Raises:
-    ValueError: unknown optimizer, non-positive width, or (in ``init``) a
-      parameter whose kind is unknown or whose tree differs from ``kinds``.
-  """
-  if not isinstance(parametrization, param_lib.Parametrization):
-    raise ConfigError(f"parametrization must be a Parametrization object, got {parametrization!r}")
-  width = check_positive_int("width", width)
+  """Each update × its LR multiplier at one global width (deprecated: ``UserParametrization.scale_lr``)."""
+  _deprecated("scaling.scale_by_parametrization(parametrization, width, kinds)",
+              "scaling.parametrize(roles, parametrization).scale_lr(optimizer)")
+  specs_of = _specs_of(parametrization, width, kinds)
   param_lib.optimizer_family(optimizer)
-  return scale_by_multipliers(lambda params: lr_multipliers(params, kinds, parametrization, width, optimizer))
+  return scale_by_multipliers(lambda params: _lr_of(specs_of(params), optimizer))
 
 
 def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.GradientTransformation:
@@ -150,27 +131,16 @@ def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.Gradient
 
 def scale_by_adam_scaled_eps(parametrization: param_lib.Parametrization, width: int, kinds: Any, *,
                              b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
-  """``optax.scale_by_adam`` with ε = eps · ``parametrization.eps_multiplier(kind, width)`` per parameter.
-
-  The parameters are partitioned by their ε (``optax.partition``), each group
-  running its own ``scale_by_adam``.
-
-  Args:
-    parametrization: the scheme (its width and depth factors of ε).
-    width: the model width.
-    kinds: the layer kind of every parameter (``scaling.model.param_kinds``).
-    b1, b2, eps: Adam's moment decays and base epsilon.
-
-  Returns:
-    An optax GradientTransformation.
-  """
-  return scale_by_adam_eps_factors(*_eps_factors(parametrization, width, kinds), b1=b1, b2=b2, eps=eps)
+  """``optax.scale_by_adam`` with ε = eps · ``eps_multiplier(kind, width)`` per parameter (deprecated:
+  ``UserParametrization.optimizer(..., eps_scaling="mup")``)."""
+  _deprecated("scaling.optim.scale_by_adam_scaled_eps(parametrization, width, kinds)",
+              "scaling.parametrize(roles, parametrization).optimizer('adam', lr, eps_scaling='mup')")
+  return scale_by_adam_eps_factors(*_eps_by_kind(parametrization, width, kinds), b1=b1, b2=b2, eps=eps)
 
 
-def _eps_factors(parametrization: param_lib.Parametrization, width: int,
+def _eps_by_kind(parametrization: param_lib.Parametrization, width: int,
                  kinds: Any) -> tuple[Callable[[Any], Any], Iterable[float]]:
-  """(params -> tree of ε factors, the distinct factors) of ``parametrization.eps_multiplier`` by kind."""
-  width = check_positive_int("width", width)
+  """(params -> ε factors, the distinct factors) at one global width: ``eps_multiplier`` of each kind."""
   factors = {kind: parametrization.eps_multiplier(kind, width) for kind in set(jax.tree.leaves(kinds))}
   return (lambda params: jax.tree.map(lambda kind: factors[kind], kinds)), factors.values()
 
@@ -257,73 +227,34 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
                    momentum: float = 0.0, nesterov: bool = False,
                    decay_kinds: Sequence[str] = DEFAULT_DECAY_KINDS,
                    eps_scaling: str = "none") -> optax.GradientTransformation:
-  """Adam, AdamW, SGD or Adam-atan2 with the per-layer learning rates of ``parametrization``.
+  """Adam, AdamW, SGD or Adam-atan2 at one global width from a tree of kinds (deprecated).
 
-  The update of a parameter with LR multiplier C (``LayerSpec.lr_adam`` for
-  adam/adamw, ``lr_sgd`` for sgd) is
-
-  * adam:  ``-lr_t · C · m̂/(√v̂ + eps)``;
-  * adam_atan2: ``-lr_t · C · 1.27 · atan2(m̂, √v̂)`` (no ε; ``scaling.adam_atan2``);
-  * adamw: ``-lr_t · (C · m̂/(√v̂ + eps) + wd · p)`` (decay only for ``decay_kinds``);
-  * sgd:   ``-lr_t · trace(C · g + wd · p)`` (heavy-ball momentum when
-    ``momentum > 0``; L2 decay only for ``decay_kinds``),
-
-  with ``lr_t = learning_rate(t) · schedule(t)``. The decay is not multiplied
-  by C: a decayed parameter shrinks by ``lr_t · wd`` per step whatever its layer
-  and the width, which is what ``mup``'s optimizers do with
-  ``decoupled_wd=False`` (they divide ``weight_decay`` by each LR factor) and
-  what SP AdamW does at any width. The chain is ``scale_by_adam |
-  scale_by_parametrization | add_decayed_weights | scale_by_schedule |
-  scale_by_learning_rate`` (adam_atan2: ``scale_by_adam_atan2`` in place of
-  ``scale_by_adam``; sgd: ``scale_by_parametrization |
-  add_decayed_weights | trace | ...``) wrapped in ``optax.inject_hyperparams``:
-  ``state.hyperparams["learning_rate"]`` (and ``["weight_decay"]`` for adamw
-  and sgd) live in the state, so they can be traced, vmapped over or changed
-  between steps (``set_learning_rate``).
-
-  Args:
-    name: "adam", "adamw", "sgd" or "adam_atan2".
-    learning_rate: a non-negative float, a scalar array (may be traced), or an
-      optax schedule (step -> learning rate).
-    parametrization: a ``scaling.parametrization.Parametrization``.
-    width: the model width.
-    kinds: the layer kind of every parameter (``scaling.model.param_kinds``).
-    weight_decay: decoupled decay coefficient (adamw) or L2 coefficient (sgd);
-      must be 0 for adam and adam_atan2.
-    schedule: optional step -> factor multiplying the learning rate (e.g.
-      ``warmup_cosine_schedule(1.0, warmup, total)``), applied inside the
-      transformation so that a traced peak learning rate can share it.
-    b1, b2, eps: Adam's moment decays and epsilon (adam_atan2 has no epsilon).
-    momentum: SGD momentum in [0, 1) (0 = plain SGD).
-    nesterov: Nesterov momentum for SGD.
-    decay_kinds: layer kinds that are decayed (default: the matrices, not biases
-      or norm gains).
-    eps_scaling: "mup" scales Adam's ``eps`` per parameter by
-      ``parametrization.eps_multiplier`` (CompleteP: 1/m under μP, times m_L^−α
-      inside the residual blocks); "none" keeps one ``eps`` for every parameter.
-
-  Returns:
-    An optax GradientTransformation whose state is an
-    ``optax.InjectHyperparamsState``.
-
-  Raises:
-    ValueError: unknown name, parametrization or kind, invalid hyperparameters,
-      weight decay with adam or adam_atan2, or ε scaling with an optimizer without ε.
+  Kept for one release: ``scaling.parametrize(roles, parametrization).optimizer(name, learning_rate, ...)`` is the
+  one path (the roles of one global width are ``scaling.roles.from_kinds(params, kinds, width / base_width)``);
+  here each parameter's spec is ``parametrization.specs_at_width``'s; every argument means what it means there
+  (``UserParametrization.optimizer``).
   """
+  _deprecated("scaling.make_optimizer(name, lr, parametrization, width, kinds)",
+              "scaling.parametrize(roles, parametrization).optimizer(name, lr)")
+  check_eps_scaling(name, eps_scaling)
+  decay_kinds = tuple(param_lib.check_kind(kind) for kind in decay_kinds)
+  specs_of = _specs_of(parametrization, width, kinds)
+  family = "sgd" if name == "sgd" else "adam"
+  scale = scale_by_multipliers(lambda params: _lr_of(specs_of(params), family))
+  eps_factors = _eps_by_kind(parametrization, width, kinds) if eps_scaling == "mup" else None
+  return assemble_optimizer(name, learning_rate, scale, decay_mask(kinds, decay_kinds), eps_factors=eps_factors,
+                            weight_decay=weight_decay, schedule=schedule, b1=b1, b2=b2, eps=eps, momentum=momentum,
+                            nesterov=nesterov)
+
+
+def check_eps_scaling(name: str, eps_scaling: str) -> None:
+  """ConfigError unless ``name`` is an optimizer and ``eps_scaling`` one of ``EPS_SCALINGS`` that it can take."""
   if name not in OPTIMIZERS:
     raise ConfigError(validation.unknown_choice("optimizer", name, OPTIMIZERS))
   if eps_scaling not in EPS_SCALINGS:
     raise ConfigError(f"eps_scaling {validation.must_be_one_of(eps_scaling, EPS_SCALINGS)}")
   if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
     raise ConfigError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
-  decay_kinds = tuple(decay_kinds)
-  for kind in decay_kinds:
-    param_lib.check_kind(kind)
-  scale = scale_by_parametrization(parametrization, width, kinds, "sgd" if name == "sgd" else "adam")
-  eps_factors = _eps_factors(parametrization, width, kinds) if eps_scaling == "mup" else None
-  return assemble_optimizer(name, learning_rate, scale, decay_mask(kinds, decay_kinds), eps_factors=eps_factors,
-                            weight_decay=weight_decay, schedule=schedule, b1=b1, b2=b2, eps=eps, momentum=momentum,
-                            nesterov=nesterov)
 
 
 def assemble_optimizer(name: str, learning_rate: float | jax.Array | Schedule, scale: optax.GradientTransformation,
@@ -480,16 +411,23 @@ class OptimizerConfig(Options):
       return optax.linear_schedule(0.0, 1.0, self.warmup)
     return None
 
-  def build(self, parametrization: param_lib.Parametrization, width: int, kinds: Any,
-            learning_rate: float | None = None) -> optax.GradientTransformation:
-    """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state)."""
+  def build(self, parametrized: Any, learning_rate: float | None = None) -> optax.GradientTransformation:
+    """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state).
+
+    Args:
+      parametrized: the model's ``scaling.UserParametrization`` (``scaling.parametrize`` of its roles; the built-in
+        Transformer's is ``scaling.model.parametrized(config)``).
+      learning_rate: replaces the configured learning rate (a float or a traced scalar).
+    """
+    if not hasattr(parametrized, "optimizer") or not hasattr(parametrized, "roles"):
+      raise validation.ConfigTypeError(f"parametrized must be the UserParametrization that scaling.parametrize "
+                                       f"returns, got {type(parametrized).__name__}")
     kwargs = {} if self.optimizer in ("adam", "adam_atan2") else {"weight_decay": self.weight_decay}
     if self.optimizer == "sgd":
       kwargs["momentum"] = self.momentum
-    if self.eps_scaling != "none":
-      kwargs["eps_scaling"] = self.eps_scaling
     lr = self.learning_rate if learning_rate is None else learning_rate
-    return make_optimizer(self.optimizer, lr, parametrization, width, kinds, schedule=self.schedule_fn(), **kwargs)
+    return parametrized.optimizer(self.optimizer, lr, eps_scaling=self.eps_scaling, schedule=self.schedule_fn(),
+                                  **kwargs)
 
   def applied_learning_rate(self, base: Any, step: Any) -> Any:
     """The learning rate applied at ``step`` (before per-layer multipliers) for a base rate ``base``."""

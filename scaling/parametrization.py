@@ -189,6 +189,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import warnings
 from typing import Any, Iterable, Sequence
 
 import jax
@@ -250,6 +251,19 @@ def optimizer_family(optimizer: str) -> str:
   if optimizer == "sgd":
     return "sgd"
   raise ConfigError(validation.unknown_choice("optimizer", optimizer, ("adam", "adamw", "adam_atan2", "sgd")))
+
+
+def kind_group(kind: str) -> str:
+  """The group of a layer kind as μP treats it: "input" (embedding, input: fan-in fixed), "hidden" (hidden and the
+  attention projections: both fans grow), "readout", "vector" (biases and gains) or "fixed"."""
+  kind = check_kind(kind)
+  if kind in ("embedding", "input"):
+    return "input"
+  if kind in _HIDDEN_LIKE:
+    return "hidden"
+  if kind in VECTOR_KINDS:
+    return "vector"
+  return kind
 
 
 def check_kind(kind: Any) -> str:
@@ -707,22 +721,15 @@ def fans(kind: str, shape: Sequence[int], in_axes: int | Sequence[int] | None = 
   return dims[0], math.prod(dims[1:])
 
 
-def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
-  """The LayerSpec of every parameter, in a tree with the structure of ``params``.
+def specs_at_width(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
+  """The LayerSpec of every parameter at one global width m = width / base_width, structure of ``params``.
 
-  Args:
-    params: the ``params`` tree (arrays or anything with ``.shape``).
-    kinds: the layer kind of every parameter, a tree of strings with the same
-      structure (``scaling.model.param_kinds``).
-    parametrization: the scheme.
-    width: the model width.
-
-  Returns:
-    A pytree with the structure of ``params`` whose leaves are LayerSpecs.
+  The tables looked up per parameter from its kind and fans (``Parametrization.layer``), for models whose every
+  width-like dimension grows by the same m; ``scaling.parametrize`` of inferred roles is the general form.
 
   Raises:
-    ValueError: the trees differ, a kind is unknown, or a shape or width is
-      invalid; the message names the parameter.
+    ValueError: the trees differ, a kind is unknown, or a shape or width is invalid; the message names the
+      parameter.
   """
   check_positive_int("width", width)
   if jax.tree.structure(params) != jax.tree.structure(kinds):
@@ -736,3 +743,11 @@ def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width
       raise ConfigError(f"parameter {'/'.join(path_names(path))!r}: {e}") from None
 
   return jax.tree_util.tree_map_with_path(spec, params, kinds)
+
+
+def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
+  """Deprecated alias of ``specs_at_width`` (one release); use ``scaling.parametrize(roles, scheme).specs()``."""
+  warnings.warn("scaling.parametrization.param_specs(params, kinds, parametrization, width) is deprecated and will be "
+                "removed in the next release; use scaling.parametrize(roles, parametrization).specs()",
+                DeprecationWarning, stacklevel=2)
+  return specs_at_width(params, kinds, parametrization, width)

@@ -467,6 +467,51 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, usage: Mapping[str
   return Roles(roles, treedef, tied_embedding)
 
 
+def from_kinds(params: Any, kinds: Any, width_mult: float) -> Roles:
+  """Roles of every parameter from a tree of kinds and one width multiplier m shared by all (no base shapes).
+
+  The form of a model whose every width-like dimension grows by the same m = width / base_width (the
+  parametrization's own base width): what ``scaling.make_optimizer(..., width, kinds)`` and the other calls of one
+  global width took.
+
+  Args:
+    params: the parameters (arrays or anything with ``.shape``).
+    kinds: the kind of every parameter, same structure.
+    width_mult: m.
+
+  Returns:
+    ``Roles`` whose fans are the parameters' and whose multipliers are m.
+  """
+  if jax.tree.structure(params) != jax.tree.structure(kinds):
+    raise ConfigError("params and kinds must have the same tree structure (kinds from scaling.model.param_kinds)")
+  roles = {}
+  for (path, leaf), kind in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(kinds)):
+    key = path_key(path)
+    shape = tuple(int(d) for d in getattr(leaf, "shape", ()))
+    try:
+      kind = param_lib.check_kind(kind)
+    except ValueError as e:
+      raise ConfigError(f"parameter {key!r}: {e}") from None
+    roles[key] = _checked(key, Role(kind, shape, shape, (), width_mult=float(width_mult)))
+  return Roles(roles, jax.tree.structure(kinds))
+
+
+class GlobalWidth:
+  """The spec source (``layers.kind_param``) of a model built from ``scaling.layers`` at one global width: every
+  parameter's spec is its role's at m = width / base_width (``from_kinds``' rule, one parameter at a time)."""
+
+  def __init__(self, parametrization: param_lib.Parametrization, width: int):
+    if not isinstance(parametrization, param_lib.Parametrization):
+      raise ConfigTypeError(f"parametrization must be a Parametrization object, got {parametrization!r}")
+    self.parametrization = parametrization
+    self.width_mult = parametrization.width_mult(width)
+
+  def layer(self, path: str, kind: str, shape: tuple[int, ...]) -> param_lib.LayerSpec:
+    """The spec of parameter ``path`` of ``kind`` and ``shape``."""
+    role = _checked(path, Role(param_lib.check_kind(kind), tuple(shape), tuple(shape), (), width_mult=self.width_mult))
+    return role.spec(self.parametrization)
+
+
 def check_roles(roles: Any) -> Roles:
   """Returns ``roles`` if it is a ``Roles`` (from ``infer_kinds``), else raises TypeError."""
   if not isinstance(roles, Roles):

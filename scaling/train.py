@@ -150,19 +150,27 @@ class TrainState:
       uses ``optax.inject_hyperparams``).
     attn_mult: None, or the α of the attention logit scale α/d_head (a value, so a grid can vmap over it;
       the model's ``attn_mult``); never trained.
+    learning_rate: a ``FunctionalProgram``'s learning rate (its optimizer factory takes it; None for the
+      built-in model, whose rate lives in ``opt_state``).
+    model_state: a ``FunctionalProgram``'s non-trained model state (linen collections, nnx state), held fixed.
+    initial_params: the parameters at initialization, kept when a ``FunctionalProgram`` records how far every
+      module's output moved (the coordinate check); else None.
   """
 
   step: Array
   params: Any
   opt_state: Any
   attn_mult: Any = None
+  learning_rate: Any = None
+  model_state: Any = None
+  initial_params: Any = None
 
 
 @functools.lru_cache(maxsize=64)
 def make_optimizer(model_config: model_lib.ModelConfig,
                    opt_config: optim_lib.OptimizerConfig) -> optax.GradientTransformation:
-  """The optimizer of a model: ``opt_config.build`` with the model's parametrization, width and layer kinds."""
-  return opt_config.build(model_config.parametrization, model_config.width, model_lib.param_kinds(model_config))
+  """The optimizer of a model: ``opt_config.build`` with the model's parametrization (``model.parametrized``)."""
+  return opt_config.build(model_lib.parametrized(model_config))
 
 
 def init_train_state(seed: Any, model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
@@ -173,6 +181,120 @@ def init_train_state(seed: Any, model_config: model_lib.ModelConfig, opt_config:
   lr = opt_config.learning_rate if learning_rate is None else learning_rate
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=optim_lib.set_learning_rate(opt_state, lr))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerProgram:
+  """What ``run_training`` trains for a ``ModelConfig``: the built-in Transformer and its optimizer.
+
+  A program gives ``init_state(seed, learning_rate)``, ``step(state, batch, metrics)`` and the ``width`` (the grid's
+  chunking rule); ``FunctionalProgram`` is the same for any other model.
+  """
+
+  model_config: model_lib.ModelConfig
+  opt_config: optim_lib.OptimizerConfig
+
+  @property
+  def width(self) -> int:
+    return self.model_config.width
+
+  def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
+    return init_train_state(seed, self.model_config, self.opt_config, learning_rate=learning_rate)
+
+  def step(self, state: TrainState, batch: Batch,
+           metrics: Sequence[str] | None = None) -> tuple[TrainState, dict[str, Array]]:
+    return train_step(state, batch, model=model_lib.Transformer(self.model_config),
+                      optimizer=make_optimizer(self.model_config, self.opt_config), opt_config=self.opt_config,
+                      metrics=metrics)
+
+
+class FunctionalProgram:
+  """What ``run_training`` trains for any model: a ``scaling.user_model.FunctionalModel`` and an optimizer factory.
+
+  Member i starts from ``fm.init(PRNGKey(seed_i))`` and trains with ``optimizer(width, param_shapes,
+  learning_rate_i)`` (the rate kept in the state, traced: one program serves every rate). Its metrics at step t
+  (measured at the parameters after t updates, on batch t): ``loss``, ``grad_norm``, ``update_norm``,
+  ``learning_rate``, and with ``record_outputs`` (the coordinate check) ``rms/<module>`` and ``delta_rms/<module>``,
+  the RMS of every module's output and of its change since initialization (the same batch through the initial
+  parameters).
+  """
+
+  def __init__(self, model: Any, optimizer: Callable[[int, Any, Any], optax.GradientTransformation], *,
+               record_outputs: bool = False):
+    if not all(hasattr(model, a) for a in ("init", "loss", "captured", "width")):
+      raise ConfigTypeError(f"model must be a scaling.user_model.FunctionalModel, got {type(model).__name__}")
+    if not callable(optimizer):
+      raise ConfigTypeError(f"optimizer must be a function optimizer(width, params, learning_rate), got {optimizer!r}")
+    self.model = model
+    self.optimizer = optimizer
+    self.record_outputs = bool(record_outputs)
+    self.shapes = jax.eval_shape(lambda: model.init(jax.random.key(0))[0])
+
+  @property
+  def width(self) -> int:
+    return self.model.width
+
+  def _tx(self, learning_rate: Any) -> optax.GradientTransformation:
+    tx = self.optimizer(self.model.width, self.shapes, learning_rate)
+    if not isinstance(tx, optax.GradientTransformation):
+      raise ConfigTypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, "
+                            f"got {type(tx).__name__}")
+    return tx
+
+  def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
+    params, model_state = self.model.init(jax.random.PRNGKey(seed))
+    learning_rate = jnp.asarray(learning_rate, jnp.float32)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self._tx(learning_rate).init(params),
+                      learning_rate=learning_rate, model_state=model_state,
+                      initial_params=params if self.record_outputs else None)
+
+  def step(self, state: TrainState, batch: Any,
+           metrics: Sequence[str] | None = None) -> tuple[TrainState, dict[str, Array]]:
+    fm = self.model
+    values = {}
+    if self.record_outputs:
+      (loss, outs), grads = jax.value_and_grad(fm.captured, has_aux=True)(state.params, state.model_state, batch)
+      _, outs0 = fm.captured(state.initial_params, state.model_state, batch)
+      values.update({f"rms/{k}": _rms(v) for k, v in outs.items()})
+      values.update({f"delta_rms/{k}": _rms(v - outs0[k]) for k, v in outs.items()})
+    else:
+      loss, grads = jax.value_and_grad(fm.loss)(state.params, state.model_state, batch)
+    updates, opt_state = self._tx(state.learning_rate).update(grads, state.opt_state, state.params)
+    values.update(loss=jnp.asarray(loss, jnp.float32), grad_norm=optax.tree.norm(grads),
+                  update_norm=optax.tree.norm(updates), learning_rate=state.learning_rate)
+    values = _select(values, metrics)
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), values
+
+
+def _rms(x: Array) -> Array:
+  x = jnp.asarray(x, jnp.float32)
+  return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+def _select(values: dict[str, Array], metrics: Sequence[str] | None) -> dict[str, Array]:
+  """The named metrics of ``values`` (all when None; ConfigError naming an unknown one)."""
+  if metrics is None:
+    return values
+  unknown = [name for name in metrics if name not in values]
+  if unknown:
+    raise ConfigError(f"metrics: {validation.unknown_choice('metric', unknown[0], tuple(values))}")
+  return {name: values[name] for name in metrics}
+
+
+Program = TransformerProgram | FunctionalProgram
+
+
+def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) -> Program:
+  """``model`` if it is a program, else the ``TransformerProgram`` of a ``ModelConfig`` and ``opt_config``."""
+  if isinstance(model, (TransformerProgram, FunctionalProgram)):
+    return model
+  if isinstance(model, model_lib.ModelConfig):
+    if not isinstance(opt_config, optim_lib.OptimizerConfig):
+      raise ConfigTypeError(f"opt_config must be a OptimizerConfig, got {type(opt_config).__name__}")
+    return TransformerProgram(model, opt_config)
+  raise ConfigTypeError(f"model_config must be a scaling.ModelConfig or a training program (TransformerProgram, "
+                        f"FunctionalProgram), got {type(model).__name__}")
 
 
 def layer_grad_norms(grads: Any, depth: int) -> Array:
@@ -231,12 +353,7 @@ def train_step(state: TrainState, batch: Batch, *, model: model_lib.Transformer,
       "z_loss": aux["z_loss"],
       **aux["layers"],
   }
-  if metrics is not None:
-    unknown = [name for name in metrics if name not in values]
-    if unknown:
-      raise ConfigError(f"metrics: {validation.unknown_choice('metric', unknown[0], tuple(values))}")
-    values = {name: values[name] for name in metrics}
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), values
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), _select(values, metrics)
 
 
 # A grid's members vmapped all at once or a few at a time (``jax.lax.map`` over chunks of ``grid_chunk`` members,
@@ -262,12 +379,12 @@ GRID_CHUNK_MAX_WIDTH = 128
 """The widest model whose grid runs in chunks of ``GRID_CHUNK`` by default."""
 
 
-def default_grid_chunk(model_config: model_lib.ModelConfig, members: int, *, backend: str | None = None,
+def default_grid_chunk(model_config: Any, members: int, *, backend: str | None = None,
                        devices: int = 1) -> int | None:
   """How many of a grid's ``members`` its step vmaps together by default (the measured rule above).
 
   Args:
-    model_config: the model.
+    model_config: the model (a ``ModelConfig`` or a training program: anything with its ``width``).
     members: the grid's members (after padding to the device count).
     backend: "cpu", "gpu" or "tpu"; None = ``jax.default_backend()``.
     devices: the devices the members are split over.
@@ -292,16 +409,17 @@ def _chunked(step: Callable[[TrainState, Batch], Any], chunk: int | None) -> Cal
   return grid_step
 
 
-def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
+def make_train_step(model_config: Any, opt_config: optim_lib.OptimizerConfig | None = None, *,
                     grid: bool = False, metrics: tuple[str, ...] | None = None, donate: bool = False,
                     chunk: int | None = None) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
-  """``train_step`` for this model and optimizer, jitted, vmapped over a leading grid axis when ``grid``.
+  """The training step of a program (``train_step`` for the built-in model), jitted, vmapped over a leading grid
+  axis when ``grid``.
 
   A grid's outputs keep the grid axis split over all devices (``scaling.sharding``).
 
   Args:
-    model_config: the model.
-    opt_config: the optimizer.
+    model_config: the model (a ``ModelConfig``, with ``opt_config``) or a training program (``FunctionalProgram``).
+    opt_config: the optimizer of a ``ModelConfig``.
     grid: vmap over a leading axis of (state, batch).
     metrics: the metrics the step returns (None: all; see ``train_step``).
     donate: the step takes over the buffers of the state it is given (``donate_argnums``): the new
@@ -313,35 +431,37 @@ def make_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.O
     The jitted ``(state, batch) -> (new state, metrics)``; the same configs return the same function (cached,
     however the arguments are passed).
   """
-  return _jitted_train_step(model_config, opt_config, grid, metrics, donate, chunk)
+  return _jitted_train_step(as_program(model_config, opt_config), grid, metrics, donate, chunk)
 
 
 def clear_caches() -> None:
   """Forgets the cached jitted steps and inits and the optimizers (``make_train_step``, ``make_init``): the next
   call builds and compiles them anew."""
-  for cached in (_jitted_train_step, make_init, make_optimizer):
+  for cached in (_jitted_train_step, _make_init, make_optimizer):
     cached.cache_clear()
 
 
 @functools.lru_cache(maxsize=64)
-def _jitted_train_step(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, grid: bool,
-                       metrics: tuple[str, ...] | None, donate: bool,
+def _jitted_train_step(program: Program, grid: bool, metrics: tuple[str, ...] | None, donate: bool,
                        chunk: int | None) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]:
   """``make_train_step``'s function, cached by its arguments in one order."""
-  fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
-                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config, metrics=metrics)
+  fn = functools.partial(program.step, metrics=metrics)
   donated = (0,) if donate else ()
   if grid:
     return jax.jit(_chunked(fn, chunk), out_shardings=sharding_lib.leading(), donate_argnums=donated)
   return jax.jit(fn, donate_argnums=donated)
 
 
-@functools.lru_cache(maxsize=64)
-def make_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, *,
+def make_init(model_config: Any, opt_config: optim_lib.OptimizerConfig | None = None, *,
               grid: bool = False) -> Callable[[Any, Any], TrainState]:
-  """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``)."""
-  fn = functools.partial(init_train_state, model_config=model_config, opt_config=opt_config)
-  fn = lambda seed, lr, fn=fn: fn(seed, learning_rate=lr)
+  """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``) of a ``ModelConfig``
+  with ``opt_config``, or of a training program."""
+  return _make_init(as_program(model_config, opt_config), grid)
+
+
+@functools.lru_cache(maxsize=64)
+def _make_init(program: Program, grid: bool) -> Callable[[Any, Any], TrainState]:
+  fn = program.init_state
   return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
 
 
@@ -399,45 +519,66 @@ def to_host(metrics: dict[str, Array], members: int | None = None) -> dict[str, 
 
 
 @functools.lru_cache(maxsize=16)
-def make_sharded_run(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
-                     batch_shape: tuple[int, int], mesh: jax.sharding.Mesh,
-                     shard_params: bool) -> tuple[Callable, Callable, Callable]:
-  """(init, batch_of, step) of a single run laid out on ``mesh`` (cached).
-
-  The batch's leading axis is split over the mesh (replicated when it does not
-  divide the device count); the state is replicated, or with ``shard_params``
-  every array of it is split along its largest axis that divides the device
-  count (FSDP: optimizer moments follow their parameters).
-
-  Returns:
-    ``init(seed, learning_rate)`` -> TrainState, ``batch_of(dataset, step, seed)`` -> Batch (of ``batch_shape``
-    [B, T]) and the jitted train step, each producing arrays with these layouts.
-  """
-  state_shapes = jax.eval_shape(lambda: init_train_state(0, model_config, opt_config))
+def _sharded_init(program: Program, mesh: jax.sharding.Mesh,
+                  shard_params: bool) -> tuple[Callable[[Any, Any], TrainState], Any]:
+  """(init, state sharding) of a single run laid out on ``mesh``: the state replicated, or with ``shard_params``
+  every array split along its largest axis that divides the device count (FSDP: moments follow their parameters)."""
+  state_shapes = jax.eval_shape(program.init_state, 0, jnp.float32(1.0))
   if shard_params:
     state_sharding = sharding_lib.fsdp_shardings(state_shapes, mesh)
   else:
     state_sharding = jax.tree.map(lambda _: sharding_lib.replicated(mesh), state_shapes)
-  batch_sharding = jax.sharding.NamedSharding(
-      mesh, sharding_lib.batch_spec(batch_shape, mesh.size))
-  replicated = sharding_lib.replicated(mesh)
-  init = jax.jit(lambda seed, lr: init_train_state(seed, model_config, opt_config, learning_rate=lr),
-                 out_shardings=state_sharding)
-  batch_of = jax.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
-  fn = functools.partial(train_step, model=model_lib.Transformer(model_config),
-                         optimizer=make_optimizer(model_config, opt_config), opt_config=opt_config)
-  step = jax.jit(fn, in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, replicated))
+  return jax.jit(program.init_state, out_shardings=state_sharding), state_sharding
+
+
+def make_sharded_run(program: Program, batch: Any, mesh: jax.sharding.Mesh,
+                     shard_params: bool) -> tuple[Callable, Callable, Callable]:
+  """(init, batch_of, step) of a single run laid out on ``mesh`` (each part cached).
+
+  The batch's leading axes are split over the mesh (replicated where they do not divide the device count); the
+  state as ``_sharded_init`` lays it out.
+
+  Args:
+    program: the training program.
+    batch: the shapes of one batch (a tree of ``jax.ShapeDtypeStruct``, e.g. ``jax.eval_shape`` of
+      ``dataset.batch``).
+    mesh: the devices.
+    shard_params: FSDP instead of replicated parameters.
+
+  Returns:
+    ``init(seed, learning_rate)`` -> TrainState, ``batch_of(dataset, step, seed)`` -> Batch and the jitted train
+    step, each producing arrays with these layouts.
+  """
+  init, state_sharding = _sharded_init(program, mesh, shard_params)
+  leaves, treedef = jax.tree.flatten(batch)
+  batch_of, step = _sharded_step(program, mesh, shard_params, treedef, tuple(tuple(x.shape) for x in leaves))
   return init, batch_of, step
 
 
-def make_run_init(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
-                  batch_shape: tuple[int, int], shard_params: bool = False) -> Callable[[Any, Any], TrainState]:
+@functools.lru_cache(maxsize=16)
+def _sharded_step(program: Program, mesh: jax.sharding.Mesh, shard_params: bool, treedef: Any,
+                  shapes: tuple[tuple[int, ...], ...]) -> tuple[Callable, Callable]:
+  """(batch_of, step) of ``make_sharded_run`` for one batch layout."""
+  _, state_sharding = _sharded_init(program, mesh, shard_params)
+  batch_sharding = jax.tree.unflatten(
+      treedef, [jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(shape, mesh.size)) for shape in shapes])
+  batch_of = jax.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
+  step = jax.jit(program.step, in_shardings=(state_sharding, batch_sharding),
+                 out_shardings=(state_sharding, sharding_lib.replicated(mesh)))
+  return batch_of, step
+
+
+def make_run_init(model_config: Any, opt_config: optim_lib.OptimizerConfig | None = None,
+                  batch_shape: tuple[int, int] | None = None,
+                  shard_params: bool = False) -> Callable[[Any, Any], TrainState]:
   """(seed, learning_rate) -> TrainState of a single run, laid out on the devices as ``run_training`` lays it out
   (so a checkpoint restored into its shape continues on the same layout, on one process or several)."""
+  del batch_shape  # the state's layout does not depend on the batch
+  program = as_program(model_config, opt_config)
   mesh = sharding_lib.make_mesh()
   if mesh.size > 1 or shard_params:
-    return make_sharded_run(model_config, opt_config, batch_shape, mesh, shard_params)[0]
-  return make_init(model_config, opt_config)
+    return _sharded_init(program, mesh, shard_params)[0]
+  return make_init(program)
 
 
 def check_divergence(loss: float, initial_loss: float, factor: float) -> str | None:
@@ -493,12 +634,13 @@ class TrainResult:
 
 def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any) -> None:
   """ConfigError or ConfigTypeError naming the first argument of ``run_training`` that cannot be used."""
-  for name, value, kind in (("model_config", model_config, model_lib.ModelConfig),
-                            ("opt_config", opt_config, optim_lib.OptimizerConfig)):
-    if not isinstance(value, kind):
-      raise ConfigTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
-  if not all(hasattr(dataset, a) for a in ("batch", "vocab_size")):
-    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset), got {type(dataset).__name__}")
+  if not isinstance(opt_config, optim_lib.OptimizerConfig):
+    raise ConfigTypeError(f"opt_config must be a OptimizerConfig, got {type(opt_config).__name__}")
+  as_program(model_config, opt_config)
+  needs = ("batch", "vocab_size") if isinstance(model_config, model_lib.ModelConfig) else ("batch",)
+  if not all(hasattr(dataset, a) for a in needs):
+    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset) or a batch source with "
+                          f"batch(step, seed) (scaling.user_model.Batches), got {type(dataset).__name__}")
   for name in ("callback", "after_step"):
     if args[name] is not None and not callable(args[name]):
       raise ConfigTypeError(f"{name} must be callable or None, got {args[name]!r}")
@@ -513,7 +655,7 @@ def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any
       raise ConfigError(f"learning_rates must be finite and positive, got {lrs.tolist()}")
 
 
-def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig, dataset: Any, *,
+def run_training(model_config: Any, opt_config: optim_lib.OptimizerConfig, dataset: Any, *,
           seed: int | Sequence[int] = 0, learning_rates: Sequence[float] | None = None,
           attn_mults: Sequence[float] | None = None, log_every: int = 1,
           callback: Callable[[int, dict[str, Any]], None] | None = None,
@@ -529,9 +671,11 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
   ``fixed_batch``).
 
   Args:
-    model_config: the model.
-    opt_config: the optimizer, schedule and number of steps.
-    dataset: a ``scaling.data.Dataset``.
+    model_config: the model: a ``ModelConfig`` (the built-in Transformer, its optimizer from ``opt_config``) or any
+      training program (``FunctionalProgram``: a user's model and its optimizer factory).
+    opt_config: the optimizer, schedule and number of steps (of a program: the steps and default learning rate).
+    dataset: a ``scaling.data.Dataset``, or for a program any source with ``batch(step, seed)``
+      (``scaling.user_model.Batches``).
     seed: an int for a single run, or a sequence [M] for a grid.
     learning_rates: a grid's learning rates [M] (with a sequence of seeds);
       None: ``opt_config.learning_rate`` for every member.
@@ -572,8 +716,11 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     raise ConfigError(f"log_every must be positive, got {log_every}")
   if not (math.isfinite(divergence_factor) and divergence_factor > 0):
     raise ConfigError(f"divergence_factor must be a positive number, got {divergence_factor}")
-  if dataset.vocab_size > model_config.vocab_size:
+  program = as_program(model_config, opt_config)
+  if isinstance(model_config, model_lib.ModelConfig) and dataset.vocab_size > model_config.vocab_size:
     raise ConfigError(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {model_config.vocab_size}")
+  if attn_mults is not None and not isinstance(program, TransformerProgram):
+    raise ConfigError("attn_mults apply to the built-in Transformer (a ModelConfig) only")
   grid = not isinstance(seed, (int, np.integer))
   first = 0 if state is None or grid else int(jax.device_get(state.step))
   donate = not keep_last_finite  # the state before a step is needed only to keep the last finite one
@@ -598,29 +745,29 @@ def run_training(model_config: model_lib.ModelConfig, opt_config: optim_lib.Opti
     batch_of = lambda t: grid_batches(dataset, 0 if fixed_batch else t, seeds)
     shape = (members,)
     if state is None:
-      state = make_init(model_config, opt_config, grid=True)(seeds, lrs)
+      state = make_init(program, grid=True)(seeds, lrs)
       state = state if mults is None else state.replace(attn_mult=mults)
-    chunk = (default_grid_chunk(model_config, int(seeds.shape[0]), devices=mesh.size) if grid_chunk is None
+    chunk = (default_grid_chunk(program, int(seeds.shape[0]), devices=mesh.size) if grid_chunk is None
              else int(grid_chunk))
-    step_fn = make_train_step(model_config, opt_config, grid=True, donate=donate, chunk=chunk)
-    lean_fn = make_train_step(model_config, opt_config, grid=True, metrics=lean, donate=donate, chunk=chunk)
+    step_fn = make_train_step(program, grid=True, donate=donate, chunk=chunk)
+    lean_fn = make_train_step(program, grid=True, metrics=lean, donate=donate, chunk=chunk)
   else:
     if learning_rates is not None or attn_mults is not None or grid_chunk is not None:
       raise ConfigError("learning_rates, attn_mults and grid_chunk need a sequence of seeds (a grid)")
     seeds = int(seed)
     shape = ()
     if mesh.size > 1 or shard_params:
-      init, sharded_batch, step_fn = make_sharded_run(model_config, opt_config,
-                                                      (dataset.batch_size, dataset.seq_len), mesh, shard_params)
+      init, sharded_batch, step_fn = make_sharded_run(program, jax.eval_shape(dataset.batch, 0, seeds), mesh,
+                                                      shard_params)
       batch_of = lambda t: sharded_batch(dataset, 0 if fixed_batch else t, seeds)
       state = init(seeds, opt_config.learning_rate) if state is None else state
       lean_fn, donate = step_fn, False
     else:
       batch_of = lambda t: dataset.batch(0 if fixed_batch else t, seeds)
       if state is None:
-        state = make_init(model_config, opt_config)(seeds, opt_config.learning_rate)
-      step_fn = make_train_step(model_config, opt_config, donate=donate)
-      lean_fn = make_train_step(model_config, opt_config, metrics=lean, donate=donate)
+        state = make_init(program)(seeds, opt_config.learning_rate)
+      step_fn = make_train_step(program, donate=donate)
+      lean_fn = make_train_step(program, metrics=lean, donate=donate)
   padded_ok = lambda ok: (ok if members is None
                           else sharding_lib.place(sharding_lib.pad(ok, mesh.size)[0], sharding_lib.leading(mesh)))
   kept = state if keep_last_finite else None

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from flax import struct
 
 from scaling import usage
 from scaling.validation import ConfigError
@@ -291,53 +292,34 @@ def check_widths(widths: Any, minimum: int = 2) -> tuple[int, ...]:
 OptimizerFactory = Callable[[int, Params, Array], optax.GradientTransformation]
 
 
+@struct.dataclass
+class Batches:
+  """A batch source for ``scaling.train.run_training``: batch t of every member is ``stacked[t]`` (the same for
+  every seed), ``batches(steps)`` from a fixed batch, a function of the step or an iterator
+  (``materialize_batches``)."""
+
+  stacked: Any
+
+  @classmethod
+  def of(cls, batches: Any, steps: int) -> Batches:
+    """The first ``steps`` batches of a source (see ``materialize_batches``)."""
+    return cls(materialize_batches(batches, steps))
+
+  @property
+  def steps(self) -> int:
+    return int(jax.tree.leaves(self.stacked)[0].shape[0])
+
+  def batch(self, step: Any, seed: Any = None) -> Any:
+    """Batch ``step`` (any seed: every member sees the same batches)."""
+    del seed
+    return jax.tree.map(lambda x: x[step], self.stacked)
+
+  @property
+  def example(self) -> Any:
+    """Batch 0."""
+    return self.batch(0)
+
+
 def abstract_params(fm: FunctionalModel) -> Params:
   """The shapes and dtypes of the model's parameters (``jax.ShapeDtypeStruct`` leaves), nothing computed."""
   return jax.eval_shape(lambda: fm.init(jax.random.key(0))[0])
-
-
-def training_program(fm: FunctionalModel, optimizer: OptimizerFactory, *,
-                     record_outputs: bool) -> Callable[[Array, Array, Any], dict[str, Any]]:
-  """One compiled program that initializes and trains M members of the model at one width.
-
-  Member i starts from ``PRNGKey(seeds[i])`` (and ``init``), trains with ``optimizer(width, params_shapes,
-  learning_rates[i])`` on the same batches as every other member, step t on ``batches[t]``; what is recorded at
-  step t is measured at the parameters after t updates, on batch t.
-
-  Args:
-    fm: the model at one width.
-    optimizer: ``optimizer(width, params, learning_rate) -> optax.GradientTransformation``; ``params`` holds
-      the shapes (``abstract_params``), ``learning_rate`` is a traced float32 scalar.
-    record_outputs: also record the RMS of every module's output and of its change since initialization
-      (the coordinate check); otherwise only the loss (a learning-rate grid).
-
-  Returns:
-    ``run(seeds [M] int32, learning_rates [M] float32, batches [T, ...]) -> records``: {"loss": [M, T]} and,
-    with ``record_outputs``, {"rms": {module: [M, T]}, "delta_rms": {module: [M, T]}}.
-  """
-  shapes = abstract_params(fm)
-
-  def member(seed, learning_rate, batches):
-    params0, state = fm.init(jax.random.key(seed))
-    tx = optimizer(fm.width, shapes, learning_rate)
-    if not isinstance(tx, optax.GradientTransformation):
-      raise ConfigTypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, got "
-                      f"{type(tx).__name__}")
-
-    def step(carry, batch):
-      params, opt_state = carry
-      if record_outputs:
-        (loss, outs), grads = jax.value_and_grad(fm.captured, has_aux=True)(params, state, batch)
-        _, outs0 = fm.captured(params0, state, batch)
-        record = {"loss": loss, "rms": {k: rms(v) for k, v in outs.items()},
-                  "delta_rms": {k: rms(v - outs0[k]) for k, v in outs.items()}}
-      else:
-        loss, grads = jax.value_and_grad(fm.loss)(params, state, batch)
-        record = {"loss": loss}
-      updates, opt_state = tx.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state), record
-
-    _, records = jax.lax.scan(step, (params0, tx.init(params0)), batches)
-    return records
-
-  return jax.jit(jax.vmap(member, in_axes=(0, 0, None)))

@@ -83,6 +83,18 @@ class UserParametrization:
     raw = self._raw[self._check_path(path)]
     return fold(raw) if self._folded(path) else raw
 
+  def layer(self, path: str, kind: str, shape: tuple[int, ...]) -> param_lib.LayerSpec:
+    """The spec of the parameter a layer creates at ``path`` (the spec source of ``scaling.layers``).
+
+    The layer's kind and shape must be the role's: a model that builds itself from these specs (the built-in
+    Transformer, ``forward="model"``) is the model the roles were inferred from.
+    """
+    role = self.roles[self._check_path(path)]
+    if role.kind != kind or role.shape != tuple(shape):
+      raise ConfigError(f"parameter {path!r}: the layer makes a {kind} {list(shape)}, its role is a {role.kind} "
+                        f"{list(role.shape)}; infer the roles from the same model")
+    return self.spec(path)
+
   def multiplier(self, path: str) -> float:
     """The forward multiplier the model applies to the parameter at ``path`` (1 where folded)."""
     return self.spec(path).multiplier
@@ -104,6 +116,10 @@ class UserParametrization:
     factor = self.parametrization.eps_multiplier_at(role.kind, role.mult) if eps_scaling == "mup" else 1.0
     raw = self._raw[path]
     return factor / raw.multiplier if self._folded(path) and raw.multiplier else factor
+
+  def eps_factors(self, params: Any, eps_scaling: str = "mup") -> Any:
+    """The factor of Adam's ε of every parameter of ``params`` (``eps_factor``), same structure."""
+    return self.roles.tree(params, lambda path, role, leaf: self.eps_factor(path, eps_scaling))
 
   def specs(self) -> Any:
     """The LayerSpec (as trained) of every parameter, a tree with the structure of the target's parameters."""
@@ -199,16 +215,12 @@ class UserParametrization:
     Returns:
       An optax GradientTransformation (state ``optax.InjectHyperparamsState``).
     """
-    if eps_scaling not in optim.EPS_SCALINGS:
-      raise ConfigError(f"eps_scaling must be one of {', '.join(optim.EPS_SCALINGS)}; got {eps_scaling!r}")
-    if eps_scaling != "none" and name in ("sgd", "adam_atan2"):
-      raise ConfigError(f"eps_scaling applies to adam and adamw only; {name} has no epsilon")
+    optim.check_eps_scaling(name, eps_scaling)
     decay_kinds = tuple(param_lib.check_kind(kind) for kind in decay_kinds)
     factors = {path: self.eps_factor(path, eps_scaling) for path in self.roles}
     eps_factors = None
     if name in ("adam", "adamw") and set(factors.values()) != {1.0}:
-      eps_factors = (lambda params: self.roles.tree(params, lambda path, role, leaf: factors[path]),
-                     factors.values())
+      eps_factors = (lambda params: self.eps_factors(params, eps_scaling), factors.values())
     decay = lambda params: self.roles.tree(params, lambda path, role, leaf: role.kind in decay_kinds)
     scale = self.scale_lr("sgd" if name == "sgd" else "adam")
     return optim.assemble_optimizer(name, learning_rate, scale, decay, eps_factors=eps_factors,

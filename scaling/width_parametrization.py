@@ -32,7 +32,7 @@ scaling.PureModel(init, apply)`` (any JAX function of a parameter tree: hand-wri
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -237,3 +237,34 @@ def for_schemes(model: Any, loss_fn: Any, example: Any, schemes: Sequence[Any], 
   if not out:
     raise ConfigError("schemes must name at least one parametrization")
   return out
+
+
+class Run(NamedTuple):
+  """One run of a study of any model: its name, the model at a width, its optimizer factory and its roles (at the
+  largest width; None for a model trained as given)."""
+
+  name: str
+  model_at: Callable[[int], user_model.FunctionalModel]
+  optimizer: Callable[..., optax.GradientTransformation]
+  roles: roles_lib.Roles | None
+
+
+def runs(model: Any, loss_fn: Any, example: Any, *, optimizer: Any, init: Any, name: str, schemes: Sequence[Any],
+         widths: Sequence[int], base_width: int | None, **options: Any) -> list[Run]:
+  """The runs of a study of any model.
+
+  With an ``optimizer`` factory: one run, the model trained as given (``init`` an optional ``init(width, params,
+  key)``); otherwise one run per scheme (``for_schemes``; ``init`` a mode, None meaning "base"; the optimizer's name
+  as ``optimizer_name``).
+  """
+  if optimizer is not None:
+    if init is not None and not callable(init):
+      raise ConfigTypeError(f"with an optimizer factory, init must be a function init(width, params, key) -> params "
+                            f"or None, got {init!r}")
+    user_model.model_kind(model)
+    return [Run(name, lambda width: user_model.functional_model(model, loss_fn, width, example, init=init), optimizer,
+                None)]
+  if "optimizer_name" in options:
+    options["optimizer"] = options.pop("optimizer_name")
+  return [Run(wp.parametrization.name, wp.model_at, wp.optimizer, wp.roles(max(widths))) for wp in for_schemes(
+      model, loss_fn, example, schemes, widths=widths, base_width=base_width, init=init or "base", **options)]

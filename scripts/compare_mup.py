@@ -9,7 +9,7 @@ an MLP's learning-rate transfer. Writes Markdown tables for docs/your_model.md.
 Tied readout (``--part=tied``): GPT-2 as Hugging Face's Flax code writes it (tests/external_models.py: Conv1D
 kernels stored (out, in), a fused q/k/v kernel, GPT-2's 0.02 init, the token table also the readout) and its
 PyTorch twin (the same layers, ``mup.MuSharedReadout(wte.weight)``, ``mup.set_base_shapes(model, base,
-delta=delta)``, ``mup.MuAdam``), both coordinate-checked with one criterion (``scaling.studies.user_coord_check``):
+delta=delta)``, ``mup.MuAdam``), both coordinate-checked with one criterion (``scaling.studies.coord_check``):
 the slope of log2 RMS against log2 width of every module's output at initialization and of its change since
 initialization after 1..k Adam steps on one fixed batch; a module breaks μP when a slope exceeds 0.1. mup three
 ways: GPT-2's init as written; every Linear weight redrawn by ``mup.init.normal_(std=0.02)`` after
@@ -46,11 +46,11 @@ import scaling  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling import results  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling.studies import optimum as optimum_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scaling.studies import user_coord_check  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scaling.studies import coord_check as coord_check_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from examples import linen_mlp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import external_models as em  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-TOLERANCE = user_coord_check.TOLERANCE
+TOLERANCE = coord_check_lib.TOLERANCE
 
 
 # ----------------------------------------------------------------------------------------------- tied readout
@@ -196,7 +196,7 @@ def tied(out: pathlib.Path, widths=(64, 128, 256), steps=3, lr=1e-2, seeds=tuple
   for reinit, name in (("none", "mup, GPT-2's init"), ("linear", "mup, mup.init on the Linear weights"),
                        ("all", "mup, mup.init on every weight")):
     rows = _torch_coord_rows(widths, batch, steps=steps, lr=lr, seeds=seeds, reinit=reinit, base_width=widths[0])
-    columns[name] = user_coord_check.from_rows(rows, steps)
+    columns[name] = coord_check_lib.from_rows(rows, steps)
   columns["ours (this engine)"] = scaling.coord_check(lambda w: em.Gpt2(w), em.lm_loss, batch, schemes=("mup",),
                                                      **common)
   columns["ours, untied twin"] = scaling.coord_check(lambda w: em.Gpt2(w, tied=False), em.lm_loss, batch,

@@ -258,7 +258,7 @@ LIBRARY_CASES = (
     ("z_loss_coefficient", lambda: scaling.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
      "coefficient must be >= 0"),
     ("run_training_model", lambda: scaling.run_training("m", scaling.OptimizerConfig(), None), TypeError,
-     "model_config must be a ModelConfig"),
+     "model_config must be a scaling.ModelConfig or a training program"),
     ("run_training_dataset", lambda: scaling.run_training(scaling.ModelConfig(**_CFG), scaling.OptimizerConfig(), "d"),
      TypeError, "dataset must be"),
     ("train_step_state", lambda: scaling.train_step(3, {}, model=None, optimizer=None, opt_config=None), TypeError,

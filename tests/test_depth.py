@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import scaling
 from scaling import model as model_lib
 from scaling import optim
 from scaling import parametrization as P
@@ -215,7 +216,8 @@ class EpsScalingTest(parameterized.TestCase):
     p = P.get_parametrization("mup", base_width=8)
     kinds = {"w": "hidden"}
     cfg = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling="mup", learning_rate=1.0)
-    opt = cfg.build(p, 32, kinds)
+    roles = scaling.roles.from_kinds({"w": jnp.zeros((32, 4))}, kinds, p.width_mult(32))
+    opt = cfg.build(scaling.parametrize(roles, p, forward="model"))
     g = {"w": jnp.full((32, 4), 1e-8)}
     updates, _ = opt.update(g, opt.init(g), g)
     # ε = 1e-8 / 4: the update is -(1/4) · 1e-8 / (1e-8 + 0.25e-8) = -0.2

@@ -729,7 +729,7 @@ class AuxMetricsTest(parameterized.TestCase):
     b, t = tokens.shape
     # q and k as the attention received them: A·(x W) from the layer's input, kernels and multipliers, then RoPE.
     x = np.asarray(inter["block_0"]["ln_attn"]["__call__"][0], np.float64)
-    q, k = [layers_lib.layer_spec(cfg.parametrization, kind, w.shape, cfg.width).multiplier * (x @ w)
+    q, k = [cfg.parametrization.layer(kind, *param_lib.fans(kind, w.shape), cfg.width).multiplier * (x @ w)
             for kind, w in (("attn_q", np.asarray(params["block_0"]["attn"]["query"]["kernel"], np.float64)),
                             ("attn_k", np.asarray(params["block_0"]["attn"]["key"]["kernel"], np.float64)))]
     q, k = q.reshape(b, t, cfg.num_heads, cfg.head_dim), k.reshape(b, t, cfg.kv_heads, cfg.head_dim)

@@ -15,6 +15,8 @@ from scaling import adam_atan2
 from scaling import layers
 from scaling import optim
 from scaling import parametrization as P
+from scaling import roles as roles_lib
+from scaling import user_parametrization
 
 _D, _V, _F = 8, 8, 16  # width 8 with base width 2: m = 4; V = D so only kinds tell embed from readout
 _MUP = P.get_parametrization("mup", base_width=2)
@@ -56,6 +58,12 @@ def _kinds():
 
 
 _KINDS = _kinds()
+
+
+def _parametrized(scheme, kinds=None):
+  """``scaling.parametrize`` of _random_tree's roles at one global width (what the built-in model's come to)."""
+  return user_parametrization.parametrize(roles_lib.from_kinds(_random_tree(0), _KINDS if kinds is None else kinds,
+                                                                scheme.width_mult(_D)), scheme, forward="model")
 
 
 def _random_tree(seed):
@@ -385,11 +393,12 @@ class _ThreeLayers(nn.Module):
   @nn.compact
   def __call__(self, x):
     q_name, gain_name, hidden_name, readout_name = self.names
-    p, d = self.parametrization, self.width
-    h = layers.ScaledDense(d, "attn_q", p, d, use_bias=True, name=q_name)(x)
-    gain, mult = layers.kind_param(self, gain_name, "norm", (d,), p, d)
-    h = layers.ScaledDense(4 * d, "hidden", p, d, name=hidden_name)(h * layers.scaled(gain, mult))
-    return layers.ScaledDense(11, "readout", p, d, name=readout_name)(h)
+    d = self.width
+    specs = roles_lib.GlobalWidth(self.parametrization, d)
+    h = layers.ScaledDense(d, "attn_q", specs, use_bias=True, name=q_name)(x)
+    gain, mult = layers.kind_param(self, gain_name, "norm", (d,), specs)
+    h = layers.ScaledDense(4 * d, "hidden", specs, name=hidden_name)(h * layers.scaled(gain, mult))
+    return layers.ScaledDense(11, "readout", specs, name=readout_name)(h)
 
 
 _CANONICAL = ("query", "query_gain", "fc_in", "readout")
@@ -532,7 +541,7 @@ class AdamAtan2Test(chex.TestCase):
                                                                        1.27, 1.0)[t])
       chex.assert_trees_all_close(updates, want, rtol=1e-5, atol=1e-8, custom_message=f"step {t}")
     cfg = optim.OptimizerConfig(optimizer="adam_atan2", learning_rate=lr)
-    built = cfg.build(_MUP, _D, _KINDS)
+    built = cfg.build(_parametrized(_MUP))
     u_cfg, _ = built.update(g1, built.init(params), params)
     u_ref, _ = opt.update(g1, opt.init(params), params)
     chex.assert_trees_all_equal(u_cfg, u_ref)
@@ -656,7 +665,7 @@ class OptimizerConfigTest(chex.TestCase):
     params, grads = _random_tree(0), _random_tree(1)
     cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.2, schedule="cosine", steps=6, warmup_steps=2)
     factors = [0.0, 0.5, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5]
-    for lr, opt in ((0.2, cfg.build(_MUP, _D, _KINDS)), (0.7, cfg.build(_MUP, _D, _KINDS, learning_rate=0.7))):
+    for lr, opt in ((0.2, cfg.build(_parametrized(_MUP))), (0.7, cfg.build(_parametrized(_MUP), learning_rate=0.7))):
       state = opt.init(params)
       for t, factor in enumerate(factors):
         self.assertAlmostEqual(float(cfg.applied_learning_rate(lr, t)), lr * factor, places=6)
@@ -668,13 +677,13 @@ class OptimizerConfigTest(chex.TestCase):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1, weight_decay=0.01, momentum=0.5)
     ref = optim.make_optimizer("sgd", 0.1, _MUP, _D, _KINDS, weight_decay=0.01, momentum=0.5)
-    ours = cfg.build(_MUP, _D, _KINDS)
+    ours = cfg.build(_parametrized(_MUP))
     s_ours, s_ref = ours.init(params), ref.init(params)
     for g in (g1, g2):
       u_ours, s_ours = ours.update(g, s_ours, params)
       u_ref, s_ref = ref.update(g, s_ref, params)
       chex.assert_trees_all_close(u_ours, u_ref, rtol=1e-6)
-    adamw = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.05).build(_MUP, _D, _KINDS)
+    adamw = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.05).build(_parametrized(_MUP))
     self.assertAlmostEqual(float(adamw.init(params).hyperparams["weight_decay"]), 0.05)
 
 

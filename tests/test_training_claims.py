@@ -324,9 +324,9 @@ def test_clipped_optimizer_clips_the_global_norm():
   params = model_lib.init_params(jax.random.PRNGKey(0), config)
   grads = jax.tree.map(lambda p: 3.0 * np.ones_like(p), params)
   norm = math.sqrt(sum(9.0 * np.size(p) for p in jax.tree.leaves(params)))
-  args = (config.parametrization, config.width, model_lib.param_kinds(config))
-  plain = tc.optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1).build(*args)
-  clipped = tc.ClippedOptimizerConfig(optimizer="sgd", learning_rate=0.1, clip=1.0).build(*args)
+  plain = tc.optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1).build(model_lib.parametrized(config))
+  clipped = tc.ClippedOptimizerConfig(optimizer="sgd", learning_rate=0.1, clip=1.0).build(
+      model_lib.parametrized(config))
   want, _ = plain.update(jax.tree.map(lambda g: g / norm, grads), plain.init(params), params)  # clipped by hand
   got, _ = clipped.update(grads, clipped.init(params), params)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):

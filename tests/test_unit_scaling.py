@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from scaling import layers
+from scaling import roles as roles_lib
 from scaling import model as model_lib
 from scaling import parametrization as P
 from scaling import rope as rope_lib
@@ -244,7 +245,8 @@ class PaperScalesTest(parameterized.TestCase):
     # The model's table: the gradient of E[ids] is jax's × √(V / lookups).
     table, ids = _normal(0, (65, 8)), jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 65)
     g = _normal(2, (2, 16, 8))
-    embed = layers.ScaledEmbed(65, 8, P.get_parametrization("umup"), 8, grad_scale=U.embedding_grad_scale(65, 32))
+    embed = layers.ScaledEmbed(65, 8, roles_lib.GlobalWidth(P.get_parametrization("umup"), 8),
+                               grad_scale=U.embedding_grad_scale(65, 32))
     op = lambda t: embed.apply({"params": {"embedding": t}}, ids)
     got = _vjp_scales(op, lambda t: jnp.take(t, ids, axis=0), (table,), g)
     self._assert_scales(got, [1.0, math.sqrt(65 / 32)])

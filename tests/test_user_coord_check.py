@@ -20,7 +20,7 @@ import optax
 
 import scaling
 from scaling import user_model
-from scaling.studies import user_coord_check
+from scaling.studies import coord_check as user_coord_check
 
 D_IN, D_OUT, BASE = 8, 4, 32
 WIDTHS = (32, 64, 128)
@@ -166,7 +166,7 @@ class LikelyCauseTest(parameterized.TestCase):
     self.assertIn(expected, user_coord_check.likely_cause(role, when, slope))
 
   def test_roles_from_a_parameter_tree(self):
-    tree = {"params": {"Dense_0": {"kernel": "hidden", "bias": "vector"}, "head": {"kernel": "output"}}}
+    tree = {"params": {"Dense_0": {"kernel": "hidden", "bias": "bias"}, "head": {"kernel": "readout"}}}
     self.assertEqual(user_coord_check.module_roles(tree["params"]), {"Dense_0": "hidden", "head": "readout"})
 
   def test_roles_from_infer_kinds(self):

@@ -38,6 +38,20 @@ applied to independent q and k: slope −0.5 at step 0). Both slopes rise
 towards 0, never above it, as training adds the width-independent
 contribution of the updates.
 
+Any model (``coord_check(model, loss_fn, batches, schemes=("sp", "mup"), widths=...)``, ``scaling.coord_check``):
+a factory of the width (a linen or nnx module, or a ``scaling.PureModel``) made each scheme at each width by
+``scaling.WidthParametrization``, trained by the same ``scaling.train.run_training`` (a
+``scaling.train.FunctionalProgram``: seeds vmapped in one program per width, resumable in ``out_dir``); every
+module's output is recorded without changing the model, as the RMS of its coordinates and of its change since
+initialization (the same batch through the initial parameters). Verdict per module (``verdicts``): it breaks μP
+when a slope exceeds the tolerance (default ``TOLERANCE``), of its output at initialization (step 0) or of its change
+since initialization after updates (any step ≥ 1); falling curves pass (μP's readout shrinks like 1/√width at
+initialization by design). The likely cause follows from when it grows and from the layer kind of the module's
+weights (``likely_cause``): a readout growing after updates lacks its 1/width output multiplier; hidden activations
+growing after updates get an Adam learning rate not scaled by 1/width; growth at initialization is an init std not
+scaled with the fan-in. A module without weights of its own (a block, the whole model) grows because a layer inside
+or before it does.
+
 Depth axis (``--axis=depth``; CompleteP, Dey et al. 2025, Fig. 7): models of
 one width and several depths, each α of ``--depth_alphas`` (the residual
 branch multiplier (L/L_base)^−α, L_base the smallest depth), measured on
@@ -55,8 +69,10 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+import io
+from typing import Any, Callable, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from scaling import data as data_lib
@@ -66,7 +82,10 @@ from scaling import plotting
 from scaling import report
 from scaling import distributed
 from scaling import results
+from scaling import parametrization as param_lib
 from scaling import train as train_lib
+from scaling import user_model
+from scaling import width_parametrization
 from scaling.config import option
 from scaling.config import Seeds
 from scaling.studies import grid_run
@@ -74,6 +93,7 @@ from scaling.studies import stats
 from scaling.studies.grid import GridStudy
 from scaling.studies.grid import WidthGrid
 from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 # train_step metrics measured once per model, and those measured per block [depth] (layer "block_{i}/<name>").
 _MODEL_RMS = {"embed_rms": "embed", "readout_rms": "readout"}
@@ -394,3 +414,349 @@ def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]
   print(f"\n{len(rows)} rows in {time.perf_counter() - start:.1f}s; wrote results.jsonl, slopes.jsonl, "
         f"slopes.csv, slopes.md, coord_check.png and config.json to {out_dir}")
   return slope_rows
+
+
+
+# ----- The coordinate check of any model (a factory of the width): one call, verdicts per module. -----
+
+TOLERANCE = 0.1
+"""A module breaks μP when a slope of log2 RMS against log2 width exceeds this (growth faster than width^0.1)."""
+
+# When a module holds parameters of several kinds, the group that names it.
+_GROUP_PRIORITY = ("readout", "hidden", "input", "vector", "fixed")
+
+
+def module_roles(roles: Mapping[str, Any] | None) -> dict[str, str]:
+  """{module name: layer kind} from ``scaling.infer_kinds``'s roles (parameter path -> ``Role``), a nested parameter
+  tree of kinds (``Roles.kinds()``), or a flat {module name: kind} mapping (kinds of
+  ``scaling.parametrization.LAYER_KINDS``).
+
+  The module of a parameter is its path without the last key ("Dense_0" for "Dense_0/kernel"); a module with
+  parameters of several kinds takes the first group of ``_GROUP_PRIORITY`` (a Dense layer's kernel, not its bias).
+  """
+  if roles is None:
+    return {}
+  if not isinstance(roles, Mapping):
+    raise ConfigTypeError(f"roles must be a mapping (scaling.infer_kinds's roles, a tree of kinds, or module name -> "
+                          f"kind), got {type(roles).__name__}")
+  if any(isinstance(v, Mapping) for v in roles.values()):
+    by_param = [(list(param_lib.path_names(path)), leaf)
+                for path, leaf in jax.tree_util.tree_flatten_with_path(dict(roles))[0]]
+  elif all(hasattr(v, "kind") for v in roles.values()):
+    by_param = [(str(path).split("/"), role.kind) for path, role in roles.items()]
+  else:
+    return {str(k): param_lib.check_kind(v) for k, v in roles.items()}
+  found: dict[str, list[str]] = {}
+  for keys, kind in by_param:
+    if keys and keys[0] == "params":
+      keys = keys[1:]
+    found.setdefault("/".join(keys[:-1]) or "model", []).append(param_lib.check_kind(kind))
+  return {m: min(kinds, key=lambda k: _GROUP_PRIORITY.index(param_lib.kind_group(k))) for m, kinds in found.items()}
+
+
+def _growth(slope: float) -> str:
+  """"like √width" / "like width" / "like width^0.3" for a positive slope."""
+  if abs(slope - 0.5) < 0.15:
+    return "like √width"
+  if abs(slope - 1.0) < 0.2:
+    return "like width"
+  return f"like width^{slope:.2f}"
+
+
+def likely_cause(role: str | None, when: str, slope: float) -> str:
+  """The likely cause of a module whose output grows with width.
+
+  Args:
+    role: the layer kind of the module's weights (``scaling.parametrization.LAYER_KINDS``) or None (no weights of
+      its own, or no roles given).
+    when: "init" (it grows at step 0) or "update" (flat at step 0, grows after updates).
+    slope: the largest slope.
+
+  Returns:
+    One sentence.
+  """
+  grows = _growth(slope)
+  role = None if role is None else param_lib.kind_group(role)
+  if when == "init":
+    if role == "readout":
+      return (f"grows {grows} at initialization: the readout's init std is not ∝ 1/fan_in (nor ∝ 1/√fan_in with "
+              f"a 1/width multiplier)")
+    if role in ("hidden", "input"):
+      return f"grows {grows} at initialization: init std not ∝ 1/√fan_in"
+    if role == "vector":
+      return f"grows {grows} at initialization: a gain or bias initialized larger at larger width"
+    return f"grows {grows} at initialization: a layer inside or before it has an init std too large for its fan-in"
+  if role == "readout":
+    return (f"grows {grows} after updates: missing 1/width output multiplier (or the readout's learning rate is "
+            f"not scaled by 1/width)")
+  if role == "hidden":
+    return f"grows {grows} after updates: learning rate of the hidden weights not scaled by 1/width (Adam: η/fan_in)"
+  if role == "input":
+    return f"grows {grows} after updates: the input layer's learning rate grows with width"
+  if role == "vector":
+    return (f"grows {grows} after updates: its input changes more at larger width (a layer before it), or a gain or "
+            f"bias learning rate grows with width")
+  return (f"grows {grows} after updates: a layer inside or before it has a learning rate or output multiplier not "
+          f"scaled with width")
+
+
+def verdicts(slope_rows: Sequence[dict[str, Any]], delta_slope_rows: Sequence[dict[str, Any]] = (), *,
+             roles: Mapping[str, Any] | None = None, tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
+  """The verdict of every (parametrization, module) from its slopes.
+
+  μP keeps every module's output at initialization and its change since initialization Θ(1) in width (Tensor
+  Programs V, §D.1; the updates are what μP scales): a module breaks μP when the slope of its RMS at step 0, or
+  of its change at any step ≥ 1, exceeds ``tolerance``. The RMS after updates is not judged: it mixes the two,
+  and where the initial part shrinks (μP's readout, ∝ 1/√width) while the optimizer cancels it, its slope
+  passes through positive values at small widths although neither part grows.
+
+  Args:
+    slope_rows: ``scaling.studies.coord_check.slopes`` of the RMS rows (step 0 counts).
+    delta_slope_rows: the same of the change since initialization (steps ≥ 1 count); when empty, the RMS slopes
+      at steps ≥ 1 are judged instead.
+    roles: module -> kind, or a parameter tree of kinds or roles (``module_roles``).
+    tolerance: a slope above it is growth.
+
+  Returns:
+    One row per (parametrization, layer) in order: parametrization, layer, role, slope_init (step 0),
+    slope_update (the largest slope of the change at steps ≥ 1), verdict ("ok" or "breaks μP") and cause
+    ("" when ok).
+  """
+  by_module = module_roles(roles)
+  out: dict[tuple[str, str], dict[str, Any]] = {}
+  updates = delta_slope_rows if delta_slope_rows else [s for s in slope_rows if s["step"] > 0]
+  for s in slope_rows:
+    row = out.setdefault((s["parametrization"], s["layer"]), {
+        "parametrization": s["parametrization"], "layer": s["layer"], "role": _role_of(s["layer"], by_module),
+        "slope_init": None, "slope_update": None})
+    if s["step"] == 0 and s["slope"] is not None:
+      row["slope_init"] = s["slope"]
+  for s in updates:
+    key = (s["parametrization"], s["layer"])
+    if key in out and s["step"] > 0 and s["slope"] is not None:
+      out[key]["slope_update"] = _max(out[key]["slope_update"], s["slope"])
+  for row in out.values():
+    init, update = row["slope_init"], row["slope_update"]
+    if init is not None and init > tolerance:
+      row.update(verdict="breaks μP", cause=likely_cause(row["role"], "init", init))
+    elif update is not None and update > tolerance:
+      row.update(verdict="breaks μP", cause=likely_cause(row["role"], "update", update))
+    else:
+      row.update(verdict="ok", cause="")
+  return list(out.values())
+
+
+def _max(a: float | None, b: float) -> float:
+  return b if a is None else max(a, b)
+
+
+def _role_of(layer: str, by_module: dict[str, str]) -> str | None:
+  """The role of a recorded output's module ("Dense_0[1]" and "Embed_0.attend" are those of Dense_0, Embed_0)."""
+  name = layer.split("[", 1)[0].split(".", 1)[0]
+  return by_module.get(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoordCheckResult:
+  """What ``coord_check`` measured (combine several with ``combine``).
+
+  Attributes:
+    rows: one per (parametrization, width, step, layer): rms (mean over seeds), rms_std, rms_seeds, delta_rms (of
+      the change since initialization, mean over seeds), loss (mean over seeds).
+    slopes: ``scaling.studies.coord_check.slopes`` of rms: per (parametrization, layer, step) the slope against
+      log2 width.
+    delta_slopes: the same of delta_rms (None at step 0, where the change is 0).
+    verdicts: ``verdicts`` per (parametrization, layer).
+    steps: k (RMS at steps 0..k).
+    tolerance: the slope above which a module grows.
+  """
+
+  rows: list[dict[str, Any]]
+  slopes: list[dict[str, Any]]
+  delta_slopes: list[dict[str, Any]]
+  verdicts: list[dict[str, Any]]
+  steps: int
+  tolerance: float
+
+  @property
+  def ok(self) -> bool:
+    """Whether no module breaks μP."""
+    return all(v["verdict"] == "ok" for v in self.verdicts)
+
+  @property
+  def broken(self) -> list[dict[str, Any]]:
+    """The verdict rows of the modules that break μP."""
+    return [v for v in self.verdicts if v["verdict"] != "ok"]
+
+  def slope(self, layer: str, step: int, parametrization: str | None = None, *, delta: bool = False) -> float | None:
+    """The fitted slope of one module at one step (of its change since initialization with ``delta``)."""
+    for s in self.delta_slopes if delta else self.slopes:
+      if s["layer"] == layer and s["step"] == step and parametrization in (None, s["parametrization"]):
+        return s["slope"]
+    raise KeyError(f"no slope for layer {layer!r} at step {step}")
+
+  def write_figure(self, path: str | pathlib.Path, *, delta: bool = False) -> None:
+    """mup's plot: one row of panels per parametrization, one panel per step, RMS against width (log-log), one
+    line per module with its slope in the legend (the change since initialization at steps ≥ 1 with ``delta``)."""
+    rows = self.rows if not delta else [{**r, "rms": r["delta_rms"]} for r in self.rows if r["step"] > 0]
+    write_figure(path, rows, self.delta_slopes if delta else self.slopes)
+
+  def slope_markdown(self, heading: str) -> str:
+    """``heading``, the slopes per (parametrization, module) and step as a Markdown table."""
+    return slope_markdown(self.slopes, self.steps, heading)
+
+  def verdict_markdown(self, heading: str) -> str:
+    """``heading``, the verdict of every module as a Markdown table, then one line per parametrization."""
+    fmt = lambda v: "–" if v is None else f"{v:+.2f}"
+    cells = [[v["parametrization"], v["layer"], v["role"] or "–", fmt(v["slope_init"]), fmt(v["slope_update"]),
+              v["verdict"], v["cause"] or "–"] for v in self.verdicts]
+    columns = ["parametrization", "module", "role", "slope at init", "largest slope of the change", "verdict",
+               "likely cause"]
+    lines = [heading, "", report.markdown_table(columns, cells).rstrip(), ""]
+    for name in dict.fromkeys(v["parametrization"] for v in self.verdicts):
+      broken = [v["layer"] for v in self.verdicts if v["parametrization"] == name and v["verdict"] != "ok"]
+      lines.append(f"- {name}: " + (f"{len(broken)} module(s) break μP ({', '.join(broken)})." if broken else
+                                    "every module within the tolerance (μP holds)."))
+    lines.append(f"- Criterion: a module breaks μP when the slope of log2 RMS against log2 width exceeds "
+                 f"{self.tolerance:g} at initialization (its output) or at a step ≥ 1 (its change since "
+                 "initialization).")
+    return "\n".join(lines) + "\n"
+
+
+def combine(*results: CoordCheckResult, roles: Mapping[str, Any] | None = None) -> CoordCheckResult:
+  """Several results (e.g. SP and μP of one model) as one: one figure with a row of panels per parametrization."""
+  if not results:
+    raise ConfigError("combine needs at least one CoordCheckResult")
+  steps = {r.steps for r in results}
+  if len(steps) != 1:
+    raise ConfigError(f"results must have the same number of steps, got {sorted(steps)}")
+  rows = [row for r in results for row in r.rows]
+  slopes = [row for r in results for row in r.slopes]
+  delta = [row for r in results for row in r.delta_slopes]
+  return CoordCheckResult(rows, slopes, delta, [v for r in results for v in r.verdicts], steps.pop(),
+                          results[0].tolerance)
+
+
+def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches: Any,
+                optimizer: user_model.OptimizerFactory | None = None, *, schemes: Sequence[Any] = ("sp", "mup"),
+                widths: Sequence[int] = (64, 128, 256, 512), base_width: int | None = None,
+                init: str | user_model.InitFn | None = None, steps: int = 3, learning_rate: float = 1e-2,
+                seeds: Sequence[int] = (0, 1, 2), roles: Mapping[str, Any] | None = None, name: str = "model",
+                tolerance: float = TOLERANCE, progress: bool = True, out_dir: str | pathlib.Path | None = None,
+                **options: Any) -> CoordCheckResult:
+  """The coordinate check of any model: every module's output RMS against width over the first steps.
+
+  Tensor Programs V (Yang et al. 2022), §D.1 and Fig. 5; ``microsoft/mup``'s ``get_coord_data``. One call infers
+  the roles (``scaling.WidthParametrization``: the computation and the shapes), parametrizes each width under each
+  scheme and runs them all::
+
+    result = scaling.coord_check(model, loss_fn, batch, schemes=("sp", "mup"), widths=(64, 128, 256, 512))
+
+  With an ``optimizer`` factory instead, the model is trained as given under that optimizer (custom
+  per-parameter learning rates; ``init`` may then be an ``init(width, params, key)`` function), one run named
+  ``name``.
+
+  Args:
+    model: ``model(width) -> flax.linen.Module | scaling.PureModel`` or ``model(width, rngs) -> flax.nnx.Module``.
+    loss_fn: ``loss_fn(model, batch) -> scalar``.
+    batches: a fixed batch (as mup's ``fix_data``), a function ``batches(step) -> batch``, or an iterator.
+    optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
+      optax.GradientTransformation`` (params: the shapes of the parameter tree).
+    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.Parametrization`` objects or ready
+      ``scaling.WidthParametrization`` s.
+    widths: at least two widths.
+    base_width: the schemes' base width (default: the smallest width).
+    init: "base" (None), "paper" or "rescale" (``scaling.WidthParametrization``); with ``optimizer``, an optional
+      ``init(width, params, key) -> params`` applied after the model's own initialization.
+    steps: k ≥ 1: RMS at steps 0..k (k updates).
+    learning_rate: the (Adam) learning rate.
+    seeds: the seeds (initialization keys), trained together as one vmapped program per width.
+    roles: with ``optimizer``, the role of each module's weights for the likely causes (``module_roles``); the
+      schemes' own roles otherwise.
+    name: the run's name with ``optimizer``.
+    tolerance: the slope above which a module grows.
+    progress: show progress (``scaling.report.Progress``) on stderr.
+    out_dir: optional folder: each (scheme, width)'s rows are appended to ``results.jsonl`` when trained, and a
+      rerun with the same options into it trains only what a killed run had not finished.
+    **options: further options of ``scaling.WidthParametrization`` (overrides, tied_embedding, blocks, forward,
+      optimizer name as ``optimizer_name``, its options).
+
+  Returns:
+    A ``CoordCheckResult`` of every scheme (one row of panels each in its figure).
+  """
+  widths = user_model.check_widths(widths)
+  if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    raise ConfigError(f"steps must be a positive int, got {steps!r}")
+  if not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate) or learning_rate <= 0:
+    raise ConfigError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
+  seeds = np.asarray(list(seeds), np.int32)
+  if seeds.ndim != 1 or not seeds.size:
+    raise ConfigError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
+  if not isinstance(tolerance, (int, float)) or not tolerance > 0:
+    raise ConfigError(f"tolerance must be a positive number, got {tolerance!r}")
+  batches = user_model.Batches.of(batches, steps + 1)
+  found = width_parametrization.runs(model, loss_fn, batches.example, optimizer=optimizer, init=init, name=name,
+                                     schemes=schemes, widths=widths, base_width=base_width, **options)
+  rows = _measure(found, widths, steps, learning_rate, seeds, batches, progress, out_dir)
+  return combine(*[from_rows([r for r in rows if r["parametrization"] == run.name], steps,
+                             roles=roles if run.roles is None else run.roles, tolerance=tolerance) for run in found])
+
+
+def _measure(runs: Sequence[width_parametrization.Run], widths: Sequence[int], steps: int, learning_rate: float,
+             seeds: np.ndarray, batches: user_model.Batches, progress: bool,
+             out_dir: str | pathlib.Path | None) -> list[dict[str, Any]]:
+  """The coordinate-check rows of every (name, model_at(width), optimizer factory) run at every width: each trained
+  for ``steps`` updates by ``scaling.train.run_training`` (seeds vmapped in one program), resumable in ``out_dir``."""
+  opt = optim.OptimizerConfig(steps=steps + 1, learning_rate=float(learning_rate))
+  by_name = {run.name: (run.model_at, run.optimizer) for run in runs}
+  if len(by_name) != len(runs):
+    raise ConfigError(f"the schemes must have distinct names, got {[run.name for run in runs]}")
+  models = {}
+
+  def modules(point):
+    """The model of a point and the names of its recorded module outputs (nothing computed)."""
+    key = (point["parametrization"], point["width"])
+    if key not in models:
+      fm = by_name[key[0]][0](key[1])
+      models[key] = fm, tuple(jax.eval_shape(lambda: fm.captured(*fm.init(jax.random.key(0)), batches.example))[1])
+    return models[key]
+
+  def compute(point):
+    fm, shapes = modules(point)
+    program = train_lib.FunctionalProgram(fm, by_name[point["parametrization"]][1], record_outputs=True)
+    names = tuple(f"{kind}/{module}" for kind in ("rms", "delta_rms") for module in shapes)
+    result = train_lib.run_training(program, opt, batches, seed=seeds,
+                                    learning_rates=np.full(seeds.shape, learning_rate, np.float32),
+                                    record=("loss", *names), stop_on_divergence=False)
+    rec = result.records
+    rms_rows = coord_rows(point, {"rms": {m: rec[f"rms/{m}"] for m in shapes}})
+    delta = {m: np.asarray(rec[f"delta_rms/{m}"]).mean(axis=1) for m in shapes}
+    loss = np.asarray(rec["loss"]).mean(axis=1)
+    return [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]])),
+             "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
+
+  points = [{"parametrization": run.name, "width": w} for run in runs for w in widths]
+  return grid_run.run_rows(points, compute, "coord_check", out_dir=out_dir, progress=progress,
+                           count=lambda point: len(modules(point)[1]) * (steps + 1),
+                           options={"study": "coord_check", "schemes": list(by_name), "widths": list(widths),
+                                    "steps": steps, "learning_rate": learning_rate, "seeds": seeds.tolist()})
+
+
+def from_rows(rows: list[dict[str, Any]], steps: int, *, roles: Mapping[str, Any] | None = None,
+              tolerance: float = TOLERANCE) -> CoordCheckResult:
+  """The result of measured rows (``CoordCheckResult.rows``, e.g. read back from a file): slopes and verdicts.
+
+  Args:
+    rows: one per (parametrization, width, step, layer) with rms and delta_rms.
+    steps: k (steps 0..k).
+    roles: as in ``coord_check``.
+    tolerance: as in ``coord_check``.
+
+  Returns:
+    A ``CoordCheckResult``.
+  """
+  slope_rows = slopes(rows)
+  delta_rows = slopes([{**r, "rms": r["delta_rms"] if r["step"] else None} for r in rows])
+  return CoordCheckResult(rows, slope_rows, delta_rows, verdicts(slope_rows, delta_rows, roles=roles,
+                                                                 tolerance=tolerance), steps, float(tolerance))
+

@@ -8,6 +8,8 @@ Shared by ``scaling.studies.transfer`` and ``scaling.studies.coord_check``; each
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import pathlib
 import time
 from typing import Any, Callable, Sequence
@@ -17,6 +19,7 @@ from scaling import report
 from scaling import resources
 from scaling import results
 from scaling.studies.grid import WidthGrid
+from scaling.validation import ConfigError
 
 
 def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> data_lib.Dataset:
@@ -50,34 +53,71 @@ def memory_estimate(config: Any, dataset: data_lib.Dataset) -> resources.Estimat
 def run_points(grid: WidthGrid, points: Sequence[dict[str, Any]], out_dir: pathlib.Path, rows_per_point: int,
                compute: Callable[[dict[str, Any]], list[dict[str, Any]]], title: str, *,
                describe: Callable[[list[dict[str, Any]]], str] | None = None) -> list[dict[str, Any]]:
-  """Computes the rows of every point of a grid into ``out_dir/results.jsonl``, resuming what a killed run left.
+  """Computes the rows of every point of a grid into ``out_dir/results.jsonl``, resuming what a killed run left
+  (``run_rows`` with the grid's keys and labels and ``rows_per_point`` rows per point)."""
+  return run_rows(points, compute, title, key=grid.key, label=grid.label, count=lambda point: rows_per_point,
+                  out_dir=out_dir, describe=describe, unit=f"{grid.axis}s")
 
-  Each point's rows are one group of ``results.GroupedRows`` (appended whole when computed); a rerun computes only
-  the points not yet written. Wall times go to timings.jsonl; progress shows each point (and ``describe(rows)``).
+
+def run_rows(points: Sequence[dict[str, Any]], compute: Callable[[dict[str, Any]], list[dict[str, Any]]], title: str,
+             *, key: Callable[[dict[str, Any]], Any] | None = None, label: Callable[[dict[str, Any]], str] | None = None,
+             count: Callable[[dict[str, Any]], int] | None = None, out_dir: str | pathlib.Path | None = None,
+             describe: Callable[[list[dict[str, Any]]], str] | None = None, progress: bool = True,
+             options: dict[str, Any] | None = None, unit: str = "points") -> list[dict[str, Any]]:
+  """The rows of every point, computed one point at a time, streamed to ``out_dir/results.jsonl`` and resumed.
+
+  Without ``out_dir`` the rows are only returned. With it, each point's rows are one group of
+  ``results.GroupedRows`` (appended whole when computed), so a rerun computes only the points not yet written;
+  wall times go to timings.jsonl; ``options`` (when given) are written to options.json and a rerun with other
+  options into the same folder is refused.
 
   Args:
-    grid: the grid (its ``key`` and ``label`` of a point).
     points: the points, in the order of the final file.
-    out_dir: the output folder.
-    rows_per_point: how many rows ``compute`` returns per point.
     compute: the rows of one point.
     title: the progress bar's title.
+    key: a row's or point's group key (default: its "parametrization" and "width").
+    label: a point's words in the progress (default: its values).
+    count: how many rows ``compute`` returns for a point (needed with ``out_dir``).
+    out_dir: the output folder, or None.
     describe: optional words on a finished point's rows.
+    progress: show the progress bar.
+    options: what defines the run (JSON-able), checked against an earlier run's in ``out_dir``.
+    unit: what the points are, in the resume message.
 
   Returns:
     Every point's rows, in point order.
   """
-  plan = [(grid.key(point), rows_per_point) for point in points]
-  stream = results.GroupedRows(out_dir / "results.jsonl", plan, grid.key)
+  key = key or (lambda row: (row["parametrization"], row["width"]))
+  label = label or (lambda point: ", ".join(f"{k} {v}" for k, v in point.items()))
+  stream_out = None if progress else io.StringIO()
+  if out_dir is None:
+    rows = []
+    with report.Progress(len(points), title, stream=stream_out) as bar:
+      for point in points:
+        new = compute(point)
+        rows += new
+        bar.update(label(point) + (f": {describe(new)}" if describe else ""))
+    return rows
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  if options is not None:
+    path = out_dir / "options.json"
+    if path.exists() and json.loads(path.read_text()) != json.loads(json.dumps(results.to_jsonable(options))):
+      raise ConfigError(f"{out_dir} holds a run with other options ({path}); pass a new out_dir")
+    results.write_json(path, options)
+  if count is None:
+    raise ConfigError("run_rows with out_dir needs count(point), the rows of each point")
+  plan = [(key(point), count(point)) for point in points]
+  stream = results.GroupedRows(out_dir / "results.jsonl", plan, key)
   missing = set(stream.missing())
-  todo = [point for point in points if grid.key(point) in missing]
+  todo = [point for point in points if key(point) in missing]
   if len(todo) < len(plan):
-    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {grid.axis}s already in {out_dir} "
+    print(f"resuming: {len(plan) - len(todo)} of {len(plan)} {unit} already in {out_dir} "
           f"({stream.reused} rows reused)", flush=True)
-  with report.Progress(len(todo), title) as progress:
+  with report.Progress(len(todo), title, stream=stream_out) as bar:
     for point in todo:
       began = time.perf_counter()
-      rows = stream.add(grid.key(point), compute(point))
+      rows = stream.add(key(point), compute(point))
       results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
-      progress.update(grid.label(point) + (f": {describe(rows)}" if describe else ""))
+      bar.update(label(point) + (f": {describe(rows)}" if describe else ""))
   return stream.finish()

@@ -735,8 +735,8 @@ class ClippedOptimizerConfig(optim.OptimizerConfig):
 
   clip: float = option(1.0, "Clip each gradient to this global norm before the optimizer.", positive=True)
 
-  def build(self, parametrization, width, kinds, learning_rate=None) -> optax.GradientTransformation:
-    inner = super().build(parametrization, width, kinds, learning_rate)
+  def build(self, parametrized, learning_rate=None) -> optax.GradientTransformation:
+    inner = super().build(parametrized, learning_rate)
     clip = optax.clip_by_global_norm(self.clip)
 
     def update(updates, state, params=None):

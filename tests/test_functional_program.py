@@ -1,0 +1,156 @@
+"""One training program for every model: ``scaling.train.run_training`` of a ``FunctionalProgram`` (any model and
+its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
+resumed from a mid-run state equals one in one go; the studies of any model resume what a killed run left."""
+
+import json
+import pathlib
+import shutil
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import scaling
+from scaling import optim
+from scaling import train as train_lib
+from scaling import user_model
+from scaling.studies import coord_check
+from scaling.studies import transfer
+
+D_IN, D_OUT = 6, 3
+
+
+class MLP(nn.Module):
+  width: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Dense(self.width, name="hidden")(x))
+    return nn.Dense(D_OUT, name="readout")(x)
+
+
+def mse(model, batch):
+  return jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
+
+
+def batches(step):
+  x = jax.random.normal(jax.random.fold_in(jax.random.key(7), step), (8, D_IN))
+  return {"x": x, "y": jnp.tanh(x[:, :D_OUT])}
+
+
+def adam(width, params, learning_rate):
+  del width, params
+  return optax.adam(learning_rate)
+
+
+def _program(width=16, record_outputs=False):
+  fm = user_model.functional_model(MLP, mse, width, batches(0))
+  return train_lib.FunctionalProgram(fm, adam, record_outputs=record_outputs), fm
+
+
+def _plain_loop(fm, seed, lr, steps):
+  """The reference: a hand-written optax loop over the same batches."""
+  params, state = fm.init(jax.random.PRNGKey(seed))
+  tx = optax.adam(lr)
+  opt_state = tx.init(params)
+  losses = []
+  for t in range(steps):
+    loss, grads = jax.value_and_grad(fm.loss)(params, state, batches(t))
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    losses.append(float(loss))
+  return np.asarray(losses)
+
+
+class FunctionalProgramTest(parameterized.TestCase):
+
+  @parameterized.parameters(None, 1)
+  def test_grid_members_equal_plain_loops(self, chunk):
+    program, fm = _program()
+    steps, seeds, lrs = 5, [0, 1, 0], [1e-2, 1e-2, 3e-3]
+    result = train_lib.run_training(program, optim.OptimizerConfig(steps=steps), user_model.Batches.of(batches, steps),
+                                    seed=seeds, learning_rates=lrs, record=("loss",), grid_chunk=chunk)
+    for i, (seed, lr) in enumerate(zip(seeds, lrs)):
+      np.testing.assert_allclose(result.records["loss"][:, i], _plain_loop(fm, seed, lr, steps), rtol=2e-5,
+                                 err_msg=f"member {i}")
+
+  def test_single_run_resumed_equals_one_go(self):
+    program, _ = _program()
+    data = user_model.Batches.of(batches, 6)
+    whole = train_lib.run_training(program, optim.OptimizerConfig(steps=6, learning_rate=1e-2), data, seed=3,
+                                   record=("loss",))
+    first = train_lib.run_training(program, optim.OptimizerConfig(steps=3, learning_rate=1e-2), data, seed=3,
+                                   record=("loss",))
+    rest = train_lib.run_training(program, optim.OptimizerConfig(steps=6, learning_rate=1e-2), data, seed=3,
+                                  record=("loss",), state=first.state, initial_loss=first.initial_loss)
+    np.testing.assert_allclose(np.concatenate([first.records["loss"], rest.records["loss"]]), whole.records["loss"],
+                               rtol=1e-6)
+    chex.assert_trees_all_close(rest.state.params, whole.state.params, rtol=1e-6)
+
+  def test_recorded_outputs_are_the_modules(self):
+    program, fm = _program(record_outputs=True)
+    result = train_lib.run_training(program, optim.OptimizerConfig(steps=2, learning_rate=1e-2),
+                                    user_model.Batches.of(batches, 2), seed=[0],
+                                    record=("rms/hidden", "delta_rms/readout"))
+    params, state = fm.init(jax.random.PRNGKey(0))
+    _, outs = fm.captured(params, state, batches(0))
+    want = float(jnp.sqrt(jnp.mean(jnp.square(outs["hidden"]))))
+    self.assertAlmostEqual(float(result.records["rms/hidden"][0, 0]), want, places=5)
+    self.assertEqual(float(result.records["delta_rms/readout"][0, 0]), 0.0)  # no update yet
+    self.assertGreater(float(result.records["delta_rms/readout"][1, 0]), 0.0)
+
+  def test_bad_programs_are_refused(self):
+    with self.assertRaisesRegex(TypeError, "FunctionalModel"):
+      train_lib.FunctionalProgram(MLP, adam)
+    program, _ = _program()
+    with self.assertRaisesRegex(ValueError, "attn_mults apply to the built-in"):
+      train_lib.run_training(program, optim.OptimizerConfig(steps=1), user_model.Batches.of(batches, 1), seed=[0],
+                             attn_mults=[1.0])
+
+
+class ResumeTest(absltest.TestCase):
+  """A study of any model given an out_dir trains only what a killed run had not finished."""
+
+  def setUp(self):
+    super().setUp()
+    self.out = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, self.out, ignore_errors=True)
+
+  def test_coord_check_resumes_after_a_failure(self):
+    calls = []
+
+    def flaky(width, params, learning_rate):
+      calls.append(width)
+      if width == 32 and calls.count(32) == 1:  # the second width fails once, as if the run were killed
+        raise KeyboardInterrupt
+      return optax.adam(learning_rate)
+
+    kw = dict(widths=(16, 32), steps=2, seeds=(0,), progress=False, out_dir=self.out)
+    with self.assertRaises(KeyboardInterrupt):
+      coord_check.coord_check(MLP, mse, batches(0), flaky, **kw)
+    done = [json.loads(l)["width"] for l in (self.out / "results.partial.jsonl").read_text().splitlines()]
+    self.assertEqual(set(done), {16})
+    result = coord_check.coord_check(MLP, mse, batches(0), flaky, **kw)
+    self.assertEqual({r["width"] for r in result.rows}, {16, 32})
+    timed = [json.loads(l)["width"] for l in (self.out / "timings.jsonl").read_text().splitlines()]
+    self.assertEqual(sorted(timed), [16, 32])  # width 16 was trained once
+    fresh = coord_check.coord_check(MLP, mse, batches(0), adam, widths=(16, 32), steps=2, seeds=(0,), progress=False)
+    np.testing.assert_allclose([r["rms"] for r in result.rows], [r["rms"] for r in fresh.rows], rtol=1e-6)
+
+  def test_other_options_into_the_same_folder_are_refused(self):
+    kw = dict(widths=(16, 32), log2_lrs=(-8.0, -6.0), steps=3, progress=False, out_dir=self.out)
+    transfer.transfer(MLP, mse, batches, schemes=("mup",), **kw)
+    again = transfer.transfer(MLP, mse, batches, schemes=("mup",), **kw)  # all reused
+    self.assertLen(again.rows, 4)
+    with self.assertRaisesRegex(ValueError, "other options"):
+      transfer.transfer(MLP, mse, batches, schemes=("mup",), **{**kw, "steps": 4})
+
+
+if __name__ == "__main__":
+  absltest.main()
