@@ -5,7 +5,7 @@ claims of the notes, the coordinate check, learning-rate transfer, training
 runs) live in ``scaling.studies``.
 """
 
-__version__ = "0.1.0"  # the one place the version is written; setup.py reads it from here
+__version__ = "0.2.0"  # the one place the version is written; setup.py reads it from here
 
 from scaling.adam_atan2 import scale_by_adam_atan2
 from scaling.attention import dot_product_attention

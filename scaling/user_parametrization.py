@@ -1,8 +1,11 @@
-"""A parametrization (SP, NTK, μP, u-μP) applied to any Flax model from its inferred roles.
+"""A parametrization (SP, NTK, μP, u-μP) applied to any model from its inferred roles: the one place where a
+scheme meets a model (the built-in Transformer's too, ``scaling.model.parametrized``).
 
 ``parametrize(roles, parametrization)`` (roles from ``scaling.infer_kinds``) gives, per parameter, the
 abc-parametrization of ``scaling.parametrization``: the init (``init``: redraw every matrix as
-``init_mean + B·N(0, 1)``; ``rescale``: keep the user's initializer, set its std to B), the learning-rate
+``init_mean + B·N(0, 1)``; ``rescale``: keep the user's initializer, set its std to B;
+``scaling.WidthParametrization``'s default keeps the model's own init and follows B's law from the base width), the
+per-parameter specs a model built from ``scaling.layers`` draws and applies (``layer``), the learning-rate
 multipliers C as an optax transformation to chain after any optimizer (``scale_lr``) or a whole
 Adam/AdamW/SGD/Adam-atan2 (``optimizer``, ε per the scheme), and the forward multipliers A.
 
@@ -18,8 +21,9 @@ Forward multipliers, by ``forward``:
 * ``"model"``: the model applies every A itself, e.g. built from ``scaling.unit_scaling``'s ops (u-μP, whose
   multipliers are its ops' forward scales and whose backward scales the SGD column assumes).
 
-A tied embedding (``infer_kinds(..., tied_embedding=path)``) is trained as the embedding; the model multiplies
-its tied logits by ``tied_readout_multiplier`` (mup's ``MuSharedReadout``).
+A tied embedding (found from the computation, or ``infer_kinds(..., tied_embedding=path)``) is trained as the
+embedding; its readout product is multiplied by ``tied_readout_multiplier`` (mup's ``MuSharedReadout``), which
+``scaling.WidthParametrization`` applies to the traced loss itself (``scaling.usage.scale_products``).
 
 Attention: pass ``attention_fn()`` (``scaling.make_attention_fn`` with the scheme's rule, μP's α/d_head with
 α = √base_head_dim: make the scheme with ``get_parametrization("mup", base_head_dim=<head dim of the base model>)``)

@@ -18,3 +18,15 @@ for name in linen_mlp nnx_mlp linen_transformer nnx_transformer; do
     python scripts/update_readme.py "your_model_${name}_transfer" "$out/$name/transfer.md"
   fi
 done
+# This engine beside microsoft/mup (PyTorch and mup from the package registry; not dependencies of the package) and
+# the base model against the model as written.
+if python -c "import torch, mup" 2>/dev/null; then
+  python scripts/compare_mup.py --out_dir="$out/compare_mup"
+  python scripts/update_readme.py your_model_mup_tied "$out/compare_mup/tied.md"
+  python scripts/update_readme.py your_model_mup_mlp "$out/compare_mup/mlp_transfer.md"
+else
+  echo "skipping scripts/compare_mup.py: it needs torch and mup (pip install torch mup)" >&2
+fi
+python scripts/base_model_check.py --out_dir="$out/base_model_check"
+python scripts/update_readme.py your_model_base_equality "$out/base_model_check/base_equality.md"
+python scripts/update_readme.py your_model_init_modes "$out/base_model_check/init_modes.md"

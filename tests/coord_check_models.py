@@ -3,6 +3,7 @@
 import jax
 
 import scaling
+from scaling.studies import coord_check
 import external_models as em
 
 WIDTHS = (32, 64, 128)

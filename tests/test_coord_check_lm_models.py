@@ -17,10 +17,12 @@ class LanguageModelsTest(parameterized.TestCase):
     tied, untied = ccm.check("gpt2_tied"), ccm.check("gpt2_untied")
     for scheme in ("sp", "mup"):
       a, b = ccm.verdicts(tied, scheme), ccm.verdicts(untied, scheme)
-      # every module of the blocks has the same verdict in both (the readout's own modules differ: wte, lm_head)
+      # No module of the blocks breaks μP in one twin and is within the tolerance in the other (the readout's own
+      # modules differ: wte, lm_head); "inconclusive" (within two standard errors of the tolerance) is neither.
       common = [m for m in a if m in b and m.startswith("h_")]
       self.assertGreater(len(common), 10)
-      self.assertEqual({m: a[m] for m in common}, {m: b[m] for m in common}, scheme)
+      clash = {m: (a[m], b[m]) for m in common if {a[m], b[m]} == {"ok", ccm.coord_check.BREAKS}}
+      self.assertEmpty(clash, scheme)
 
 
 if __name__ == "__main__":

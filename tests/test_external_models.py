@@ -131,3 +131,23 @@ class PureModelTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class BuiltinAsUserModelTest(absltest.TestCase):
+  """The built-in Transformer is one model factory among others: the engine reads the same roles from it as a user
+  model (its computation, its Kinded kinds as overrides) as ``scaling.model.parametrized`` does from its shapes."""
+
+  def test_same_roles_and_multipliers(self):
+    from scaling import model as model_lib  # pylint: disable=g-import-not-at-top
+    from scaling import train as train_lib  # pylint: disable=g-import-not-at-top
+    family = model_lib.ModelFamily(depth=2, head_dim=8, base_width=16, positions="learned")
+    config = lambda w: family.model_config("mup", w, vocab_size=em.VOCAB, max_len=em.SEQ)
+    batch = em.lm_batch(jax.random.key(0))
+    batch["weights"] = jnp.ones(batch["targets"].shape)
+    loss = lambda model, b: train_lib.weighted_cross_entropy(model(b["inputs"]), b["targets"], b["weights"])[0]
+    wp = scaling.WidthParametrization(lambda w: model_lib.Transformer(config(w)), loss, batch, "mup", base_width=16)
+    ours, builtin = wp.roles(64), model_lib.parametrized(config(64)).roles
+    self.assertEqual(set(ours), set(builtin))
+    for path, role in builtin.items():
+      self.assertEqual((ours[path].kind, ours[path].mult), (role.kind, role.mult), path)
+      self.assertEqual(ours[path].fans, role.fans, path)

@@ -187,6 +187,33 @@ class LikelyCauseTest(parameterized.TestCase):
     self.assertEqual(got, {"a": "ok", "b": "breaks μP"})
 
 
+class NoiseTest(absltest.TestCase):
+  """A slope above the tolerance by less than two standard errors over the seeds is inconclusive."""
+
+  def _rows(self, exponents):
+    # One module, widths 16..64, each seed a power law width^a: the slope of the mean and the seeds' own slopes.
+    rows = []
+    for w in (16, 32, 64):
+      seeds = [float(w) ** a for a in exponents]
+      rows += [{"parametrization": "p", "width": w, "step": step, "layer": "m", "rms": 1.0, "rms_seeds": [1.0] * 2,
+                "delta_rms": float(np.mean(seeds)) if step else 0.0, "delta_rms_seeds": seeds if step else None}
+               for step in (0, 1)]
+    return rows
+
+  def test_standard_error_of_two_seeds(self):
+    result = user_coord_check.from_rows(self._rows([0.1, 0.5]), 1)
+    # std (ddof 1) of the seeds' slopes 0.1 and 0.5 over √2: |0.5 − 0.1| / 2
+    self.assertAlmostEqual(result.delta_slopes[-1]["slope_se"], 0.2, places=6)
+
+  def test_inconclusive_then_breaks(self):
+    noisy = user_coord_check.from_rows(self._rows([0.0, 0.6]), 1).verdicts[0]   # slope ≈ 0.3, se 0.3
+    self.assertEqual(noisy["verdict"], user_coord_check.INCONCLUSIVE)
+    clear = user_coord_check.from_rows(self._rows([0.29, 0.31]), 1).verdicts[0]  # slope 0.3, se 0.01
+    self.assertEqual(clear["verdict"], user_coord_check.BREAKS)
+    flat = user_coord_check.from_rows(self._rows([0.0, 0.05]), 1).verdicts[0]
+    self.assertEqual(flat["verdict"], "ok")
+
+
 class UserModelTest(parameterized.TestCase):
 
   @parameterized.parameters("linen", "nnx")

@@ -280,25 +280,39 @@ def _series(row: dict[str, Any], axis: str) -> tuple[Any, ...]:
 def slopes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   """The log-log slope of RMS against width (or depth, for rows with a depth) per series, layer and step.
 
+  The slope is that of the seeds' mean RMS; ``slope_se`` is the standard error of the slope over the seeds (the
+  std of each seed's own slope over √seeds, from the rows' ``rms_seeds``; None with fewer than two seeds).
+
   Returns:
-    Rows {parametrization, [depth_alpha,] layer, step, slope, intercept, widths | depths} in the order the
-    (parametrization, [α,] layer, step) groups first appear; slope and intercept are None where undefined
+    Rows {parametrization, [depth_alpha,] layer, step, slope, slope_se, intercept, widths | depths} in the order
+    the (parametrization, [α,] layer, step) groups first appear; slope and intercept are None where undefined
     (an RMS of 0 or non-finite).
   """
   axis = axis_of(rows)
   names = ("parametrization", "depth_alpha") if axis == "depth" else ("parametrization",)
-  groups: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
+  groups: dict[tuple[Any, ...], list[tuple[int, float, Any]]] = {}
   for r in rows:
-    groups.setdefault((*_series(r, axis), r["layer"], r["step"]), []).append((r[axis], r["rms"]))
+    groups.setdefault((*_series(r, axis), r["layer"], r["step"]), []).append((r[axis], r["rms"], r.get("rms_seeds")))
   out = []
   for (*series, layer, step), points in groups.items():
-    points.sort()
-    xs = [x for x, _ in points]
-    slope, intercept = fit_slope(xs, [v if v is not None else float("nan") for _, v in points])
+    points.sort(key=lambda p: p[0])
+    xs = [x for x, _, _ in points]
+    slope, intercept = fit_slope(xs, [v if v is not None else float("nan") for _, v, _ in points])
     out.append({**dict(zip(names, series)), "layer": layer, "step": step,
-                "slope": slope if math.isfinite(slope) else None,
+                "slope": slope if math.isfinite(slope) else None, "slope_se": _slope_se(xs, [s for _, _, s in points]),
                 "intercept": intercept if math.isfinite(intercept) else None, f"{axis}s": xs})
   return out
+
+
+def _slope_se(xs: Sequence[float], per_seed: Sequence[Any]) -> float | None:
+  """The standard error of the slope over the seeds: std of the seeds' own slopes / √seeds (None if undefined)."""
+  if any(s is None for s in per_seed) or len({len(s) for s in per_seed}) != 1 or len(per_seed[0]) < 2:
+    return None
+  seed_slopes = [fit_slope(xs, [s[i] if s[i] is not None else float("nan") for s in per_seed])[0]
+                 for i in range(len(per_seed[0]))]
+  if not all(math.isfinite(v) for v in seed_slopes):
+    return None
+  return float(np.std(seed_slopes, ddof=1) / math.sqrt(len(seed_slopes)))
 
 
 def write_figure(path, rows, slope_rows) -> None:
@@ -419,6 +433,8 @@ def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]
 
 # ----- The coordinate check of any model (a factory of the width): one call, verdicts per module. -----
 
+BREAKS = "breaks μP"
+INCONCLUSIVE = "inconclusive (seed noise)"
 TOLERANCE = 0.1
 """A module breaks μP when a slope of log2 RMS against log2 width exceeds this (growth faster than width^0.1)."""
 
@@ -506,9 +522,11 @@ def verdicts(slope_rows: Sequence[dict[str, Any]], delta_slope_rows: Sequence[di
 
   μP keeps every module's output at initialization and its change since initialization Θ(1) in width (Tensor
   Programs V, §D.1; the updates are what μP scales): a module breaks μP when the slope of its RMS at step 0, or
-  of its change at any step ≥ 1, exceeds ``tolerance``. The RMS after updates is not judged: it mixes the two,
-  and where the initial part shrinks (μP's readout, ∝ 1/√width) while the optimizer cancels it, its slope
-  passes through positive values at small widths although neither part grows.
+  of its change at any step ≥ 1, exceeds ``tolerance`` by more than two standard errors of the slope over the
+  seeds (``slopes``' ``slope_se``; none known: by any margin); above the tolerance by less, it is "inconclusive
+  (seed noise)". The RMS after updates is not judged: it mixes the two, and where the initial part shrinks (μP's
+  readout, ∝ 1/√width) while the optimizer cancels it, its slope passes through positive values at small widths
+  although neither part grows.
 
   Args:
     slope_rows: ``scaling.studies.coord_check.slopes`` of the RMS rows (step 0 counts).
@@ -519,8 +537,8 @@ def verdicts(slope_rows: Sequence[dict[str, Any]], delta_slope_rows: Sequence[di
 
   Returns:
     One row per (parametrization, layer) in order: parametrization, layer, role, slope_init (step 0),
-    slope_update (the largest slope of the change at steps ≥ 1), verdict ("ok" or "breaks μP") and cause
-    ("" when ok).
+    slope_update (the largest slope of the change at steps ≥ 1), their standard errors slope_init_se and
+    slope_update_se, verdict ("ok", "inconclusive (seed noise)" or "breaks μP") and cause ("" when ok).
   """
   by_module = module_roles(roles)
   out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -528,26 +546,24 @@ def verdicts(slope_rows: Sequence[dict[str, Any]], delta_slope_rows: Sequence[di
   for s in slope_rows:
     row = out.setdefault((s["parametrization"], s["layer"]), {
         "parametrization": s["parametrization"], "layer": s["layer"], "role": _role_of(s["layer"], by_module),
-        "slope_init": None, "slope_update": None})
+        "slope_init": None, "slope_init_se": None, "slope_update": None, "slope_update_se": None})
     if s["step"] == 0 and s["slope"] is not None:
-      row["slope_init"] = s["slope"]
+      row.update(slope_init=s["slope"], slope_init_se=s.get("slope_se"))
   for s in updates:
     key = (s["parametrization"], s["layer"])
     if key in out and s["step"] > 0 and s["slope"] is not None:
-      out[key]["slope_update"] = _max(out[key]["slope_update"], s["slope"])
+      if out[key]["slope_update"] is None or s["slope"] > out[key]["slope_update"]:
+        out[key].update(slope_update=s["slope"], slope_update_se=s.get("slope_se"))
   for row in out.values():
-    init, update = row["slope_init"], row["slope_update"]
-    if init is not None and init > tolerance:
-      row.update(verdict="breaks μP", cause=likely_cause(row["role"], "init", init))
-    elif update is not None and update > tolerance:
-      row.update(verdict="breaks μP", cause=likely_cause(row["role"], "update", update))
-    else:
-      row.update(verdict="ok", cause="")
+    row.update(verdict="ok", cause="")
+    for when, slope, se in (("init", row["slope_init"], row["slope_init_se"]),
+                            ("update", row["slope_update"], row["slope_update_se"])):
+      if slope is not None and slope > tolerance:
+        noisy = se is not None and slope - tolerance <= 2 * se
+        row.update(verdict=INCONCLUSIVE if noisy else BREAKS, cause=likely_cause(row["role"], when, slope))
+        if not noisy:
+          break
   return list(out.values())
-
-
-def _max(a: float | None, b: float) -> float:
-  return b if a is None else max(a, b)
 
 
 def _role_of(layer: str, by_module: dict[str, str]) -> str | None:
@@ -562,6 +578,7 @@ class CoordCheckResult:
 
   Attributes:
     rows: one per (parametrization, width, step, layer): rms (mean over seeds), rms_std, rms_seeds, delta_rms (of
+      the change since initialization, mean over seeds), delta_rms_seeds,
       the change since initialization, mean over seeds), loss (mean over seeds).
     slopes: ``scaling.studies.coord_check.slopes`` of rms: per (parametrization, layer, step) the slope against
       log2 width.
@@ -586,7 +603,12 @@ class CoordCheckResult:
   @property
   def broken(self) -> list[dict[str, Any]]:
     """The verdict rows of the modules that break μP."""
-    return [v for v in self.verdicts if v["verdict"] != "ok"]
+    return [v for v in self.verdicts if v["verdict"] == BREAKS]
+
+  @property
+  def inconclusive(self) -> list[dict[str, Any]]:
+    """The verdict rows of the modules above the tolerance by less than two standard errors."""
+    return [v for v in self.verdicts if v["verdict"] == INCONCLUSIVE]
 
   def slope(self, layer: str, step: int, parametrization: str | None = None, *, delta: bool = False) -> float | None:
     """The fitted slope of one module at one step (of its change since initialization with ``delta``)."""
@@ -614,12 +636,17 @@ class CoordCheckResult:
                "likely cause"]
     lines = [heading, "", report.markdown_table(columns, cells).rstrip(), ""]
     for name in dict.fromkeys(v["parametrization"] for v in self.verdicts):
-      broken = [v["layer"] for v in self.verdicts if v["parametrization"] == name and v["verdict"] != "ok"]
-      lines.append(f"- {name}: " + (f"{len(broken)} module(s) break μP ({', '.join(broken)})." if broken else
-                                    "every module within the tolerance (μP holds)."))
+      broken = [v["layer"] for v in self.verdicts if v["parametrization"] == name and v["verdict"] == BREAKS]
+      noisy = [v["layer"] for v in self.verdicts if v["parametrization"] == name and v["verdict"] == INCONCLUSIVE]
+      line = (f"{len(broken)} module(s) break μP ({', '.join(broken)})." if broken else
+              "no module breaks μP." if noisy else "every module within the tolerance (μP holds).")
+      if noisy:
+        line += f" {len(noisy)} inconclusive within the seeds' noise ({', '.join(noisy)})."
+      lines.append(f"- {name}: {line}")
     lines.append(f"- Criterion: a module breaks μP when the slope of log2 RMS against log2 width exceeds "
                  f"{self.tolerance:g} at initialization (its output) or at a step ≥ 1 (its change since "
-                 "initialization).")
+                 "initialization) by more than two standard errors of the slope over the seeds; by less, it is "
+                 "inconclusive.")
     return "\n".join(lines) + "\n"
 
 
@@ -730,9 +757,10 @@ def _measure(runs: Sequence[width_parametrization.Run], widths: Sequence[int], s
                                     record=("loss", *names), stop_on_divergence=False)
     rec = result.records
     rms_rows = coord_rows(point, {"rms": {m: rec[f"rms/{m}"] for m in shapes}})
-    delta = {m: np.asarray(rec[f"delta_rms/{m}"]).mean(axis=1) for m in shapes}
+    delta = {m: np.asarray(rec[f"delta_rms/{m}"]) for m in shapes}
     loss = np.asarray(rec["loss"]).mean(axis=1)
-    return [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]])),
+    return [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]].mean())),
+             "delta_rms_seeds": [float(v) for v in delta[r["layer"]][r["step"]]],
              "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
 
   points = [{"parametrization": run.name, "width": w} for run in runs for w in widths]
@@ -756,7 +784,8 @@ def from_rows(rows: list[dict[str, Any]], steps: int, *, roles: Mapping[str, Any
     A ``CoordCheckResult``.
   """
   slope_rows = slopes(rows)
-  delta_rows = slopes([{**r, "rms": r["delta_rms"] if r["step"] else None} for r in rows])
+  delta_rows = slopes([{**r, "rms": r["delta_rms"] if r["step"] else None, "rms_seeds": r.get("delta_rms_seeds")}
+                       for r in rows])
   return CoordCheckResult(rows, slope_rows, delta_rows, verdicts(slope_rows, delta_rows, roles=roles,
                                                                  tolerance=tolerance), steps, float(tolerance))
 
