@@ -1,4 +1,5 @@
-"""Runs a tiny sweep, a learning-rate x seed grid and a short training run on the visible devices; writes JSON.
+"""Runs a tiny sweep, a learning-rate x seed grid and a short training run on the visible devices (the built-in model,
+and a user's Flax model through the same loop); writes JSON.
 
 Used by test_sharding.py in a subprocess (the device count is fixed when JAX starts):
   XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/multidevice_job.py out.json
@@ -7,12 +8,16 @@ Used by test_sharding.py in a subprocess (the device count is fixed when JAX sta
 import json
 import sys
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
+import optax
 
 from scaling import data
 from scaling import model as model_lib
 from scaling import optim
 from scaling import train
+from scaling import user_model
 from scaling.studies import sweep
 
 SWEEP = dict(d_k=(4,), rules=("sqrt", "qk_norm"), seq_len=(8,), qk_std=(0.5, 2.0), num_seeds=3, batch=1)
@@ -41,6 +46,18 @@ def main(path: str) -> None:
     run = train.run_training(model_config, opt, dataset, seed=0, record=("loss",), shard_params=shard_params)
     out[f"single_loss_{shard_params}"] = run.records["loss"].tolist()
     out[f"single_specs_{shard_params}"] = _specs(run.state.params)
+  # A user's model (a plain Flax MLP and its optax factory) through the same loop: members over the devices, FSDP.
+  mlp = lambda width: nn.Sequential([nn.Dense(width), nn.relu, nn.Dense(3)])
+  loss = lambda model, batch: jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
+  x = jax.random.normal(jax.random.key(0), (3, 8, 4))
+  batches = user_model.Batches({"x": x, "y": jnp.tanh(x[..., :3])})
+  fm = user_model.functional_model(mlp, loss, 16, batches.example)
+  program = train.FunctionalProgram(fm, lambda width, params, lr: optax.adam(lr))
+  user = train.run_training(program, opt, batches, seed=[0, 1, 2], learning_rates=[1e-3, 1e-2, 3e-2], record=("loss",))
+  out["user_grid_loss"] = user.records["loss"].tolist()
+  out["user_grid_state_devices"] = [len(x.sharding.device_set) for x in jax.tree.leaves(user.state.params)]
+  user_fsdp = train.run_training(program, opt, batches, seed=0, record=("loss",), shard_params=True)
+  out["user_single_loss"] = user_fsdp.records["loss"].tolist()
   with open(path, "w") as f:
     json.dump(out, f)
 

@@ -151,6 +151,12 @@ class SeveralDevicesTest(absltest.TestCase):
     self.assertEqual(set(four["grid_state_devices"]), {4})  # the members were spread over the 4 devices
     self.assertNotEqual(one["grid_loss"][2][0], one["grid_loss"][2][2])  # the members really differ
 
+  def test_a_users_model_through_the_same_loop(self):
+    one, four = self._jobs()
+    np.testing.assert_allclose(four["user_grid_loss"], one["user_grid_loss"], **METRIC_TOL)
+    self.assertEqual(set(four["user_grid_state_devices"]), {4})  # the members were spread over the 4 devices
+    np.testing.assert_allclose(four["user_single_loss"], one["user_single_loss"], **METRIC_TOL)
+
   def test_training_run_agrees_replicated_and_fsdp(self):
     one, four = self._jobs()
     for shard_params in (False, True):
