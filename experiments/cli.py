@@ -47,7 +47,9 @@ from jax.experimental.compilation_cache import compilation_cache
 from scaling import autotune
 from scaling import config as config_lib
 from scaling import data as data_lib
+from scaling import distributed
 from scaling import results
+from scaling import timesplit
 from scaling import validation
 from scaling.config import option
 
@@ -335,8 +337,11 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     if own_dir:
       state = "resuming or reusing its results" if (out_dir / results.MANIFEST).exists() else "new"
       print(f"run directory: {out_dir} ({state})", flush=True)
-    with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)):
+    with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)), \
+        timesplit.TimeSplit() as split:
       run(config, out_dir)
+    if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
+      print(split.summary(), file=sys.stderr, flush=True)
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:

@@ -37,6 +37,7 @@ from flax import struct
 from scaling import model as model_lib
 from scaling import optim as optim_lib
 from scaling import sharding as sharding_lib
+from scaling import timesplit
 from scaling import unit_scaling
 from scaling import validation
 from scaling.validation import ConfigError
@@ -778,52 +779,53 @@ def run_training(model_config: Any, opt_config: optim_lib.OptimizerConfig, datas
   reasons = np.full(shape, STOP_COMPLETED, dtype=object)
   first_step_done = start
   steps_run = first
-  for t in range(first, steps):
-    state_in = state
-    logged = t % log_every == 0 or t == steps - 1
-    batch = batch_of(t)
-    state, metrics = (step_fn if logged else lean_fn)(state_in, batch)
-    loss = np.asarray(sharding_lib.to_host(metrics["loss"]), np.float64)
-    loss = loss if members is None else loss[:members]
-    steps_run = t + 1
-    if t == first:
-      initial = loss if t == 0 else initial
-      first_step_done = time.perf_counter()
-    final = loss
-    new = np.zeros(shape, bool)
-    for idx in np.ndindex(shape):
-      if diverged_at[idx] < 0:
-        reason = check_divergence(float(loss[idx]), float(initial[idx]), divergence_factor)
-        if reason is not None:
-          diverged_at[idx], reasons[idx], new[idx] = t, reason, True
+  with timesplit.computing():  # the steps and their results on the host: the run's compute
+    for t in range(first, steps):
+      state_in = state
+      logged = t % log_every == 0 or t == steps - 1
+      batch = batch_of(t)
+      state, metrics = (step_fn if logged else lean_fn)(state_in, batch)
+      loss = np.asarray(sharding_lib.to_host(metrics["loss"]), np.float64)
+      loss = loss if members is None else loss[:members]
+      steps_run = t + 1
+      if t == first:
+        initial = loss if t == 0 else initial
+        first_step_done = time.perf_counter()
+      final = loss
+      new = np.zeros(shape, bool)
+      for idx in np.ndindex(shape):
+        if diverged_at[idx] < 0:
+          reason = check_divergence(float(loss[idx]), float(initial[idx]), divergence_factor)
+          if reason is not None:
+            diverged_at[idx], reasons[idx], new[idx] = t, reason, True
+      if kept is not None:
+        kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
+      for name in record:
+        if name not in metrics:
+          raise ConfigError(f"record: {validation.unknown_choice('metric', name, tuple(metrics))}")
+        records[name].append(metrics[name])
+      if logged or new.any():
+        if not logged and not donate:  # every metric of the diverging step, from the state before it
+          metrics = step_fn(state_in, batch)[1]
+        row = {"step": t, **to_host(metrics, members), "diverged": bool(new.any())}
+        history.append(row)
+        if callback is not None:
+          callback(t, row)
+      if after_step is not None:
+        after_step(t + 1, state)
+      if stop_on_divergence and np.all(diverged_at >= 0):
+        break
+    end = time.perf_counter()
     if kept is not None:
-      kept = _keep(padded_ok(diverged_at < 0), state_in, kept)
-    for name in record:
-      if name not in metrics:
-        raise ConfigError(f"record: {validation.unknown_choice('metric', name, tuple(metrics))}")
-      records[name].append(metrics[name])
-    if logged or new.any():
-      if not logged and not donate:  # every metric of the diverging step, from the state before it
-        metrics = step_fn(state_in, batch)[1]
-      row = {"step": t, **to_host(metrics, members), "diverged": bool(new.any())}
-      history.append(row)
-      if callback is not None:
-        callback(t, row)
-    if after_step is not None:
-      after_step(t + 1, state)
-    if stop_on_divergence and np.all(diverged_at >= 0):
-      break
-  end = time.perf_counter()
-  if kept is not None:
-    kept = _keep(padded_ok(diverged_at >= 0), kept, state)
-  timed = steps_run - first - 1
-  steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
-  host_records = {k: np.asarray(sharding_lib.to_host(jnp.stack(v)), np.float64) for k, v in records.items()}
-  if grid:
-    host_records = {k: v[:, :members] for k, v in host_records.items()}
-    if sharding_lib.padded_size(members, mesh.size) > members:
-      state = sharding_lib.unpad(state, members)
-      kept = None if kept is None else sharding_lib.unpad(kept, members)
+      kept = _keep(padded_ok(diverged_at >= 0), kept, state)
+    timed = steps_run - first - 1
+    steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
+    host_records = {k: np.asarray(sharding_lib.to_host(jnp.stack(v)), np.float64) for k, v in records.items()}
+    if grid:
+      host_records = {k: v[:, :members] for k, v in host_records.items()}
+      if sharding_lib.padded_size(members, mesh.size) > members:
+        state = sharding_lib.unpad(state, members)
+        kept = None if kept is None else sharding_lib.unpad(kept, members)
   if grid:
     result = dict(stop_reason=reasons, divergence_step=diverged_at, initial_loss=initial, final_loss=final)
   else:

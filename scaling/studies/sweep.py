@@ -39,6 +39,7 @@ from scaling import distributed
 from scaling import resources
 from scaling import results
 from scaling import rules as rules_lib
+from scaling import timesplit
 from scaling import sharding as sharding_lib
 from scaling.config import option
 from scaling.config import Options
@@ -333,12 +334,15 @@ def run_sweep(config: SweepConfig, *, source_factory: Callable[[SweepConfig], QK
     by_point: dict[tuple[int, str], list[dict]] = {(i, r): [] for i in range(len(stds)) for r in mode.rules}
     for d_k in mode.d_k:
       start = time.perf_counter()
-      values = make_shape_fn(mode, d_k, source_factory)(jax.random.fold_in(base_key, d_k))
+      with timesplit.computing():  # the shape's program and its values on the host
+        values = make_shape_fn(mode, d_k, source_factory)(jax.random.fold_in(base_key, d_k))
+        summaries = {(i, rule): summarize({m: v[:, i] for m, v in values[rule].items()})
+                     for i in range(len(stds)) for rule in mode.rules}
       for i, qk_std in enumerate(stds):
         for rule in mode.rules:
           row = {"rule": rule, "d_k": d_k, "seq_len": mode.seq_len[0], "dtype": mode.dtype[0], "causal": mode.causal,
                  "attention": mode.attention, **_mode_keys(mode, qk_std), **(extra_keys or {}),
-                 **summarize({m: v[:, i] for m, v in values[rule].items()})}
+                 **summaries[(i, rule)]}
           by_point[(i, rule)].append(row)
           if on_row:
             on_row(row)
