@@ -100,6 +100,9 @@ class ModelConfig:
     rope_base: RoPE frequency base.
     qk_norm_gains: with a ``QKNorm`` rule, learn per-coordinate gains [H] of the
       normalized q and k (``query_gain``, ``key_gain``); False: no gains, no such parameters.
+    scan_layers: run consecutive blocks of equal shape and scales as one ``jax.lax.scan`` over their stacked
+      parameters (compile time flat in depth; the parameter tree keeps one ``block_{i}`` per block); False:
+      the blocks unrolled. Both compute the same function.
   """
 
   vocab_size: int
@@ -124,11 +127,12 @@ class ModelConfig:
   causal: bool = True
   rope_base: float = 10000.0
   qk_norm_gains: bool = True
+  scan_layers: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "width", "depth", "num_heads", "head_dim", "max_len", "block_q", "block_k"):
       check_positive_int(name, getattr(self, name))
-    for name in ("pre_ln", "use_bias", "causal", "qk_norm_gains"):
+    for name in ("pre_ln", "use_bias", "causal", "qk_norm_gains", "scan_layers"):
       validation.check_bool(name, getattr(self, name))
     if self.num_kv_heads is not None:
       check_positive_int("num_kv_heads", self.num_kv_heads)
@@ -226,6 +230,8 @@ class ModelFamily(Options):
                               "[0.5, 1] (0.5: depth-muP, 1: CompleteP).", lower=0.0, upper=1.0)
   base_depth: int | None = option(None, "Depth at which the parametrization is tuned (depth scaling is 1 there); "
                                   "default: --depth (m_L = 1).", lower=1)
+  scan_layers: bool = option(False, "Run the blocks as one jax.lax.scan over their stacked parameters (the "
+                             "parameter tree keeps one block_{i} per block; same function as unrolled).")
   umup_scales: str = option("paper", "u-muP's op scales: paper (the fixed closed forms of Blake et al. 2024 and "
                             "graphcore-research/unit-scaling) or covariance (this project's correction for positions "
                             "correlated at init; scales change with T). Only umup reads it.",
@@ -315,7 +321,7 @@ class ModelFamily(Options):
                   parametrization=self.parametrization(parametrization, depth), rule=self.make_rule(),
                   positions=self.positions, pre_ln=self.pre_ln, dtype=self.dtype, attention=self.attention,
                   block_q=self.block_size, block_k=self.block_size, logit_soft_cap=self.logit_soft_cap,
-                  qk_norm_gains=self.qk_norm_gains)
+                  qk_norm_gains=self.qk_norm_gains, scan_layers=self.scan_layers)
     fields.update(overrides)
     try:
       return ModelConfig(**fields)
@@ -592,8 +598,11 @@ class Transformer(nn.Module):
                                  name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
-    for i in range(cfg.depth):
-      x = Block(cfg, specs, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
+    if cfg.scan_layers and not self.is_initializing():
+      x = _scanned_blocks(self, x, specs, s.blocks)
+    else:
+      for i in range(cfg.depth):
+        x = Block(cfg, specs, attn_mult=self.attn_mult, scales=s.blocks[i], name=f"block_{i}")(x)
     if cfg.pre_ln:
       x = layers.Norm(cfg.norm, specs, cfg.use_bias, dt, final=True, grad_scale=s.ln_final, name="ln_final")(x)
       x = layers.probe(self, "act_final", x)
@@ -602,6 +611,85 @@ class Transformer(nn.Module):
     logits = layers.probe(self, "act_logits", logits.astype(jnp.float32))
     layers.record(self, "readout_rms", layers.rms(logits))
     return logits
+
+
+def _without_taus(scales: unit.BlockScales | None) -> unit.BlockScales | None:
+  """A block's scales but for its τ: what consecutive blocks must share to run in one scan."""
+  return None if scales is None else scales._replace(tau_attn=0.0, tau_mlp=0.0)
+
+
+def scan_groups(block_scales: Sequence[unit.BlockScales | None]) -> list[list[int]]:
+  """The blocks in runs of consecutive blocks whose scales agree but for τ (one run for every non-u-μP model)."""
+  groups: list[list[int]] = []
+  for i, scales in enumerate(block_scales):
+    if groups and _without_taus(block_scales[groups[-1][0]]) == _without_taus(scales):
+      groups[-1].append(i)
+    else:
+      groups.append([i])
+  return groups
+
+
+class _ScannedBlock(nn.Module):
+  """One block of a scanned run as its own program: the ``Block`` named ``block_name`` (so its layers find their
+  specs by the same paths), its τ given as values."""
+
+  config: ModelConfig
+  specs: Any
+  attn_mult: Any
+  scales: unit.BlockScales | None
+  block_name: str
+
+  @nn.compact
+  def __call__(self, x: Array, taus: Array | None) -> Array:
+    scales = self.scales if taus is None else self.scales._replace(tau_attn=taus[0], tau_mlp=taus[1])
+    return Block(self.config, self.specs, attn_mult=self.attn_mult, scales=scales, name=self.block_name)(x)
+
+
+class _Sown(nn.Module):
+  """Puts a scanned block's outputs (metrics, activations, intermediates) where the unrolled block sows them."""
+
+  @nn.compact
+  def __call__(self, collection: str, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+      self.put_variable(collection, name, value)
+
+
+_SCANNED_INPUTS = ("params", layers.PERTURBATIONS)
+_SCANNED_OUTPUTS = (layers.METRICS, layers.ACTIVATIONS, "intermediates")
+
+
+def _scanned_blocks(module: Transformer, x: Array, specs: Any, block_scales: Sequence[Any]) -> Array:
+  """The blocks applied to x [B, T, D], each run of ``scan_groups`` as one ``jax.lax.scan`` over its blocks' stacked
+  parameters (and perturbations); every output collection the caller made mutable is unstacked into ``block_{i}``."""
+  cfg = module.config
+  variables = module.variables
+  mutable = [c for c in _SCANNED_OUTPUTS if module.is_mutable_collection(c)]
+  for group in scan_groups(block_scales):
+    names = [f"block_{i}" for i in group]
+    if len(group) == 1:
+      x = Block(cfg, specs, attn_mult=module.attn_mult, scales=block_scales[group[0]], name=names[0])(x)
+      continue
+    inputs = {c: jax.tree.map(lambda *leaves: jnp.stack(leaves), *(layers.unbox(variables[c][n]) for n in names))
+              for c in _SCANNED_INPUTS if c in variables and names[0] in variables[c]}
+    scales = block_scales[group[0]]
+    taus = None if scales is None else jnp.asarray([[block_scales[i].tau_attn, block_scales[i].tau_mlp]
+                                                     for i in group], jnp.float32)
+    block = _ScannedBlock(cfg, specs, module.attn_mult, _without_taus(scales), names[0])
+
+    def body(y, xs, block=block, name=names[0]):
+      block_inputs, block_taus = xs
+      block_variables = {c: {name: tree} for c, tree in block_inputs.items()}
+      if not mutable:
+        return block.apply(block_variables, y, block_taus), {}
+      y, state = block.apply(block_variables, y, block_taus, mutable=mutable)
+      return y, {c: state[c][name] for c in mutable if name in state.get(c, {})}
+
+    x, outputs = jax.lax.scan(body, x, (inputs, taus))
+    for j, name in enumerate(names):
+      sown = _Sown(name=name)
+      for collection, tree in outputs.items():
+        sown(collection, jax.tree.map(lambda a, j=j: a[j], tree))
+  return x
 
 
 def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
@@ -679,6 +767,21 @@ def parametrized(config: ModelConfig) -> user_parametrization.UserParametrizatio
   delta = config if config.width != base.width else at_width(config, 2 * base.width)
   roles = roles_lib.infer_kinds(_boxed_shapes(base), _boxed_shapes(delta), _boxed_shapes(config))
   return user_parametrization.parametrize(roles, config.parametrization, forward="model")
+
+
+def logit_multiplier(config: ModelConfig) -> float | None:
+  """The α with which the model's logit scale is α/d_head, when its rule is only a logit factor; else None.
+
+  A rule without a ``prepare`` step and with weight scale 1 (none, sqrt, linear, quadratic, temperature, fixed)
+  under dense attention and a parametrization that is not unit-scaled computes softmax(α/d_head · q·kᵀ)v;
+  ``scaling.train`` then carries α in the training state (``TrainState.attn_mult``), so the models of these rules
+  compile to one program, read from the persistent compilation cache after the first (Attention's ``attn_mult``).
+  """
+  rule = config.attention_rule
+  if (rule.has_prepare or config.attention != "dense" or config.parametrization.unit_scaled
+      or float(rule.weight_scale(config.head_dim)) != 1.0):
+    return None
+  return float(rule.logit_scale(config.head_dim)) * config.head_dim
 
 
 def check_model_config(name: str, config: Any) -> None:

@@ -267,16 +267,27 @@ def residual_taus(depth: int, residual_mult: float = 1.0, residual_attn_ratio: f
   return tuple(taus)
 
 
-def residual_split(x: Array, tau: float) -> tuple[Array, Array]:
+def _residual_factors(tau: Any, dtype: Any) -> tuple[Any, Any]:
+  """(τ/√(1 + τ²), 1/√(1 + τ²)): Python numbers for a number τ, else scalars of ``dtype`` (a traced τ, e.g. a
+  scanned block's)."""
+  if isinstance(tau, (int, float)):
+    denom = math.sqrt(1.0 + tau * tau)
+    return tau / denom, 1.0 / denom
+  tau = jnp.asarray(tau, jnp.float32)
+  denom = jnp.sqrt(1.0 + tau * tau)
+  return (tau / denom).astype(dtype), (1.0 / denom).astype(dtype)
+
+
+def residual_split(x: Array, tau: Any) -> tuple[Array, Array]:
   """(branch input, skip) of x: the identity forward; gradients × τ/√(1 + τ²) and × 1/√(1 + τ²) backward."""
-  denom = math.sqrt(1.0 + tau * tau)
-  return scale(x, 1.0, tau / denom), scale(x, 1.0, 1.0 / denom)
+  branch, skip = _residual_factors(tau, x.dtype)
+  return scale(x, 1.0, branch), scale(x, 1.0, skip)
 
 
-def residual_add(branch: Array, skip: Array, tau: float) -> Array:
+def residual_add(branch: Array, skip: Array, tau: Any) -> Array:
   """(τ·branch + skip)/√(1 + τ²) forward; the incoming gradient passes unscaled to both (scaled by the split)."""
-  denom = math.sqrt(1.0 + tau * tau)
-  return scale(branch, tau / denom, 1.0) + scale(skip, 1.0 / denom, 1.0)
+  branch_factor, skip_factor = _residual_factors(tau, branch.dtype)
+  return scale(branch, branch_factor, 1.0) + scale(skip, skip_factor, 1.0)
 
 
 def cross_entropy(logits: Array, targets: Array, weights: Array) -> Array:
