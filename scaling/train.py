@@ -36,6 +36,7 @@ from flax import struct
 
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling import rules as rules_lib
 from scaling import sharding as sharding_lib
 from scaling import timesplit
 from scaling import unit_scaling
@@ -176,12 +177,22 @@ def make_optimizer(model_config: model_lib.ModelConfig,
 
 def init_train_state(seed: Any, model_config: model_lib.ModelConfig, opt_config: optim_lib.OptimizerConfig,
                      learning_rate: Any = None) -> TrainState:
-  """Parameters from ``PRNGKey(seed)`` and the optimizer state, with ``learning_rate`` (default: the config's)."""
+  """Parameters from ``PRNGKey(seed)`` and the optimizer state, with ``learning_rate`` (default: the config's); a rule
+  that is only a logit factor puts its α in ``attn_mult`` (``model.logit_multiplier``: one program for such rules)."""
   params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
   opt_state = make_optimizer(model_config, opt_config).init(params)
   lr = opt_config.learning_rate if learning_rate is None else learning_rate
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=optim_lib.set_learning_rate(opt_state, lr))
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optim_lib.set_learning_rate(opt_state, lr))
+  return with_logit_multiplier(state, model_config)
+
+
+def with_logit_multiplier(state: TrainState, model_config: model_lib.ModelConfig) -> TrainState:
+  """``state`` with the model's α in ``attn_mult`` (one per member), when its rule is only a logit factor
+  (``model.logit_multiplier``); else as it is."""
+  alpha = model_lib.logit_multiplier(model_config)
+  if alpha is None:
+    return state
+  return state.replace(attn_mult=jnp.zeros_like(state.step, jnp.float32) + jnp.float32(alpha))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,16 +205,33 @@ class TransformerProgram:
 
   model_config: model_lib.ModelConfig
   opt_config: optim_lib.OptimizerConfig
+  logit_alpha: float | None = dataclasses.field(default=None, compare=False)
+  """The α of a model whose rule ``as_program`` replaced by the shared one (its state carries α in ``attn_mult``):
+  not part of the program's identity, so the models of every such rule share one compiled step."""
 
   @property
   def width(self) -> int:
     return self.model_config.width
 
   def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
-    return init_train_state(seed, self.model_config, self.opt_config, learning_rate=learning_rate)
+    """The state without the values ``with_constants`` adds (so the init program is the same for every rule)."""
+    params = model_lib.init_params(jax.random.PRNGKey(seed), self.model_config)
+    opt_state = make_optimizer(self.model_config, self.opt_config).init(params)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=optim_lib.set_learning_rate(opt_state, learning_rate))
+
+  def with_constants(self, state: TrainState) -> TrainState:
+    """The state with the model's α (``logit_alpha``, else ``with_logit_multiplier``), added outside the compiled
+    init."""
+    if self.logit_alpha is None:
+      return with_logit_multiplier(state, self.model_config)
+    return state.replace(attn_mult=jnp.zeros_like(state.step, jnp.float32) + jnp.float32(self.logit_alpha))
 
   def step(self, state: TrainState, batch: Batch,
            metrics: Sequence[str] | None = None) -> tuple[TrainState, dict[str, Array]]:
+    if self.logit_alpha is not None and state.attn_mult is None:
+      raise ConfigError("the state has no attn_mult, but this model's logit scale is carried there (a rule that is "
+                        "only a logit factor); make the state with make_init or init_train_state")
     return train_step(state, batch, model=model_lib.Transformer(self.model_config),
                       optimizer=make_optimizer(self.model_config, self.opt_config), opt_config=self.opt_config,
                       metrics=metrics)
@@ -241,6 +269,9 @@ class FunctionalProgram:
       raise ConfigTypeError(f"optimizer(width, params, learning_rate) must return an optax.GradientTransformation, "
                             f"got {type(tx).__name__}")
     return tx
+
+  def with_constants(self, state: TrainState) -> TrainState:
+    return state
 
   def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
     params, model_state = self.model.init(jax.random.PRNGKey(seed))
@@ -286,14 +317,26 @@ def _select(values: dict[str, Array], metrics: Sequence[str] | None) -> dict[str
 Program = TransformerProgram | FunctionalProgram
 
 
+SHARED_RULE = rules_lib.FixedScale()
+"""The rule of every program whose model's rule is only a logit factor (``model.logit_multiplier``): its α/d_head
+comes from the state, so these models compile one step program between them."""
+
+
 def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) -> Program:
-  """``model`` if it is a program, else the ``TransformerProgram`` of a ``ModelConfig`` and ``opt_config``."""
+  """``model`` if it is a program, else the ``TransformerProgram`` of a ``ModelConfig`` and ``opt_config``.
+
+  A model whose rule is only a logit factor (none, sqrt, linear, temperature, ...; ``model.logit_multiplier``) gets
+  ``SHARED_RULE`` in the program and its α in ``logit_alpha`` (the state's ``attn_mult``): the same function, one
+  compiled program for all such rules."""
   if isinstance(model, (TransformerProgram, FunctionalProgram)):
     return model
   if isinstance(model, model_lib.ModelConfig):
     if not isinstance(opt_config, optim_lib.OptimizerConfig):
       raise ConfigTypeError(f"opt_config must be a OptimizerConfig, got {type(opt_config).__name__}")
-    return TransformerProgram(model, opt_config)
+    alpha = model_lib.logit_multiplier(model)
+    if alpha is None:
+      return TransformerProgram(model, opt_config)
+    return TransformerProgram(dataclasses.replace(model, rule=SHARED_RULE), opt_config, logit_alpha=alpha)
   raise ConfigTypeError(f"model_config must be a scaling.ModelConfig or a training program (TransformerProgram, "
                         f"FunctionalProgram), got {type(model).__name__}")
 
@@ -438,7 +481,7 @@ def make_train_step(model_config: Any, opt_config: optim_lib.OptimizerConfig | N
 def clear_caches() -> None:
   """Forgets the cached jitted steps and inits and the optimizers (``make_train_step``, ``make_init``): the next
   call builds and compiles them anew."""
-  for cached in (_jitted_train_step, _make_init, make_optimizer):
+  for cached in (_jitted_train_step, _make_init, _single_init, _sharded_init_of, _sharded_step, make_optimizer):
     cached.cache_clear()
 
 
@@ -457,13 +500,38 @@ def make_init(model_config: Any, opt_config: optim_lib.OptimizerConfig | None = 
               grid: bool = False) -> Callable[[Any, Any], TrainState]:
   """Jitted (seed, learning_rate) -> TrainState (vmapped over [M] seeds and rates when ``grid``) of a ``ModelConfig``
   with ``opt_config``, or of a training program."""
-  return _make_init(as_program(model_config, opt_config), grid)
+  program = as_program(model_config, opt_config)
+  return _make_init(program, grid, getattr(program, "logit_alpha", None))
 
 
 @functools.lru_cache(maxsize=64)
-def _make_init(program: Program, grid: bool) -> Callable[[Any, Any], TrainState]:
-  fn = program.init_state
-  return jax.jit(jax.vmap(fn), out_shardings=sharding_lib.leading()) if grid else jax.jit(fn)
+def _single_init(program: Program) -> Callable[[Any, Any], TrainState]:
+  """The jitted init of one member (shared by every α of a program)."""
+  return jax.jit(program.init_state)
+
+
+@functools.lru_cache(maxsize=64)
+def _make_init(program: Program, grid: bool, alpha: float | None) -> Callable[[Any, Any], TrainState]:
+  """One compiled init of a single member; on one device a grid's members are initialized one by one and stacked.
+
+  So one init program serves every grid size, and (with the values of ``with_constants`` added outside it) every
+  model of the same parameters: the persistent compilation cache then serves all of them. The members' states are
+  those of the same init vmapped (the same draws).
+  """
+  del alpha  # part of the cache key only: ``program.with_constants`` adds it
+  single = _single_init(program)
+  if not grid:
+    return lambda seed, learning_rate: program.with_constants(single(seed, learning_rate))
+  if jax.device_count() > 1:  # members split over devices (and hosts): one vmapped program lays them out
+    vmapped = jax.jit(jax.vmap(program.init_state), out_shardings=sharding_lib.leading())
+    return lambda seeds, learning_rates: program.with_constants(vmapped(seeds, learning_rates))
+
+  def init(seeds: Any, learning_rates: Any) -> TrainState:
+    states = [single(seed, lr) for seed, lr in zip(seeds, learning_rates)]
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    return program.with_constants(jax.device_put(stacked, sharding_lib.leading()))
+
+  return init
 
 
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
@@ -519,17 +587,25 @@ def to_host(metrics: dict[str, Array], members: int | None = None) -> dict[str, 
   return out
 
 
-@functools.lru_cache(maxsize=16)
 def _sharded_init(program: Program, mesh: jax.sharding.Mesh,
                   shard_params: bool) -> tuple[Callable[[Any, Any], TrainState], Any]:
+  return _sharded_init_of(program, mesh, shard_params, getattr(program, "logit_alpha", None))
+
+
+@functools.lru_cache(maxsize=16)
+def _sharded_init_of(program: Program, mesh: jax.sharding.Mesh, shard_params: bool,
+                     alpha: float | None) -> tuple[Callable[[Any, Any], TrainState], Any]:
   """(init, state sharding) of a single run laid out on ``mesh``: the state replicated, or with ``shard_params``
-  every array split along its largest axis that divides the device count (FSDP: moments follow their parameters)."""
-  state_shapes = jax.eval_shape(program.init_state, 0, jnp.float32(1.0))
+  every array split along its largest axis that divides the device count (FSDP: moments follow their parameters);
+  ``alpha`` keys the cache (``program.with_constants`` adds it inside the program)."""
+  del alpha
+  init_state = lambda seed, learning_rate: program.with_constants(program.init_state(seed, learning_rate))
+  state_shapes = jax.eval_shape(init_state, 0, jnp.float32(1.0))
   if shard_params:
     state_sharding = sharding_lib.fsdp_shardings(state_shapes, mesh)
   else:
     state_sharding = jax.tree.map(lambda _: sharding_lib.replicated(mesh), state_shapes)
-  return jax.jit(program.init_state, out_shardings=state_sharding), state_sharding
+  return jax.jit(init_state, out_shardings=state_sharding), state_sharding
 
 
 def make_sharded_run(program: Program, batch: Any, mesh: jax.sharding.Mesh,

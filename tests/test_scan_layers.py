@@ -1,0 +1,185 @@
+"""Blocks run as one ``jax.lax.scan`` (``scan_layers``) against the same model unrolled: loss, gradients, per-block
+metrics and activation gradients agree (depths 1–12, SP, μP with depth-μP, u-μP with its per-block τ); a rule that is
+only a logit factor is one program for every such rule, and computes what the rule's constant computes."""
+
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim as optim_lib
+from scaling import parametrization as param_lib
+from scaling import rules
+from scaling import train as train_lib
+from scaling import unit_scaling as unit
+
+V = 29
+
+
+def _config(depth: int, parametrization: str, **kw) -> model_lib.ModelConfig:
+  options = dict(base_width=16, base_head_dim=8, depth=depth)
+  if parametrization == "mup":
+    options.update(depth_alpha=0.5, base_depth=1)
+  for name in ("umup_scales",):
+    if name in kw:
+      options[name] = kw.pop(name)
+  p = param_lib.get_parametrization(parametrization, **options)
+  fields = dict(vocab_size=V, width=32, depth=depth, num_heads=2, head_dim=8, max_len=16, parametrization=p,
+                scan_layers=True)
+  fields.update(kw)
+  return model_lib.ModelConfig(**fields)
+
+
+def _loss_and_aux(params, config, tokens):
+  logits, aux = model_lib.apply_with_aux(model_lib.Transformer(config), params, tokens)
+  log_p = jax.nn.log_softmax(logits[:, :-1], -1)
+  loss = -jnp.mean(jnp.take_along_axis(log_p, tokens[:, 1:, None], -1))
+  return loss, aux
+
+
+def _assert_close(test, actual, expected, rtol=1e-6):
+  """Every leaf within rtol of the expected leaf's largest magnitude (float32 sums in another order)."""
+  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    e = np.asarray(e, np.float64)
+    scale = max(float(np.nanmax(np.abs(e))), 1e-30) if e.size else 1.0
+    np.testing.assert_allclose(np.asarray(a, np.float64), e, rtol=0, atol=4 * rtol * scale)
+
+
+class ScanLayersTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (1, "sp"), (2, "sp"), (6, "sp"), (12, "sp"),
+      (2, "mup"), (6, "mup"), (12, "mup"),
+      (2, "umup"), (6, "umup"), (12, "umup"))
+  def test_scanned_equals_unrolled(self, depth, parametrization):
+    config = _config(depth, parametrization)
+    unrolled = dataclasses.replace(config, scan_layers=False)
+    params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
+    chex.assert_trees_all_equal_structs(params, model_lib.init_params(jax.random.PRNGKey(0), config))
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    grad = jax.jit(jax.value_and_grad(_loss_and_aux, has_aux=True), static_argnums=1)
+    (loss_s, aux_s), grads_s = grad(params, config, tokens)
+    (loss_u, aux_u), grads_u = grad(params, unrolled, tokens)
+    chex.assert_tree_all_finite((loss_s, grads_s))
+    np.testing.assert_allclose(float(loss_s), float(loss_u), rtol=1e-6)
+    _assert_close(self, grads_s, grads_u)
+    chex.assert_shape(aux_s["layers"]["attn_entropy"], (depth,))
+    _assert_close(self, aux_s, aux_u)
+
+  def test_umup_taus_differ_per_block(self):
+    """The scanned τ are the blocks' own (u-μP's τ rule gives every block another τ)."""
+    config = _config(4, "umup")
+    scales = model_lib.unit_scales(config, 2, 12)
+    taus = [b.tau_attn for b in scales.blocks]
+    self.assertGreater(len(set(taus)), 1)
+    self.assertEqual(model_lib.scan_groups(scales.blocks), [[0, 1, 2, 3]])
+
+  def test_scan_groups_split_where_scales_differ(self):
+    config = _config(3, "umup")
+    blocks = list(model_lib.unit_scales(config, 2, 12).blocks)
+    blocks[1] = blocks[1]._replace(ln_attn=blocks[1].ln_attn * 2)
+    self.assertEqual(model_lib.scan_groups(blocks), [[0], [1], [2]])
+    self.assertEqual(model_lib.scan_groups([None] * 3), [[0, 1, 2]])
+    self.assertEqual(model_lib.scan_groups([blocks[0], blocks[0], blocks[1]]), [[0, 1], [2]])
+
+  def test_umup_covariance_scales(self):
+    config = _config(3, "umup", umup_scales="covariance")
+    unrolled = dataclasses.replace(config, scan_layers=False)
+    params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    grad = jax.jit(jax.grad(lambda p, c: _loss_and_aux(p, c, tokens)[0]), static_argnums=1)
+    _assert_close(self, grad(params, config), grad(params, unrolled))
+
+  def test_activation_gradients_and_rms_at_init(self):
+    """Probed activations and the gradients arriving at them (the perturbations collection) come out per block."""
+    config = _config(3, "umup")
+    scanned = model_lib.rms_at_init(config, 12)
+    unrolled = model_lib.rms_at_init(dataclasses.replace(config, scan_layers=False), 12)
+    self.assertEqual(scanned.keys(), unrolled.keys())
+    for name in unrolled:
+      np.testing.assert_allclose(scanned[name], unrolled[name], rtol=1e-5, err_msg=name)
+
+  def test_one_scan_whatever_the_depth(self):
+    """The scanned model's program holds one block: its matmuls do not grow with depth; the unrolled one's do."""
+    def dots(config):
+      params = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), config))
+      tokens = jnp.zeros((1, 8), jnp.int32)
+      jaxpr = jax.make_jaxpr(jax.grad(lambda p: _loss_and_aux(p, config, tokens)[0]))(params)
+      text = str(jaxpr)
+      return text.count("dot_general"), text.count("scan[")
+    (d2, s2), (d8, s8) = dots(_config(2, "sp")), dots(_config(8, "sp"))
+    self.assertEqual(d2, d8)
+    self.assertGreater(s2, 0)
+    (u2, _), (u8, _) = (dots(dataclasses.replace(_config(d, "sp"), scan_layers=False)) for d in (2, 8))
+    self.assertGreater(u8, u2)
+
+  def test_training_runs_agree(self):
+    data = data_lib.DataConfig(seq_len=12, batch_size=2).make(0)
+    config = dataclasses.replace(_config(3, "mup"), vocab_size=data.vocab_size)
+    opt = optim_lib.OptimizerConfig(steps=3, learning_rate=3e-3)
+    runs = [train_lib.run_training(c, opt, data, seed=[0, 1], learning_rates=[1e-3, 3e-3])
+            for c in (config, dataclasses.replace(config, scan_layers=False))]
+    _assert_close(self, runs[0].state.params, runs[1].state.params, rtol=1e-5)
+    np.testing.assert_allclose(runs[0].history[-1]["loss"], runs[1].history[-1]["loss"], rtol=1e-6)
+
+  def test_bad_scan_layers(self):
+    with self.assertRaisesRegex(TypeError, "scan_layers"):
+      _config(2, "sp", scan_layers="yes")
+
+
+class LogitMultiplierTest(parameterized.TestCase):
+
+  @parameterized.parameters(("none", 8.0), ("sqrt", 8 ** 0.5), ("linear", None), ("temperature", 8.0 / 2.0))
+  def test_alpha_of_a_logit_factor(self, name, alpha):
+    rule = rules.get_rule(name, tau=2.0) if name == "temperature" else rules.get_rule(name)
+    config = _config(1, "sp", rule=rule, scan_layers=False)
+    got = model_lib.logit_multiplier(config)
+    expected = rule.logit_scale(8) * 8 if alpha is None else alpha
+    self.assertAlmostEqual(got, expected, places=6)
+    state = train_lib.init_train_state(0, config, optim_lib.OptimizerConfig(steps=1))
+    self.assertAlmostEqual(float(state.attn_mult), expected, places=6)
+
+  @parameterized.parameters("qk_norm", "post_softmax")
+  def test_no_alpha_for_rules_that_change_the_computation(self, name):
+    config = _config(1, "sp", rule=rules.get_rule(name), scan_layers=False)
+    self.assertIsNone(model_lib.logit_multiplier(config))
+    self.assertIsNone(train_lib.init_train_state(0, config, optim_lib.OptimizerConfig(steps=1)).attn_mult)
+
+  def test_no_alpha_under_umup_or_blockwise(self):
+    self.assertIsNone(model_lib.logit_multiplier(_config(1, "umup")))
+    self.assertIsNone(model_lib.logit_multiplier(_config(1, "sp", rule=rules.get_rule("sqrt"),
+                                                         attention="blockwise")))
+
+  @parameterized.parameters("none", "sqrt", "linear")
+  def test_traced_alpha_computes_the_rule(self, name):
+    """The model with the rule's α given as a value equals the model with the rule's constant."""
+    config = _config(2, "sp", rule=rules.get_rule(name), scan_layers=False)
+    params = model_lib.init_params(jax.random.PRNGKey(0), config)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    model = model_lib.Transformer(config)
+    alpha = jnp.asarray(model_lib.logit_multiplier(config), jnp.float32)
+    traced = jax.jit(lambda a: model.clone(attn_mult=a).apply({"params": params}, tokens))(alpha)
+    constant = model.apply({"params": params}, tokens)
+    np.testing.assert_allclose(traced, constant, rtol=1e-5, atol=1e-6)
+
+  def test_rules_share_one_program(self):
+    """Grids that differ only in such a rule lower to the same program (the persistent cache serves the rest)."""
+    def lowered(name):
+      config = _config(2, "sp", rule=rules.get_rule(name), scan_layers=False)
+      opt = optim_lib.OptimizerConfig(steps=2)
+      state = jax.eval_shape(train_lib.make_init(config, opt, grid=True), jnp.arange(2), jnp.ones(2))
+      batch = {k: jax.ShapeDtypeStruct((2, 2, 12), d) for k, d in
+               (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))}
+      return train_lib.make_train_step(config, opt, grid=True).lower(state, batch).as_text()
+    self.assertEqual(lowered("none"), lowered("sqrt"))
+    self.assertEqual(lowered("sqrt"), lowered("linear"))
+
+
+if __name__ == "__main__":
+  absltest.main()
