@@ -435,19 +435,21 @@ def accelerator_peak(device_kind: str, dtype: str, tf32: bool = True) -> float:
 
 
 def accelerator_seconds(programs: Sequence[tuple[float, str, int]], device_kind: str,
-                        model: TimeModel = TimeModel()) -> dict[str, float]:
+                        model: TimeModel = TimeModel(), compiled: int | None = None) -> dict[str, float]:
   """The expected seconds of running ``programs`` one after another on one ``device_kind``.
 
   Args:
-    programs: one (floating-point operations, dtype, steps) per compiled program.
+    programs: one (floating-point operations, dtype, steps) per run program.
     device_kind: the accelerator (``accelerator_peak``'s).
     model: the fraction of the peak and the overheads.
+    compiled: how many of them are compiled (programs that are the same computation are compiled once);
+      None: every one.
 
   Returns:
     {"compute", "compile", "steps", "fixed", "total"}: seconds.
   """
   compute = sum(flops / (model.efficiency * accelerator_peak(device_kind, dtype)) for flops, dtype, _ in programs)
-  out = {"compute": compute, "compile": model.compile_seconds * len(programs),
+  out = {"compute": compute, "compile": model.compile_seconds * (len(programs) if compiled is None else compiled),
          "steps": model.step_seconds * sum(steps for _, _, steps in programs), "fixed": model.fixed_seconds}
   out["total"] = sum(out.values())
   return out

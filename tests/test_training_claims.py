@@ -9,6 +9,7 @@ import pytest
 
 from scaling import model as model_lib
 from scaling import resources
+from scaling import timesplit
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import stats
 from scaling.studies import training_claims as tc
@@ -141,12 +142,34 @@ TRAINED = ("train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_de
 
 
 @pytest.fixture(scope="module")
-def rows():
+def trained():
+  """(rows, the grids planned for the claims, the grids their measurement trained, the run's time split)."""
   ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
+  claims = [c for c in tc.TRAINING_CLAIMS if c.id in TRAINED]
   tc.clear_cache()
-  out = {c.id: c.evaluate(ctx) for c in tc.TRAINING_CLAIMS if c.id in TRAINED}
+  planned = tc.planned_grids(ctx, claims)
+  with timesplit.TimeSplit() as split:
+    out = {c.id: c.evaluate(ctx) for c in claims}
+  grids = list(tc._GRIDS.values())  # pylint: disable=protected-access
   tc.clear_cache()
-  return out
+  return out, planned, grids, split
+
+
+@pytest.fixture(scope="module")
+def rows(trained):
+  return trained[0]
+
+
+def test_dry_run_plans_the_grids_the_run_trains(trained):
+  """The plan (what --dry_run prints) lists exactly the grids the measurement trains, and the run compiles at
+  least the distinct programs it counts (the plan's compilation is per distinct program)."""
+  _, planned, grids, split = trained
+  key = lambda model_config, steps, members, opt_config: (model_config, steps, members, opt_config)
+  assert sorted(map(repr, (key(g[0], g[1], g[2], g[5]) for g in planned))) == sorted(
+      map(repr, (key(g.model_config, g.opt_config.steps, g.records["loss"].shape[1], g.opt_config) for g in grids)))
+  programs = tc.compiled_programs(planned)
+  assert programs < len(planned)  # rules that are a logit factor share a program
+  assert split.compiles >= programs
 
 
 @pytest.mark.parametrize("claim", [c for c in tc.TRAINING_CLAIMS if c.id in TRAINED], ids=lambda c: c.id)
@@ -340,7 +363,7 @@ def test_planned_grids_train_nothing_and_count_the_setups():
   grids = tc.planned_grids(ctx, depth12)
   assert len(grids) == 8  # 2 rules x pre/post-LN x with/without warmup
   assert {g[0].pre_ln for g in grids} == {True, False}
-  assert all(g[1:] == (4, 4, 2, 8) for g in grids)  # steps, members (2 rates x 2 seeds), batch, sequence
+  assert all(g[1:5] == (4, 4, 2, 8) for g in grids)  # steps, members (2 rates x 2 seeds), batch, sequence
   assert not tc._GRIDS  # pylint: disable=protected-access
   flops = tc.training_flops(grids[:1])
   p = resources.param_count(grids[0][0])

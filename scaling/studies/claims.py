@@ -193,7 +193,8 @@ def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_ki
   grids = training_claims.planned_grids(ctx, selected) if selected else []
   fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
   return resources.accelerator_seconds(training_claims.training_programs(grids), device_kind,
-                                       dataclasses.replace(model, fixed_seconds=fixed))
+                                       dataclasses.replace(model, fixed_seconds=fixed),
+                                       compiled=training_claims.compiled_programs(grids))
 
 
 def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
@@ -212,7 +213,8 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   ``DEVICE_KIND`` from its datasheet.
 
   The compute is ``training_claims.training_flops`` of ``training_claims.planned_grids`` at the measured matmul rate
-  (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per grid.
+  (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program
+  (``training_claims.compiled_programs``).
   """
   selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
   if not selected:
@@ -220,10 +222,12 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   grids = training_claims.planned_grids(ctx, selected)
   flops, rate = training_claims.training_flops(grids), device_flops()
   members = sum(g[2] for g in grids)
-  seconds = flops / rate + COMPILE_SECONDS * len(grids)
-  return (f"planned training: {len(grids)} grids, {members} runs, {flops / 1e12:.3g} TFLOP; on {hardware()} at the "
-          f"measured {rate / 1e9:.3g} GFLOP/s of a {matmul_size()}² matmul: at least {seconds / 60:.1f} min "
-          f"({flops / rate / 60:.1f} min of compute, about {COMPILE_SECONDS:g} s of compilation per grid); "
+  programs = training_claims.compiled_programs(grids)
+  seconds = flops / rate + COMPILE_SECONDS * programs
+  return (f"planned training: {len(grids)} grids ({programs} distinct programs), {members} runs, "
+          f"{flops / 1e12:.3g} TFLOP; on {hardware()} at the measured {rate / 1e9:.3g} GFLOP/s of a "
+          f"{matmul_size()}² matmul: at least {seconds / 60:.1f} min ({flops / rate / 60:.1f} min of compute, about "
+          f"{COMPILE_SECONDS:g} s of compilation per distinct program); "
           + describe_accelerator_plan(accelerator_plan(ctx, ids)))
 
 

@@ -38,6 +38,7 @@ from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
 from scaling import resources
+from scaling import rules as rules_lib
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.studies import optimum
@@ -292,7 +293,7 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
     lrs = np.full(len(member_seeds), 2.0 ** log2_lrs[0])
   if _PLAN is not None:  # planning: record the grid, train nothing
     if key not in _PLAN:
-      _PLAN[key] = (model_config, steps, len(member_seeds), s["batch_size"], s["seq_len"])
+      _PLAN[key] = (model_config, steps, len(member_seeds), s["batch_size"], s["seq_len"], opt_config)
     nan = lambda *shape: np.broadcast_to(np.float64(np.nan), (steps, len(member_seeds), *shape))  # no memory
     return GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
                    records={"loss": nan(), "grad_norm": nan(), **{k: nan(depth) for k in RECORD[2:]}},
@@ -315,7 +316,7 @@ def planned_grids(ctx: Any, claims: Sequence[Any] | None = None) -> list[tuple]:
   Runs each claim's measurement on untrained grids (NaN records, no parameters) and records every grid it asks for.
 
   Returns:
-    one (model_config, steps, members, batch_size, seq_len) per distinct grid.
+    one (model_config, steps, members, batch_size, seq_len, opt_config) per distinct grid.
   """
   global _PLAN
   _PLAN = {}
@@ -342,12 +343,23 @@ def grid_flops(model_config: model_lib.ModelConfig, steps: int, members: int, ba
 
 def training_flops(grids: Sequence[tuple]) -> float:
   """Floating-point operations of training ``grids`` (``planned_grids``'s), summed over ``grid_flops``."""
-  return sum(grid_flops(*g) for g in grids)
+  return sum(grid_flops(*g[:5]) for g in grids)
 
 
 def training_programs(grids: Sequence[tuple]) -> list[tuple[float, str, int]]:
   """One (floating-point operations, dtype, steps) per planned grid, for ``resources.accelerator_seconds``."""
-  return [(grid_flops(*g), str(g[0].dtype), int(g[1])) for g in grids]
+  return [(grid_flops(*g[:5]), str(g[0].dtype), int(g[1])) for g in grids]
+
+
+def compiled_programs(grids: Sequence[tuple]) -> int:
+  """How many distinct training steps the planned ``grids`` compile: grids whose models differ only in a rule that
+  is a logit factor (``model.logit_multiplier``: its α is a value of the state) share one."""
+  keys = set()
+  for model_config, _, members, batch, seq_len, opt_config in grids:
+    if model_lib.logit_multiplier(model_config) is not None:
+      model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
+    keys.add((model_config, opt_config, members, batch, seq_len))
+  return len(keys)
 
 
 def memory_estimate(ctx: Any) -> resources.Estimate:
