@@ -5,13 +5,13 @@
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
 The suites live in scaling/studies/benchmarks/ (sweep.py, attention.py,
-train.py, attention_profile.py). Each prints a table and writes <suite>.json and <suite>.png (and
+train.py, attention_profile.py, studies.py). Each prints a table and writes <suite>.json and <suite>.png (and
 <suite>.md, for the generated sections of docs/benchmarks.md) into --out_dir; --quick runs
 each on tiny sizes (a smoke run, not a measurement). --seq_lens, --head_dims,
 --repeats and --max_call_s size the attention suite. The suites time
 compilation, so they run with JAX's persistent compilation cache off whatever
---compilation_cache_dir says (the sweep suite measures the cache in processes
-of its own).
+--compilation_cache_dir says (the sweep and studies suites measure the cache in
+processes of their own).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from scaling.config import option
 from scaling.config import Options
 from scaling.studies.benchmarks import attention as attention_bench
 from scaling.studies.benchmarks import attention_profile as attention_profile_bench
+from scaling.studies.benchmarks import studies as studies_bench
 from scaling.studies.benchmarks import sweep as sweep_bench
 from scaling.studies.benchmarks import train as train_bench
 from scaling.validation import ConfigError
@@ -40,6 +41,7 @@ SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] 
     "train": (train_bench.run, train_bench.TrainBenchConfig(), train_bench.QUICK),
     "attention_profile": (attention_profile_bench.run, attention_profile_bench.AttentionProfileConfig(),
                           attention_profile_bench.QUICK),
+    "studies": (studies_bench.run, studies_bench.StudiesBenchConfig(), studies_bench.QUICK),
 }
 """Suite name: (its run(config, out_dir), its default config, its quick config)."""
 

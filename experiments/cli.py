@@ -53,6 +53,8 @@ from scaling import timesplit
 from scaling import validation
 from scaling.config import option
 
+TIME_SPLIT_FILE = "time_split.json"
+"""Where ``main`` writes the run's wall-time split (``scaling.timesplit.TimeSplit.as_dict``) in the output folder."""
 CACHE_OFF = ("", "none")
 """Values of ``--compilation_cache_dir`` that turn the persistent compilation cache off."""
 
@@ -342,6 +344,8 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
       run(config, out_dir)
     if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
       print(split.summary(), file=sys.stderr, flush=True)
+      if out_dir is not None:
+        results.write_json(out_dir / TIME_SPLIT_FILE, split.as_dict())
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:

@@ -180,6 +180,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "attention": "docs/benchmarks.md",
     "bench_attention_profile": "docs/benchmarks.md",
     "bench_train": "docs/benchmarks.md",
+    "bench_studies": "docs/benchmarks.md",
 }
 """Where each generated section lives: its name -> the file that holds it, relative to the repository root."""
 

@@ -86,16 +86,22 @@ def run_study(test, module, base_flags, **flag_values):
   out = pathlib.Path(parent) / "out"
   code, stdout, stderr = run_with(module, base_flags, out, **flag_values)
   test.assertEqual(code, 0, stderr)
-  assert_time_split(test, stderr)
+  assert_time_split(test, stderr, out)
   with open(out / "results.jsonl") as f:
     return out, stdout, [json.loads(line) for line in f if line.strip()]
 
 
-def assert_time_split(test, stderr):
-  """The run printed (on stderr) its wall time split into compilation, compute and the rest, the parts adding up."""
+def assert_time_split(test, stderr, out_dir=None):
+  """The run printed (on stderr) its wall time split into compilation, compute and the rest, the parts adding up;
+  with ``out_dir``, the same split is in its time_split.json."""
   found = re.search(r"time split: wall ([\d.]+)s = compilation ([\d.]+)s \(.*?(\d+) programs, (\d+) from the "
                     r"cache\) \+ compute ([\d.]+)s .*\+ rest (-?[\d.]+)s", stderr)
   test.assertIsNotNone(found, stderr[-2000:])
   wall, compile_s, programs, hits, compute, rest = (float(found.group(i)) for i in range(1, 7))
   test.assertAlmostEqual(wall, compile_s + compute + rest, delta=0.16)  # each printed to 0.1 s
   test.assertLessEqual(hits, programs)
+  if out_dir is not None:
+    with open(os.path.join(out_dir, "time_split.json")) as f:
+      written = json.load(f)
+    test.assertAlmostEqual(written["wall_s"], wall, delta=0.051)
+    test.assertEqual((written["compiles"], written["cache_hits"]), (programs, hits))

@@ -1,0 +1,76 @@
+"""Benchmark suite `studies`: a smoke run (a tiny coordinate check cold and warm, the step compiled at two depths),
+and its judgements on synthetic numbers whose answer is known both ways."""
+
+import json
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from scaling.studies.benchmarks import studies
+
+
+def _row(study, cache, wall, compile_s):
+  return {"study": study, "cache": cache, "flags": [], "wall_s": wall, "compile_s": compile_s, "compute_s": 1.0,
+          "rest_s": wall - compile_s - 1.0, "compiles": 3, "cache_hits": 0}
+
+
+class JudgeTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("claims", 200.0, 60.0, True),     # within 240 s, 30% compilation
+      ("claims", 200.0, 100.0, False),   # 50% compilation
+      ("claims", 300.0, 60.0, False),    # too long
+      ("coord_check", 59.0, 50.0, True),  # no share target
+      ("coord_check", 61.0, 5.0, False),
+      ("transfer", 500.0, 400.0, True))
+  def test_cold_runs_are_judged_against_the_targets(self, study, wall, compile_s, met):
+    self.assertIs(studies.judge(_row(study, "cold", wall, compile_s))["meets_target"], met)
+
+  def test_warm_runs_are_not_judged(self):
+    self.assertIsNone(studies.judge(_row("claims", "warm", 1e4, 1e4))["meets_target"])
+
+  def test_depth_ratios(self):
+    rows = [{"members": m, "layout": layout, "depth": d, "compile_s": s}
+            for m, layout, d, s in ((1, "unrolled", 2, 2.0), (1, "unrolled", 12, 5.0),
+                                    (1, "scanned", 2, 2.0), (1, "scanned", 12, 2.5))]
+    ratios = studies.depth_ratios(rows, (2, 12))
+    self.assertEqual([r["ratio"] for r in ratios], [2.5, 1.25])
+    self.assertEqual([r["meets_target"] for r in ratios], [False, True])
+
+  def test_flags_of(self):
+    config = studies.StudiesBenchConfig(study_flags=("claims:--mode=test", "transfer:--steps=2"), flags=("--x=1",))
+    self.assertEqual(config.flags_of("claims"), ("--mode=test", "--x=1"))
+    self.assertEqual(studies.StudiesBenchConfig().flags_of("claims"), ("--mode=quick",))
+
+  def test_bad_config(self):
+    with self.assertRaisesRegex(ValueError, "depths"):
+      studies.StudiesBenchConfig(depths=(2,))
+
+
+class SmokeTest(absltest.TestCase):
+
+  def test_quick_run(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      out = pathlib.Path(tmp)
+      summary = studies.run(studies.QUICK, out)
+      data = json.loads((out / "studies.json").read_text())
+      self.assertTrue((out / "studies.png").exists())
+      cold, warm = data["studies"]
+      self.assertEqual((cold["cache"], warm["cache"]), ("cold", "warm"))
+      for run in (cold, warm):
+        self.assertAlmostEqual(run["wall_s"], run["compile_s"] + run["compute_s"] + run["rest_s"], places=6)
+      self.assertLess(cold["cache_hits"], cold["compiles"])  # a fresh cache: only what this run wrote itself
+      # The warm run compiles nothing anew: every program it needs comes from the cache the cold run wrote.
+      self.assertGreater(warm["compiles"], 0)
+      self.assertEqual(warm["cache_hits"], warm["compiles"])
+      self.assertLen(data["depth_ratios"], 4)
+      self.assertIn("coord_check_cold_s", summary)
+      markdown = (out / "studies.md").read_text()
+      self.assertIn("| study | cache |", markdown)
+      self.assertIn("scanned", markdown)
+
+
+if __name__ == "__main__":
+  absltest.main()
