@@ -344,7 +344,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
       run(config, out_dir)
     if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
       print(split.summary(), file=sys.stderr, flush=True)
-      if out_dir is not None:
+      if out_dir is not None and out_dir.is_dir():  # a dry run writes nothing
         results.write_json(out_dir / TIME_SPLIT_FILE, split.as_dict())
     if own_dir:
       results.link_latest(out_dir)

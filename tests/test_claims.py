@@ -437,7 +437,7 @@ class DeviceScriptTest(absltest.TestCase):
     out = tmp / "never"
     done = self._script(str(out), self._text(tmp), "--dry_run")
     self.assertEqual(done.returncode, 0, done.stderr)
-    self.assertRegex(done.stdout, r"mode paper_8min: planned training: 12 grids, \d+ runs, .* min")
+    self.assertRegex(done.stdout, r"mode paper_8min: planned training: 12 grids \(\d+ distinct programs\), \d+ runs, .* min")
     minutes = re.search(r"on one NVIDIA H200 \(datasheet peak × 0.3\): about ([\d.]+) min .* which fits 8 min",
                         done.stdout)
     self.assertIsNotNone(minutes, done.stdout)
