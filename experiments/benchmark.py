@@ -1,6 +1,7 @@
 """Benchmarks, each timed side by side in one run and reported as ratios.
 
-  python -m experiments.benchmark                      # every suite
+  python -m experiments.benchmark                      # every suite but studies
+  python -m experiments.benchmark --suite=studies      # the studies' time split (about an hour on 2 cores)
   python -m experiments.benchmark --suite=sweep --quick
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
@@ -44,6 +45,8 @@ SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] 
     "studies": (studies_bench.run, studies_bench.StudiesBenchConfig(), studies_bench.QUICK),
 }
 """Suite name: (its run(config, out_dir), its default config, its quick config)."""
+DEFAULT_SUITES = tuple(name for name in SUITES if name != "studies")
+"""The suites of a plain run: all but studies (which runs the claims, coordinate check and transfer, twice each)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +56,8 @@ class BenchmarkConfig(Options):
   HIDDEN = tuple(spec.name for spec in config_lib.option_specs(attention_bench.AttentionBenchConfig)
                  if spec.name not in attention_bench.COMMAND_LINE)
 
-  suite: tuple[str, ...] = option(tuple(SUITES), "Suites to run, comma-separated.", choices=tuple(SUITES))
+  suite: tuple[str, ...] = option(DEFAULT_SUITES, "Suites to run, comma-separated (studies, about an hour of "
+                                  "other experiments' runs, only when named).", choices=tuple(SUITES))
   quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
   attention: attention_bench.AttentionBenchConfig = option(SUITES["attention"][1], "The attention suite.")
   output: results.OutputConfig = option(results.OutputConfig("runs/benchmark"), "Output.")

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-runs}/benchmark"
-python -m experiments.benchmark --out_dir="$out"
+python -m experiments.benchmark --suite=sweep,attention,train,attention_profile,studies --out_dir="$out"
 # suite's Markdown -> its section of docs/benchmarks.md
 for pair in sweep:bench_sweep train:bench_train attention:attention attention_profile:bench_attention_profile studies:bench_studies; do
   suite=${pair%%:*}
