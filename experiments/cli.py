@@ -53,8 +53,6 @@ from scaling import timesplit
 from scaling import validation
 from scaling.config import option
 
-TIME_SPLIT_FILE = "time_split.json"
-"""Where ``main`` writes the run's wall-time split (``scaling.timesplit.TimeSplit.as_dict``) in the output folder."""
 CACHE_OFF = ("", "none")
 """Values of ``--compilation_cache_dir`` that turn the persistent compilation cache off."""
 
@@ -345,7 +343,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
       print(split.summary(), file=sys.stderr, flush=True)
       if out_dir is not None and out_dir.is_dir():  # a dry run writes nothing
-        results.write_json(out_dir / TIME_SPLIT_FILE, split.as_dict())
+        results.write_json(out_dir / timesplit.FILE, split.as_dict())
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:

@@ -28,6 +28,8 @@ COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/j
                   "/jax/core/compile/backend_compile_duration")
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
+FILE = "time_split.json"
+"""Where an experiment writes its split (``TimeSplit.as_dict``) in its output folder."""
 
 _LOCK = threading.Lock()
 _ACTIVE: list[TimeSplit] = []  # jax.monitoring's listeners are process-wide: the splits open now

@@ -179,20 +179,9 @@ def init_train_state(seed: Any, model_config: model_lib.ModelConfig, opt_config:
                      learning_rate: Any = None) -> TrainState:
   """Parameters from ``PRNGKey(seed)`` and the optimizer state, with ``learning_rate`` (default: the config's); a rule
   that is only a logit factor puts its α in ``attn_mult`` (``model.logit_multiplier``: one program for such rules)."""
-  params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
-  opt_state = make_optimizer(model_config, opt_config).init(params)
+  program = as_program(model_config, opt_config)
   lr = opt_config.learning_rate if learning_rate is None else learning_rate
-  state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optim_lib.set_learning_rate(opt_state, lr))
-  return with_logit_multiplier(state, model_config)
-
-
-def with_logit_multiplier(state: TrainState, model_config: model_lib.ModelConfig) -> TrainState:
-  """``state`` with the model's α in ``attn_mult`` (one per member), when its rule is only a logit factor
-  (``model.logit_multiplier``); else as it is."""
-  alpha = model_lib.logit_multiplier(model_config)
-  if alpha is None:
-    return state
-  return state.replace(attn_mult=jnp.zeros_like(state.step, jnp.float32) + jnp.float32(alpha))
+  return program.with_constants(program.init_state(seed, lr))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,11 +210,12 @@ class TransformerProgram:
                       opt_state=optim_lib.set_learning_rate(opt_state, learning_rate))
 
   def with_constants(self, state: TrainState) -> TrainState:
-    """The state with the model's α (``logit_alpha``, else ``with_logit_multiplier``), added outside the compiled
-    init."""
-    if self.logit_alpha is None:
-      return with_logit_multiplier(state, self.model_config)
-    return state.replace(attn_mult=jnp.zeros_like(state.step, jnp.float32) + jnp.float32(self.logit_alpha))
+    """The state with the model's α in ``attn_mult`` (one per member; ``logit_alpha``, else
+    ``model.logit_multiplier``), added outside the compiled init; as it is for a model without one."""
+    alpha = model_lib.logit_multiplier(self.model_config) if self.logit_alpha is None else self.logit_alpha
+    if alpha is None:
+      return state
+    return state.replace(attn_mult=jnp.zeros_like(state.step, jnp.float32) + jnp.float32(alpha))
 
   def step(self, state: TrainState, batch: Batch,
            metrics: Sequence[str] | None = None) -> tuple[TrainState, dict[str, Array]]:

@@ -35,6 +35,7 @@ from scaling import optim as optim_lib
 from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
+from scaling import timesplit
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.config import Options
@@ -50,7 +51,6 @@ TARGETS = {"claims": (240.0, 0.40), "coord_check": (60.0, None), "transfer": (60
 """Study: (most wall seconds of the cold run, largest share of compilation in it or None)."""
 DEPTH_TARGET = 1.3
 """The most a depth-12 training step may take to compile over a depth-2 one."""
-TIME_SPLIT_FILE = "time_split.json"  # experiments.cli.TIME_SPLIT_FILE: what each run writes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def run_study(study: str, flags: tuple[str, ...], cache: pathlib.Path, out: path
   subprocess.run([sys.executable, "-m", f"experiments.{study}", *flags, f"--compilation_cache_dir={cache}",
                   f"--out_dir={out}"], cwd=benchmarks.ROOT, env={**os.environ, "PYTHONPATH": path}, check=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  split = json.loads((out / TIME_SPLIT_FILE).read_text())
+  split = json.loads((out / timesplit.FILE).read_text())
   return {**split, "process_s": time.perf_counter() - start}
 
 
