@@ -179,6 +179,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "bench_sweep": "docs/benchmarks.md",
     "attention": "docs/benchmarks.md",
     "bench_attention_profile": "docs/benchmarks.md",
+    "bench_attention_rule": "docs/benchmarks.md",
     "bench_train": "docs/benchmarks.md",
     "bench_studies": "docs/benchmarks.md",
 }

@@ -8,7 +8,9 @@ from absl.testing import absltest
 from experiments import benchmark
 from experiments import cli
 import experiment_main
+from scaling import attention as attention_lib
 from scaling.studies.benchmarks import attention
+from scaling.studies.benchmarks import attention_rule
 from scaling.studies.benchmarks import sweep
 from scaling.studies.benchmarks import train
 
@@ -42,12 +44,13 @@ class BenchmarkMainTest(absltest.TestCase):
     flops = 4 * 1 * 2 * 256 * 256 * 32 / 2 * 3.5
     self.assertAlmostEqual(case["gflops"], flops / (case["ms"] / 1e3) / 1e9, places=6)
     self.assertAlmostEqual(case["fraction_of_peak"], case["gflops"] / data["peak"]["gflops"], places=6)
-    self.assertEqual(case["blocks"], "256x256")  # GQA (G = 2): 256x512 halved once by the group's tile cap, then T
+    blocks = "{}x{}".format(*attention_lib.blockwise_blocks((1, 256, 2, 32), (1, 256, 1, 32), is_causal=True))
+    self.assertEqual(case["blocks"], blocks)  # the default path's tiles for this case, as the rule picks them
     shares = [c["share"] for c in case["profile"]["categories"].values()]
     self.assertAlmostEqual(sum(shares), 1.0, places=6)
     self.assertGreater(case["profile"]["categories"]["matmul"]["share"], 0)
     table = (out / "attention_profile.md").read_text()
-    self.assertIn(f"| 1 | 256 | 2 | 1 | 32 | causal | 256x256 | {case['ms']:.4g} | {case['fraction_of_peak']:.2f} |",
+    self.assertIn(f"| 1 | 256 | 2 | 1 | 32 | causal | {blocks} | {case['ms']:.4g} | {case['fraction_of_peak']:.2f} |",
                   table)
 
 
@@ -64,6 +67,14 @@ class BenchmarkFlagsTest(absltest.TestCase):
     self.assertEqual(quick.suite_config("attention"), attention.QUICK)
     self.assertEqual(quick.suite_config("train").grid_steps, 5)
     self.assertEqual(quick.suite_config("sweep").sweep.d_k, (8,))
+    self.assertEqual(quick.suite_config("attention_rule"), attention_rule.QUICK)
+    self.assertEqual(config.suite_config("attention_rule"), attention_rule.AttentionRuleConfig())
+
+  def test_attention_rule_tables_from_flags(self):
+    config = cli.parse(benchmark.BenchmarkConfig, ["prog", "--suite=attention_rule", "--rule_tables=small,gqa",
+                                                   "--rule_max_gflop=20", "--rule_repeats=2"])
+    sizes = config.suite_config("attention_rule")
+    self.assertEqual((sizes.rule_tables, sizes.rule_max_gflop, sizes.rule_repeats), (("small", "gqa"), 20.0, 2))
 
   def test_attention_sizes_from_flags(self):
     config = cli.parse(benchmark.BenchmarkConfig, ["prog", "--suite=attention", "--seq_lens=128,256",
@@ -76,7 +87,10 @@ class BenchmarkFlagsTest(absltest.TestCase):
     for flags, needle in ((dict(suite=["sweep"], seq_lens=[128]), "--seq_lens sizes the attention suite, but --suite"),
                           (dict(quick=True, repeats=2), "--repeats sizes the attention suite, but --quick"),
                           (dict(suite=["attention"], repeats=0), "--repeats"),
-                          (dict(memory_seq_lens=[128]), "Unknown command line flag 'memory_seq_lens'")):
+                          (dict(memory_seq_lens=[128]), "Unknown command line flag 'memory_seq_lens'"),
+                          (dict(suite=["attention"], rule_tables=["small"]),
+                           "--rule_tables sizes the attention_rule suite, but --suite"),
+                          (dict(suite=["attention_rule"], rule_tables=["nope"]), "rule_tables must name tables")):
       out = self.create_tempdir().full_path + "/out"
       code, stdout, stderr = experiment_main.run_main(benchmark, out_dir=out, **flags)
       experiment_main.assert_one_line_error(self, code, stdout, stderr, needle, out)
