@@ -7,12 +7,16 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import scaling
 from scaling import masking
+from scaling import resources
 from scaling import rules
 
 
@@ -254,215 +258,216 @@ def _opts(**kwargs):
   return scaling.attention.resolve_logit_options(16, **{**base, **kwargs})
 
 
-class DispatchTest(parameterized.TestCase):
-  """implementation=None: the measured rule picks dense or blockwise; options blockwise lacks go dense."""
+# Shapes (B, T, N, K, S, H) and masking on which the dispatcher's paths are checked. As the rule stands they reach
+# each of its kinds of path: dense; one T x S tile under differentiation and dense alone; one tile; tiles, with the
+# forward pass's own where they differ; GQA; causal with T < S; a local window; tiles that do not divide T or S.
+# The checks hold for any shape and any limits of the rule: these cases only spread them.
+RULE_CASES = (
+    ((2, 48, 4, 2, 64, 8), {"is_causal": True}),
+    ((3, 255, 4, 4, 255, 8), {}),
+    ((1, 256, 2, 1, 256, 8), {"is_causal": True}),
+    ((1, 512, 8, 8, 512, 8), {"is_causal": True}),
+    ((4, 512, 8, 8, 512, 4), {"is_causal": True}),
+    ((1, 512, 8, 2, 512, 8), {}),
+    ((1, 200, 4, 2, 2048, 8), {"is_causal": True}),
+    ((1, 1, 4, 4, 300, 8), {"is_causal": True}),
+    ((1, 600, 4, 4, 1900, 4), {"local_window_size": (100, 0)}),
+    ((2, 300, 6, 3, 700, 8), {}),
+)
 
-  def test_rule(self):
+
+def _draw_case(data, max_len=600):
+  """A random (B, T, N, K, S, H) and masking (none, causal, or a window) for the dispatcher's checks."""
+  b = data.draw(st.integers(1, 3), label="B")
+  t = data.draw(st.integers(1, max_len), label="T")
+  s = data.draw(st.integers(1, 2 * max_len), label="S")
+  k, groups = data.draw(st.integers(1, 3), label="K"), data.draw(st.sampled_from([1, 2, 4]), label="G")
+  masking = data.draw(st.sampled_from([{}, {"is_causal": True}, {"local_window_size": (7, 3)}]), label="masking")
+  if "local_window_size" in masking:
+    t = min(t, s + 7)  # every query sees a key (jax.nn gives a fully masked row the mean value, this library 0)
+  return (b, t, k * groups, k, s, data.draw(st.sampled_from([4, 8]), label="H")), masking
+
+
+def _choice(shape, masking):
+  b, t, n, k, s, h = shape
+  return scaling.attention.select_implementation(
+      (b, t, n, h), (b, s, k, h), _opts(), is_causal=masking.get("is_causal", False),
+      has_local_window=masking.get("local_window_size") is not None)
+
+
+def _visible(t, s, masking):
+  """[T, S] numpy: which keys each query sees (positions, as jax.nn counts them)."""
+  i, j = np.arange(t)[:, None], np.arange(s)[None, :]
+  seen = np.ones((t, s), bool)
+  if masking.get("is_causal"):
+    seen &= j <= i
+  if masking.get("local_window_size") is not None:
+    left, right = masking["local_window_size"]
+    seen &= (j >= i - left) & (j <= i + right)
+  return seen
+
+
+class DispatchTest(parameterized.TestCase):
+  """implementation=None: whatever path and tiles the rule picks, it computes exact attention within its memory."""
+
+  def _check_matches_jax_nn(self, shape, masking, seed=0):
+    """The default call's values, log-sum-exp and gradients (both passes' paths) against jax.nn's."""
+    b, t, n, k, s, h = shape
+    q, key, value = _qkv(seed=seed, b=b, t=t, s=s, n=n, k=k, h=h)
+    ct = jax.random.normal(jax.random.key(seed + 1), q.shape)
+
+    def both(attend, q, key, value, ct):
+      loss = lambda q, key, value: jnp.vdot(attend(q, key, value, **masking), ct)
+      out_lse = attend(q, key, value, return_residual=True, **masking)
+      return attend(q, key, value, **masking), out_lse, jax.value_and_grad(loss, argnums=(0, 1, 2))(q, key, value)
+
+    got = jax.jit(functools.partial(both, scaling.dot_product_attention))(q, key, value, ct)
+    want = jax.jit(functools.partial(both, jax.nn.dot_product_attention))(q, key, value, ct)
+    for got_part, want_part in zip(got, want):  # output alone; output and log-sum-exp; loss and gradients
+      chex.assert_trees_all_close(got_part, want_part, rtol=1e-4, atol=2e-5)
+
+  def _check_tiles_cover_the_keys(self, shape, masking):
+    """Every tile the rule picks for the shape (and ``blockwise_blocks``' tiles) visits each visible key once.
+
+    With q = 0 every visible logit is 0: the log-sum-exp is log(number of visible keys), the output the mean of
+    their values, and the value gradient of ⟨out, ct⟩ at key j the sum of ct / (visible count) over the queries
+    that see j. A key dropped or counted twice by the tiling changes all three.
+    """
+    b, t, n, k, s, h = shape
+    _, key, value = _qkv(seed=2, b=b, t=t, s=s, n=n, k=k, h=h)
+    q = jnp.zeros((b, t, n, h))
+    ct = jax.random.normal(jax.random.key(3), q.shape)
+    seen = _visible(t, s, masking)
+    count = seen.sum(-1)  # [T]
+    weights = seen / np.maximum(count, 1)[:, None]  # [T, S]; rows that see nothing output 0
+    g = n // k
+    v64, ct64 = np.asarray(value, np.float64), np.asarray(ct, np.float64).reshape(b, t, k, g, h)
+    want_out = np.repeat(np.einsum("ts,bskh->btkh", weights, v64), g, axis=2)
+    want_dv = np.einsum("ts,btkgh->bskh", weights, ct64)
+    skips = masking.get("is_causal", False) or masking.get("local_window_size") is not None
+    query_shape, key_shape = (b, t, n, h), (b, s, k, h)
+    tiles = {*scaling.attention.fixed_tiles(_choice(shape, masking)),
+             *(scaling.attention.blockwise_blocks(query_shape, key_shape, is_causal=skips, differentiated=d)
+               for d in (True, False))}
+
+    @functools.partial(jax.jit, static_argnums=(4, 5))
+    def attend(q, key, value, ct, block_q, block_k):
+      (out, lse), vjp = jax.vjp(lambda v: scaling.blockwise.blockwise_attention(
+          q, key, v, block_q=block_q, block_k=block_k, return_residual=True, **masking), value)
+      return out, lse, vjp((ct, jnp.zeros_like(lse)))[0]
+
+    for block_q, block_k in sorted(tiles):
+      self.assertTrue(1 <= block_q <= t and 1 <= block_k <= s, (block_q, block_k))
+      out, lse, dv = attend(q, key, value, ct, block_q, block_k)
+      with np.errstate(divide="ignore"):
+        want_lse = np.broadcast_to(np.log(count)[None, :, None], lse.shape)
+      np.testing.assert_allclose(lse, want_lse, rtol=1e-5, err_msg=f"tiles {block_q}x{block_k}")
+      np.testing.assert_allclose(out, want_out, rtol=1e-4, atol=1e-5, err_msg=f"tiles {block_q}x{block_k}")
+      np.testing.assert_allclose(dv, want_dv, rtol=1e-4, atol=1e-5, err_msg=f"tiles {block_q}x{block_k}")
+
+  @parameterized.parameters(*RULE_CASES)
+  def test_chosen_paths_give_jax_nn_values_and_gradients(self, shape, masking):
+    self._check_matches_jax_nn(shape, masking)
+
+  @settings(max_examples=4, deadline=None)
+  @given(data=st.data())
+  def test_chosen_paths_give_jax_nn_values_and_gradients_on_random_shapes(self, data):
+    shape, masking = _draw_case(data)
+    self._check_matches_jax_nn(shape, masking, seed=data.draw(st.integers(0, 2**16), label="seed"))
+
+  @parameterized.parameters(*RULE_CASES[2:7])
+  def test_tiles_cover_each_key_once(self, shape, masking):
+    self._check_tiles_cover_the_keys(shape, masking)
+
+  @settings(max_examples=5, deadline=None)
+  @given(data=st.data())
+  def test_tiles_cover_each_key_once_on_random_shapes(self, data):
+    self._check_tiles_cover_the_keys(*_draw_case(data))
+
+  @settings(max_examples=200, deadline=None)
+  @given(b=st.integers(1, 64), t=st.integers(1, 2**16), s=st.integers(1, 2**16), k=st.integers(1, 16),
+         groups=st.sampled_from([1, 2, 3, 4, 8, 16, 32]), causal=st.booleans(), window=st.booleans())
+  def test_tiles_fit_the_sequences_in_both_passes(self, b, t, s, k, groups, causal, window):
+    # Pure Python: many shapes, large ones too. Every blockwise tile lies within T x S.
+    choice = _choice((b, t, k * groups, k, s, 16), {"is_causal": causal, "local_window_size": (4, 0) if window
+                                                    else None})
+    self.assertIn(choice.implementation, ("dense", "blockwise"))
+    for block_q, block_k in scaling.attention.fixed_tiles(choice):
+      self.assertTrue(1 <= block_q <= t and 1 <= block_k <= s, (choice, t, s))
+    if choice.forward is not None:
+      self.assertEqual(choice.implementation, "blockwise")  # only a blockwise choice has a forward of its own
+      self.assertIn(choice.forward.implementation, ("dense", "blockwise"))
+
+  @parameterized.parameters(
+      ((1, 8192, 4, 4, 8192, 64), True), ((4, 2048, 8, 8, 2048, 64), True), ((1, 4096, 8, 2, 4096, 64), False),
+      ((2, 1024, 16, 1, 1024, 32), True), ((4, 512, 8, 8, 512, 64), True), ((8, 128, 4, 4, 128, 64), False))
+  def test_chosen_path_plans_no_more_memory_than_the_model(self, shape, causal):
+    # XLA's buffer plan for the chosen paths (both passes; compiled from shapes alone, nothing is run; T = S) against
+    # the library's memory model of that path, ``scaling.resources.sweep_program`` (dense: its T x S logits;
+    # blockwise: T x block_k per head), which the sweep checks before it runs.
+    b, t, n, k, s, h = shape
+    query, keys = jax.ShapeDtypeStruct((b, t, n, h), jnp.float32), jax.ShapeDtypeStruct((b, s, k, h), jnp.float32)
+    choice = _choice(shape, {"is_causal": causal})
+    for path, differentiated in ((choice, True), (choice.forward or choice, False)):
+      attend = scaling.autotune.path_function(path, is_causal=causal)
+      step = (jax.value_and_grad(lambda q, key, v: jnp.sum(attend(q, key, v)), argnums=(0, 1, 2)) if differentiated
+              else attend)
+      analysis = jax.jit(step).lower(query, keys, keys).compile().memory_analysis()
+      if analysis is None:
+        self.skipTest("no memory analysis on this backend")
+      planned = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+      bound = resources.sweep_program(batch=b, heads=n, seq_len=t, d_k=h, num_seeds=1, num_rules=1,
+                                      attention=path.implementation, block=path.block_k or s).total
+      self.assertLessEqual(planned, bound, f"{scaling.autotune.choice_name(path)} for {shape}, causal={causal}")
+
+  def test_options_decide_which_paths_may_run(self):
+    # What the rule may choose is set by what each path computes, not by timings: options blockwise lacks run dense,
+    # and cuDNN's kernel runs only on GPU, in half precision, with a plain scale and no bias or window.
     select = scaling.attention.select_implementation
-    min_len = scaling.attention.BLOCKWISE_MIN_KV_LEN
-    # Below BLOCKWISE_MIN_KV_LEN: one T x S tile under differentiation and dense alone, while B·N·T·S <=
-    # SMALL_SINGLE_TILE_MAX_LOGITS (2**19 = 8·4·128·128); dense past it.
-    self.assertEqual(scaling.attention.SMALL_SINGLE_TILE_MAX_LOGITS, 8 * 4 * 128 * 128)
-    path = lambda c: (c.implementation, c.block_q, c.block_k, c.forward and c.forward.implementation)
-    for causal in (False, True):
-      below = (1, min_len - 1, 4, 16)
-      self.assertEqual(path(select(below, below, _opts(), backend="cpu", is_causal=causal)),
-                       ("blockwise", min_len - 1, min_len - 1, "dense"))
-      self.assertEqual(path(select((8, 128, 4, 16), (8, 128, 2, 16), _opts(), backend="cpu", is_causal=causal)),
-                       ("blockwise", 128, 128, "dense"))  # at the limit, GQA or not
-      self.assertEqual(path(select((9, 128, 4, 16), (9, 128, 4, 16), _opts(), backend="cpu", is_causal=causal)),
-                       ("dense", None, None, None))  # past it
-    # causal with T < S: only the first T keys count (the tile is T x T); not causal, all S do
-    self.assertEqual(path(select((1, 100, 4, 16), (1, 200, 4, 16), _opts(), backend="cpu", is_causal=True)),
-                     ("blockwise", 100, 100, "dense"))
-    self.assertEqual(path(select((1, 100, 4, 16), (1, 200, 4, 16), _opts(), backend="cpu")),
-                     ("blockwise", 100, 200, "dense"))
-    self.assertEqual(path(select(below, below, _opts(), backend="cpu", return_weights=True)),
-                     ("dense", None, None, None))
-    large = scaling.attention.LARGE_BLOCKS_MIN_KV_LEN
-    for kv_len, blocks in ((large - 1, scaling.attention.BLOCKS), (large, scaling.attention.LARGE_BLOCKS)):
-      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu",
-                      is_causal=True)
-      self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", *blocks))
-      choice = select((1, 2 * large, 2, 16), (1, kv_len, 2, 16), _opts(rule="qk_norm"), backend="cpu")
-      self.assertEqual((choice.block_q, choice.block_k), scaling.attention.LARGE_BLOCKS)  # no mask: large tiles
-    self.assertEqual(select((1, 3, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=True).block_q,
-                     3)  # capped at T
-    small = scaling.attention.SINGLE_TILE_MAX_LOGITS // (4 * min_len)  # B·N·T·S at the limit: one T x S tile
-    for causal in (False, True):
-      choice = select((1, small, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=causal)
-      self.assertEqual((choice.implementation, choice.block_q, choice.block_k, choice.forward),
-                       ("blockwise", small, min_len, None))
-    # causal with T < S: keys past T are never seen, so the rule tiles as if S were T (one T x T tile here)
-    for t, kv_len in ((1, 4096), (200, 2048), (min_len, 4 * min_len)):
-      choice = select((1, t, 4, 16), (1, kv_len, 4, 16), _opts(), backend="cpu", is_causal=True)
-      self.assertEqual((choice.implementation, choice.block_q, choice.block_k), ("blockwise", t, t))
-      choice = select((1, t, 4, 16), (1, kv_len, 4, 16), _opts(), backend="cpu")  # not causal: all S keys count
-      self.assertEqual(choice.block_k, kv_len if 4 * t * kv_len <= scaling.attention.SINGLE_TILE_MAX_LOGITS else
-                       scaling.attention.LARGE_BLOCKS[1])
-    for causal, blocks in ((True, scaling.attention.BLOCKS), (False, scaling.attention.LARGE_BLOCKS)):  # past it
-      choice = select((1, small + 1, 4, 16), (1, min_len, 4, 16), _opts(), backend="cpu", is_causal=causal)
-      self.assertEqual((choice.implementation, choice.block_q, choice.block_k),
-                       ("blockwise", *(min(b, min_len) for b in blocks)))
-    long = ((1, 4 * min_len, 4, 16), (1, 4 * min_len, 4, 16))
+    long = ((1, 4 * scaling.attention.BLOCKWISE_MIN_KV_LEN, 4, 16),) * 2
     for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
                          (_opts(), {"return_weights": True})):
-      self.assertEqual(select(*long, opts, backend="cpu", **kwargs).implementation, "dense")
+      for backend in ("cpu", "gpu"):
+        self.assertEqual(select(*long, opts, dtype=jnp.bfloat16, backend=backend, **kwargs).implementation, "dense")
     self.assertEqual(select(*long, _opts(), dtype=jnp.bfloat16, backend="gpu").implementation, "cudnn")
-    self.assertEqual(select(*long, _opts(), dtype=jnp.float32, backend="gpu").implementation, "blockwise")
-    self.assertEqual(select(*long, _opts(rule="qk_norm"), dtype=jnp.bfloat16, backend="gpu").implementation,
-                     "blockwise")
+    for opts, dtype, backend, kwargs in ((_opts(), jnp.bfloat16, "cpu", {}), (_opts(), jnp.float32, "gpu", {}),
+                                         (_opts(rule="qk_norm"), jnp.bfloat16, "gpu", {}),
+                                         (_opts(), jnp.bfloat16, "gpu", {"has_bias": True}),
+                                         (_opts(), jnp.bfloat16, "gpu", {"has_local_window": True})):
+      self.assertNotEqual(select(*long, opts, dtype=dtype, backend=backend, **kwargs).implementation, "cudnn")
+    self.assertEqual(select((1, 0, 4, 16), long[1], _opts(), backend="cpu").implementation, "dense")  # T = 0
 
-  @parameterized.parameters(  # (B, T, N, K, S) -> (forward+backward, forward alone) blocks, written out from the rule
-      ((1, 2048, 4, 4, 2048), (256, 512), (256, 512)),  # no GQA: G·256·512 = 2**17 (tile limit); B·N = 4: fits
-      ((4, 2048, 16, 16, 2048), (256, 512), (256, 512)),  # B·N = 64 > T·S / (256·512): no step cap from S = 2048
-      ((8, 2048, 16, 16, 2048), (256, 512), (256, 512)),  # B·N = 128: likewise
-      ((4, 2048, 16, 16, 8192), (256, 512), (256, 512)),  # local window, S = 8192: likewise
-      ((2, 1024, 8, 8, 1024), (128, 128), (128, 128)),  # B·N = 16: 16·256·512 > T·S = 2**20: straight to 128x128
-      ((1, 2048, 8, 8, 2048), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 <= T·S
-      ((1, 1024, 8, 8, 1024), (256, 512), (256, 512)),  # B·N = 8: 8·256·512 = 2**20 = T·S, the most that fits
-      ((4, 1024, 8, 8, 1024), (128, 128), (128, 128)),  # B·N = 32: 32·128·128 = 2**19 <= T·S
-      ((2, 1536, 8, 8, 1536), (256, 512), (256, 512)),  # B·N = 16: 16·256·512 = 2**21 <= T·S = 2359296
-      ((4, 1536, 8, 8, 1536), (128, 128), (128, 128)),  # B·N = 32: 2**22 > T·S: 128x128, both passes
-      ((1, 2048, 4, 2, 2048), (256, 256), (256, 256)),  # G = 2, one over: block_k halves first
-      ((1, 2048, 8, 2, 2048), (128, 256), (128, 256)),  # G = 4: then block_q to 128
-      ((2, 1024, 8, 2, 1024), (128, 256), (128, 256)),  # G = 4: the tile cap only, no step cap with GQA
-      ((4, 512, 8, 2, 512), (128, 256), (128, 256)),  # G = 4: a step cap would have given the floor 64x128
-      ((2, 4096, 8, 1, 4096), (128, 128), (128, 128)),  # G = 8: then block_k to 128
-      ((1, 2048, 1, 1, 1023), (128, 128), (128, 128)),  # below LARGE_BLOCKS_MIN_KV_LEN without GQA: BLOCKS
-      ((1, 2048, 16, 1, 1023), (64, 128), (64, 128)),  # with GQA LARGE_BLOCKS at any S; G = 16: block_q last
-      ((2, 512, 4, 2, 512), (256, 256), (256, 256)),  # G = 2 below LARGE_BLOCKS_MIN_KV_LEN: block_k halves once
-      ((1, 512, 32, 1, 512), (64, 128), (64, 128)),  # the floor MIN_BLOCKS, even over the limit
-      ((4, 512, 8, 8, 512), (64, 128), (128, 128)),  # B·N = 32: 32·128·128 > T·S = 2**18: MIN_BLOCKS under grad
-      ((2, 512, 8, 8, 512), (128, 128), (128, 128)),  # B·N = 16: 16·128·128 = 2**18 = T·S
-      ((3, 600, 1, 1, 1900), (256, 512), (256, 512)),  # local window, S = 1900: 3·256·512 <= T·S = 1140000
-      ((1, 100, 8, 8, 1500), (100, 128), (100, 128)),  # B·N = 8: 8·100·512 > T·S = 150000: 128x128 capped at T
-      ((16, 100, 4, 4, 1500), (64, 128), (100, 128)),  # B·N = 64: 64·100·128 > T·S: MIN_BLOCKS under grad only
-      ((64, 100, 4, 4, 4096), (100, 512), (100, 512)),  # S = 4096: no step cap from S = 2048
-  )
-  def test_blocks_hold_the_tile_within_the_limits(self, shape, blocks, forward_blocks):
-    b, t, n, k, s = shape
-    query_shape, key_shape = (b, t, n, 16), (b, s, k, 16)
-    blocks_of = functools.partial(scaling.attention.blockwise_blocks, query_shape, key_shape, is_causal=True)
-    self.assertEqual(blocks_of(), blocks)
-    self.assertEqual(blocks_of(differentiated=False), forward_blocks)
-    # the limits the table above was written for
-    self.assertEqual((scaling.attention.TILE_MAX_ELEMENTS, scaling.attention.BLOCKS, scaling.attention.LARGE_BLOCKS,
-                      scaling.attention.MIN_BLOCKS, scaling.attention.LARGE_BLOCKS_MIN_KV_LEN,
-                      scaling.attention.STEP_CAP_MAX_KV_LEN), (2**17, (128, 128), (256, 512), (64, 128), 1024, 2048))
-    # A causal mask with T < S would count only T keys (tested in test_rule); a local window keeps S, and the
-    # rule treats it like a causal mask otherwise.
-    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu",
-                                                     is_causal=t >= s, has_local_window=t < s)
-    self.assertEqual((choice.block_q, choice.block_k), blocks)
-    forward = choice.forward
-    self.assertEqual(None if forward is None else (forward.implementation, forward.block_q, forward.block_k),
-                     None if forward_blocks == blocks else ("blockwise", *forward_blocks))
-
-  @parameterized.parameters((1, 300), (200, 2048))  # one T x T tile; 2048 keys padded to 11 tiles of 200
-  def test_causal_short_queries_match_jax_nn(self, t, s):
-    q, k, v = _qkv(seed=5, b=1, t=t, s=s, n=4, k=2, h=8)
-    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu",
-                                                             is_causal=True).block_k, t)
-
-    def loss(attend):
-      return lambda q, k, v: jnp.sum(jnp.sin(attend(q, k, v, is_causal=True)))
-
-    ours = jax.jit(jax.value_and_grad(loss(scaling.dot_product_attention), argnums=(0, 1, 2)))(q, k, v)
-    reference = jax.value_and_grad(loss(jax.nn.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
-    chex.assert_trees_all_close(ours, reference, atol=2e-5, rtol=2e-5)
-    chex.assert_trees_all_close(jax.jit(functools.partial(scaling.dot_product_attention, is_causal=True))(q, k, v),
-                                jax.nn.dot_product_attention(q, k, v, is_causal=True), atol=2e-5, rtol=2e-5)
-
-  @parameterized.parameters(  # (B, T, N, K, S) -> blocks, both passes, written out from the rule
-      ((4, 2048, 16, 16, 8192), (256, 512)),  # B·N = 64: no step cap without a mask
-      ((4, 512, 8, 8, 512), (256, 512)),  # S < LARGE_BLOCKS_MIN_KV_LEN: LARGE_BLOCKS all the same
-      ((1, 2048, 8, 2, 2048), (128, 256)),  # G = 4: the tile cap only
-      ((1, 512, 32, 1, 512), (64, 128)),  # G = 32: the floor MIN_BLOCKS
-  )
-  def test_unmasked_blocks_are_large_in_both_passes(self, shape, blocks):
-    b, t, n, k, s = shape
-    query_shape, key_shape = (b, t, n, 16), (b, s, k, 16)
-    for differentiated in (True, False):
-      self.assertEqual(scaling.attention.blockwise_blocks(query_shape, key_shape, is_causal=False,
-                                                          differentiated=differentiated), blocks)
-    choice = scaling.attention.select_implementation(query_shape, key_shape, _opts(), backend="cpu")
-    self.assertEqual((choice.implementation, choice.block_q, choice.block_k, choice.forward),
-                     ("blockwise", *blocks, None))
-
-  def test_forward_tiles_run_when_not_differentiated(self):
-    # B·N = 64 heads of T = S = 256: 64·128·128 > T·S: backward tiles 64x128, forward 128x128.
-    q, k, v = _qkv(seed=3, b=1, t=256, s=256, n=64, k=64, h=4)
-    ct = jax.random.normal(jax.random.key(4), q.shape)
-    choice = scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu", is_causal=True)
-    self.assertEqual((choice.block_q, choice.block_k, choice.forward.block_q, choice.forward.block_k),
-                     (64, 128, 128, 128))
-    big = scaling.attention.select_implementation((1, 256, 4, 8), (1, 8192, 4, 8), _opts(), backend="cpu",
-                                                  has_local_window=True)
-    self.assertIsNone(big.forward)  # B·N·256·512 <= T·S: both passes' tiles are LARGE_BLOCKS
-    default = lambda q, k, v: scaling.dot_product_attention(q, k, v, is_causal=True)
-    forced = {tiles: functools.partial(scaling.blockwise.blockwise_attention, is_causal=True, block_q=tiles[0],
-                                       block_k=tiles[1]) for tiles in ((64, 128), (128, 128))}
-
-    def value_and_grads(fn):
-      return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v), ct), argnums=(0, 1, 2))(q, k, v)
-
-    # Alone: the forward's tiles; differentiated: the backward's tiles forward and backward, value and gradients.
-    out, want = jax.jit(lambda: (default(q, k, v), forced[128, 128](q, k, v)))()
-    chex.assert_trees_all_close(out, want, rtol=0, atol=1e-7)
-    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(forced[64, 128])))()
-    chex.assert_trees_all_close(got, want, rtol=0, atol=1e-7)
-    # Both against jax.nn's, an independent reference.
-    out_nn = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    chex.assert_trees_all_close(out, out_nn, rtol=1e-5, atol=2e-6)
-    chex.assert_trees_all_close(got, value_and_grads(lambda q, k, v: jax.nn.dot_product_attention(
-        q, k, v, is_causal=True)), rtol=1e-4, atol=2e-5)
-    # With a mask (or a residual) nothing changes: the backward's tiles.
-    mask = jnp.ones((1, 1, 256, 256), bool)
-    chex.assert_trees_all_close(
-        jax.jit(lambda: scaling.dot_product_attention(q, k, v, mask=mask, is_causal=True))(),
-        jax.jit(lambda: forced[64, 128](q, k, v, mask=mask))(), rtol=0, atol=1e-7)
-
-  def test_short_keys_one_tile_when_differentiated_dense_alone(self):
-    # S = 64 < BLOCKWISE_MIN_KV_LEN: under differentiation one 48 x 64 tile, alone dense; with a mask, dense always.
-    q, k, v = _qkv(seed=5, b=2, t=48, s=64, n=4, k=2, h=8)
+  @parameterized.parameters(scaling.attention.BLOCKWISE_MIN_KV_LEN // 2, 2 * scaling.attention.BLOCKWISE_MIN_KV_LEN)
+  def test_a_split_choice_runs_its_forward_alone_and_its_own_path_differentiated(self, kv_len):
+    # Whatever the rule picks: a choice with a forward of its own runs that path's very program when not
+    # differentiated, and its own path forward and backward under differentiation; a call that cannot split (a mask
+    # or a residual) runs its own path, or dense where the forward is dense below BLOCKWISE_MIN_KV_LEN.
+    q, k, v = _qkv(seed=5, b=2, t=48, s=kv_len, n=4, k=2, h=8)
     ct = jax.random.normal(jax.random.key(6), q.shape)
-    default = lambda q, k, v, **kw: scaling.dot_product_attention(q, k, v, **kw)
-    dense = functools.partial(scaling.dot_product_attention, implementation="dense")
-    tile = functools.partial(scaling.blockwise.blockwise_attention, block_q=48, block_k=64)
+    mask = jnp.tril(jnp.ones((48, kv_len), bool))[None, None]
+    dense = scaling.autotune.Choice("dense")
+    for forward in (dense, scaling.autotune.Choice("blockwise", 32, 64)):
+      choice = scaling.autotune.Choice("blockwise", 16, 32, forward=forward)
+      run = lambda c: scaling.autotune.path_function(c)
+      with mock.patch.object(scaling.attention, "select_implementation", return_value=choice):
 
-    def value_and_grads(fn, **kw):
-      return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
+        def value_and_grads(fn, **kw):
+          return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
 
-    out, want = jax.jit(lambda: (default(q, k, v), dense(q, k, v)))()
-    chex.assert_trees_all_close(out, want, rtol=0, atol=0)  # the dense program itself
-    got, want = jax.jit(lambda: (value_and_grads(default), value_and_grads(tile)))()
-    chex.assert_trees_all_close(got, want, rtol=0, atol=0)  # the one tile's program itself
-    chex.assert_trees_all_close(got, value_and_grads(jax.nn.dot_product_attention), rtol=1e-4, atol=2e-5)
-    # Not split (a mask, a residual): dense, differentiated or not.
-    mask = jnp.tril(jnp.ones((48, 64), bool))[None, None]
-    got, want = jax.jit(lambda: (value_and_grads(default, mask=mask), value_and_grads(dense, mask=mask)))()
-    chex.assert_trees_all_close(got, want, rtol=0, atol=0)
-    loops = lambda **kw: "while[" in str(jax.make_jaxpr(lambda q: value_and_grads(default, **kw))(q))
-    self.assertEqual((loops(is_causal=True), loops(mask=mask)), (True, False))  # blockwise's key-block loops
+        out, want = jax.jit(lambda q, k, v: (scaling.dot_product_attention(q, k, v), run(forward)(q, k, v)))(q, k, v)
+        chex.assert_trees_all_close(out, want, rtol=0, atol=0)
+        got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention), value_and_grads(run(choice))))()
+        chex.assert_trees_all_close(got, want, rtol=0, atol=0)
+        unsplit = dense if forward == dense and kv_len < scaling.attention.BLOCKWISE_MIN_KV_LEN else choice
+        got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention, mask=mask),
+                                     value_and_grads(run(unsplit), mask=mask)))()
+        chex.assert_trees_all_close(got, want, rtol=0, atol=0)
+        out, want = jax.jit(lambda: (scaling.dot_product_attention(q, k, v, return_residual=True),
+                                     run(unsplit)(q, k, v, return_residual=True)))()
+        chex.assert_trees_all_close(out, want, rtol=0, atol=0)
+      chex.assert_trees_all_close(got[0], value_and_grads(jax.nn.dot_product_attention, mask=mask)[0], rtol=1e-4,
+                                  atol=2e-5)  # and the path is attention: the masked loss is jax.nn's
 
-  def test_default_long_sequence_matches_jax_nn(self):
-    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
-    q, k, v = _qkv(b=1, t=t, s=t, n=2, k=1, h=8, std=0.5)
-    ct = jax.random.normal(jax.random.key(9), q.shape)
-
-    def value_and_grads(fn):
-      def loss(q, k, v):
-        out, lse = fn(q, k, v, is_causal=True, return_residual=True)
-        return jnp.vdot(out, ct), (out, lse)
-      return jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
-
-    self.assertEqual(scaling.attention.select_implementation(q.shape, k.shape, _opts(), backend="cpu",
-                                                             is_causal=True).implementation, "blockwise")
-    got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention),
-                                 value_and_grads(jax.nn.dot_product_attention)))()
-    chex.assert_trees_all_close(got[0], want[0], rtol=1e-5, atol=2e-5)  # loss, output, log-sum-exp
-    chex.assert_trees_all_close(got[1], want[1], rtol=1e-4, atol=2e-5)
 
   @parameterized.named_parameters(
       ("weights", {"return_weights": True}),
