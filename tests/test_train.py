@@ -2,10 +2,14 @@
 
 import functools
 import math
+import types
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +18,7 @@ import optax
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling import resources
 from scaling import train as train_lib
 
 T = 12
@@ -297,13 +302,43 @@ class GridTest(chex.TestCase):
     self.assertIn("scan", str(jax.make_jaxpr(chunked)(state, batch)))
     self.assertNotIn("scan", str(jax.make_jaxpr(plain)(state, batch)))
 
-  def test_default_grid_chunk(self):
-    small, wide = _config(width=train_lib.GRID_CHUNK_MAX_WIDTH), _config(width=2 * train_lib.GRID_CHUNK_MAX_WIDTH)
-    self.assertEqual(train_lib.default_grid_chunk(small, 16, backend="cpu"), train_lib.GRID_CHUNK)
-    self.assertIsNone(train_lib.default_grid_chunk(small, train_lib.GRID_CHUNK, backend="cpu"))  # all at once
-    self.assertIsNone(train_lib.default_grid_chunk(wide, 16, backend="cpu"))
-    self.assertIsNone(train_lib.default_grid_chunk(small, 16, backend="gpu"))
-    self.assertIsNone(train_lib.default_grid_chunk(small, 16, backend="cpu", devices=2))
+  @settings(max_examples=100, deadline=None)
+  @given(width=st.integers(1, 4096), members=st.integers(1, 64), backend=st.sampled_from(["cpu", "gpu", "tpu"]),
+         devices=st.integers(1, 8))
+  def test_default_grid_chunk_divides_the_members(self, width, members, backend, devices):
+    # Whatever its limits: all at once (None), or chunks of at least one member and fewer than the grid's.
+    chunk = train_lib.default_grid_chunk(types.SimpleNamespace(width=width), members, backend=backend,
+                                         devices=devices)
+    self.assertTrue(chunk is None or (type(chunk) is int and 1 <= chunk < members), chunk)
+
+  def test_default_grid_chunk_runs_every_member_and_an_even_split_within_the_grid_estimate(self):
+    # The rule's chunk on one CPU device, for the smallest grids it splits evenly and with a remainder: every
+    # member's step equals all at once's; split evenly, XLA's buffer plan of the chunked step stays within the
+    # library's memory estimate of the grid (``resources.training_program``).
+    cfg, opt = _config(), _adam()
+    chunks = {m: train_lib.default_grid_chunk(cfg, m, backend="cpu") for m in range(2, 17)}
+    even = [m for m, c in chunks.items() if c and m % c == 0]
+    uneven = [m for m, c in chunks.items() if c and m % c]
+    if not even and not uneven:
+      self.skipTest("the rule runs every grid of this model all at once")
+    for members in (*even[:1], *uneven[:1]):
+      seeds, lrs = jnp.arange(members), jnp.geomspace(1e-3, 1e-1, members)
+      state = train_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
+      batch = train_lib.grid_batches(_dataset(), 0, seeds)
+      chunked = train_lib.make_train_step(cfg, opt, grid=True, chunk=chunks[members])
+      whole = train_lib.make_train_step(cfg, opt, grid=True)
+      (got, got_metrics), (want, want_metrics) = chunked(state, batch), whole(state, batch)
+      np.testing.assert_allclose(got_metrics["loss"], want_metrics["loss"], rtol=1e-5)
+      chex.assert_trees_all_close(got.params, want.params, rtol=1e-4, atol=1e-6)
+      if members % chunks[members]:
+        continue
+      analysis = chunked.lower(state, batch).compile().memory_analysis()
+      if analysis is None:
+        self.skipTest("no memory analysis on this backend")
+      planned = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+      estimate = resources.training_program(cfg, optimizer=opt.optimizer, batch_size=_dataset().batch_size,
+                                            seq_len=T, members=members)
+      self.assertLessEqual(planned, estimate.total)
 
   def test_bad_grid_arguments(self):
     with self.assertRaisesRegex(ValueError, "same length"):
