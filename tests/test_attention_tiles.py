@@ -6,6 +6,8 @@ import pathlib
 from absl.testing import absltest
 
 import experiment_main
+from scaling import attention
+from scaling import autotune
 
 
 def _script():
@@ -22,19 +24,25 @@ class AttentionTilesTest(absltest.TestCase):
     self.assertEqual(status, 0)
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     self.assertEqual([r["mode"] for r in rows], ["fwd+bwd", "fwd"])
+    opts = attention.resolve_logit_options(8, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                           float32_softmax=True, subtract_max=True)
+    choice = attention.select_implementation((1, 256, 2, 8), (1, 256, 1, 8), opts, is_causal=True)
+    # what the default runs in each pass, timed though not among --tiles
+    default = {"fwd+bwd": autotune.choice_name(choice), "fwd": autotune.choice_name(choice.forward or choice)}
+    names = list(dict.fromkeys(["dense", "blockwise 64x128", *(f"blockwise {q}x{k}"
+                                                               for q, k in attention.fixed_tiles(choice))]))
     for row in rows:
-      # the default runs one 256x256 tile (B·N·T·S = 2·256·256 is small): timed though not among --tiles
-      self.assertEqual(set(row["ms"]), {"dense", "blockwise 64x128", "blockwise 256x256"})
-      self.assertEqual(row["default"], "blockwise 256x256")
+      self.assertEqual(set(row["ms"]), set(names))
+      self.assertEqual(row["default"], default[row["mode"]])
       self.assertTrue(all(ms > 0 for ms in row["ms"].values()))
     text = out.read_text()
     for row in rows:
       fastest = min(row["ms"], key=row["ms"].get)
       ratios = {name: ms / row["ms"][fastest] for name, ms in row["ms"].items()}
-      cells = [f"{ratios[n]:.2f}" for n in ("dense", "blockwise 64x128", "blockwise 256x256")]
-      self.assertIn(f"| 1x256x2x1x256 | causal | {row['mode']} | {' | '.join(cells)} | 256x256 "
-                    f"({ratios['blockwise 256x256']:.2f}) |", text)
-    within = sum(r["ms"]["blockwise 256x256"] / min(r["ms"].values()) <= 1.1 for r in rows)
+      cells = [f"{ratios[n]:.2f}" for n in names]
+      self.assertIn(f"| 1x256x2x1x256 | causal | {row['mode']} | {' | '.join(cells)} | "
+                    f"{row['default'].replace('blockwise ', '')} ({ratios[row['default']]:.2f}) |", text)
+    within = sum(r["ms"][r["default"]] / min(r["ms"].values()) <= 1.1 for r in rows)
     self.assertIn(f"the default within 1.1x of the fastest path: {within} of 2 rows", text)
 
   def test_bad_case_is_refused_in_one_line(self):

@@ -15,13 +15,17 @@ from scaling import autotune
 from scaling import blockwise
 
 Q_SHAPE, K_SHAPE = (1, 256, 2, 16), (1, 256, 1, 16)  # S = BLOCKWISE_MIN_KV_LEN: the smallest tuned case
-FIXED = (256, 256)  # the fixed rule's one T x S tile for these shapes (B·N·T·S = 2·256·256 <= 2**20)
 
 
 def _opts(**kwargs):
   options = dict(scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
                  subtract_max=True)
   return attention.resolve_logit_options(16, **{**options, **kwargs})
+
+
+FIXED_CHOICE = attention.select_implementation(Q_SHAPE, K_SHAPE, _opts(), is_causal=True)
+FIXED = attention.fixed_tiles(FIXED_CHOICE)[0]
+"""The fixed rule's tile under differentiation for these shapes, whatever its limits."""
 
 
 def _inputs():
@@ -128,8 +132,11 @@ class AutotuneTest(chex.TestCase):
     self._auto()  # a second program (a new jit) of the same case
     q, k, v = _inputs()
     attention.dot_product_attention(q, k, v, is_causal=True, implementation="auto")
-    candidates = ["dense", "blockwise 64x128", "blockwise 128x128", "blockwise 128x256",
-                  "blockwise 256x256"]  # 256x512 does not fit S = 256; the fixed 256x256 is a tile
+    paths = autotune.candidates_for(Q_SHAPE, K_SHAPE, None, attention.fixed_tiles(FIXED_CHOICE))
+    candidates = [autotune.choice_name(c) for c in paths]
+    self.assertIn("blockwise {}x{}".format(*FIXED), candidates)  # the fixed rule's tile is a candidate
+    self.assertLen(set(candidates), len(candidates))
+    self.assertTrue(all(c.block_q <= Q_SHAPE[1] and c.block_k <= K_SHAPE[1] for c in paths if c.block_q))  # fit T, S
     self.assertEqual(calls, [candidates, candidates])  # one tuning: forward+backward, then forward alone
     self.assertEqual(self.blocks, [(64, 128)] * 3)
     self.assertEqual(autotune.load()[_key()]["choice"],
@@ -219,7 +226,7 @@ class AutotuneTest(chex.TestCase):
     expected = loss(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))(q, k, v)
     chex.assert_trees_all_close(ours(q, k, v), expected, atol=2e-5, rtol=2e-5)
     entry = autotune.load()[_key()]
-    self.assertEqual(set(entry["ms"]), {"blockwise 64x128", "blockwise 256x256"})
+    self.assertEqual(set(entry["ms"]), {"blockwise 64x128", "blockwise {}x{}".format(*FIXED)})
     self.assertEqual(set(entry["forward_ms"]), set(entry["ms"]))  # the forward alone, timed too
     self.assertTrue(all(ms > 0 for ms in [*entry["ms"].values(), *entry["forward_ms"].values()]))
     best = min(entry["ms"], key=entry["ms"].get)

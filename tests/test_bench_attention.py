@@ -4,12 +4,22 @@ import contextlib
 import io as std_io
 import json
 import pathlib
+import re
 import statistics
 
 from absl.testing import absltest
 
+from scaling import attention as attention_lib
+from scaling import autotune
 from scaling.studies.benchmarks import attention
 from scaling.studies.benchmarks import implementations
+
+
+def _rule(b, t, n, k, h, causal=True):
+  """What the dispatcher's fixed rule runs for the case (T = S), by name."""
+  opts = attention_lib.resolve_logit_options(h, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                             float32_softmax=True, subtract_max=True)
+  return attention_lib.select_implementation((b, t, n, h), (b, t, k, h), opts, is_causal=causal)
 
 
 class AttentionBenchTest(absltest.TestCase):
@@ -69,9 +79,11 @@ class AttentionBenchTest(absltest.TestCase):
       result = attention.run(attention.QUICK, out)
     printed = buf.getvalue()
     self.assertIn("ratio_to_jax_nn", printed)
-    self.assertRegex(printed, r"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \(blockwise 256x256\) [0-9.]+ "
+    gqa = autotune.choice_name(_rule(2, 256, 4, 1, 32))  # the QUICK GQA case's path, as the rule picks it
+    gqa_tile = "blockwise {}x{}".format(*attention_lib.fixed_tiles(_rule(2, 256, 4, 1, 32))[0])
+    self.assertRegex(printed, rf"B2 T256 N4/K1 d32 causal fwd\+bwd: ours \({re.escape(gqa)}\) [0-9.]+ "
                               r"ms; best forced "
-                              r"\((dense|blockwise 256x256|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
+                              rf"\((dense|{gqa_tile}|blockwise 64x128)\) [0-9.]+ ms, ours / best [0-9.]+; "
                               r"ours / jax.nn [0-9.]+")
     self.assertIn("matmul peak", printed)
     data = json.loads((out / "attention.json").read_text())
@@ -99,8 +111,8 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertEqual(cells, {(*shape, True, m, i) for shape in shapes for m in implementations.MODES for i in impls}
                      | {(*shape, True, "fwd+bwd", "ours (auto)") for shape in shapes})  # QUICK times causal only
     chosen = {(r["batch"], r["seq_len"], r["causal"]): r["chosen"] for r in data["timings"] if r["impl"] == "ours"}
-    # S = 256 reaches the rule's threshold, and these logits are small enough for one T x S tile.
-    self.assertEqual(chosen, {(1, 256, True): "blockwise 256x256", (2, 256, True): "blockwise 256x256"})
+    # The suite records the path the dispatcher's rule picks for each case.
+    self.assertEqual(chosen, {(1, 256, True): autotune.choice_name(_rule(1, 256, 4, 4, 32)), (2, 256, True): gqa})
     for r in data["timings"]:
       if r["impl"] == "ours":
         forced = [o["ms"] for o in data["timings"] if o["impl"] in ("dense", "blockwise", "blockwise 64x128")
@@ -152,16 +164,21 @@ class AttentionBenchTest(absltest.TestCase):
     self.assertLen(data["targets"]["default_at_least_as_fast_as_jax_nn"]["per_size"], 4)
     self.assertLen(data["targets"]["default_within_1.1x_of_best_forced"]["per_size"], 4)
     self.assertLen(data["targets"]["auto_within_1.1x_of_best_forced"]["per_size"], 2)
-    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed one tile 256x256, in the
+    # The autotune measured each case once, by itself, among dense, 64x128 and the fixed rule's tiles, in the
     # run's own cache (QUICK times auto in the forward+backward pass only; the tuning times both passes).
     auto = [r for r in data["timings"] if r["impl"] == "ours (auto)"]
     self.assertEqual([r["tuned"] for r in auto], [True] * 2)
     self.assertTrue(all(r["tune_s"] > 0 for r in auto))
-    paths = {"dense", "blockwise 64x128", "blockwise 256x256"}
-    self.assertTrue({part for r in auto for part in r["chosen"].split(", forward ")} <= paths)
+    cases = {"q1x256x4x32": (1, 256, 4, 4, 32), "q2x256x4x32": (2, 256, 4, 1, 32)}  # cache key: its query shape
+    candidates = {name: {"dense", "blockwise 64x128", *("blockwise {}x{}".format(*tile)
+                                                        for tile in attention_lib.fixed_tiles(_rule(*case)))}
+                  for name, case in cases.items()}
+    self.assertTrue({part for r in auto for part in r["chosen"].split(", forward ")}
+                    <= set.union(*candidates.values()))
     tuned = json.loads((out / "attention_autotune.json").read_text())
     self.assertLen(tuned, 2)
-    for entry in tuned.values():
+    for key, entry in tuned.items():
+      (paths,) = [paths for name, paths in candidates.items() if name in key]
       self.assertEqual(set(entry["ms"]), paths)
       if entry["choice"]["implementation"] == "blockwise":
         self.assertEqual(set(entry["forward_ms"]), paths)
