@@ -101,8 +101,10 @@ class ModelConfig:
     qk_norm_gains: with a ``QKNorm`` rule, learn per-coordinate gains [H] of the
       normalized q and k (``query_gain``, ``key_gain``); False: no gains, no such parameters.
     scan_layers: run consecutive blocks of equal shape and scales as one ``jax.lax.scan`` over their stacked
-      parameters (compile time flat in depth; the parameter tree keeps one ``block_{i}`` per block); False:
-      the blocks unrolled. Both compute the same function.
+      parameters (compile time flat in depth); False: the blocks unrolled. Both compute the same function. The
+      model takes its parameters with one ``block_{i}`` per block (as ``init_params`` makes them) or stacked
+      (``stack_blocks``: ``block_0`` holds every block's, [depth, ...]; the layout training keeps, so the
+      optimizer too runs once over the stacked parameters).
   """
 
   vocab_size: int
@@ -663,14 +665,20 @@ def _scanned_blocks(module: Transformer, x: Array, specs: Any, block_scales: Seq
   parameters (and perturbations); every output collection the caller made mutable is unstacked into ``block_{i}``."""
   cfg = module.config
   variables = module.variables
+  stacked = is_stacked(variables.get("params", {}), cfg.depth)
   mutable = [c for c in _SCANNED_OUTPUTS if module.is_mutable_collection(c)]
   for group in scan_groups(block_scales):
     names = [f"block_{i}" for i in group]
-    if len(group) == 1:
+    if len(group) == 1 and not stacked:
       x = Block(cfg, specs, attn_mult=module.attn_mult, scales=block_scales[group[0]], name=names[0])(x)
       continue
+    given = [c for c in _SCANNED_INPUTS if c in variables and names[0] in variables[c]]
     inputs = {c: jax.tree.map(lambda *leaves: jnp.stack(leaves), *(layers.unbox(variables[c][n]) for n in names))
-              for c in _SCANNED_INPUTS if c in variables and names[0] in variables[c]}
+              for c in given if not (c == "params" and stacked)}
+    if stacked:  # this run's slice of the stacked parameters (all of them for a single run)
+      first, last = group[0], group[-1] + 1
+      inputs["params"] = jax.tree.map(lambda a: a if (first, last) == (0, cfg.depth) else a[first:last],
+                                      layers.unbox(variables["params"]["block_0"]))
     scales = block_scales[group[0]]
     taus = None if scales is None else jnp.asarray([[block_scales[i].tau_attn, block_scales[i].tau_mlp]
                                                      for i in group], jnp.float32)
@@ -690,6 +698,32 @@ def _scanned_blocks(module: Transformer, x: Array, specs: Any, block_scales: Seq
       for collection, tree in outputs.items():
         sown(collection, jax.tree.map(lambda a, j=j: a[j], tree))
   return x
+
+
+def is_stacked(params: Any, depth: int) -> bool:
+  """Whether ``params`` hold the blocks stacked (``stack_blocks``) rather than one ``block_{i}`` per block."""
+  return depth > 1 and "block_0" in params and "block_1" not in params
+
+
+def stack_blocks(params: Any, depth: int) -> dict[str, Any]:
+  """The parameters with every block's stacked under ``block_0`` (leaves [depth, ...]); as given if already so.
+
+  The layout a scanned model (``scan_layers``) trains in: its scan reads them as they are, and the optimizer
+  updates each stacked leaf once (the blocks' parameters share their specs, so their multipliers broadcast).
+  """
+  if depth == 1 or is_stacked(params, depth):
+    return dict(params)
+  names = [f"block_{i}" for i in range(depth)]
+  rest = {k: v for k, v in params.items() if k not in names}
+  return {**rest, "block_0": jax.tree.map(lambda *leaves: jnp.stack(leaves), *(params[n] for n in names))}
+
+
+def unstack_blocks(params: Any, depth: int) -> dict[str, Any]:
+  """The parameters with one ``block_{i}`` per block (the inverse of ``stack_blocks``); as given if not stacked."""
+  if not is_stacked(params, depth):
+    return dict(params)
+  rest = {k: v for k, v in params.items() if k != "block_0"}
+  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: a[i], params["block_0"]) for i in range(depth)}}
 
 
 def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
@@ -767,6 +801,30 @@ def parametrized(config: ModelConfig) -> user_parametrization.UserParametrizatio
   delta = config if config.width != base.width else at_width(config, 2 * base.width)
   roles = roles_lib.infer_kinds(_boxed_shapes(base), _boxed_shapes(delta), _boxed_shapes(config))
   return user_parametrization.parametrize(roles, config.parametrization, forward="model")
+
+
+def trains_stacked(config: ModelConfig) -> bool:
+  """Whether training keeps the blocks' parameters stacked (``stack_blocks``): a scanned model of several blocks.
+
+  Raises ConfigError if its blocks' parameters do not share their roles, specs and ε factors (the optimizer then
+  updates each stacked leaf with the first block's)."""
+  if not (config.scan_layers and config.depth > 1):
+    return False
+  _check_blocks_share_specs(config)
+  return True
+
+
+@functools.lru_cache(maxsize=64)
+def _check_blocks_share_specs(config: ModelConfig) -> None:
+  p = parametrized(config)
+  for path in p.roles:
+    head, _, rest = path.partition("/")
+    if head.startswith("block_") and head != "block_0":
+      first = f"block_0/{rest}"
+      if (p.roles[path].kind != p.roles[first].kind or p.spec(path) != p.spec(first)
+          or p.eps_factor(path, "mup") != p.eps_factor(first, "mup")):
+        raise ConfigError(f"scan_layers: parameter {path!r} is parametrized unlike {first!r} (kind, init, "
+                          "multipliers, learning rate or ε); its blocks cannot train stacked")
 
 
 def logit_multiplier(config: ModelConfig) -> float | None:

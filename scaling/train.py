@@ -205,6 +205,8 @@ class TransformerProgram:
   def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
     """The state without the values ``with_constants`` adds (so the init program is the same for every rule)."""
     params = model_lib.init_params(jax.random.PRNGKey(seed), self.model_config)
+    if model_lib.trains_stacked(self.model_config):
+      params = model_lib.stack_blocks(params, self.model_config.depth)
     opt_state = make_optimizer(self.model_config, self.opt_config).init(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optim_lib.set_learning_rate(opt_state, learning_rate))
@@ -332,7 +334,10 @@ def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) 
 
 
 def layer_grad_norms(grads: Any, depth: int) -> Array:
-  """Global norm of the gradient of each block_{i}, [depth]."""
+  """Global norm of the gradient of each block_{i}, [depth] (of each row of the stacked blocks' gradient)."""
+  if model_lib.is_stacked(grads, depth):
+    squares = [jnp.sum(jnp.square(g).reshape(depth, -1), axis=1) for g in jax.tree.leaves(grads["block_0"])]
+    return jnp.sqrt(sum(squares))
   return jnp.stack([optax.tree.norm(grads[f"block_{i}"]) for i in range(depth)])
 
 
@@ -518,10 +523,20 @@ def _make_init(program: Program, grid: bool, alpha: float | None) -> Callable[[A
 
   def init(seeds: Any, learning_rates: Any) -> TrainState:
     states = [single(seed, lr) for seed, lr in zip(seeds, learning_rates)]
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(states)):  # traced (eval_shape, jit)
+      stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    else:  # stacked on the host: no compiled stack per grid size
+      stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *jax.device_get(states))
     return program.with_constants(jax.device_put(stacked, sharding_lib.leading()))
 
   return init
+
+
+def _stacked_on_host(values: list[Array]) -> np.ndarray:
+  """Recorded values of the steps as one host array [steps, ...] (stacked on the host unless they span processes)."""
+  if all(not isinstance(v, jax.Array) or v.is_fully_addressable for v in values):
+    return np.stack(jax.device_get(values))  # no compiled stack per record length
+  return sharding_lib.to_host(jnp.stack(values))
 
 
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
@@ -886,7 +901,7 @@ def run_training(model_config: Any, opt_config: optim_lib.OptimizerConfig, datas
       kept = _keep(padded_ok(diverged_at >= 0), kept, state)
     timed = steps_run - first - 1
     steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
-    host_records = {k: np.asarray(sharding_lib.to_host(jnp.stack(v)), np.float64) for k, v in records.items()}
+    host_records = {k: np.asarray(_stacked_on_host(v), np.float64) for k, v in records.items()}
     if grid:
       host_records = {k: v[:, :members] for k, v in host_records.items()}
       if sharding_lib.padded_size(members, mesh.size) > members:
