@@ -19,14 +19,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = sweep.SweepConfig(d_k=(4, 8), rules=("sqrt", "qk_norm"), seq_len=(8,), batch=1, num_seeds=2)
 
 
+def _without_experiments(folder: pathlib.Path) -> dict[str, str]:
+  """``worker.environment()`` with a package named ``experiments`` that refuses to import first on PYTHONPATH."""
+  (folder / "experiments").mkdir(parents=True)
+  (folder / "experiments" / "__init__.py").write_text('raise ImportError("the library imported experiments")\n')
+  env = worker.environment()
+  env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+  return env
+
+
 class WorkerTest(absltest.TestCase):
 
   def test_a_sweep_in_the_worker_is_the_experiments_sweep(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
-    elsewhere = tmp / "elsewhere"  # no experiments/ and no scaling/ here: only the library's own path
-    elsewhere.mkdir()
+    elsewhere = tmp / "elsewhere"  # no scaling/ here, and experiments refuses to import: only the library runs
     job = config_lib.from_dict(sweep.SweepConfig, {**config_lib.to_dict(TINY), "output": {"out_dir": str(tmp / "w")}})
-    done = subprocess.run(worker.command("sweep", job, "none"), cwd=elsewhere, env=worker.environment(),
+    done = subprocess.run(worker.command("sweep", job, "none"), cwd=tmp, env=_without_experiments(elsewhere),
                           capture_output=True, text=True, timeout=300, check=False)
     self.assertEqual(done.returncode, 0, done.stderr[-2000:])
     self.assertIn("time split: wall", done.stderr)
@@ -46,8 +54,9 @@ class WorkerTest(absltest.TestCase):
 
   def test_memory_job_prints_one_json_row(self):
     config = memory.MemoryConfig(impl="dense", seq_len=16, num_heads=1, head_dim=4)
-    done = subprocess.run(worker.command("memory", config, "none"), cwd=self.create_tempdir().full_path,
-                          env=worker.environment(), capture_output=True, text=True, timeout=300, check=False)
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    done = subprocess.run(worker.command("memory", config, "none"), cwd=tmp, env=_without_experiments(tmp / "blocked"),
+                          capture_output=True, text=True, timeout=300, check=False)
     self.assertEqual(done.returncode, 0, done.stderr[-2000:])
     row = json.loads(done.stdout.strip().splitlines()[-1])
     self.assertEqual((row["impl"], row["seq_len"], row["status"]), ("dense", 16, "ok"))
