@@ -23,100 +23,33 @@ options start a new run, and ``runs/<experiment>/latest`` links the one used las
 An ``--out_dir`` given keeps one folder per run: other options are refused there
 unless ``--overwrite``.
 
-Every entry point also has the options of the process (``ProcessOptions``),
-applied by ``main`` around the run: ``--compilation_cache_dir`` is JAX's
-persistent compilation cache (on by default, under the user's cache folder), so
-a rerun reads the programs an earlier run compiled instead of compiling them.
+Every entry point also has the options of the process (``scaling.process.ProcessOptions``),
+applied around the run by ``scaling.process.run`` (the path a benchmark's fresh
+process takes too): ``--compilation_cache_dir`` is JAX's persistent compilation
+cache (on by default, under the user's cache folder), so a rerun reads the
+programs an earlier run compiled instead of compiling them; the run's time split
+is printed and written to its ``time_split.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import pathlib
 import shutil
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from absl import flags
 import jax
-from jax.experimental.compilation_cache import compilation_cache
 
-from scaling import autotune
 from scaling import config as config_lib
 from scaling import data as data_lib
-from scaling import distributed
+from scaling import process as process_lib
 from scaling import results
-from scaling import timesplit
 from scaling import validation
-from scaling.config import option
-
-CACHE_OFF = ("", "none")
-"""Values of ``--compilation_cache_dir`` that turn the persistent compilation cache off."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessOptions(config_lib.Options):
-  """Options of the process rather than of a study; every entry point has them and ``main`` applies them."""
-
-  compilation_cache_dir: str | None = option(
-      None, "Folder of JAX's persistent compilation cache (a rerun reads the programs an earlier run compiled); "
-      "default: $XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax; '' or 'none' turns the cache off.")
-
-
-def default_compilation_cache_dir() -> pathlib.Path:
-  """$XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax when XDG_CACHE_HOME is not set (beside the autotune's)."""
-  return autotune.cache_root() / "jax"
-
-
-def compilation_cache_dir(value: str | None) -> pathlib.Path | None:
-  """The cache folder a ``--compilation_cache_dir`` value stands for: None = the default, '' or 'none' = off (None).
-
-  Args:
-    value: the option's value.
-
-  Returns:
-    The folder, or None when the cache is off.
-  """
-  if value is None:
-    return default_compilation_cache_dir()
-  if value.strip().lower() in CACHE_OFF:
-    return None
-  return pathlib.Path(value).expanduser()
-
-
-@contextlib.contextmanager
-def persistent_compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
-  """JAX's persistent compilation cache in ``path`` (None: off) for every compilation inside the block.
-
-  Every compiled program is written (no minimum compile time or size): a
-  rerun's many small programs add up. The previous setting is restored after
-  the block (which matters only when several runs share one process, as in tests).
-
-  Args:
-    path: the cache folder (created by JAX on the first write), or None to turn the cache off.
-
-  Yields:
-    Nothing.
-  """
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-           "jax_persistent_cache_min_entry_size_bytes")
-  before = {name: getattr(jax.config, name) for name in names}
-  values = {names[0]: None} if path is None else {names[0]: str(path), names[1]: 0.0, names[2]: -1}
-  _set_cache_options(values)
-  try:
-    yield
-  finally:
-    _set_cache_options(before)
-
-
-def _set_cache_options(values: dict[str, Any]) -> None:
-  """Sets JAX's cache options and makes the next compilation open the cache afresh."""
-  for name, value in values.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
+from scaling.process import ProcessOptions
 
 
 class ListParser(flags.ArgumentParser):
@@ -317,7 +250,8 @@ def _first_line(error: BaseException) -> str:
 
 def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequence[str] | None = None,
          doc: str | None = None, *, needs_out_dir: bool = True) -> int:
-  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)``; returns the exit status.
+  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)`` (``scaling.process.run``); returns the
+  exit status.
 
   With ``needs_out_dir=False`` the config has no output group and ``run`` gets None.
   """
@@ -337,13 +271,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     if own_dir:
       state = "resuming or reusing its results" if (out_dir / results.MANIFEST).exists() else "new"
       print(f"run directory: {out_dir} ({state})", flush=True)
-    with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)), \
-        timesplit.TimeSplit() as split:
-      run(config, out_dir)
-    if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
-      print(split.summary(), file=sys.stderr, flush=True)
-      if out_dir is not None and out_dir.is_dir():  # a dry run writes nothing
-        results.write_json(out_dir / timesplit.FILE, split.as_dict())
+    process_lib.run(run, config, out_dir, process)
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:

@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -423,7 +424,7 @@ class DeviceScriptTest(absltest.TestCase):
 
   def _script(self, *args):
     root = pathlib.Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu", "PYTHON": sys.executable}
     return subprocess.run([str(root / "scripts" / "device_claims.sh"), *args], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
 

@@ -1,6 +1,7 @@
 """Flags derived from the config declarations: one declaration per option, shared groups with one meaning."""
 
 import dataclasses
+import json
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,9 +13,12 @@ from scaling import config as config_lib
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling.studies import claims
 from scaling.studies import coord_check
+from scaling.studies import sweep
 from scaling.studies import training
 from scaling.studies import transfer
+from scaling.studies.benchmarks import memory
 
 TRAINING_STUDIES = (training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)
 SHARED_GROUPS = (data_lib.DataConfig, model_lib.ModelFamily, optim_lib.OptimizerConfig)
@@ -200,6 +204,66 @@ class OptionTest(parameterized.TestCase):
     with self.assertRaises(cli.UsageError) as ctx:
       cli.parse(training.TrainConfig, ["prog", "--seq_len=0"])
     self.assertIn("--seq_len", str(ctx.exception))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Optional(config_lib.Options):
+  level: int | None = config_lib.option(3, "A level, or None.")
+
+
+# Configs typed on the command line: (class, flags). Lists, nested groups, booleans both ways, floats, None defaults.
+TYPED = (
+    (sweep.SweepConfig, ["--d_k=8,32", "--rules=sqrt,temperature", "--nofloat32_softmax", "--causal", "--tau=8"]),
+    (claims.ClaimsConfig, ["--mode=cpu_hour", "--ids=variance_is_dk,cite_t5_fixed_sqrt", "--d_k=64,128"]),
+    (coord_check.CoordCheckConfig, ["--widths=16,32", "--steps=1", "--num_seeds=1", "--depth=1", "--zero_query",
+                                    "--learning_rate=0.03", "--text_file=/tmp/t.txt"]),
+    (transfer.TransferConfig, ["--widths=16,32", "--log2_lrs=-6,-4", "--parametrizations=mup", "--steps=3"]),
+    (training.TrainConfig, ["--rule=qk_norm", "--learning_rate=0.1", "--warmup_steps=2", "--steps=7"]),
+    (memory.MemoryConfig, ["--impl=dense", "--seq_len=64", "--nocausal", "--max_memory_fraction=0.25"]),
+)
+
+
+class DictAndCommandLineTest(parameterized.TestCase):
+  """``from_dict`` reads back what ``to_dict`` wrote (through JSON); ``command_line`` types a config's changes."""
+
+  @parameterized.parameters(*TYPED)
+  def test_json_round_trip(self, cls, flags):
+    for config in (cls(), cli.parse(cls, ["prog", *flags])):
+      self.assertEqual(config_lib.from_dict(cls, json.loads(json.dumps(config_lib.to_dict(config)))), config)
+
+  @parameterized.parameters(*TYPED)
+  def test_command_line_types_the_config(self, cls, flags):
+    config = cli.parse(cls, ["prog", *flags])
+    typed = config_lib.command_line(config)
+    self.assertLen(typed, len(flags))
+    self.assertEqual(cli.parse(cls, ["prog", *typed]), config)
+    self.assertEqual(config_lib.command_line(cls()), ())
+
+  def test_nested_defaults_and_booleans(self):
+    config = _Outer(middle=_Middle(inner=_Inner(rate=2.0, names=("a", "b")), count=7), flag=True)
+    self.assertEqual(config_lib.command_line(config), ("--names=a,b", "--flag"))
+    self.assertEqual(config_lib.command_line(_Outer(middle=_Middle(inner=_Inner()))), ("--rate=0.5", "--count=3"))
+    self.assertEqual(config_lib.from_dict(_Outer, {"middle": {"count": 4}}), _Outer(middle=_Middle(count=4)))
+    self.assertEqual(config_lib.from_dict(_Outer, {}), _Outer())
+
+  def test_what_no_flag_gives_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "level is None"):
+      config_lib.command_line(_Optional(level=None))
+    hidden = dataclasses.replace(transfer.TransferConfig(), optim=optim_lib.OptimizerConfig(learning_rate=0.5))
+    with self.assertRaisesRegex(ValueError, "optim.learning_rate is changed, but it has no flag"):
+      config_lib.command_line(hidden)
+    with self.assertRaisesRegex(TypeError, "config must be an Options config"):
+      config_lib.command_line({"level": 3})
+
+  def test_from_dict_bad_input(self):
+    with self.assertRaisesRegex(ValueError, "_Outer has no option 'flags' \\(did you mean 'flag'\\?\\)"):
+      config_lib.from_dict(_Outer, {"flags": True})
+    with self.assertRaisesRegex(ValueError, "count must be at least 1"):
+      config_lib.from_dict(_Outer, {"middle": {"count": 0}})
+    with self.assertRaisesRegex(TypeError, "cls must be an Options class"):
+      config_lib.from_dict(dict, {})
+    with self.assertRaisesRegex(TypeError, "data must be a mapping"):
+      config_lib.from_dict(_Outer, [("flag", True)])
 
 
 if __name__ == "__main__":
