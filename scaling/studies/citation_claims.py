@@ -1,7 +1,7 @@
 """The notes' factual citations, each checked against the source it names by reading it: never a measured verdict.
 
 Each is a ``scaling.studies.verdicts.CitationClaim``: the claim as the note states it, the passage of the source
-quoted, and whether the source says what the note says it does (verdict "source agrees" or "source disagrees").
+quoted, and whether the source says what the note says it does (``scaling.studies.verdicts.CITATION_VERDICTS``).
 Nothing here is measured; the tables label these rows "checked against the source". Each passage says where in
 the source it stands (section and page, or repository path, commit and lines) and ``compared_with`` says what its
 words were compared with; a passage not compared word for word says so in its row.
@@ -10,6 +10,8 @@ words were compared with; a passage not compared word for word says so in its ro
 from __future__ import annotations
 
 from scaling.studies.verdicts import CitationClaim
+from scaling.studies.verdicts import SOURCE_AGREES
+from scaling.studies.verdicts import SOURCE_DISAGREES
 
 CITATION_CLAIMS: tuple[CitationClaim, ...] = (
     CitationClaim(
@@ -20,10 +22,11 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "We suspect that for large values of d_k, the dot products grow large in magnitude, pushing the softmax "
         "function into regions where it has extremely small gradients [footnote 4]. To counteract this effect, we "
         "scale the dot products by 1/√d_k.",
-        True, "The section gives this motivation; its footnote 4 (“To illustrate why the dot products get large, "
-              "assume that the components of q and k are independent random variables with mean 0 and variance 1. "
-              "Then their dot product, q · k = Σ q_i k_i, has mean 0 and variance d_k.”) derives Var(q·k) = d_k "
-              "as note 1 §3 does.",
+        SOURCE_AGREES,
+        "The section gives this motivation; its footnote 4 (“To illustrate why the dot products get large, "
+        "assume that the components of q and k are independent random variables with mean 0 and variance 1. "
+        "Then their dot product, q · k = Σ q_i k_i, has mean 0 and variance d_k.”) derives Var(q·k) = d_k "
+        "as note 1 §3 does.",
         compared_with="transcriptions of the paper's text in public repositories, which agree word for word (the "
                       "paper's PDF itself was not opened; the math is written here in plain text)"),
     CitationClaim(
@@ -35,9 +38,10 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "pre-normalization, and reversible tokenization described therein, with the exception that we use alternating "
         "dense and locally banded sparse attention patterns in the layers of the transformer, similar to the Sparse "
         "Transformer [CGRS19].",
-        False, "GPT-2's §2.3 says “Layer normalization (Ba et al., 2016) was moved to the input of each sub-block, "
-               "similar to a pre-activation residual network (He et al., 2016) and an additional layer normalization "
-               "was added after the final self-attention block”: GPT-3 uses (pre-)LayerNorm, not RMSNorm.",
+        SOURCE_DISAGREES,
+        "GPT-2's §2.3 says “Layer normalization (Ba et al., 2016) was moved to the input of each sub-block, "
+        "similar to a pre-activation residual network (He et al., 2016) and an additional layer normalization "
+        "was added after the final self-attention block”: GPT-3 uses (pre-)LayerNorm, not RMSNorm.",
         compared_with="transcriptions of GPT-3's §2.1 and GPT-2's §2.3 in public repositories, which agree word for "
                       "word (one of them gives the page, one was itself checked against GPT-2's PDF); the PDFs "
                       "were not opened here"),
@@ -51,9 +55,10 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "logits = mtf.layers.us_einsum([q, k], reduced_dims=[key_dim]) … fold_scaling_into_initializer=True, … "
         "stddev = self.query_input_dim.size ** -0.5 / if self.fold_scaling_into_initializer: / "
         "stddev *= self.key_dim.size ** -0.5",
-        False, "T5 does not divide its logits by √d_k at all: the logits are the plain q·k, and by default the "
-               "factor d_k^-1/2 is folded into the initial standard deviation of W_q (compensation through "
-               "initialization, but no fixed √d_k in the attention).",
+        SOURCE_DISAGREES,
+        "T5 does not divide its logits by √d_k at all: the logits are the plain q·k, and by default the "
+        "factor d_k^-1/2 is folded into the initial standard deviation of W_q (compensation through "
+        "initialization, but no fixed √d_k in the attention).",
         compared_with="the file at that commit, lines quoted as they stand (joined by “/” and “…”)"),
     CitationClaim(
         "cite_vit_reference", "note 2 references",
@@ -63,8 +68,9 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "2106.04560), abstract",
         "To address this, we scale ViT models and data, both up and down, and characterize the relationships between "
         "error rate, data, and compute.",
-        False, "The paper is by Zhai et al., not Dosovitskiy et al. (whose 2021 paper is “An Image is Worth 16x16 "
-               "Words”), and its subject is model and data scale, not the attention logit scale.",
+        SOURCE_DISAGREES,
+        "The paper is by Zhai et al., not Dosovitskiy et al. (whose 2021 paper is “An Image is Worth 16x16 "
+        "Words”), and its subject is model and data scale, not the attention logit scale.",
         compared_with="the abstract on the CVF open-access page of the CVPR 2022 paper"),
     CitationClaim(
         "cite_xiong_ln_scaling", "note 2 references",
@@ -75,9 +81,10 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "Transformer, which places the layer normalization between the residual blocks, the expected gradients of the "
         "parameters near the output layer are large. Therefore, using a large learning rate on those gradients makes "
         "the training unstable. The warm-up stage is practically helpful for avoiding this problem.",
-        False, "The paper relates the LayerNorm position to gradient size and the learning-rate warmup, not to the "
-               "1/√d_k logit scale (which is why the depth-12 training claim trains post-LN with and without "
-               "warmup).",
+        SOURCE_DISAGREES,
+        "The paper relates the LayerNorm position to gradient size and the learning-rate warmup, not to the "
+        "1/√d_k logit scale (which is why the depth-12 training claim trains post-LN with and without "
+        "warmup).",
         compared_with="the abstract of arXiv 2002.04745 in its ar5iv HTML rendering"),
     CitationClaim(
         "cite_flashattention_overflow", "note 2 references; §2.3",
@@ -86,9 +93,10 @@ CITATION_CLAIMS: tuple[CitationClaim, ...] = (
         "abstract (arXiv 2205.14135)",
         "We propose FlashAttention, an IO-aware exact attention algorithm that uses tiling to reduce the number of "
         "memory reads/writes between GPU high bandwidth memory (HBM) and GPU on-chip SRAM.",
-        False, "The paper's online softmax serves tiling (exact attention with less memory traffic); it computes the "
-               "same softmax as a max-subtracted one and is not presented as a fix for low-precision overflow (the "
-               "measured row online_softmax_mitigates tests that effect).",
+        SOURCE_DISAGREES,
+        "The paper's online softmax serves tiling (exact attention with less memory traffic); it computes the "
+        "same softmax as a max-subtracted one and is not presented as a fix for low-precision overflow (the "
+        "measured row online_softmax_mitigates tests that effect).",
         compared_with="transcriptions of the arXiv abstract in public repositories, which agree word for word (the "
                       "arXiv page itself was not opened)"),
 )
