@@ -95,5 +95,34 @@ class RenderingTest(absltest.TestCase):
     self.assertNotIn("Part “", _claim(DISAGREES).evaluate(None)["finding"])
 
 
+class RowsTest(absltest.TestCase):
+
+  def test_every_citation_names_what_was_read(self):
+    for claim in citation_claims.CITATION_CLAIMS:
+      self.assertTrue(claim.compared_with.strip(), claim.id)
+      self.assertIn(claim.compared_with, claim.evaluate(None)["finding"], claim.id)
+      # A row read in full says so in its own words; one read in part does not claim the full text.
+      self.assertEqual("the full text" in claim.compared_with, claim.full_text, claim.id)
+
+  def test_the_reviewed_citations_were_read_in_full(self):
+    for claim_id in ("cite_vit_reference", "cite_xiong_ln_scaling", "cite_flashattention_overflow"):
+      self.assertTrue(BY_ID[claim_id].full_text, claim_id)
+
+  def test_both_halves_of_the_gpt3_claim_are_answered(self):
+    claim = BY_ID["cite_gpt3_rmsnorm"]
+    self.assertIn("other large models", claim.text)
+    verdict_of = {p.text: p.verdict for p in claim.parts}
+    self.assertEqual(verdict_of["GPT-3 uses RMSNorm rather than LayerNorm"], DISAGREES)
+    self.assertEqual(verdict_of["other large models use RMSNorm"], AGREES)
+    self.assertEqual(claim.verdict, verdicts.citation_verdict(list(verdict_of.values())))
+
+  def test_parts_are_the_claims_words(self):
+    for claim in citation_claims.CITATION_CLAIMS:
+      for part in claim.parts:
+        words = [w for w in part.text.replace(".", "").split() if len(w) > 3]
+        missing = [w for w in words if w not in claim.text]
+        self.assertLessEqual(len(missing), len(words) // 2, (claim.id, part.text, missing))
+
+
 if __name__ == "__main__":
   absltest.main()
