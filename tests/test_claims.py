@@ -320,7 +320,7 @@ class CitationTest(absltest.TestCase):
       if claim.kind != verdicts.CITATION:
         continue
       row = claim.evaluate(None)
-      self.assertIn(row["verdict"], (verdicts.SOURCE_AGREES, verdicts.SOURCE_DISAGREES))
+      self.assertIn(row["verdict"], verdicts.CITATION_VERDICTS)
       self.assertIsNone(row["value"])
       self.assertTrue(row["criterion"].startswith("checked against the source (not measured)"))
       self.assertIn(claim.passage, row["finding"])
@@ -334,7 +334,7 @@ class CitationTest(absltest.TestCase):
         continue
       finding = claim.evaluate(None)["finding"]
       if claim.compared_with:
-        self.assertIn(f"Quoted verbatim (compared with {claim.compared_with}).", finding)
+        self.assertIn(f"quoted verbatim (compared with {claim.compared_with}).", finding)
       else:
         self.assertIn(f"Quoted from {claim.reference}, not verified verbatim.", finding)
     plain = dataclasses.replace(next(c for c in claims.all_claims() if c.kind == verdicts.CITATION), compared_with="")

@@ -16,8 +16,19 @@ from scaling.studies.claims_context import HEADS
 from scaling.studies.claims_context import n_seeds_text
 from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS
 from scaling.studies.verdicts import CITATION
+from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import CitationClaim
 from scaling.studies.verdicts import Claim
+from scaling.studies.verdicts import NOT_IN_PASSAGE
+from scaling.studies.verdicts import SOURCE_AGREES
+from scaling.studies.verdicts import SOURCE_DISAGREES
+
+
+CITATION_LEGEND = (
+    f"Citation verdicts: **{SOURCE_AGREES}** (the source says it), **{SOURCE_DISAGREES}** (the source contradicts it, "
+    f"or its full text never says it), **{NOT_IN_PASSAGE}** (only part of the source was read, and that part neither "
+    f"says nor contradicts it). A claim with parts disagrees if any part does; each row says what was read.")
+"""The line above the citation table that defines its verdicts."""
 
 
 def all_claims() -> tuple[Claim | CitationClaim, ...]:
@@ -38,7 +49,8 @@ def _criterion_cell(row: dict[str, Any]) -> str:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
   """Measured claims as a Markdown table (claim, source, criterion with its reason, verdict, what we measured,
-  reproduce), then citation claims in their own (claim, source, checked against, verdict, the source's passage)."""
+  reproduce), then citation claims in their own (claim, source, checked against, verdict, the source's passage),
+  after ``CITATION_LEGEND`` (ValueError if a citation row's verdict is not one of ``CITATION_VERDICTS``)."""
   measured = [r for r in rows if r.get("kind") != CITATION]
   cited = [r for r in rows if r.get("kind") == CITATION]
   parts = []
@@ -48,7 +60,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         [(r["claim"], r["source"], _criterion_cell(r), f"**{r['verdict']}**", r["finding"], f"`{r['command']}`")
          for r in measured]))
   if cited:
-    parts.append(report.markdown_table(
+    unknown = sorted({str(r["verdict"]) for r in cited} - set(CITATION_VERDICTS))
+    if unknown:
+      raise ValueError(f"rows: citation verdict(s) {', '.join(map(repr, unknown))} not among "
+                       f"{', '.join(map(repr, CITATION_VERDICTS))}")
+    parts.append(CITATION_LEGEND + "\n\n" + report.markdown_table(
         ("claim", "source", "checked against (not measured)", "verdict", "the source says"),
         [(r["claim"], r["source"], r["numbers"]["reference"], f"**{r['verdict']}**", r["finding"]) for r in cited]))
   return "\n\n".join(parts)

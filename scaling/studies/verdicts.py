@@ -18,14 +18,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from scaling.validation import ConfigError
 
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 VERDICTS = (HOLDS, PARTLY, FAILS)
 NOT_MEASURED = "not measured"
-SOURCE_AGREES, SOURCE_DISAGREES = "source agrees", "source disagrees"  # the verdicts of citation claims
+# The verdicts of citation claims. NOT_IN_PASSAGE: only part of the source was read, and that part neither says what
+# the note attributes to it nor contradicts it (absent from an abstract is not a disagreement).
+SOURCE_AGREES, SOURCE_DISAGREES = "source agrees", "source disagrees"
+NOT_IN_PASSAGE = "not found in the passage checked"
+CITATION_VERDICTS = (SOURCE_AGREES, SOURCE_DISAGREES, NOT_IN_PASSAGE)
 MEASURED, CITATION = "measured", "checked against the source"  # the kinds of claims
 KNIFE_EDGE = 0.1  # a statistic within 10% (relative) of a threshold: the finding shows the margin
 
@@ -136,6 +140,48 @@ class Claim:
             "numbers": m.numbers}
 
 
+def citation_verdict(part_verdicts: Sequence[str]) -> str:
+  """The verdict of a citation claim made of parts, from its parts' verdicts.
+
+  A claim is as good as its weakest part: the source disagrees with the claim if it disagrees with any part (one
+  wrong half makes the citation wrong); it agrees only if it agrees with every part; otherwise some part was not found
+  in the passage checked, and nothing checked contradicts the claim.
+
+  Args:
+    part_verdicts: one verdict of ``CITATION_VERDICTS`` per part (at least one).
+
+  Returns:
+    ``SOURCE_DISAGREES``, ``SOURCE_AGREES`` or ``NOT_IN_PASSAGE``.
+  """
+  if isinstance(part_verdicts, str) or not part_verdicts:
+    raise ConfigError("part_verdicts must be a non-empty sequence of citation verdicts")
+  unknown = [v for v in part_verdicts if v not in CITATION_VERDICTS]
+  if unknown:
+    raise ConfigError(f"part_verdicts: unknown verdict(s) {unknown!r}; use {', '.join(map(repr, CITATION_VERDICTS))}")
+  if SOURCE_DISAGREES in part_verdicts:
+    return SOURCE_DISAGREES
+  return SOURCE_AGREES if all(v == SOURCE_AGREES for v in part_verdicts) else NOT_IN_PASSAGE
+
+
+@dataclasses.dataclass(frozen=True)
+class CitationPart:
+  """One part of a citation claim that asserts several things (an attribution and a content, or two halves).
+
+  Attributes:
+    text: the part of the claim, in the note's words.
+    verdict: one of ``CITATION_VERDICTS``.
+    evidence: what the source says on this part, with where it says it.
+  """
+
+  text: str
+  verdict: str
+  evidence: str
+
+  def __post_init__(self):
+    if self.verdict not in CITATION_VERDICTS:
+      raise ConfigError(f"verdict: unknown {self.verdict!r}; use {', '.join(map(repr, CITATION_VERDICTS))}")
+
+
 @dataclasses.dataclass(frozen=True)
 class CitationClaim:
   """A factual citation of the notes, checked against the cited source by reading it: never a measured verdict.
@@ -144,10 +190,16 @@ class CitationClaim:
     id, source, text: as ``Claim``'s.
     reference: the work (and section) the claim is checked against.
     passage: the passage of that source, quoted.
-    agrees: whether the source says what the note says it says.
-    check: one sentence on how the passage bears on the claim.
-    compared_with: where the passage was compared word for word with the source's text (the paper's HTML or PDF
-      text, a repository file at a commit); empty when it was not, and the row then says it is not verified verbatim.
+    verdict: one of ``CITATION_VERDICTS``: whether the source says what the note says it says.
+      ``NOT_IN_PASSAGE`` only where part of the source was read (``full_text`` False): a claim checked against the
+      whole text either is there (agrees) or is attributed to a source that does not say it (disagrees).
+    check: how the passage bears on the claim.
+    compared_with: what was read (the whole text or which sections, in which copy: the paper's HTML or PDF text, a
+      transcription, a repository file at a commit) and compared word for word with the quoted passage; empty when
+      nothing was, and the row then says it is not verified verbatim.
+    full_text: whether every section and appendix of the source was read.
+    parts: for a claim that asserts several things, each part with its own verdict; ``verdict`` must then be
+      ``citation_verdict`` of theirs (any part disagreeing makes the claim disagree).
   """
 
   id: str
@@ -155,22 +207,48 @@ class CitationClaim:
   text: str
   reference: str
   passage: str
-  agrees: bool
+  verdict: str
   check: str
   compared_with: str = ""
+  full_text: bool = False
+  parts: tuple[CitationPart, ...] = ()
   training = False
   kind = CITATION
 
+  def __post_init__(self):
+    if self.verdict not in CITATION_VERDICTS:
+      raise ConfigError(f"citation {self.id}: verdict {self.verdict!r} is not one of "
+                        f"{', '.join(map(repr, CITATION_VERDICTS))}")
+    if self.verdict == NOT_IN_PASSAGE and self.full_text:
+      raise ConfigError(f"citation {self.id}: {NOT_IN_PASSAGE!r} needs a partial reading; the full text was read, "
+                        f"so the source either agrees or disagrees")
+    if self.parts and self.verdict != citation_verdict([p.verdict for p in self.parts]):
+      raise ConfigError(f"citation {self.id}: verdict {self.verdict!r} does not follow from its parts' verdicts "
+                        f"{[p.verdict for p in self.parts]!r} (expected "
+                        f"{citation_verdict([p.verdict for p in self.parts])!r})")
+
   def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
-    """The JSON-ready row: verdict ``SOURCE_AGREES`` or ``SOURCE_DISAGREES``, the quoted passage as its finding."""
+    """The JSON-ready row: its verdict (one of ``CITATION_VERDICTS``) and the quoted passage as its finding."""
     return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
             "criterion": f"checked against the source (not measured): {self.reference}", "reason": "",
-            "statistic": None, "value": None, "verdict": SOURCE_AGREES if self.agrees else SOURCE_DISAGREES,
-            "margin": None, "finding": f"“{self.passage}” ({self.reference}). {self.check} {self.verbatim()}",
-            "numbers": {"reference": self.reference, "passage": self.passage, "compared_with": self.compared_with}}
+            "statistic": None, "value": None, "verdict": self.verdict, "margin": None,
+            "finding": " ".join(s for s in (f"“{self.passage}” ({self.reference}).", self.check, self.by_part(),
+                                            self.verbatim()) if s),
+            "numbers": {"reference": self.reference, "passage": self.passage, "compared_with": self.compared_with,
+                        "full_text": self.full_text,
+                        "parts": [dataclasses.asdict(p) for p in self.parts]}}
+
+  def by_part(self) -> str:
+    """Each part's verdict and evidence, then the rule that gives the claim's verdict (empty without parts)."""
+    if not self.parts:
+      return ""
+    each = " ".join(f"Part “{p.text}”: {p.verdict}. {p.evidence}" for p in self.parts)
+    return (f"{each} Verdict of the claim: {self.verdict} (a claim with parts agrees only if every part does, and "
+            f"disagrees if any part does).")
 
   def verbatim(self) -> str:
-    """Whether the passage is verbatim, in one sentence."""
-    if self.compared_with:
-      return f"Quoted verbatim (compared with {self.compared_with})."
-    return f"Quoted from {self.reference}, not verified verbatim."
+    """What was read, and whether the passage is verbatim, in one sentence."""
+    if not self.compared_with:
+      return f"Quoted from {self.reference}, not verified verbatim."
+    read = "Read in full" if self.full_text else "Read in part"
+    return f"{read}; quoted verbatim (compared with {self.compared_with})."
