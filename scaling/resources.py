@@ -18,15 +18,17 @@ arrays and the totals against XLA's own buffer plan.
 MemAvailable) and raises ``ResourceError``, one line naming the options that
 size the largest part, the estimate and what is available, and what to change.
 
-Time, for runs planned for an accelerator this host does not have: ``ACCELERATOR_PEAKS`` holds the datasheet peaks
-of a few GPUs and ``accelerator_seconds`` turns the floating-point operations of a run's programs into expected
-seconds on one of them (``TimeModel``: a fraction of the peak, plus compilation and per-step overhead).
+Time, for runs planned for an accelerator this host does not have: ``training_flops`` counts the floating-point
+operations of a training program, ``ACCELERATOR_PEAKS`` holds the datasheet peaks of a few GPUs and
+``accelerator_seconds`` turns the floating-point operations of a run's programs into expected seconds on one of them
+(``TimeModel``: a fraction of the peak, plus compilation and per-step overhead).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -381,6 +383,27 @@ def dataset_bytes(dataset: Any) -> int:
 
 # ----------------------------------------------------------------------------
 # Time on an accelerator, from its datasheet.
+
+
+def training_flops(model_config: Any, *, steps: int, members: int, batch_size: int, seq_len: int) -> float:
+  """Floating-point operations of training ``members`` vmapped models for ``steps`` steps: per sequence,
+  6 · parameters · tokens for the weights plus 12 · depth · T² · width for the attention (forward and backward).
+
+  Args:
+    model_config: a ``scaling.model.ModelConfig``.
+    steps: training steps.
+    members: vmapped models (seeds × learning rates).
+    batch_size, seq_len: B and T of a training batch.
+
+  Returns:
+    FLOPs.
+  """
+  for name, value in (("steps", steps), ("members", members), ("batch_size", batch_size), ("seq_len", seq_len)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+      raise ValueError(f"{name} must be a positive int, got {value!r}")
+  params = param_count(model_config)
+  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
+  return per_sequence * batch_size * steps * members
 
 
 ACCELERATOR_PEAKS: dict[str, dict[str, float]] = {

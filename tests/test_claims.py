@@ -168,7 +168,7 @@ class ClaimListTest(absltest.TestCase):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
   def test_duplicate_id_is_refused(self):
-    dup = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], training=True)
+    dup = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], training=True, grids=lambda ctx: {})
     with mock.patch.object(training_claims, "TRAINING_CLAIMS", (dup,)):
       with self.assertRaisesRegex(ValueError, "variance_is_dk"):
         claims.all_claims()
@@ -219,7 +219,8 @@ class ClaimListTest(absltest.TestCase):
                      "partly otherwise")
 
   def test_readme_tables_split_random_and_training_claims(self):
-    train = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", text="Training helps.", training=True)
+    train = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", text="Training helps.", training=True,
+                                grids=lambda ctx: {})
     rows = [{"id": i, "claim": t, "source": "note", "criterion": "c", "verdict": claims.HOLDS, "finding": "f | g",
              "command": f"python -m experiments.claims --mode=quick --ids={i}"}
             for i, t in ((RANDOM_IDS[0], "Random claim."), ("train_x", "Training helps."))]

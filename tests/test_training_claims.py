@@ -9,13 +9,32 @@ import pytest
 
 from scaling import model as model_lib
 from scaling import resources
+from scaling import rules
 from scaling import timesplit
+from scaling.studies import grid_run
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import stats
 from scaling.studies import training_claims as tc
 from scaling.studies import verdicts
 
 NAN = float("nan")
+
+
+def _ctx(planner=None):
+  """A context of the "test" sizes on the synthetic task, with its own grids (``planner``: a new one)."""
+  return types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None,
+                               planner=grid_run.GridPlanner() if planner is None else planner)
+
+
+class _Written(grid_run.GridPlanner):
+  """A planner that trains nothing: ``fake(spec)`` is the grid of each spec."""
+
+  def __init__(self, fake):
+    super().__init__()
+    self.fake = fake
+
+  def train(self, spec):
+    return self.fake(spec)
 
 
 # ----------------------------------------------------------------------------
@@ -26,7 +45,13 @@ def test_claims_are_training_claims_with_unique_ids():
   ids = [c.id for c in tc.TRAINING_CLAIMS]
   assert len(ids) == len(set(ids)) == 14
   for c in tc.TRAINING_CLAIMS:
-    assert c.training and c.source and c.text
+    assert c.training and c.source and c.text and c.grids is not None
+
+
+def test_a_training_claim_must_declare_its_grids():
+  claim = tc.TRAINING_CLAIMS[0]
+  with pytest.raises(ValueError, match="declares the grids it trains"):
+    verdicts.Claim(claim.id, claim.source, claim.text, claim.criterion, claim.measure, training=True)
 
 
 @pytest.mark.parametrize("claim", tc.TRAINING_CLAIMS, ids=lambda c: c.id)
@@ -115,8 +140,7 @@ def test_optimum_and_spread():
 
 
 def test_qk_alignment_fn_is_one_when_key_equals_query():
-  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
-  dataset = tc.dataset_of(ctx)  # the model of the "test" sqrt grid, so the compiled function is shared
+  dataset = tc.dataset_of(_ctx())
   family = model_lib.ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
   config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
   params = model_lib.init_params(jax.random.PRNGKey(0), config)
@@ -131,7 +155,7 @@ def test_qk_alignment_fn_is_one_when_key_equals_query():
 
 
 # ----------------------------------------------------------------------------
-# Each measurement on tiny sizes (synthetic data; the grids are shared through the cache).
+# Each measurement on tiny sizes (synthetic data; the grids are shared through the context's planner).
 
 
 # The claims measured on tiny trained grids here: those that share the unscaled and 1/√d_k grids of one depth (the
@@ -143,16 +167,14 @@ TRAINED = ("train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_de
 
 @pytest.fixture(scope="module")
 def trained():
-  """(rows, the grids planned for the claims, the grids their measurement trained, the run's time split)."""
-  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
+  """(rows, the plan of the claims' declared grids, the grids their measurement trained, the run's time split)."""
+  ctx = _ctx()
   claims = [c for c in tc.TRAINING_CLAIMS if c.id in TRAINED]
-  tc.clear_cache()
-  planned = tc.planned_grids(ctx, claims)
+  planned = ctx.planner.plan(spec for c in claims for spec in c.grids(ctx).values())
+  assert not ctx.planner.runs  # planning trains nothing
   with timesplit.TimeSplit() as split:
     out = {c.id: c.evaluate(ctx) for c in claims}
-  grids = list(tc._GRIDS.values())  # pylint: disable=protected-access
-  tc.clear_cache()
-  return out, planned, grids, split
+  return out, planned, ctx.planner.runs, split
 
 
 @pytest.fixture(scope="module")
@@ -164,10 +186,9 @@ def test_dry_run_plans_the_grids_the_run_trains(trained):
   """The plan (what --dry_run prints) lists exactly the grids the measurement trains, and the run compiles at
   least the distinct programs it counts (the plan's compilation is per distinct program)."""
   _, planned, grids, split = trained
-  key = lambda model_config, steps, members, opt_config: (model_config, steps, members, opt_config)
-  assert sorted(map(repr, (key(g[0], g[1], g[2], g[5]) for g in planned))) == sorted(
-      map(repr, (key(g.model_config, g.opt_config.steps, g.records["loss"].shape[1], g.opt_config) for g in grids)))
-  programs = tc.compiled_programs(planned)
+  assert list(planned.grids) == [g.spec for g in grids]  # the same models, optimizers, rates and seeds, in order
+  assert [(g.steps, g.members) for g in planned.grids] == [g.records["loss"].shape[:2] for g in grids]
+  programs = planned.compiled()
   assert programs < len(planned)  # rules that are a logit factor share a program
   assert split.compiles >= programs
 
@@ -198,31 +219,35 @@ def test_measurements_report_seed_statistics(rows):
 
 
 def test_grids_are_shared_between_claims():
-  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
-  tc.clear_cache()
-  a = tc.grid_run(ctx, rule="none", depth=1)
-  assert tc.grid_run(ctx, rule="none", depth=1) is a
+  ctx = _ctx()
+  a = ctx.planner.train(tc.grid_spec(ctx, rule="none", depth=1))
+  assert ctx.planner.train(tc.grid_spec(ctx, rule="none", depth=1)) is a
+  assert ctx.planner.runs == [a]
   assert a.records["loss"].shape == (4, 4)
   assert a.records["layer_grad_norm"].shape == (4, 4, 1)
   assert a.by_lr(a.records["loss"][0]).shape == (2, 2)
-  tc.clear_cache()
+  assert _ctx().planner.train(a.spec) is not a  # another context trains its own
+
+
+def _fake_grid(final_by_lr_seed, steps=10, initial=4.0, log2_lrs=(-10.0, -8.0), seeds=(0, 1), attn_mults=None):
+  """A GridRun whose loss starts at ``initial`` and sits at each member's final value (NaN: diverged)."""
+  final = np.asarray(final_by_lr_seed, np.float64).reshape(1, -1)
+  loss = np.repeat(final, steps, axis=0)
+  loss[0] = initial
+  spec = grid_run.GridSpec(model_config=None, opt_config=None, data=None, data_seed=0, log2_lrs=log2_lrs, seeds=seeds,
+                           attn_mults=attn_mults)
+  assert spec.members == loss.shape[1]
+  return grid_run.GridRun(spec=spec, records={"loss": loss}, final_params=None, wall_time=0.0)
 
 
 def test_compare_at_best_lr_known_answer(monkeypatch):
   """Two fake grids (2 learning rates x 2 seeds, 10 steps) with losses chosen so the best rows and gaps are known."""
   steps = 10
 
-  def fake(losses_by_lr_seed):
-    loss = np.repeat(np.asarray(losses_by_lr_seed, np.float64).reshape(1, -1), steps, axis=0)
-    loss[0] = 5.0  # the initial loss
-    return tc.GridRun(model_config=None, opt_config=None, log2_lrs=(-10.0, -8.0), seeds=(0, 1),
-                      records={"loss": loss}, final_params=None, wall_time=0.0)
-
-  grids = {"a": fake([3.0, 3.2, 2.0, NAN]),  # lr 2^-8 has a NaN seed: out, so a's best is 2^-10 (mean 3.1)
-           "b": fake([2.4, 2.6, 2.5, 2.5])}  # both 2.5 on average: the first (2^-10) wins the tie
-  monkeypatch.setattr(tc, "grid_run", lambda ctx, rule, depth: grids[rule])
+  grids = {"a": _fake_grid([3.0, 3.2, 2.0, NAN], steps, 5.0),  # lr 2^-8 has a NaN seed: out, so a's best is 2^-10
+           "b": _fake_grid([2.4, 2.6, 2.5, 2.5], steps, 5.0)}  # both 2.5 on average: the first (2^-10) wins the tie
   monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], steps={3: steps}, fixed_step=5))
-  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake"), "a", "b", 3)
+  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake"), grids, "a", "b", 3)
   assert out["a"]["best_learning_rate"] == f"{2.0 ** -10:.3g}"
   assert out["a"]["final_loss"]["mean"] == pytest.approx(3.1)
   assert out["b"]["final_loss"]["mean"] == pytest.approx(2.5)
@@ -257,23 +282,18 @@ def test_stalled_roughness_and_steps_to_reach():
   np.testing.assert_array_equal(reached, [2.0, NAN])  # window means 4.5, then 3.0 over steps 1..2: step 2
 
 
-def _fake_grid(final_by_lr_seed, steps=10, initial=4.0, log2_lrs=(-10.0, -8.0), seeds=(0, 1)):
-  """A GridRun whose loss starts at ``initial`` and sits at each member's final value (NaN: diverged)."""
-  final = np.asarray(final_by_lr_seed, np.float64).reshape(1, -1)
-  loss = np.repeat(final, steps, axis=0)
-  loss[0] = initial
-  return tc.GridRun(model_config=None, opt_config=None, log2_lrs=log2_lrs, seeds=seeds,
-                    records={"loss": loss}, final_params=None, wall_time=0.0)
+def _rule(spec):
+  """The logit-scale rule of a grid: "sqrt" or "none"."""
+  return next(r for r in ("sqrt", "none") if spec.model_config.rule == rules.get_rule(r))
 
 
-def test_depth12_cannot_converge_counts_divergence_and_stalls_at_fair_rates(monkeypatch):
-  def fake(ctx, *, rule, depth, pre_ln=True, warmup=False, **kwargs):
-    if rule == "sqrt":  # 1/√d_k fails only post-LN without warmup at the second learning rate (stalls)
+def test_depth12_cannot_converge_counts_divergence_and_stalls_at_fair_rates():
+  def fake(spec):
+    pre_ln, warmup = spec.model_config.pre_ln, spec.opt_config.warmup_steps is not None
+    if _rule(spec) == "sqrt":  # 1/√d_k fails only post-LN without warmup at the second learning rate (stalls)
       return _fake_grid([2.0, 2.0, 2.0, 3.9] if (not pre_ln and not warmup) else [2.0, 2.0, 2.0, 2.0])
     return _fake_grid([NAN, 3.9, 2.0, 2.0])  # unscaled: one diverged, one stalled, two converged
-  monkeypatch.setattr(tc, "grid_run", fake)
-  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge").evaluate(
-      types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None))
+  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge").evaluate(_ctx(_Written(fake)))
   # Fair rates: both in three setups (4 runs, 2 failed), the first only post-LN without warmup (2 runs, 2 failed).
   assert row["numbers"]["runs_counted"] == 14
   assert row["value"] == pytest.approx(8 / 14, abs=1e-4)
@@ -294,19 +314,19 @@ TINY_CASES = (
 
 @pytest.mark.parametrize("none_tiny, sqrt_tiny, value, verdict", [c[1:] for c in TINY_CASES],
                          ids=[c[0] for c in TINY_CASES])
-def test_tiny_lr_clipping_on_written_grids(monkeypatch, none_tiny, sqrt_tiny, value, verdict):
+def test_tiny_lr_clipping_on_written_grids(none_tiny, sqrt_tiny, value, verdict):
   calls = []
 
-  def fake(ctx, *, rule, depth, log2_lrs=None, clip=None, **kwargs):
+  def fake(spec):
+    rule, clip = _rule(spec), getattr(spec.opt_config, "clip", None)
     if clip is not None:  # the tiny-rate grids
-      calls.append((rule, log2_lrs, clip))
-      return _fake_grid(none_tiny if rule == "none" else sqrt_tiny, log2_lrs=log2_lrs)
+      calls.append((rule, spec.log2_lrs, clip))
+      return _fake_grid(none_tiny if rule == "none" else sqrt_tiny, log2_lrs=spec.log2_lrs)
     if rule == "sqrt":  # the depth-6 grid at rates 2^-10, 2^-8: the first is best
       return _fake_grid([2.0, 2.0, 3.0, 3.0])
     return _fake_grid([NAN, 2.0, 3.9, 3.9])  # unscaled: 2^-10 has a NaN seed, so its best is 2^-8, which stalls
-  monkeypatch.setattr(tc, "grid_run", fake)
   claim = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth6_tiny_lr_clipping")
-  row = claim.evaluate(types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None))
+  row = claim.evaluate(_ctx(_Written(fake)))
   assert calls == [("none", (-12.0, -14.0), 1.0), ("sqrt", (-12.0, -14.0), 1.0)]  # 2 and 4 octaves below 2^-10
   assert row["numbers"]["learning_rates"] == [f"{2.0 ** -12:.3g}", f"{2.0 ** -14:.3g}"]
   assert row["numbers"]["none_own_best_no_clipping"] == {"best_learning_rate": f"{2.0 ** -8:.3g}",
@@ -324,18 +344,16 @@ def test_converged_and_tiny_rates():
   assert tc.tiny_log2_lrs(-7.0, (4.0, 2.0)) == (-9.0, -11.0)
 
 
-def test_sqrt_optimal_on_written_grids(monkeypatch):
+def test_sqrt_optimal_on_written_grids():
   grids = {}
 
-  def fake(ctx, *, rule, depth, log2_lrs=None, attn_mults=None, **kwargs):
-    if attn_mults is not None:  # multipliers 2^-1, 2^0, 2^1 x 1/√d_k: a parabola with its vertex at log2 c = 0.5
-      grids["mults"] = attn_mults
+  def fake(spec):
+    if spec.attn_mults is not None:  # multipliers 2^-1, 2^0, 2^1 x 1/√d_k: a parabola with its vertex at log2 c = 0.5
+      grids["mults"] = spec.attn_mults
       c = np.array([-1.0, -1.0, 0.0, 0.0, 1.0, 1.0])
-      return _fake_grid(2.0 + (c - 0.5) ** 2, log2_lrs=log2_lrs)
+      return _fake_grid(2.0 + (c - 0.5) ** 2, log2_lrs=spec.log2_lrs, attn_mults=spec.attn_mults)
     return _fake_grid([2.0, 2.0, 3.0, 3.0])  # the 1/√d_k grid: the first learning rate is best
-  monkeypatch.setattr(tc, "grid_run", fake)
-  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
-  best = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(ctx)
+  best = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(_ctx(_Written(fake)))
   assert best["numbers"]["learning_rate"] == f"{2.0 ** -10:.3g}"
   assert best["value"] == pytest.approx(0.5, abs=1e-6)
   np.testing.assert_allclose(grids["mults"], [2.0**c * math.sqrt(8) for c in (-1.0, 0.0, 1.0)])  # α = c·√d_k
@@ -357,14 +375,65 @@ def test_clipped_optimizer_clips_the_global_norm():
 
 
 def test_planned_grids_train_nothing_and_count_the_setups():
-  ctx = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None)
-  tc.clear_cache()
-  depth12 = [c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge"]
-  grids = tc.planned_grids(ctx, depth12)
-  assert len(grids) == 8  # 2 rules x pre/post-LN x with/without warmup
-  assert {g[0].pre_ln for g in grids} == {True, False}
-  assert all(g[1:5] == (4, 4, 2, 8) for g in grids)  # steps, members (2 rates x 2 seeds), batch, sequence
-  assert not tc._GRIDS  # pylint: disable=protected-access
-  flops = tc.training_flops(grids[:1])
-  p = resources.param_count(grids[0][0])
-  assert flops == pytest.approx((6 * p * 8 + 12 * 1 * 8**2 * 16) * 2 * 4 * 4)
+  ctx = _ctx(_Written(lambda spec: pytest.fail("planning trained a grid")))
+  depth12 = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge")
+  plan = ctx.planner.plan(depth12.grids(ctx).values())
+  assert len(plan) == 8  # 2 rules x pre/post-LN x with/without warmup
+  assert {g.model_config.pre_ln for g in plan.grids} == {True, False}
+  assert all((g.steps, g.members, g.data.batch_size, g.data.seq_len) == (4, 4, 2, 8) for g in plan.grids)
+  assert plan.runs == 8 * 4
+  p = resources.param_count(plan.grids[0].model_config)
+  assert plan.grids[0].flops() == pytest.approx((6 * p * 8 + 12 * 1 * 8**2 * 16) * 2 * 4 * 4)
+
+
+# ----------------------------------------------------------------------------
+# The grid engine the claims declare their grids to (``scaling.studies.grid_run``): members, plan, costs.
+
+
+def test_grid_spec_members_are_laid_out_rate_major():
+  ctx = _ctx()
+  spec = tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-10.0, -6.0, -2.0))
+  lrs, seeds, mults = spec.member_arrays()
+  np.testing.assert_array_equal(lrs, np.float32([2.0**-10] * 2 + [2.0**-6] * 2 + [2.0**-2] * 2))
+  np.testing.assert_array_equal(seeds, [0, 1, 0, 1, 0, 1])
+  assert mults is None and spec.members == 6 and spec.num_values == 3
+  swept = tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,), attn_mults=(1.0, 2.0, 4.0))
+  lrs, seeds, mults = swept.member_arrays()
+  np.testing.assert_array_equal(lrs, np.float32([2.0**-6] * 6))
+  np.testing.assert_array_equal(seeds, [0, 1, 0, 1, 0, 1])
+  np.testing.assert_array_equal(mults, [1.0, 1.0, 2.0, 2.0, 4.0, 4.0])
+  assert swept.members == 6 and swept != tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,))
+  with pytest.raises(ValueError, match="one learning rate"):
+    tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0, -5.0), attn_mults=(1.0,))
+  with pytest.raises(ValueError, match="needs learning rates, seeds"):
+    grid_run.GridSpec(model_config=None, opt_config=None, data=None, data_seed=0, log2_lrs=(-6.0,), seeds=())
+
+
+def test_plan_counts_grids_programs_and_the_largest_program():
+  ctx = _ctx()
+  none, sqrt, post = (tc.grid_spec(ctx, rule=r, depth=1) for r in ("none", "sqrt", "post_softmax"))
+  wide = tc.grid_spec(ctx, rule="sqrt", depth=1, width=32, label="wide grid")
+  plan = ctx.planner.plan([none, sqrt, none, post, wide])
+  assert plan.grids == (none, sqrt, post, wide)  # each once, in order
+  # none and sqrt are logit factors of one model (one program); post_softmax is another; width 32 another
+  assert plan.compiled() == 3
+  assert plan.runs == 4 * 4
+  assert plan.programs() == [(g.flops(), "float32", 4) for g in plan.grids]
+  assert plan.flops() == pytest.approx(sum(g.flops() for g in plan.grids))
+  estimate = plan.estimate(("mode",), "use a smaller mode")
+  want = resources.training_program(wide.model_config, optimizer="adam", batch_size=2, seq_len=8, members=4)
+  assert (estimate.total, estimate.where) == (want.total, "for the wide grid")
+  assert all(p.flags == ("mode",) and p.hint == "use a smaller mode" for p in estimate.parts)
+  assert not ctx.planner.runs
+  with pytest.raises(TypeError, match="GridSpec"):
+    ctx.planner.plan([none.model_config])
+
+
+def test_training_flops_closed_form_and_bad_input():
+  config = model_lib.ModelFamily(depth=2, num_heads=2, head_dim=8, base_width=16).model_config(
+      "sp", 16, vocab_size=10, max_len=8)
+  p = resources.param_count(config)
+  assert resources.training_flops(config, steps=3, members=5, batch_size=2, seq_len=8) == pytest.approx(
+      (6 * p * 8 + 12 * 2 * 8**2 * 16) * 2 * 3 * 5)
+  with pytest.raises(ValueError, match="members"):
+    resources.training_flops(config, steps=3, members=0, batch_size=2, seq_len=8)

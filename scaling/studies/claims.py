@@ -38,7 +38,7 @@ from scaling import resources
 from scaling import results
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies import training_claims
+from scaling.studies import grid_run
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claim_table import all_claims
 from scaling.studies.claim_table import markdown_table
@@ -133,11 +133,19 @@ class ClaimsConfig(Options):
                    text_file=self.text_file)
 
 
-def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resources.Estimate:
-  """The largest program of the selected claims: the random-input sweep at the largest d_k, the training grids.
+def planned_grids(ctx: Context, ids: tuple[str, ...] | None = None) -> grid_run.GridPlan:
+  """The grids the selected training claims (all, or those in ``ids``) declare (``Claim.grids``), each once, in
+  order: read from the declarations, nothing is trained or measured.
 
-  Building the training claims' estimate reads and checks their data (a text file too short fails here).
+  Declaring them reads and checks the training data (a text file too short fails here).
   """
+  selected = [c for c in all_claims() if c.training and (ids is None or c.id in ids)]
+  return ctx.planner.plan(spec for claim in selected for spec in claim.grids(ctx).values())
+
+
+def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resources.Estimate:
+  """The largest program of the selected claims: the random-input sweep at the largest d_k, the largest planned
+  training grid (``planned_grids``)."""
   selected = [c for c in all_claims() if ids is None or c.id in ids]
   estimates = []
   if any(not c.training for c in selected):
@@ -148,7 +156,8 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
     estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k {d_k}"))
   if any(c.training for c in selected):
-    estimates.append(training_claims.memory_estimate(ctx))
+    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use --mode=quick or fewer --num_seeds, "
+                                                      "or leave the training claims out of --ids"))
   return resources.largest(estimates)
 
 
@@ -189,12 +198,10 @@ def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_ki
                      model: resources.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
   """Expected seconds of the selected claims on one ``device_kind`` (``resources.accelerator_seconds`` of the
   planned training grids; nothing is trained and no accelerator is needed)."""
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
-  grids = training_claims.planned_grids(ctx, selected) if selected else []
+  plan = planned_grids(ctx, ids)
   fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
-  return resources.accelerator_seconds(training_claims.training_programs(grids), device_kind,
-                                       dataclasses.replace(model, fixed_seconds=fixed),
-                                       compiled=training_claims.compiled_programs(grids))
+  return resources.accelerator_seconds(plan.programs(), device_kind, dataclasses.replace(model, fixed_seconds=fixed),
+                                       compiled=plan.compiled())
 
 
 def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
@@ -212,19 +219,16 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   """The planned training of the selected claims and its expected time on the present device, in words, and on
   ``DEVICE_KIND`` from its datasheet.
 
-  The compute is ``training_claims.training_flops`` of ``training_claims.planned_grids`` at the measured matmul rate
-  (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program
-  (``training_claims.compiled_programs``).
+  The compute is the floating-point operations of ``planned_grids`` at the measured matmul rate (small models run
+  below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program (``GridPlan.compiled``).
   """
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
-  if not selected:
+  plan = planned_grids(ctx, ids)
+  if not plan:
     return f"no training claims selected; {hardware()}"
-  grids = training_claims.planned_grids(ctx, selected)
-  flops, rate = training_claims.training_flops(grids), device_flops()
-  members = sum(g[2] for g in grids)
-  programs = training_claims.compiled_programs(grids)
+  flops, rate = plan.flops(), device_flops()
+  programs = plan.compiled()
   seconds = flops / rate + COMPILE_SECONDS * programs
-  return (f"planned training: {len(grids)} grids ({programs} distinct programs), {members} runs, "
+  return (f"planned training: {len(plan)} grids ({programs} distinct programs), {plan.runs} runs, "
           f"{flops / 1e12:.3g} TFLOP; on {hardware()} at the measured {rate / 1e9:.3g} GFLOP/s of a "
           f"{matmul_size()}² matmul: at least {seconds / 60:.1f} min ({flops / rate / 60:.1f} min of compute, about "
           f"{COMPILE_SECONDS:g} s of compilation per distinct program); "

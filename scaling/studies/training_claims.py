@@ -9,10 +9,11 @@ and k become correlated; μP lets hyperparameters transfer across width; the div
 
 Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
 built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
-(``scaling.train.run_training`` with a seed list, never stopped on divergence, every step recorded) and are shared
-between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
-unscaled model, say, is trained once for all the claims that read it. ``planned_grids`` lists the grids the claims
-would train without training them (for the time estimate printed before a run).
+(``scaling.studies.grid_run.GridSpec``, trained by ``scaling.train.run_training`` with a seed list, never stopped on
+divergence, every step recorded). Each claim declares the grids it trains (``Claim.grids``: a function of the
+context mapping names to specs, the same one its measurement trains from), so a run is planned from the
+declarations without training or measuring anything; the context's ``GridPlanner`` (``ctx.planner``) trains each
+grid once, so the depth-6 grid of the unscaled model, say, serves every claim that reads it.
 
 ``SIZES`` holds the sizes of each mode (quick, cpu_hour, paper, and test for the unit tests); ``describe_sizes``
 puts them in words for the tables' headings.
@@ -26,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from typing import Any, Sequence
 
 import jax
@@ -37,13 +37,12 @@ import optax
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim
-from scaling import resources
-from scaling import rules as rules_lib
 from scaling import train as train_lib
 from scaling.config import option
 from scaling.studies import optimum
 from scaling.studies import stats
-from scaling.studies.grid import lr_grid
+from scaling.studies.grid_run import GridRun
+from scaling.studies.grid_run import GridSpec
 from scaling.studies.verdicts import Claim
 from scaling.studies.verdicts import Criterion
 from scaling.studies.verdicts import Measurement
@@ -161,7 +160,7 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 # ----------------------------------------------------------------------------
-# Contexts, data and the shared grid cache.
+# Contexts, data and the grids (``GridSpec`` s declared per claim, trained by the context's ``GridPlanner``).
 
 
 def sizes(ctx: Any) -> dict[str, Any]:
@@ -203,55 +202,27 @@ def describe_sizes(ctx: Any) -> str:
           f"({len(t_lrs)}), {s['transfer_steps']} cosine-scheduled steps")
 
 
-_DATASETS: dict[tuple, Any] = {}
-_GRIDS: dict[tuple, "GridRun"] = {}
+def data_config(ctx: Any) -> data_lib.DataConfig:
+  """The training data of ``ctx``: its text file (None: the synthetic task) at the mode's sequence and batch."""
+  s = sizes(ctx)
+  return data_lib.DataConfig(text_file=getattr(ctx, "text_file", None), seq_len=s["seq_len"],
+                             batch_size=s["batch_size"])
 
 
 def dataset_of(ctx: Any) -> data_lib.Dataset:
-  """The training data of ``ctx`` (cached)."""
-  s = sizes(ctx)
-  key = (getattr(ctx, "text_file", None), int(ctx.seed), s["seq_len"], s["batch_size"])
-  if key not in _DATASETS:
-    _DATASETS[key] = data_lib.DataConfig(text_file=key[0], seq_len=key[2], batch_size=key[3]).make(key[1])
-  return _DATASETS[key]
+  """The training data of ``ctx`` (made once, by its ``GridPlanner``)."""
+  return ctx.planner.dataset(data_config(ctx), int(ctx.seed))
 
 
-@dataclasses.dataclass
-class GridRun:
-  """One trained grid: member i = (learning rate i // S, seed i % S).
-
-  Attributes:
-    model_config, opt_config: what was trained.
-    log2_lrs: the L log2 learning rates.
-    seeds: the S seeds.
-    records: ``RECORD`` metrics, float64 [steps, L·S, ...].
-    final_params: the parameters after the last step, stacked [L·S, ...].
-    wall_time: seconds of training, compilation included.
-  """
-
-  model_config: model_lib.ModelConfig
-  opt_config: optim.OptimizerConfig
-  log2_lrs: tuple[float, ...]
-  seeds: tuple[int, ...]
-  records: dict[str, np.ndarray]
-  final_params: Any
-  wall_time: float
-
-  def by_lr(self, values: np.ndarray) -> np.ndarray:
-    """A per-member array [L·S, ...] reshaped to [L, S, ...]."""
-    values = np.asarray(values)
-    return values.reshape(len(self.log2_lrs), len(self.seeds), *values.shape[1:])
-
-
-def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
-             log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
-             fixed_head_dim: bool = True, schedule: str = "constant", pre_ln: bool = True, warmup: bool = False,
-             clip: float | None = None, norm: str = "layer", dtype: str = "float32",
-             attn_mults: Sequence[float] | None = None) -> GridRun:
-  """The grid of learning rates × seeds of one model, trained once per context and configuration (cached).
+def grid_spec(ctx: Any, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
+              log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
+              fixed_head_dim: bool = True, schedule: str = "constant", pre_ln: bool = True, warmup: bool = False,
+              clip: float | None = None, norm: str = "layer", dtype: str = "float32",
+              attn_mults: Sequence[float] | None = None, label: str | None = None) -> GridSpec:
+  """The grid of learning rates × seeds of one model, at the sizes of ``ctx.mode``.
 
   Args:
-    ctx: the context (mode, seed, num_seeds, text_file).
+    ctx: the context (mode, seed, num_seeds, text_file, planner).
     rule: the logit-scale rule ("default": the parametrization's own).
     depth: number of blocks.
     width: the width (default: the mode's).
@@ -266,7 +237,12 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
     clip: clip each gradient to this global norm (``ClippedOptimizerConfig``); None: no clipping.
     norm: the blocks' normalization, "layer" or "rms".
     dtype: the model's compute dtype.
-    attn_mults: α of each member's logit scale α/d_head, one per seed and learning rate in order (None: the rule).
+    attn_mults: α of the logit scale α/d_head the grid sweeps at the one learning rate of ``log2_lrs`` (None: the
+      rule's, and the grid sweeps the learning rates).
+    label: the grid in words (default: "depth-{depth} training grids").
+
+  Returns:
+    The ``GridSpec`` (``RECORD`` recorded at every step).
   """
   s = sizes(ctx)
   width = s["width"] if width is None else width
@@ -283,111 +259,20 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
                 end_factor=0.1 if schedule == "cosine" else 0.0,
                 warmup_steps=max(1, int(s["warmup_fraction"] * steps)) if warmup else None)
   opt_config = optim.OptimizerConfig(**kwargs) if clip is None else ClippedOptimizerConfig(**kwargs, clip=clip)
-  seeds = seeds_of(ctx)
-  mults = None if attn_mults is None else tuple(float(a) for a in attn_mults)
-  key = (getattr(ctx, "text_file", None), int(ctx.seed), seeds, s["seq_len"], s["batch_size"], model_config,
-         opt_config, log2_lrs, mults)
-  lrs, member_seeds = lr_grid(log2_lrs, seeds)
-  if mults is not None:  # members: (multiplier, seed) at one learning rate
-    member_seeds = np.tile(np.asarray(seeds), len(mults))
-    lrs = np.full(len(member_seeds), 2.0 ** log2_lrs[0])
-  if _PLAN is not None:  # planning: record the grid, train nothing
-    if key not in _PLAN:
-      _PLAN[key] = (model_config, steps, len(member_seeds), s["batch_size"], s["seq_len"], opt_config)
-    nan = lambda *shape: np.broadcast_to(np.float64(np.nan), (steps, len(member_seeds), *shape))  # no memory
-    return GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
-                   records={"loss": nan(), "grad_norm": nan(), **{k: nan(depth) for k in RECORD[2:]}},
-                   final_params=None, wall_time=0.0)
-  if key not in _GRIDS:
-    result = train_lib.run_training(model_config, opt_config, dataset, seed=member_seeds, learning_rates=lrs,
-                                    attn_mults=None if mults is None else np.repeat(mults, len(seeds)),
-                                    record=RECORD, stop_on_divergence=False)
-    _GRIDS[key] = GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
-                          records=result.records, final_params=result.state.params, wall_time=result.wall_time)
-  return _GRIDS[key]
+  return GridSpec(model_config=model_config, opt_config=opt_config, data=data_config(ctx), data_seed=int(ctx.seed),
+                  log2_lrs=log2_lrs, seeds=seeds_of(ctx), attn_mults=attn_mults, record=RECORD,
+                  label=f"depth-{depth} training grids" if label is None else label)
 
 
-_PLAN: dict[tuple, tuple] | None = None
+def trained(ctx: Any, grids: dict[Any, GridSpec]) -> dict[Any, GridRun]:
+  """The trained grid of each spec of ``grids`` (a claim's declaration), by the same names: each trained once per
+  context (``ctx.planner``)."""
+  return {name: ctx.planner.train(spec) for name, spec in grids.items()}
 
 
-def planned_grids(ctx: Any, claims: Sequence[Any] | None = None) -> list[tuple]:
-  """The grids the training claims (all, or ``claims``) would train, without training them.
-
-  Runs each claim's measurement on untrained grids (NaN records, no parameters) and records every grid it asks for.
-
-  Returns:
-    one (model_config, steps, members, batch_size, seq_len, opt_config) per distinct grid.
-  """
-  global _PLAN
-  _PLAN = {}
-  try:
-    for claim in TRAINING_CLAIMS if claims is None else claims:
-      try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-          warnings.simplefilter("ignore", RuntimeWarning)  # statistics of NaN records
-          claim.measure(ctx)
-      except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError):
-        pass  # a measurement of NaN records may stop early; the grids it asked for are recorded
-    return list(_PLAN.values())
-  finally:
-    _PLAN = None
-
-
-def grid_flops(model_config: model_lib.ModelConfig, steps: int, members: int, batch: int, seq_len: int) -> float:
-  """Floating-point operations of training one planned grid: 6 · parameters · tokens for the weights plus
-  12 · depth · T² · width per sequence for the attention (forward and backward), every member and step."""
-  params = resources.param_count(model_config)
-  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
-  return per_sequence * batch * steps * members
-
-
-def training_flops(grids: Sequence[tuple]) -> float:
-  """Floating-point operations of training ``grids`` (``planned_grids``'s), summed over ``grid_flops``."""
-  return sum(grid_flops(*g[:5]) for g in grids)
-
-
-def training_programs(grids: Sequence[tuple]) -> list[tuple[float, str, int]]:
-  """One (floating-point operations, dtype, steps) per planned grid, for ``resources.accelerator_seconds``."""
-  return [(grid_flops(*g[:5]), str(g[0].dtype), int(g[1])) for g in grids]
-
-
-def compiled_programs(grids: Sequence[tuple]) -> int:
-  """How many distinct training steps the planned ``grids`` compile: grids whose models differ only in a rule that
-  is a logit factor (``model.logit_multiplier``: its α is a value of the state) share one."""
-  keys = set()
-  for model_config, _, members, batch, seq_len, opt_config in grids:
-    if model_lib.logit_multiplier(model_config) is not None:
-      model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
-    keys.add((model_config, opt_config, members, batch, seq_len))
-  return len(keys)
-
-
-def memory_estimate(ctx: Any) -> resources.Estimate:
-  """The largest grid the training claims train: the deepest rule grid and the widest transfer grid."""
-  s = sizes(ctx)
-  dataset = dataset_of(ctx)
-  seeds = max(1, int(s["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1))  # as seeds_of, without the tuple
-  depth = max(s["depth_small"], s["depth_converge"], s["depth_diverge"])
-  grids = [(model_lib.ModelFamily(depth=depth, num_heads=s["num_heads"], head_dim=s["head_dim"], base_width=s["width"]),
-            s["width"], len(s["log2_lrs"]), f"for the depth-{depth} training grids")]
-  widest = max(s["transfer_widths"])
-  grids.append((model_lib.ModelFamily(depth=s["transfer_depth"], num_heads=s["num_heads"], base_width=min(s["transfer_widths"])),
-                widest, len(s["transfer_log2_lrs"]), f"for the width-{widest} transfer grid"))
-  estimates = []
-  for family, width, lrs, label in grids:
-    model_config = family.model_config("mup", width, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-    e = resources.training_program(model_config, optimizer="adam", batch_size=s["batch_size"], seq_len=s["seq_len"],
-                                   members=lrs * seeds)
-    parts = tuple(dataclasses.replace(p, flags=("mode", "num_seeds"), hint="use --mode=quick or fewer --num_seeds, "
-                                      "or leave the training claims out of --ids") for p in e.parts)
-    estimates.append(resources.Estimate(parts, label))
-  return resources.largest(estimates)
-
-
-def clear_cache() -> None:
-  """Forgets every trained grid and dataset."""
-  _GRIDS.clear()
-  _DATASETS.clear()
+def rule_grids(ctx: Any, rules: Sequence[str], depth: int, **options: Any) -> dict[str, GridSpec]:
+  """{rule: its ``grid_spec``} of each rule at ``depth``, with ``options`` (``grid_spec``'s) alike."""
+  return {rule: grid_spec(ctx, rule=rule, depth=depth, **options) for rule in rules}
 
 
 def _lr_label(log2_lr: float) -> str:
@@ -408,17 +293,25 @@ def _depths(ctx: Any) -> tuple[int, ...]:
   return tuple(dict.fromkeys((s["depth_small"], s["depth_converge"], s["depth_diverge"])))
 
 
+def nan_grids(ctx: Any) -> dict[tuple[int, str, str], GridSpec]:
+  """{(depth, dtype, rule): spec}: unscaled and 1/√d_k at every depth and dtype."""
+  s = sizes(ctx)
+  return {(depth, dtype, rule): grid_spec(ctx, rule=rule, depth=depth, dtype=dtype)
+          for depth in _depths(ctx) for dtype in s["dtypes"] for rule in ("none", "sqrt")}
+
+
 def measure_nan_within_100(ctx: Any) -> Measurement:
   """The fraction of unscaled runs whose loss is non-finite within the first 100 steps (at learning rates where the
   1/√d_k runs of the same depth stay finite there), pooled over depths."""
   s = sizes(ctx)
   seeds = seeds_of(ctx)
+  runs = trained(ctx, nan_grids(ctx))
   per_depth, hits, counted = {}, [], []
   per_seed_hits = np.zeros(len(seeds))
   per_seed_counted = np.zeros(len(seeds))
   for depth, dtype in ((d, t) for d in _depths(ctx) for t in s["dtypes"]):
     window = min(s["nan_window"], s["steps"][depth])
-    none, sqrt = (grid_run(ctx, rule=r, depth=depth, dtype=dtype) for r in ("none", "sqrt"))
+    none, sqrt = (runs[(depth, dtype, r)] for r in ("none", "sqrt"))
     bad_none = none.by_lr(nonfinite_within(none.records["loss"], window))  # [L, S]
     bad_sqrt = sqrt.by_lr(nonfinite_within(sqrt.records["loss"], window))
     fair = ~bad_sqrt.any(axis=1)  # learning rates where scaled training stays finite
@@ -457,16 +350,22 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
 # Note 2 §4, follow-up 1: without scaling, gradient norms decay below 1e-6.
 
 
+def depth_grids(ctx: Any) -> dict[tuple[str, int], GridSpec]:
+  """{(rule, depth): spec}: unscaled and 1/√d_k at every depth (float32)."""
+  return {(rule, depth): grid_spec(ctx, rule=rule, depth=depth) for rule in ("none", "sqrt") for depth in _depths(ctx)}
+
+
 def measure_grad_norm_decay(ctx: Any) -> Measurement:
   """The smallest attention-path gradient norm (dL/dW_q, dL/dW_k) of any unscaled run at its initial or final
   parameters (log10), with the 1/√d_k value and the global and per-block norms of every step beside it."""
   seeds = seeds_of(ctx)
+  runs = trained(ctx, depth_grids(ctx))
   out: dict[str, Any] = {}
   for rule in ("none", "sqrt"):
     attn_min, global_min, layer_min, per_seed = [], [], [], np.full(len(seeds), np.inf)
     by_depth = {}
     for depth in _depths(ctx):
-      run = grid_run(ctx, rule=rule, depth=depth)
+      run = runs[(rule, depth)]
       attn = attention_grad_norms(ctx, run)
       both = np.minimum(attn["init"], attn["final"])  # [L·S]
       attn_min.append(smallest_finite(both))
@@ -503,15 +402,20 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
 # Note 2 §4, follow-up 1: 6 layers without scaling converge, but slowly and worse.
 
 
-def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: Any) -> dict[str, Any]:
+def depth6_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: unscaled and 1/√d_k at depth 6 (the mode's ``depth_converge``)."""
+  return rule_grids(ctx, ("none", "sqrt"), sizes(ctx)["depth_converge"])
+
+
+def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference: str, depth: int) -> dict[str, Any]:
   """Final losses of ``rule`` and ``reference`` at ``depth``, each at its own best learning rate, and their gaps.
 
   Args:
     ctx: the context.
+    runs: the trained grids by rule, ``rule`` and ``reference`` among them.
     rule: the rule compared.
     reference: the rule it is compared with.
-    depth: number of blocks.
-    **grid: further options of both grids (``grid_run``'s).
+    depth: number of blocks (the mode's steps at this depth).
 
   Returns:
     the numbers: steps, the window of the final loss, per rule its best learning rate, final loss (mean and std over
@@ -524,7 +428,7 @@ def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: 
   fixed = min(s["fixed_step"], steps - 1)
   rows, finals, fixeds = {}, {}, {}
   for name in (rule, reference):
-    run = grid_run(ctx, rule=name, depth=depth, **grid)
+    run = runs[name]
     loss = run.records["loss"]
     final = run.by_lr(final_losses(loss, last))  # [L, S]
     best = best_index(final)
@@ -554,7 +458,7 @@ def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: 
 
 def measure_depth6_converges_worse(ctx: Any) -> Measurement:
   """Final loss of the unscaled model minus the 1/√d_k model at depth 6, each at its best learning rate, relative."""
-  c = compare_at_best_lr(ctx, "none", "sqrt", sizes(ctx)["depth_converge"])
+  c = compare_at_best_lr(ctx, trained(ctx, depth6_grids(ctx)), "none", "sqrt", sizes(ctx)["depth_converge"])
   none, sqrt = c["none"], c["sqrt"]
   none_drop = None
   if none["final_loss"]["mean"] is not None:
@@ -572,10 +476,16 @@ def measure_depth6_converges_worse(ctx: Any) -> Measurement:
 # Note 1 §4 ⑤, §5: the division belongs before the softmax; after it, training suffers.
 
 
+def post_softmax_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: the division after the softmax, 1/√d_k and unscaled at the small depth."""
+  return rule_grids(ctx, ("post_softmax", "sqrt", "none"), sizes(ctx)["depth_small"])
+
+
 def measure_post_softmax_training(ctx: Any) -> Measurement:
   """Loss of softmax(q·k)·v/√d_k against softmax(q·k/√d_k)·v after training, each at its best learning rate."""
-  c = compare_at_best_lr(ctx, "post_softmax", "sqrt", sizes(ctx)["depth_small"])
-  unscaled = compare_at_best_lr(ctx, "post_softmax", "none", sizes(ctx)["depth_small"])
+  runs = trained(ctx, post_softmax_grids(ctx))
+  c = compare_at_best_lr(ctx, runs, "post_softmax", "sqrt", sizes(ctx)["depth_small"])
+  unscaled = compare_at_best_lr(ctx, runs, "post_softmax", "none", sizes(ctx)["depth_small"])
   c["relative_final_gap_over_unscaled"] = unscaled["relative_final_gap"]
   c["none"] = unscaled["none"]
   post, sqrt = c["post_softmax"], c["sqrt"]
@@ -594,15 +504,10 @@ def measure_post_softmax_training(ctx: Any) -> Measurement:
 # Note 1 §3: in training q and k become correlated.
 
 
-_QK_FNS: dict[model_lib.ModelConfig, Any] = {}
-
-
 def qk_alignment_fn(model_config: model_lib.ModelConfig):
   """A jitted (stacked params [M, ...], tokens [B, T]) -> [M, depth, N]: per layer and head, the mean over tokens
   of cos(q_t, k_t), the query and key of the same position (before RoPE, which rotates both alike, and before any
   QK-norm), from the query and key projections of a forward pass."""
-  if model_config in _QK_FNS:
-    return _QK_FNS[model_config]
   model = model_lib.Transformer(model_config)
   n, kv = model_config.num_heads, model_config.kv_heads
 
@@ -618,9 +523,7 @@ def qk_alignment_fn(model_config: model_lib.ModelConfig):
       out.append(jnp.mean(cos, axis=(0, 1)))
     return jnp.stack(out)
 
-  fn = jax.jit(jax.vmap(one, in_axes=(0, None)))
-  _QK_FNS[model_config] = fn
-  return fn
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def qk_alignment(per_head_cos: np.ndarray) -> np.ndarray:
@@ -636,6 +539,20 @@ def max_logit_growth(max_logit: np.ndarray, last: int) -> np.ndarray:
     return np.mean(m[-last:], axis=0) / m[0]
 
 
+def qk_log2_lr(ctx: Any) -> float:
+  """The learning rate of the mode's grid nearest ``qk_lr`` (log2)."""
+  s = sizes(ctx)
+  grid = tuple(float(x) for x in s["log2_lrs"])
+  return grid[int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in grid]))]
+
+
+def qk_grids(ctx: Any) -> dict[tuple[int, str], GridSpec]:
+  """{(width, rule): spec}: each q-k width and rule at the small depth and the one learning rate ``qk_log2_lr``."""
+  s = sizes(ctx)
+  return {(width, rule): grid_spec(ctx, rule=rule, depth=s["depth_small"], width=width, log2_lrs=(qk_log2_lr(ctx),))
+          for width in s["qk_widths"] for rule in s["qk_rules"]}
+
+
 def measure_qk_correlate(ctx: Any) -> Measurement:
   """The increase of the q-k alignment |mean cos(q_t, k_t)| during training with 1/√d_k, and the growth of the
   largest attention logit, per rule and width, at the learning rate nearest ``qk_lr``."""
@@ -643,45 +560,32 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
   depth = s["depth_small"]
   steps = s["steps"][depth]
   last = max(1, steps // 10)
-  seeds = seeds_of(ctx)
-  dataset = dataset_of(ctx)
-  grid = tuple(float(x) for x in s["log2_lrs"])
-  log2_lrs = (grid[int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in grid]))],)  # one learning rate
-  li = 0
-  members = slice(0, len(seeds))
-  tokens = dataset.eval_batch(0, int(ctx.seed))["inputs"]
+  log2_lr = qk_log2_lr(ctx)
+  tokens = dataset_of(ctx).eval_batch(0, int(ctx.seed))["inputs"]
   table: dict[str, dict[str, Any]] = {}
   increases = []
-  for width in s["qk_widths"]:
-    for rule in s["qk_rules"]:
-      run = grid_run(ctx, rule=rule, depth=depth, width=width, log2_lrs=log2_lrs)
-      if run.final_params is None:  # a planned grid
-        continue
-      lrs, member_seeds = lr_grid(log2_lrs, seeds)
-      init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(
-          jnp.asarray(member_seeds[members]), jnp.asarray(lrs[members]))
-      fn = qk_alignment_fn(run.model_config)
-      before = qk_alignment(jax.device_get(fn(init.params, tokens)))
-      final = jax.tree.map(lambda a: a[members], run.final_params)
-      after = qk_alignment(jax.device_get(fn(final, tokens)))
-      max_logit = run.records["attn_max_logit"][:, members]
-      growth = max_logit_growth(max_logit, last)
-      entry = {name: stats.finite_mean_std(v) for name, v in (
-          ("alignment_init", before), ("alignment_final", after), ("alignment_increase", after - before),
-          ("max_logit_growth", growth), ("max_logit_init", np.max(max_logit[0], -1)),
-          ("max_logit_final", np.max(np.mean(max_logit[-last:], 0), -1)))}
-      table[f"{rule} width {width}"] = entry
-      if rule == "sqrt":
-        increases.extend(after - before)
+  for (width, rule), run in trained(ctx, qk_grids(ctx)).items():
+    fn = qk_alignment_fn(run.model_config)
+    before = qk_alignment(jax.device_get(fn(run.initial_params(), tokens)))
+    after = qk_alignment(jax.device_get(fn(run.final_params, tokens)))
+    max_logit = run.records["attn_max_logit"]
+    growth = max_logit_growth(max_logit, last)
+    entry = {name: stats.finite_mean_std(v) for name, v in (
+        ("alignment_init", before), ("alignment_final", after), ("alignment_increase", after - before),
+        ("max_logit_growth", growth), ("max_logit_init", np.max(max_logit[0], -1)),
+        ("max_logit_final", np.max(np.mean(max_logit[-last:], 0), -1)))}
+    table[f"{rule} width {width}"] = entry
+    if rule == "sqrt":
+      increases.extend(after - before)
   stat = stats.finite_mean_std(increases)
   numbers = {**_about(ctx), "depth": depth, "steps": steps,
-             "learning_rate": _lr_label(log2_lrs[li]), "widths": list(s["qk_widths"]),
+             "learning_rate": _lr_label(log2_lr), "widths": list(s["qk_widths"]),
              "alignment": "|mean over tokens of cos(q_t, k_t)| per layer and head, averaged (pre-RoPE, pre-norm)",
              "alignment_increase_sqrt": stat["mean"], "alignment_increase_sqrt_std": stat["std"],
              "by_rule_width": table}
   parts = [f"{k}: {_fmt(v['alignment_init']['mean'], '.2f')} -> {_fmt(v['alignment_final']['mean'], '.2f')}, "
            f"max logit x{_fmt(v['max_logit_growth']['mean'], '.2g')}" for k, v in table.items()]
-  finding = (f"Depth {depth}, {steps} steps at learning rate {_lr_label(log2_lrs[li])} on the {data_name(ctx)}: "
+  finding = (f"Depth {depth}, {steps} steps at learning rate {_lr_label(log2_lr)} on the {data_name(ctx)}: "
              f"the q-k alignment |mean cos(q_t, k_t)| rose by {_fmt(stat['mean'])} on average with 1/√d_k "
              f"(init -> final, and growth of the largest |logit|: {'; '.join(parts)}).")
   return Measurement(numbers, finding)
@@ -691,9 +595,21 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
 # Note 1 §4 ②: μP lets hyperparameters transfer across width.
 
 
+def transfer_grids(ctx: Any) -> dict[tuple[str, int], GridSpec]:
+  """{(parametrization, width): spec}: the transfer learning rates at every transfer width (base width the smallest),
+  heads of width / heads, cosine-scheduled."""
+  s = sizes(ctx)
+  widths = tuple(s["transfer_widths"])
+  return {(name, width): grid_spec(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=name,
+                                   log2_lrs=s["transfer_log2_lrs"], steps=s["transfer_steps"], base_width=min(widths),
+                                   fixed_head_dim=False, schedule="cosine", label=f"width-{width} transfer grid")
+          for name in s["transfer_parametrizations"] for width in widths}
+
+
 def measure_mup_transfer(ctx: Any) -> Measurement:
   """Spread (max − min) over widths of the optimal log2 learning rate under μP, with SP's for comparison."""
   s = sizes(ctx)
+  runs = trained(ctx, transfer_grids(ctx))
   widths = tuple(s["transfer_widths"])
   log2_lrs = tuple(float(x) for x in s["transfer_log2_lrs"])
   steps = s["transfer_steps"]
@@ -705,9 +621,7 @@ def measure_mup_transfer(ctx: Any) -> Measurement:
   for name in s["transfer_parametrizations"]:
     optima, per_seed, at_edge, table = [], [[] for _ in seeds], [], {}
     for width in widths:
-      run = grid_run(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=name,
-                     log2_lrs=log2_lrs, steps=steps, base_width=min(widths), fixed_head_dim=False, schedule="cosine")
-      loss = run.records["loss"]
+      loss = runs[(name, width)].records["loss"]
       rows = optimum.summarize_grid(loss, log2_lrs, len(seeds), last)
       best = optimum.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
       optima.append(optimum.optimum_log2_lr(best))
@@ -782,10 +696,18 @@ def _setup_name(pre_ln: bool, warmup: bool) -> str:
   return f"{'pre' if pre_ln else 'post'}-LN, {'with' if warmup else 'no'} warmup"
 
 
+def depth12_grids(ctx: Any) -> dict[tuple[bool, bool, str], GridSpec]:
+  """{(pre_ln, warmup, rule): spec}: unscaled and 1/√d_k at depth 12 (the mode's ``depth_diverge``) in each setup."""
+  s = sizes(ctx)
+  return {(pre_ln, warmup, rule): grid_spec(ctx, rule=rule, depth=s["depth_diverge"], pre_ln=pre_ln, warmup=warmup)
+          for pre_ln, warmup in s.get("depth12_setups", NORM_SETUPS) for rule in ("none", "sqrt")}
+
+
 def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
   """The fraction of unscaled depth-12 runs that diverge or stall, at learning rates where no 1/√d_k run of the same
   norm placement and warmup does either, pooled over pre-/post-LN and with/without warmup."""
   s = sizes(ctx)
+  runs = trained(ctx, depth12_grids(ctx))
   depth, steps = s["depth_diverge"], s["steps"][s["depth_diverge"]]
   last = max(1, steps // 10)
   hits = counted = 0
@@ -793,7 +715,7 @@ def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
   for pre_ln, warmup in s.get("depth12_setups", NORM_SETUPS):
     failed, div, stall = {}, {}, {}
     for rule in ("none", "sqrt"):
-      run = grid_run(ctx, rule=rule, depth=depth, pre_ln=pre_ln, warmup=warmup)
+      run = runs[(pre_ln, warmup, rule)]
       loss = run.records["loss"]
       div[rule] = run.by_lr(diverged(loss))
       stall[rule] = run.by_lr(stalled(loss, s["stall_fraction"], last))
@@ -846,10 +768,10 @@ def steps_to_reach(losses: np.ndarray, target: np.ndarray, width: int) -> np.nda
   return out
 
 
-def _best_runs(ctx: Any, rule: str, depth: int) -> tuple[GridRun, int | None]:
-  run = grid_run(ctx, rule=rule, depth=depth)
+def _best(run: GridRun) -> int | None:
+  """The learning rate (index) with the lowest seed-mean final loss of a trained grid (``best_index``)."""
   last = max(1, run.records["loss"].shape[0] // 10)
-  return run, best_index(run.by_lr(final_losses(run.records["loss"], last)))
+  return best_index(run.by_lr(final_losses(run.records["loss"], last)))
 
 
 def _at_best(run: GridRun, best: int | None, values: np.ndarray) -> np.ndarray:
@@ -861,9 +783,8 @@ def measure_depth6_oscillates(ctx: Any) -> Measurement:
   """Roughness (RMS step-to-step change in the second half) of the unscaled depth-6 loss over 1/√d_k's."""
   depth = sizes(ctx)["depth_converge"]
   rough = {}
-  for rule in ("none", "sqrt"):
-    run, best = _best_runs(ctx, rule, depth)
-    rough[rule] = _at_best(run, best, roughness(run.records["loss"]))
+  for rule, run in trained(ctx, depth6_grids(ctx)).items():
+    rough[rule] = _at_best(run, _best(run), roughness(run.records["loss"]))
   with np.errstate(invalid="ignore", divide="ignore"):
     ratio = float(np.mean(rough["none"]) / np.mean(rough["sqrt"]))
   numbers = {**_about(ctx), "depth": depth, "roughness_ratio": stats.round_finite(ratio),
@@ -880,8 +801,9 @@ def measure_depth6_slow(ctx: Any) -> Measurement:
   steps = sizes(ctx)["steps"][depth]
   width = max(1, steps // 20)
   quarter = max(width, steps // 4)
-  sqrt, sb = _best_runs(ctx, "sqrt", depth)
-  none, nb = _best_runs(ctx, "none", depth)
+  runs = trained(ctx, depth6_grids(ctx))
+  sqrt, none = runs["sqrt"], runs["none"]
+  sb, nb = _best(sqrt), _best(none)
   target = _at_best(sqrt, sb, window_mean(sqrt.records["loss"], quarter - 1, width))
   reached = np.full(len(none.seeds), np.nan)
   if nb is not None:
@@ -909,6 +831,23 @@ def tiny_log2_lrs(best_log2_lr: float, octaves_below: Sequence[float]) -> tuple[
   return tuple(float(best_log2_lr) - float(o) for o in sorted(octaves_below))
 
 
+def tiny_grids(ctx: Any, anchor: float | None = None) -> dict[Any, GridSpec]:
+  """The depth-6 grids ({"none", "sqrt"}: ``depth6_grids``) and the tiny-rate grids ({("tiny", rule)}: unscaled and
+  1/√d_k at ``tiny_octaves_below`` octaves below ``anchor``, gradients clipped to the mode's ``clip``).
+
+  ``anchor`` is 1/√d_k's best log2 learning rate of the depth-6 grid, read from its records; None (a plan, before
+  anything is trained): the depth-6 grid's middle rate stands in (what a grid costs does not depend on its rates).
+  """
+  s = sizes(ctx)
+  base = depth6_grids(ctx)
+  if anchor is None:
+    rates = base["sqrt"].log2_lrs
+    anchor = rates[len(rates) // 2]
+  log2_lrs = tiny_log2_lrs(anchor, s["tiny_octaves_below"])
+  return {**base, **{("tiny", rule): grid_spec(ctx, rule=rule, depth=s["depth_converge"], log2_lrs=log2_lrs,
+                                               clip=s["clip"]) for rule in ("none", "sqrt")}}
+
+
 def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
   """The fraction of unscaled depth-6 runs that converge at tiny learning rates (octaves below 1/√d_k's best rate of
   the depth-6 grid) with gradients clipped, counted where the 1/√d_k runs of the same rates and clipping converge;
@@ -916,8 +855,9 @@ def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
   s = sizes(ctx)
   depth, steps = s["depth_converge"], s["steps"][s["depth_converge"]]
   last = max(1, steps // 10)
-  sqrt_grid, sqrt_best = _best_runs(ctx, "sqrt", depth)
-  none_grid, none_best = _best_runs(ctx, "none", depth)
+  base = trained(ctx, depth6_grids(ctx))
+  sqrt_grid, none_grid = base["sqrt"], base["none"]
+  sqrt_best, none_best = _best(sqrt_grid), _best(none_grid)
   own_ok = _at_best(none_grid, none_best, converged(none_grid.records["loss"], s["stall_fraction"], last))
   own = {"best_learning_rate": None if none_best is None else _lr_label(none_grid.log2_lrs[none_best]),
          "converged_fraction": None if none_best is None else stats.round_finite(float(np.mean(own_ok)))}
@@ -926,15 +866,14 @@ def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
              "sqrt_best_learning_rate": None if sqrt_best is None else _lr_label(sqrt_grid.log2_lrs[sqrt_best]),
              "converged": f"finite, never > {DIVERGENCE_FACTOR:g}x and final loss <= {s['stall_fraction']:g}x step 0",
              "converged_fraction": None, "none_own_best_no_clipping": own}
-  if sqrt_best is None and _PLAN is None:
+  if sqrt_best is None:
     return Measurement(numbers, f"Depth {depth}, {steps} steps on the {data_name(ctx)}: no 1/√d_k learning rate "
                        "trained without a NaN seed, so there is no best rate to take the tiny ones from.")
-  # Planning has no losses, so no best rate: the grid's middle stands in (the cost does not depend on the rates).
-  anchor = sqrt_grid.log2_lrs[len(sqrt_grid.log2_lrs) // 2 if sqrt_best is None else sqrt_best]
-  log2_lrs = tiny_log2_lrs(anchor, s["tiny_octaves_below"])
+  runs = trained(ctx, tiny_grids(ctx, sqrt_grid.log2_lrs[sqrt_best]))
+  log2_lrs = runs[("tiny", "sqrt")].log2_lrs
   ok, final, by_lr = {}, {}, {}
   for rule in ("none", "sqrt"):
-    run = grid_run(ctx, rule=rule, depth=depth, log2_lrs=log2_lrs, clip=s["clip"])
+    run = runs[("tiny", rule)]
     loss = run.records["loss"]
     ok[rule] = run.by_lr(converged(loss, s["stall_fraction"], last))  # [L, S]
     final[rule] = stats.finite_mean_std(final_losses(loss, last))
@@ -974,25 +913,44 @@ def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
 # Note 2 §2.2, §4: dividing by d_k, √d_k optimal, norms beside the scale, stable gradients with the scale.
 
 
+def linear_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: 1/d_k and 1/√d_k at the small depth."""
+  return rule_grids(ctx, ("linear", "sqrt"), sizes(ctx)["depth_small"])
+
+
 def measure_linear_expressiveness(ctx: Any) -> Measurement:
   """Final loss with 1/d_k against 1/√d_k at the small depth, each at its best learning rate, relative."""
-  c = compare_at_best_lr(ctx, "linear", "sqrt", sizes(ctx)["depth_small"])
+  c = compare_at_best_lr(ctx, trained(ctx, linear_grids(ctx)), "linear", "sqrt", sizes(ctx)["depth_small"])
   return Measurement({**_about(ctx), **c}, (
       f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: 1/d_k reached a final loss of "
       f"{_fmt(c['linear']['final_loss']['mean'])} vs {_fmt(c['sqrt']['final_loss']['mean'])} with 1/√d_k (each at its "
       f"best learning rate): a relative gap of {_fmt(c['relative_final_gap'])}."))
 
 
+def sqrt_optimal_grids(ctx: Any, log2_lr: float | None = None) -> dict[str, GridSpec]:
+  """{"sqrt": 1/√d_k at the small depth, "multipliers": 1/√d_k with each logit multiplier c·(1/√d_k), c in the
+  octaves ``attn_log2_mults``, at the one learning rate ``log2_lr``}.
+
+  ``log2_lr`` is 1/√d_k's best learning rate, read from its grid's records; None (a plan, before anything is
+  trained, or a grid whose every rate had a NaN seed): the grid's first rate.
+  """
+  s = sizes(ctx)
+  depth = s["depth_small"]
+  sqrt = grid_spec(ctx, rule="sqrt", depth=depth)
+  alphas = [2.0 ** c * math.sqrt(s["head_dim"]) for c in s["attn_log2_mults"]]  # α/d_head = c/√d_head
+  log2_lr = sqrt.log2_lrs[0] if log2_lr is None else log2_lr
+  return {"sqrt": sqrt, "multipliers": grid_spec(ctx, rule="sqrt", depth=depth, log2_lrs=(log2_lr,), attn_mults=alphas)}
+
+
 def measure_sqrt_optimal(ctx: Any) -> Measurement:
   """The optimal logit multiplier c·(1/√d_k) over c in octaves, at 1/√d_k's best learning rate (log2 c)."""
   s = sizes(ctx)
   depth = s["depth_small"]
-  sqrt, best = _best_runs(ctx, "sqrt", depth)
+  sqrt = ctx.planner.train(sqrt_optimal_grids(ctx)["sqrt"])
+  best = _best(sqrt)
   log2_lr = sqrt.log2_lrs[0 if best is None else best]
   log2_c = tuple(float(x) for x in s["attn_log2_mults"])
-  head_dim = s["head_dim"]
-  alphas = [2.0 ** c * math.sqrt(head_dim) for c in log2_c]  # α/d_head = c/√d_head
-  run = grid_run(ctx, rule="sqrt", depth=depth, log2_lrs=(log2_lr,), attn_mults=alphas)
+  run = trained(ctx, sqrt_optimal_grids(ctx, log2_lr))["multipliers"]
   steps = run.records["loss"].shape[0]
   rows = optimum.summarize_grid(run.records["loss"], log2_c, len(run.seeds), max(1, steps // 10))
   top = optimum.find_optimum([{"parametrization": "sp", "width": s["width"], **r} for r in rows])[0]
@@ -1010,10 +968,19 @@ def measure_sqrt_optimal(ctx: Any) -> Measurement:
 NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
 
+def norm_grids(ctx: Any) -> dict[tuple[str, str], GridSpec]:
+  """{(norm, rule): spec}: unscaled and 1/√d_k at the small depth with LayerNorm and with RMSNorm blocks."""
+  depth = sizes(ctx)["depth_small"]
+  return {(norm, rule): grid_spec(ctx, rule=rule, depth=depth, norm=norm) for norm in NORM_NAMES
+          for rule in ("none", "sqrt")}
+
+
 def measure_norms_dont_replace_scaling(ctx: Any) -> Measurement:
   """The relative final-loss gap of unscaled over 1/√d_k with LayerNorm blocks and with RMSNorm blocks (the smaller)."""
   depth = sizes(ctx)["depth_small"]
-  per = {norm: compare_at_best_lr(ctx, "none", "sqrt", depth, norm=norm) for norm in ("layer", "rms")}
+  runs = trained(ctx, norm_grids(ctx))
+  per = {norm: compare_at_best_lr(ctx, {rule: runs[(norm, rule)] for rule in ("none", "sqrt")}, "none", "sqrt", depth)
+         for norm in NORM_NAMES}
   gaps = [c["relative_final_gap"] for c in per.values()]
   stat = min(g for g in gaps if g is not None) if any(g is not None for g in gaps) else None
   return Measurement(
@@ -1025,15 +992,19 @@ def measure_norms_dont_replace_scaling(ctx: Any) -> Measurement:
       + " blocks.")
 
 
+def sqrt_depth_grids(ctx: Any) -> dict[int, GridSpec]:
+  """{depth: spec}: 1/√d_k at every depth."""
+  return {depth: grid_spec(ctx, rule="sqrt", depth=depth) for depth in _depths(ctx)}
+
+
 def measure_scaled_grads_stable(ctx: Any) -> Measurement:
   """Decades spanned by the global gradient norm over training with 1/√d_k at its best learning rate, per depth."""
   spans = {}
-  for depth in _depths(ctx):
-    run, best = _best_runs(ctx, "sqrt", depth)
+  for depth, run in trained(ctx, sqrt_depth_grids(ctx)).items():
     g = run.records["grad_norm"]
     with np.errstate(invalid="ignore", divide="ignore"):
       decades = np.log10(np.nanmax(g, axis=0) / np.nanmin(g, axis=0))
-    spans[depth] = _at_best(run, best, decades)
+    spans[depth] = _at_best(run, _best(run), decades)
   stat = max(float(np.mean(v)) for v in spans.values())
   return Measurement(
       {**_about(ctx), "max_decades": stats.round_finite(stat),
@@ -1047,34 +1018,23 @@ def measure_scaled_grads_stable(ctx: Any) -> Measurement:
 # The attention path's gradient (W_q, W_k) of a trained grid, at its initial and final parameters.
 
 
-_ATTN_GRAD_FNS: dict[model_lib.ModelConfig, Any] = {}
-
-
 def attention_grad_norm_fn(model_config: model_lib.ModelConfig):
   """A jitted (stacked params [M, ...], batch) -> [M]: the global norm of dL/dW_q and dL/dW_k over all blocks."""
-  if model_config not in _ATTN_GRAD_FNS:
-    model = model_lib.Transformer(model_config)
+  model = model_lib.Transformer(model_config)
 
-    def one(params, batch):
-      grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
-      return optax.tree.norm([grads[f"block_{i}"]["attn"][n] for i in range(model_config.depth)
-                              for n in ("query", "key")])
+  def one(params, batch):
+    grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
+    return optax.tree.norm([grads[f"block_{i}"]["attn"][n] for i in range(model_config.depth)
+                            for n in ("query", "key")])
 
-    _ATTN_GRAD_FNS[model_config] = jax.jit(jax.vmap(one, in_axes=(0, None)))
-  return _ATTN_GRAD_FNS[model_config]
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def attention_grad_norms(ctx: Any, run: GridRun) -> dict[str, np.ndarray]:
-  """{"init", "final"}: per member [L·S], the attention-path gradient norm on the first held-out batch (NaN for a
-  planned grid, which has no parameters)."""
-  if run.final_params is None:
-    nan = np.full(len(run.log2_lrs) * len(run.seeds), np.nan)
-    return {"init": nan, "final": nan}
+  """{"init", "final"}: per member [M], the attention-path gradient norm on the first held-out batch."""
   batch = dataset_of(ctx).eval_batch(0, int(ctx.seed))
-  lrs, member_seeds = lr_grid(run.log2_lrs, run.seeds)
-  init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(jnp.asarray(member_seeds), jnp.asarray(lrs))
   fn = attention_grad_norm_fn(run.model_config)
-  return {"init": np.asarray(jax.device_get(fn(init.params, batch)), np.float64),
+  return {"init": np.asarray(jax.device_get(fn(run.initial_params(), batch)), np.float64),
           "final": np.asarray(jax.device_get(fn(run.final_params, batch)), np.float64)}
 
 
@@ -1100,7 +1060,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "dtypes, whose loss is non-finite within the first 100 steps, at learning rates where every 1/√d_k "
                   "run stays finite", holds=(">=", 0.5), fails=("<=", 0.1),
                   reason="the note states it as what happens: in most runs to hold, in at most 1 in 10 it does not"),
-        measure_nan_within_100, training=True),
+        measure_nan_within_100, training=True, grids=nan_grids),
     Claim(
         "train_grad_norm_below_1e-6", "note 2 §4, follow-up 1",
         "Without scaling, softmax saturates and the attention gradient norms decay below 1e-6.",
@@ -1108,19 +1068,19 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "(dL/dW_q, dL/dW_k) of any unscaled run, at its initial or final parameters, any learning rate, "
                   "seed and depth", holds=("<", -6.0), fails=(">", -4.0),
                   reason="the note names 1e-6; two decades above it (1e-4) is not 'below 1e-6' by any rounding"),
-        measure_grad_norm_decay, training=True),
+        measure_grad_norm_decay, training=True, grids=depth_grids),
     Claim(
         "train_depth6_converges_worse", "note 2 §4, follow-up 1",
         "Without scaling a 6-layer model may converge, but to a worse loss.",
         _relative_gap_criterion("unscaled", "1/√d_k", "final loss 1/√d_k", 6),
-        measure_depth6_converges_worse, training=True),
+        measure_depth6_converges_worse, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_oscillates", "note 2 §4, follow-up 1",
         "Without scaling the 6-layer loss curve oscillates strongly.",
         Criterion("roughness_ratio", "RMS of the step-to-step loss change in the second half of training, unscaled "
                   "over 1/√d_k, depth 6, each at its best learning rate", holds=(">=", 2.0), fails=("<=", 1.0),
                   reason="'very oscillating' = at least twice as jagged as the scaled curve; no more jagged is not"),
-        measure_depth6_oscillates, training=True),
+        measure_depth6_oscillates, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_slow", "note 2 §4, follow-up 1",
         "Without scaling the 6-layer model converges very slowly.",
@@ -1128,7 +1088,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "training, over that quarter (never = the whole run; each at its best learning rate)",
                   holds=(">=", 2.0), fails=("<=", 1.25),
                   reason="'very slow' = at least twice the steps; within 25% more it is not slow"),
-        measure_depth6_slow, training=True),
+        measure_depth6_slow, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_tiny_lr_clipping", "note 2 §4, follow-up 1",
         "Without scaling a 6-layer model can still converge with a tiny learning rate and gradient clipping.",
@@ -1141,13 +1101,13 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                          "applies at every size; 'can converge' holds if at least half such runs do, fails if none "
                          "does; the unscaled model at its own best rate without clipping is reported beside, to tell "
                          "whether the tiny rate and clipping are what make it converge"),
-        measure_depth6_tiny_lr_clipping, training=True),
+        measure_depth6_tiny_lr_clipping, training=True, grids=tiny_grids),
     Claim(
         "train_post_softmax_worse", "note 1 §4 ⑤, §5",
         "The division belongs inside the logits: applied after the softmax it is a mistake (in training; its logits "
         "are unscaled, so this mostly measures 'no scaling': the gap to the unscaled model is reported beside).",
         _relative_gap_criterion("with softmax(q·k)·v/√d_k", "with softmax(q·k/√d_k)·v", "the latter", 2),
-        measure_post_softmax_training, training=True),
+        measure_post_softmax_training, training=True, grids=post_softmax_grids),
     Claim(
         "train_depth12_cannot_converge", "note 2 §4, follow-up 1; §5",
         "Without scaling, models of 12 or more layers cannot converge (they almost certainly diverge).",
@@ -1156,13 +1116,13 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "learning rates where no 1/√d_k run of the same setup does either", holds=(">=", 0.8),
                   fails=("<=", 0.2),
                   reason="'almost certainly' = at least 4 runs in 5; at most 1 in 5 contradicts it"),
-        measure_depth12_cannot_converge, training=True),
+        measure_depth12_cannot_converge, training=True, grids=depth12_grids),
     Claim(
         "train_linear_less_expressive", "note 2 §2.2",
         "Dividing by d_k makes attention nearly uniform, so the model loses focus: expressiveness drops severely.",
         _relative_gap_criterion("1/d_k", "1/√d_k", "final loss 1/√d_k", 2, holds=0.05, fails=0.01,
                                 reason="'severely' = at least 5% higher final loss; within 1% is no loss"),
-        measure_linear_expressiveness, training=True),
+        measure_linear_expressiveness, training=True, grids=linear_grids),
     Claim(
         "train_sqrt_optimal", "note 2 §2.2",
         "Dividing by √d_k is the optimal choice of logit scale.",
@@ -1170,7 +1130,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "loss (parabola vertex over c in octaves; depth 2, at 1/√d_k's best learning rate)",
                   holds=("<=", 0.5), fails=(">=", 1.5),
                   reason="'optimal' = the best multiplier within √2 of 1/√d_k; 2^1.5 away is a different optimum"),
-        measure_sqrt_optimal, training=True),
+        measure_sqrt_optimal, training=True, grids=sqrt_optimal_grids),
     Claim(
         "train_norms_dont_replace_scaling", "note 2 §2.4, follow-up 2",
         "LayerNorm and RMSNorm do not replace the attention scaling.",
@@ -1178,14 +1138,14 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "final loss 1/√d_k) / final loss 1/√d_k at depth 2, each at its best learning rate",
                   holds=(">=", 0.02), fails=("<=", 0.0),
                   reason="with either norm, removing the scale must still cost at least 2% loss; no cost = replaced"),
-        measure_norms_dont_replace_scaling, training=True),
+        measure_norms_dont_replace_scaling, training=True, grids=norm_grids),
     Claim(
         "train_scaled_grads_stable", "note 1 §2",
         "With √d_k scaling the gradients are stable.",
         Criterion("max_decades", "largest over depths of log10(max / min over steps) of the global gradient norm with "
                   "1/√d_k at its best learning rate (mean over seeds)", holds=("<=", 1.0), fails=(">=", 2.0),
                   reason="'stable' = within one decade over training; two decades is not stable"),
-        measure_scaled_grads_stable, training=True),
+        measure_scaled_grads_stable, training=True, grids=sqrt_depth_grids),
     Claim(
         "train_qk_correlate", "note 1 §3",
         "In training, q and k become correlated (so the independence behind Var(q·k) = d_k stops holding).",
@@ -1193,12 +1153,12 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
                   "layer and head, averaged) with 1/√d_k, mean over widths and seeds", holds=(">=", 0.1),
                   fails=("<=", 0.02),
                   reason="a rise of 0.1 in cosine is a correlation; 0.02 is within init noise"),
-        measure_qk_correlate, training=True),
+        measure_qk_correlate, training=True, grids=qk_grids),
     Claim(
         "train_mup_lr_transfer", "note 1 §4 ②",
         "μP lets hyperparameters (the learning rate) tuned at one width carry over to other widths.",
         Criterion("mup_optimal_log2_lr_spread", "max − min over widths of μP's optimal log2 learning rate (octaves)",
                   holds=("<=", 1.0), fails=(">=", 2.0),
                   reason="'carry over' = the optimum moves at most one octave; two octaves means retuning"),
-        measure_mup_transfer, training=True),
+        measure_mup_transfer, training=True, grids=transfer_grids),
 )

@@ -110,7 +110,11 @@ class Measurement:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-  """A claim from the notes, how to measure it and the criterion that decides it."""
+  """A claim from the notes, how to measure it and the criterion that decides it.
+
+  A training claim (``training``) declares the grids it trains in ``grids``: ``grids(ctx)`` maps names to
+  ``scaling.studies.grid_run.GridSpec`` s, read without training anything to plan a run.
+  """
 
   id: str
   source: str
@@ -118,7 +122,12 @@ class Claim:
   criterion: Criterion
   measure: Callable[[Any], Measurement]
   training: bool = False
+  grids: Callable[[Any], dict[Any, Any]] | None = None
   kind = MEASURED
+
+  def __post_init__(self):
+    if self.training and self.grids is None:
+      raise ConfigError(f"claim {self.id}: a training claim declares the grids it trains (grids)")
 
   def evaluate(self, ctx: Any) -> dict[str, Any]:
     """Measures the claim and decides its verdict; returns the JSON-ready row.
