@@ -260,8 +260,9 @@ def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
   tally = lambda group: ", ".join(f"{v} **{n}**" for v, n in collections.Counter(r["verdict"] for r in group).items())
   data = f"text file `{options['text_file']}`" if options.get("text_file") else "the built-in synthetic task"
   checked = f"; {len(cited)} factual citations checked against their sources: {tally(cited)}" if cited else ""
+  run = f"; run on {config['code']}, {config['date']}" if "code" in config and "date" in config else ""
   lines = [f"{len(measured)} claims of the notes measured by `python -m experiments.claims` (mode {options['mode']}, "
-           f"training claims on {data}); verdicts: {tally(measured)}{checked}.",
+           f"training claims on {data}{run}); verdicts: {tally(measured)}{checked}.",
            "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "
            "(holds past one threshold,",
            "does not hold past the other, partly in between). Below: the claims of `scaling.report.HEADLINE_CLAIMS`; "

@@ -16,6 +16,8 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
+import time
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -57,6 +59,27 @@ def _atomic_write(path: str | os.PathLike, text: str) -> None:
 def write_text(path: str | os.PathLike, text: str) -> None:
   """Writes a text file atomically (the old file stays until the new one is complete)."""
   _atomic_write(path, text)
+
+
+def code_version() -> dict[str, str]:
+  """The code a run runs and when: {"code": the git commit of the checkout it is imported from (short hash, with
+  "+changes" when tracked files differ from it), else the installed distribution's version; "date": UTC day}."""
+  date = time.strftime("%Y-%m-%d", time.gmtime())
+  root = pathlib.Path(__file__).resolve().parents[1]
+  try:
+    git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                                       check=True).stdout.strip()
+    if pathlib.Path(git("rev-parse", "--show-toplevel")).resolve() == root:
+      commit = git("rev-parse", "--short=12", "HEAD")
+      changed = git("status", "--porcelain", "--untracked-files=no")
+      return {"code": f"commit {commit}" + ("+changes" if changed else ""), "date": date}
+  except (OSError, subprocess.SubprocessError):
+    pass
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  try:
+    return {"code": f"version {metadata.version('attention-logit-scaling')}", "date": date}
+  except metadata.PackageNotFoundError:
+    return {"code": "unknown version", "date": date}
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

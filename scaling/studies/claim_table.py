@@ -70,12 +70,13 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
   return "\n\n".join(parts)
 
 
-def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
+def readme_markdown(rows: list[dict[str, Any]], ctx: Context, version: dict[str, str] | None = None) -> str:
   """The tables for docs/claims.md: the random-input claims, the training claims (``Claim.training``), then the
-  citation claims; each heading states the mode, the sizes and the hardware."""
+  citation claims; each heading states the mode, the sizes, the hardware and the code and day of the run
+  (``version``: ``results.code_version()`` at its start)."""
   training = {c.id for c in all_claims() if c.training}
   parts = []
-  where = f"hardware {hardware()}"
+  where = f"hardware {hardware()}" + (f"; run on {version['code']}, {version['date']}" if version else "")
   sizes = (f"mode {ctx.mode}: d_k {', '.join(map(str, ctx.d_k))}; {ctx.seq_len} tokens; batch {BATCH} × {HEADS} "
            f"heads; {n_seeds_text(ctx)} from {ctx.seed}; {where}")
   data = ctx.text_file or "the built-in synthetic task"
@@ -83,7 +84,8 @@ def readme_markdown(rows: list[dict[str, Any]], ctx: Context) -> str:
   for title, selected in ((f"Random-input claims ({sizes}):", [r for r in measured if r["id"] not in training]),
                           (f"Training claims (data: {data}; mode {ctx.mode}: {training_claims.describe_sizes(ctx)}; "
                            f"{where}):", [r for r in measured if r["id"] in training]),
-                          ("Citation claims (checked against the source by reading it; not measured):",
+                          ("Citation claims (checked against the source by reading it; not measured"
+                           + (f"; {version['code']}" if version else "") + "):",
                            [r for r in rows if r.get("kind") == CITATION])):
     if selected:
       parts.append(f"{title}\n\n{markdown_table(selected)}")

@@ -265,7 +265,8 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     return []
   start = time.perf_counter()
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
-  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
+  version = results.code_version()
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes(), **version})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
   stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
   missing = stream.missing()
@@ -284,7 +285,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       run_claims(ctx, tuple(missing), on_result=on_result)
   rows = stream.finish()
   results.write_text(out_dir / "claims.md", markdown_table(rows))
-  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx))
+  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))
   indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
