@@ -281,8 +281,12 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       began[0] = time.perf_counter()
       progress.update(f"{row['id']}: {row['verdict']}")
 
-    if missing:
-      run_claims(ctx, tuple(missing), on_result=on_result)
+    if missing:  # the training grids compile in a thread while the claims before them are measured
+      ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
+      try:
+        run_claims(ctx, tuple(missing), on_result=on_result)
+      finally:
+        ctx.planner.close()
   rows = stream.finish()
   results.write_text(out_dir / "claims.md", markdown_table(rows))
   results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))

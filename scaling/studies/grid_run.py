@@ -13,13 +13,16 @@ floating-point operations, the programs it compiles and its largest program's me
 
 from __future__ import annotations
 
+from concurrent import futures
 import dataclasses
 import io
 import json
 import pathlib
+import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,6 +33,7 @@ from scaling import report
 from scaling import resources
 from scaling import results
 from scaling import rules as rules_lib
+from scaling import timesplit
 from scaling import train as train_lib
 from scaling.studies.grid import lr_grid
 from scaling.studies.grid import WidthGrid
@@ -318,13 +322,55 @@ class GridPlan:
     return resources.largest(estimates)
 
 
+def _compile_grid(spec: GridSpec, dataset: data_lib.Dataset) -> None:
+  """The programs ``train_grid(spec)`` runs, compiled in this thread and counted as compiled ahead."""
+  with timesplit.compiling_ahead():
+    train_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
+
+
 class GridPlanner:
   """The grids of one context: each dataset made once and each ``GridSpec`` trained once, however many
-  measurements read it; ``plan`` lists declared grids without training them."""
+  measurements read it; ``plan`` lists declared grids without training them, and ``compile_ahead`` compiles their
+  programs in a thread beside whatever runs meanwhile."""
 
   def __init__(self):
     self._datasets: dict[tuple[data_lib.DataConfig, int], data_lib.Dataset] = {}
     self._runs: dict[GridSpec, GridRun] = {}
+    self._ahead: dict[tuple[Any, ...], futures.Future] = {}
+    self._executor: futures.ThreadPoolExecutor | None = None
+
+  def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
+    """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
+    caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
+    one device (``scaling.train.compile_grid``); elsewhere nothing is done ahead."""
+    if jax.device_count() > 1:
+      return
+    if self._executor is None:
+      self._executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
+    for spec in self.plan(specs).grids:
+      key = spec.program_key()
+      if key not in self._ahead:
+        self._ahead[key] = self._executor.submit(_compile_grid, spec, self.dataset(spec.data, spec.data_seed))
+
+  def close(self) -> None:
+    """Stops compiling ahead (programs not yet started are dropped; one under way finishes)."""
+    if self._executor is not None:
+      for future in self._ahead.values():
+        future.cancel()
+      self._executor.shutdown(wait=True)
+      self._executor = None
+
+  def _wait_for_programs(self, spec: GridSpec) -> None:
+    """Waits until the programs of ``spec`` compiled ahead are ready (a failure there is reported and the run
+    compiles them itself)."""
+    future = self._ahead.get(spec.program_key())
+    if future is None or future.cancelled():
+      return
+    with timesplit.waiting_for_compilation():
+      error = future.exception()
+    if error is not None:
+      sys.stderr.write(f"compiling ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
+                       "it compiles when it trains\n")
 
   def dataset(self, config: data_lib.DataConfig, seed: int) -> data_lib.Dataset:
     """``config.make(seed)``, made once."""
@@ -338,6 +384,7 @@ class GridPlanner:
     if not isinstance(spec, GridSpec):
       raise TypeError(f"spec must be a GridSpec, got {type(spec).__name__}")
     if spec not in self._runs:
+      self._wait_for_programs(spec)
       self._runs[spec] = train_grid(spec, self.dataset(spec.data, spec.data_seed))
     return self._runs[spec]
 
