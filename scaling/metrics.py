@@ -2,7 +2,7 @@
 
 Every ``*_per_head`` function takes logits or weights shaped [B, N, T, S] and an
 optional boolean visibility mask broadcastable to that shape (as returned by
-``scaling.attention_logits_and_weights``; causal masks included), and returns
+``scaling.dense_attention.attention_logits_and_weights``; causal masks included), and returns
 one value per head, [N], averaged over batch and the visible query rows. Rows
 with no visible key are left out of every average. ``average_heads`` turns a
 dict of per-head values into scalars.

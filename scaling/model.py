@@ -703,7 +703,7 @@ def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
 def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any) -> tuple[Array, dict[str, Any]]:
   """(logits [B, T, V], aux): the forward pass and its per-layer measurements (``gather_aux``)."""
   if not isinstance(model, Transformer):
-    raise ConfigTypeError(f"model must be a scaling.Transformer, got {type(model).__name__}")
+    raise ConfigTypeError(f"model must be a scaling.model.Transformer, got {type(model).__name__}")
   logits, state = model.apply({"params": params}, tokens, mutable=[layers.METRICS], **kwargs)
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
@@ -787,7 +787,7 @@ def logit_multiplier(config: ModelConfig) -> float | None:
 def check_model_config(name: str, config: Any) -> None:
   """ConfigTypeError unless ``config`` is a ModelConfig."""
   if not isinstance(config, ModelConfig):
-    raise ConfigTypeError(f"{name} must be a scaling.ModelConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"{name} must be a scaling.model.ModelConfig, got {type(config).__name__}")
 
 
 def param_kinds(config: ModelConfig) -> Any:

@@ -92,7 +92,7 @@ def lr_multipliers(params: Any, kinds: Any, parametrization: param_lib.Parametri
 def scale_by_parametrization(parametrization: param_lib.Parametrization, width: int, kinds: Any,
                              optimizer: str = "adam") -> optax.GradientTransformation:
   """Each update × its LR multiplier at one global width (deprecated: ``UserParametrization.scale_lr``)."""
-  _deprecated("scaling.scale_by_parametrization(parametrization, width, kinds)",
+  _deprecated("scaling.optim.scale_by_parametrization(parametrization, width, kinds)",
               "scaling.parametrize(roles, parametrization).scale_lr(optimizer)")
   specs_of = _specs_of(parametrization, width, kinds)
   param_lib.optimizer_family(optimizer)
@@ -108,7 +108,7 @@ def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.Gradient
 
   Args:
     multipliers_of: params -> a tree of floats with the structure of params (e.g.
-      ``scaling.UserParametrization.lr_multipliers``).
+      ``scaling.user_parametrization.UserParametrization.lr_multipliers``).
 
   Returns:
     An optax GradientTransformation.
@@ -234,7 +234,7 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   here each parameter's spec is ``parametrization.specs_at_width``'s; every argument means what it means there
   (``UserParametrization.optimizer``).
   """
-  _deprecated("scaling.make_optimizer(name, lr, parametrization, width, kinds)",
+  _deprecated("scaling.optim.make_optimizer(name, lr, parametrization, width, kinds)",
               "scaling.parametrize(roles, parametrization).optimizer(name, lr)")
   check_eps_scaling(name, eps_scaling)
   decay_kinds = tuple(param_lib.check_kind(kind) for kind in decay_kinds)
@@ -415,8 +415,8 @@ class OptimizerConfig(Options):
     """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state).
 
     Args:
-      parametrized: the model's ``scaling.UserParametrization`` (``scaling.parametrize`` of its roles; the built-in
-        Transformer's is ``scaling.model.parametrized(config)``).
+      parametrized: the model's ``scaling.user_parametrization.UserParametrization`` (``scaling.parametrize`` of its
+        roles; the built-in Transformer's is ``scaling.model.parametrized(config)``).
       learning_rate: replaces the configured learning rate (a float or a traced scalar).
     """
     if not hasattr(parametrized, "optimizer") or not hasattr(parametrized, "roles"):

@@ -689,8 +689,8 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
     batches: a fixed batch (as mup's ``fix_data``), a function ``batches(step) -> batch``, or an iterator.
     optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
       optax.GradientTransformation`` (params: the shapes of the parameter tree).
-    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.Parametrization`` objects or ready
-      ``scaling.WidthParametrization`` s.
+    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.parametrization.Parametrization``
+      objects or ready ``scaling.WidthParametrization`` s.
     widths: at least two widths.
     base_width: the schemes' base width (default: the smallest width).
     init: "base" (None), "paper" or "rescale" (``scaling.WidthParametrization``); with ``optimizer``, an optional
