@@ -385,16 +385,16 @@ class OptimizerConfig(Options):
 
   def validate(self):
     if self.optimizer in ("adam", "adam_atan2") and self.weight_decay:
-      raise ConfigError("--weight_decay needs --optimizer=adamw or sgd")
+      raise ConfigError("weight_decay needs optimizer='adamw' or optimizer='sgd'")
     if self.momentum and self.optimizer != "sgd":
-      raise ConfigError("--momentum only applies to --optimizer=sgd")
+      raise ConfigError("momentum only applies to optimizer='sgd'")
     if self.eps_scaling != "none" and self.optimizer in ("sgd", "adam_atan2"):
-      raise ConfigError(f"--eps_scaling only applies to --optimizer=adam or adamw (--optimizer={self.optimizer} has "
-                       "no epsilon)")
+      raise ConfigError(f"eps_scaling only applies to optimizer='adam' or optimizer='adamw' "
+                        f"(optimizer={self.optimizer!r} has no epsilon)")
     if self.learning_rate > FLOAT32_MAX:
-      raise ConfigError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
+      raise ConfigError(f"learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
-      raise ConfigError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
+      raise ConfigError(f"warmup_steps={self.warmup} must be smaller than steps={self.steps}")
 
   @property
   def warmup(self) -> int:

@@ -185,7 +185,7 @@ class ManifestTest(parameterized.TestCase):
     results.open_run(out, sweep_lib.SweepConfig(d_k=(4, 8)), outputs=("results.jsonl",))
     self.assertTrue((out / "results.partial.jsonl").exists())
     other = sweep_lib.SweepConfig(d_k=(4, 16))
-    with self.assertRaisesRegex(ValueError, r"--d_k=4,16 \(was 4,8\).*--overwrite"):
+    with self.assertRaisesRegex(ValueError, r"d_k=\(4, 16\) \(was d_k=\(4, 8\)\).*or pass overwrite=True$"):
       results.open_run(out, other, outputs=("results.jsonl",))
     self.assertTrue((out / "results.partial.jsonl").exists())
     results.open_run(out, other, overwrite=True, outputs=("results.jsonl",))

@@ -378,8 +378,8 @@ def memory_estimate(ctx: Any) -> resources.Estimate:
     model_config = family.model_config("mup", width, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
     e = resources.training_program(model_config, optimizer="adam", batch_size=s["batch_size"], seq_len=s["seq_len"],
                                    members=lrs * seeds)
-    parts = tuple(dataclasses.replace(p, flags=("mode", "num_seeds"), hint="use --mode=quick or fewer --num_seeds, "
-                                      "or leave the training claims out of --ids") for p in e.parts)
+    parts = tuple(dataclasses.replace(p, flags=("mode", "num_seeds"), hint="use mode='quick' or fewer num_seeds, "
+                                      "or leave the training claims out of ids") for p in e.parts)
     estimates.append(resources.Estimate(parts, label))
   return resources.largest(estimates)
 
