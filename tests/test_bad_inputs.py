@@ -80,7 +80,7 @@ CASES = (
     ("train_text_binary", train, dict(text_file="{binary}"), "binary"),
     ("train_text_not_utf8", train, dict(text_file="{latin1}"), "not valid UTF-8"),
     ("train_text_short", train, dict(text_file="{short}"), "too short for one sequence"),
-    ("train_qk_norm_without_rule", train, dict(qk_norm="layer"), "--qk_norm only applies to --rule=qk_norm"),
+    ("train_qk_norm_without_rule", train, dict(qk_norm="layer"), "--qk_norm=layer only applies to --rule=qk_norm"),
     ("train_no_qk_gains_without_rule", train, dict(qk_norm_gains=False, rule="sqrt"), "--noqk_norm_gains only"),
     ("train_eps_scaling_with_atan2", train, dict(optimizer="adam_atan2", eps_scaling="mup"), "has no epsilon"),
     ("train_negative_z_loss", train, dict(z_loss=-0.1), "--z_loss"),

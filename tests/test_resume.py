@@ -207,7 +207,7 @@ class ManifestTest(parameterized.TestCase):
     out = pathlib.Path(self.create_tempdir().full_path) / "run"
     results.open_run(out, sweep_lib.SweepConfig(d_k=(2, 4)))
     code, stdout, stderr = experiment_main.run_main(sweep, d_k=[2, 8], out_dir=str(out))
-    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=2,8 (was 2,4)")
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=2,8 (was --d_k=2,4)")
     self.assertEqual(sorted(p.name for p in out.iterdir()), [results.MANIFEST])
 
 
