@@ -144,16 +144,16 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
 
 
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
-  """Creates the output folder (and parents); ValueError naming --out_dir if it cannot be written."""
+  """Creates the output folder (and parents); ValueError naming out_dir if it cannot be written."""
   p = pathlib.Path(path)
   if not distributed.is_writer():
     return p
   try:
     p.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise ConfigError(f"--out_dir={path}: cannot create directory ({e.strerror or e})") from None
+    raise ConfigError(f"out_dir={str(path)!r}: cannot create directory ({e.strerror or e})") from None
   if not os.access(p, os.W_OK):
-    raise ConfigError(f"--out_dir={path}: directory is not writable")
+    raise ConfigError(f"out_dir={str(path)!r}: directory is not writable")
   return p
 
 
@@ -326,8 +326,9 @@ def _leaves(d: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def _show(v: Any) -> str:
-  return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+def _show(name: str, v: Any) -> str:
+  """``name=value`` as the option's field reads (a JSON list as a tuple)."""
+  return f"{name}={tuple(v) if isinstance(v, list) else v!r}"
 
 
 def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False, ignore: Sequence[str] = (),
@@ -367,10 +368,10 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
     return folder
   if have is not None and have != want and not overwrite:
     old, new = _leaves(have), _leaves(want)
-    diff = [f"--{k}={_show(new.get(k))} (was {_show(old.get(k))})" for k in sorted(set(old) | set(new))
+    diff = [f"{_show(k, new.get(k))} (was {_show(k, old.get(k))})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)] or ["an unreadable run.json"]
-    raise ConfigError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
-                     f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or add --overwrite")
+    raise ConfigError(f"out_dir={str(out_dir)!r} holds results made with other options: {'; '.join(diff[:3])}"
+                      f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or pass overwrite=True")
   for name in outputs if distributed.is_writer() else ():
     target = folder / name
     for p in (target, _partial_path(target)):

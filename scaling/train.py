@@ -329,7 +329,7 @@ def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) 
     if alpha is None:
       return TransformerProgram(model, opt_config)
     return TransformerProgram(dataclasses.replace(model, rule=SHARED_RULE), opt_config, logit_alpha=alpha)
-  raise ConfigTypeError(f"model_config must be a scaling.ModelConfig or a training program (TransformerProgram, "
+  raise ConfigTypeError(f"model_config must be a scaling.model.ModelConfig or a training program (TransformerProgram, "
                         f"FunctionalProgram), got {type(model).__name__}")
 
 
@@ -748,7 +748,7 @@ def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any
   as_program(model_config, opt_config)
   needs = ("batch", "vocab_size") if isinstance(model_config, model_lib.ModelConfig) else ("batch",)
   if not all(hasattr(dataset, a) for a in needs):
-    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset) or a batch source with "
+    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.data.make_dataset) or a batch source with "
                           f"batch(step, seed) (scaling.user_model.Batches), got {type(dataset).__name__}")
   for name in ("callback", "after_step"):
     if args[name] is not None and not callable(args[name]):

@@ -24,7 +24,16 @@ WRAP_COLUMNS = 100
 
 
 class ConfigError(ValueError):
-  """Bad input from the caller (an argument, an option, a file): one line, no traceback (long lists wrapped below)."""
+  """Bad input from the caller (an argument, an option, a file): one line, no traceback (long lists wrapped below).
+
+  The message names options by their fields (``tau``, ``rule='temperature'``); ``fields`` lists those it names bare
+  in the middle of a sentence (every such word is then the option), so that a front end can write each in its own
+  form: the command line (``experiments/cli.py``) writes flags.
+  """
+
+  def __init__(self, *args: Any, fields: Sequence[str] = ()):
+    super().__init__(*args)
+    self.fields = tuple(fields)
 
 
 class ConfigTypeError(ConfigError, TypeError):

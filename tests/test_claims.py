@@ -247,7 +247,7 @@ class ContextTest(absltest.TestCase):
     self.assertEqual(claims.ClaimsConfig().context().mode, "quick")
     with self.assertRaisesRegex(ValueError, "unknown mode"):
       claims.Context(mode="slow")
-    with self.assertRaisesRegex(ValueError, "--mode=cpu_hour"):
+    with self.assertRaisesRegex(ValueError, "^mode='full' is now mode='cpu_hour'"):
       claims.Context(mode="full")
 
   def test_paper_mode_is_the_notes_setting(self):

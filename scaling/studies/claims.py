@@ -122,10 +122,10 @@ class ClaimsConfig(Options):
 
   def validate(self):
     if self.mode in RENAMED_MODES:
-      raise ConfigError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
-                       "--mode=paper is the notes' setting)")
+      raise ConfigError(f"mode={self.mode!r} is now mode={RENAMED_MODES[self.mode]!r} (about an hour on 2 CPU cores; "
+                        "mode='paper' is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
-      raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+      raise ConfigError("d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
   def context(self) -> Context:
     """The measurement context of these options."""
@@ -152,12 +152,12 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
     d_k = max(ctx.d_k)
     e = resources.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
                                 num_rules=len(SWEEP_RULES))
-    hint = "use a smaller --seq_len or --d_k, or fewer --num_seeds"
+    hint = "use a smaller seq_len or d_k, or fewer num_seeds"
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
-    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k {d_k}"))
+    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use --mode=quick or fewer --num_seeds, "
-                                                      "or leave the training claims out of --ids"))
+    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, "
+                                                      "or leave the training claims out of ids"))
   return resources.largest(estimates)
 
 
