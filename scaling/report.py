@@ -227,8 +227,9 @@ def _statistic(value: Any) -> str:
 
 
 def _thresholds(criterion: str) -> str:
-  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text."""
-  m = re.search(r"holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
+  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text; the last ones
+  when the text quotes its parts' criteria before its own."""
+  m = re.search(r".*holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
   return f"holds if {m.group(1)}, does not hold if {m.group(2)}" if m else criterion
 
 
