@@ -21,6 +21,7 @@ from scaling import results
 from scaling import rules
 from scaling.studies import claim_table
 from scaling.studies import claims
+from scaling.studies import norm_claims
 from scaling.studies import random_input_claims
 from scaling.studies import training_claims
 from scaling.studies import verdicts
@@ -142,11 +143,13 @@ EXPECTED_IDS = (
     "train_depth6_oscillates", "train_depth6_slow", "train_depth6_tiny_lr_clipping", "train_post_softmax_worse",
     "train_depth12_cannot_converge", "train_linear_less_expressive", "train_sqrt_optimal",
     "train_norms_dont_replace_scaling", "train_scaled_grads_stable", "train_qk_correlate", "train_mup_lr_transfer",
+    "train_rmsnorm_on_par", "layernorm_covariate_shift", "vanishing_is_fundamental",
     "cite_vaswani_motivation", "cite_gpt3_rmsnorm", "cite_t5_fixed_sqrt", "cite_vit_reference",
     "cite_xiong_ln_scaling", "cite_flashattention_overflow",
 )
 TRAINING_IDS = {i for i in EXPECTED_IDS if i.startswith("train_")}
 CITATION_IDS = {i for i in EXPECTED_IDS if i.startswith("cite_")}
+UNMEASURABLE_IDS = {"layernorm_covariate_shift", "vanishing_is_fundamental"}
 
 
 class ClaimListTest(absltest.TestCase):
@@ -156,18 +159,20 @@ class ClaimListTest(absltest.TestCase):
     self.assertEqual(ids, EXPECTED_IDS)
     self.assertEqual({c.id for c in claims.all_claims() if c.training}, TRAINING_IDS)
     self.assertEqual({c.id for c in claims.all_claims() if c.kind == verdicts.CITATION}, CITATION_IDS)
+    self.assertEqual({c.id for c in claims.all_claims() if c.kind == verdicts.NOT_MEASURABLE}, UNMEASURABLE_IDS)
 
   def test_every_claim_is_measured_by_its_own_function(self):
     names = [c.measure.__name__ for c in MEASURED]
     self.assertLen(set(names), len(names))
+    homes = {True: (training_claims, norm_claims), False: (random_input_claims,)}
     for claim in MEASURED:
-      home = training_claims if claim.training else random_input_claims
+      (home,) = [m for m in homes[claim.training] if m.__name__ == claim.measure.__module__]
       self.assertIs(getattr(home, claim.measure.__name__), claim.measure, claim.id)
 
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids must be one of the 52 listed below; got 'variance_is_dk_typo' "
+    with self.assertRaisesRegex(ValueError, "ids must be one of the 55 listed below; got 'variance_is_dk_typo' "
                                 "\\(did you mean 'variance_is_dk'\\?\\)\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
@@ -206,7 +211,9 @@ class ClaimListTest(absltest.TestCase):
              ("train_qk_correlate", 0.2, claims.HOLDS), ("train_qk_correlate", 0.05, claims.PARTLY),
              ("train_qk_correlate", 0.0, claims.FAILS), ("train_mup_lr_transfer", 0.6, claims.HOLDS),
              ("train_mup_lr_transfer", 1.5, claims.PARTLY),
-             ("train_mup_lr_transfer", 2.5, claims.FAILS), ("train_mup_lr_transfer", None, claims.NOT_MEASURED))
+             ("train_mup_lr_transfer", 2.5, claims.FAILS), ("train_mup_lr_transfer", None, claims.NOT_MEASURED),
+             ("train_rmsnorm_on_par", 0.01, claims.HOLDS), ("train_rmsnorm_on_par", 0.03, claims.PARTLY),
+             ("train_rmsnorm_on_par", 0.08, claims.FAILS))
     self.assertEqual({c for c, _, _ in cases}, TRAINING_IDS)
     for claim_id, value, verdict in cases:
       row = _measuring(by_id[claim_id], value).evaluate(claims.Context())

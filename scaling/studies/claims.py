@@ -54,6 +54,7 @@ from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS  # pylint: d
 from scaling.studies.verdicts import CITATION
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
+from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
 from scaling.studies.verdicts import SOURCE_AGREES
@@ -189,7 +190,7 @@ def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_ki
                      model: resources.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
   """Expected seconds of the selected claims on one ``device_kind`` (``resources.accelerator_seconds`` of the
   planned training grids; nothing is trained and no accelerator is needed)."""
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
+  selected = [c for c in all_claims() if c.training and (ids is None or c.id in ids)]
   grids = training_claims.planned_grids(ctx, selected) if selected else []
   fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
   return resources.accelerator_seconds(training_claims.training_programs(grids), device_kind,
@@ -216,7 +217,7 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program
   (``training_claims.compiled_programs``).
   """
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
+  selected = [c for c in all_claims() if c.training and (ids is None or c.id in ids)]
   if not selected:
     return f"no training claims selected; {hardware()}"
   grids = training_claims.planned_grids(ctx, selected)
@@ -287,12 +288,12 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
     if r.get("reason"):
       print(textwrap.fill(f"why: {r['reason']}", 116, initial_indent=indent, subsequent_indent=indent))
-    label = "source" if r.get("kind") == CITATION else "measured"
+    label = {CITATION: "source", NOT_MEASURABLE: "why"}.get(r.get("kind"), "measured")
     print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
   counts = {v: sum(r["verdict"] == v for r in rows)
-            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, SOURCE_AGREES, SOURCE_DISAGREES)}
+            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, NOT_MEASURABLE, SOURCE_AGREES, SOURCE_DISAGREES)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != NOT_MEASURED)
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v not in (NOT_MEASURED, NOT_MEASURABLE))
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows
