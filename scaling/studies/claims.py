@@ -54,6 +54,8 @@ from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS  # pylint: d
 from scaling.studies.verdicts import CITATION
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
+from scaling.studies.verdicts import CITATION_VERDICTS
+from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
 from scaling.studies.verdicts import SOURCE_AGREES
@@ -296,12 +298,12 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
     if r.get("reason"):
       print(textwrap.fill(f"why: {r['reason']}", 116, initial_indent=indent, subsequent_indent=indent))
-    label = "source" if r.get("kind") == CITATION else "measured"
+    label = {CITATION: "source", NOT_MEASURABLE: "why"}.get(r.get("kind"), "measured")
     print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
   counts = {v: sum(r["verdict"] == v for r in rows)
-            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, SOURCE_AGREES, SOURCE_DISAGREES)}
+            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, NOT_MEASURABLE, *CITATION_VERDICTS)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != NOT_MEASURED)
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v not in (NOT_MEASURED, NOT_MEASURABLE))
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows
