@@ -58,8 +58,6 @@ from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
-from scaling.studies.verdicts import SOURCE_AGREES
-from scaling.studies.verdicts import SOURCE_DISAGREES
 from scaling.validation import ConfigError
 
 
