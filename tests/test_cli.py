@@ -71,7 +71,7 @@ class SharedOptionsTest(parameterized.TestCase):
 
   def test_study_defaults_come_from_the_group_instance(self):
     self.assertEqual(cli.parse(coord_check.CoordCheckConfig, ["prog"]).data.seq_len, 32)
-    self.assertEqual(cli.parse(transfer.TransferConfig, ["prog"]).data.seq_len, 64)
+    self.assertEqual(cli.parse(transfer.TransferConfig, ["prog"]).data.seq_len, 32)
     self.assertEqual(cli.parse(training.TrainConfig, ["prog"]).data.seq_len, 24)
 
 

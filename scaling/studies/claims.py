@@ -110,6 +110,8 @@ class ClaimsConfig(Options):
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
+  compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
+                               "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -264,7 +266,8 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.dry_run:
     return []
   start = time.perf_counter()
-  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS,
+                   ignore=("dry_run", "compile_ahead"))
   version = results.code_version()
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes(), **version})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
@@ -282,7 +285,8 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       progress.update(f"{row['id']}: {row['verdict']}")
 
     if missing:  # the training grids compile in a thread while the claims before them are measured
-      ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
+      if config.compile_ahead:
+        ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
       try:
         run_claims(ctx, tuple(missing), on_result=on_result)
       finally:
