@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 
@@ -111,6 +111,12 @@ class TimeSplit:
     if self._depth == 0:
       self.compute_s += max(0.0, elapsed - self._region_compile)
 
+  def record_wait(self, seconds: float) -> None:
+    """``seconds`` spent waiting for a program compiled ahead: compilation (not the region's compute)."""
+    self.compile_s += seconds
+    if self._depth:
+      self._region_compile += seconds
+
   def record_compile(self, event: str, duration: float, ahead: bool = False) -> None:
     """One compilation event of ``duration`` seconds (from JAX's listener; ``ahead``: in a thread compiling ahead)."""
     if ahead:
@@ -150,6 +156,25 @@ class TimeSplit:
 
 
 @contextlib.contextmanager
+def _timed(done: Callable[[float], None]) -> Iterator[None]:
+  """Calls ``done(seconds)`` with the time the block took, however it ends."""
+  start = time.perf_counter()
+  try:
+    yield
+  finally:
+    done(time.perf_counter() - start)
+
+
+def _for_splits(splits: list[TimeSplit], method: str) -> Callable[[float], None]:
+  """``split.<method>(seconds)`` of every split in ``splits``, under the lock."""
+  def call(seconds: float) -> None:
+    with _LOCK:
+      for split in splits:
+        getattr(split, method)(seconds)
+  return call
+
+
+@contextlib.contextmanager
 def computing() -> Iterator[None]:
   """Marks a region that runs compiled work: its time, less the compilation inside it, is every open split's
   compute (nested regions count once)."""
@@ -157,14 +182,8 @@ def computing() -> Iterator[None]:
     splits = list(_ACTIVE)
     for split in splits:
       split.enter_region()
-  start = time.perf_counter()
-  try:
+  with _timed(_for_splits(splits, "leave_region")):
     yield
-  finally:
-    elapsed = time.perf_counter() - start
-    with _LOCK:
-      for split in splits:
-        split.leave_region(elapsed)
 
 
 @contextlib.contextmanager
@@ -180,13 +199,7 @@ def compiling_ahead() -> Iterator[None]:
 @contextlib.contextmanager
 def waiting_for_compilation() -> Iterator[None]:
   """Marks a wait for a program compiled ahead: its time is every open split's compilation."""
-  start = time.perf_counter()
-  try:
+  with _LOCK:
+    splits = list(_ACTIVE)
+  with _timed(_for_splits(splits, "record_wait")):
     yield
-  finally:
-    elapsed = time.perf_counter() - start
-    with _LOCK:
-      for split in _ACTIVE:
-        split.compile_s += elapsed
-        if split._depth:  # pylint: disable=protected-access
-          split._region_compile += elapsed  # pylint: disable=protected-access
