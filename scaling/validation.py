@@ -125,10 +125,15 @@ def _dtype(x: Any) -> np.dtype:
   return np.dtype(np.asarray(x).dtype if dtype is None else dtype)
 
 
-def check_floating(name: str, x: Any) -> None:
-  """ConfigTypeError unless array ``x`` has a floating dtype."""
-  if not jax.numpy.issubdtype(_dtype(x), jax.numpy.floating):
-    raise ConfigTypeError(f"{name} must have a floating dtype, got {_dtype(x)}")
+def check_floating(name: str, x: Any, *, complex_ok: bool = False) -> None:
+  """ConfigTypeError unless array ``x`` has a real floating dtype (or, with ``complex_ok``, a complex one)."""
+  dtype, jnp = _dtype(x), jax.numpy
+  is_complex = jnp.issubdtype(dtype, jnp.complexfloating)
+  if jnp.issubdtype(dtype, jnp.floating) or (complex_ok and is_complex):
+    return
+  want = "a floating or complex dtype" if complex_ok else "a floating dtype"
+  hint = " (complex values are not supported here: real dtypes only)" if is_complex else ""
+  raise ConfigTypeError(f"{name} must have {want}, got {dtype}{hint}")
 
 
 def check_integer_array(name: str, x: Any) -> None:
