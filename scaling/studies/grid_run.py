@@ -157,7 +157,7 @@ class GridSpec:
     data: the training data, made with ``data_seed``.
     data_seed: the seed of ``data.make``.
     log2_lrs: the L learning rates (base-2 logarithms); with ``attn_mults``, the one rate of every member.
-    seeds: the S seeds.
+    seeds: the S seeds (a tuple, or a range of consecutive seeds).
     attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.train.TrainState.attn_mult``).
     record: the metrics kept at every step (``scaling.train.run_training``'s ``record``).
     label: the grid in words, for messages (not part of what is trained).
@@ -168,14 +168,15 @@ class GridSpec:
   data: data_lib.DataConfig
   data_seed: int
   log2_lrs: tuple[float, ...]
-  seeds: tuple[int, ...]
+  seeds: tuple[int, ...] | range
   attn_mults: tuple[float, ...] | None = None
   record: tuple[str, ...] = ("loss",)
   label: str = dataclasses.field(default="", compare=False)
 
   def __post_init__(self):
     object.__setattr__(self, "log2_lrs", tuple(float(x) for x in self.log2_lrs))
-    object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
+    if not (isinstance(self.seeds, range) and self.seeds.step == 1):  # a range stays one (planned, never listed)
+      object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
     if self.attn_mults is not None:
       object.__setattr__(self, "attn_mults", tuple(float(x) for x in self.attn_mults))
     object.__setattr__(self, "record", tuple(self.record))
