@@ -306,6 +306,6 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   counts = {v: sum(r["verdict"] == v for r in rows)
             for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, NOT_MEASURABLE, *CITATION_VERDICTS)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v not in (NOT_MEASURED, NOT_MEASURABLE))
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v in (HOLDS, PARTLY, FAILS))
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows
