@@ -236,6 +236,26 @@ class ClaimListTest(absltest.TestCase):
     self.assertIn("| `python -m experiments.claims --mode=quick --ids=train_x` |", training_part)
 
 
+  def test_verdict_counts_count_every_verdict(self):
+    rows = [{"verdict": v} for v in (claims.HOLDS, verdicts.INCONCLUSIVE, claims.HOLDS, verdicts.NOT_IN_PASSAGE,
+                                     "not measurable", verdicts.INCONCLUSIVE_EDGE, claims.SOURCE_AGREES)]
+    self.assertEqual(list(claims.verdict_counts(rows).items()),
+                     [(claims.HOLDS, 2), (verdicts.INCONCLUSIVE, 1), (verdicts.INCONCLUSIVE_EDGE, 1),
+                      (claims.SOURCE_AGREES, 1), (verdicts.NOT_IN_PASSAGE, 1), ("not measurable", 1)])
+    self.assertEqual(sum(claims.verdict_counts(rows).values()), len(rows))
+    self.assertEqual(claims.verdict_counts([]), {})
+
+  def test_table_defines_inconclusive_verdicts_and_shows_the_other_reading(self):
+    row = {"id": "train_x", "claim": "X.", "source": "note", "criterion": "c", "reason": "r",
+           "verdict": verdicts.INCONCLUSIVE, "finding": "f", "command": "python -m experiments.claims --ids=train_x",
+           "beside": [{"label": "another reading", "criterion": "c2", "reason": "r2"}]}
+    table = claims.markdown_table([row])
+    self.assertTrue(table.startswith(claim_table.INCONCLUSIVE_LEGEND + "\n\n"))
+    self.assertIn(f"| c. Why: r. Beside, another reading: c2. Why: r2 | "
+                  f"**{verdicts.INCONCLUSIVE}** |", table)
+    self.assertNotIn(claim_table.INCONCLUSIVE_LEGEND, claims.markdown_table([{**row, "verdict": claims.HOLDS}]))
+
+
 class ContextTest(absltest.TestCase):
 
   def test_modes(self):
