@@ -8,7 +8,8 @@ config's ``validate`` make runs before any work, and calls
 ``run(config, out_dir)``; a study checks what needs its data (dataset, model
 shapes) before it creates ``out_dir`` (``scaling.results.make_dir``), so bad
 input leaves nothing behind. Bad input (a flag, or a ``scaling.ConfigError`` raised
-by the library or a study) ends with one line ``error: ...`` on stderr and exit
+by the library or a study, whose message names options by their fields: ``flag_text``
+writes them as the flags the user typed) ends with one line ``error: ...`` on stderr and exit
 status 2, while any other exception, a bug, keeps its traceback; so does a configuration that ``scaling.resources`` estimates
 to need more memory than is available (checked by each study before it writes).
 An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
@@ -37,6 +38,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import re
 import shutil
 import sys
 from typing import Any, Callable, Sequence
@@ -172,11 +174,11 @@ def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str
     try:
       built.append(config_lib.build(kind, values))
     except ValueError as e:
-      raise UsageError(_flag_message(str(e), [s.name for s in kind_specs])) from None
+      raise UsageError(flag_text(e, cls)) from None
   try:  # options typed but unused, even at their defaults
     built[0].check_given({spec.name for spec in specs if fv[spec.name].present})
   except ValueError as e:
-    raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
+    raise UsageError(flag_text(e, cls)) from None
   return built[0], built[1], {spec.name for spec in specs if fv[spec.name].present}
 
 
@@ -184,12 +186,50 @@ class UsageError(Exception):
   """Bad command-line input, reported as one line."""
 
 
-def _flag_message(message: str, names: Sequence[str]) -> str:
-  """Prefixes ``--`` to a message that starts with an option's name."""
-  for name in sorted(names, key=len, reverse=True):
-    if message.startswith(f"{name} ") or message.startswith(f"{name}:"):
-      return f"--{message}"
-  return message
+_FIELD_VALUE = re.compile(r"(?<![\w.-])([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|\([^()]*\)|[^\s,;:()]+)")
+_LEADING_NAME = re.compile(r"([a-z_][a-z0-9_]*)(?=[ :])")
+
+
+def flag_text(error: BaseException, cls: type) -> str:
+  """The message of a library error with the options of ``cls`` (and ``ProcessOptions``) it names written as flags.
+
+  The library names an option by its field: ``tau``, or with its value ``rule='temperature'``. The command line's
+  user typed flags, so the options with a flag are rewritten: every ``name=value`` (a quoted string unquoted, a
+  tuple as a comma-separated list, a boolean's ``name=True`` and ``name=False`` as ``--name`` and ``--noname``),
+  the name the message starts with, and each bare name the error lists in its ``fields``
+  (``scaling.validation.ConfigError``). Other words, and names that are not flags, are left as they are.
+
+  Args:
+    error: the exception (a ``ConfigError``, or any ValueError a config raised).
+    cls: the config class of the command line.
+
+  Returns:
+    The message, with flags.
+  """
+  leaves = [spec for _, spec in config_lib.flat_options(cls) + config_lib.flat_options(ProcessOptions)]
+  names = {spec.name for spec in leaves}
+  booleans = {spec.name for spec in leaves if spec.base_type is bool and not spec.is_list}
+
+  def with_value(match: re.Match) -> str:
+    name, value = match.groups()
+    if name not in names:
+      return match.group(0)
+    if name in booleans and value in ("True", "False"):
+      return f"--{'' if value == 'True' else 'no'}{name}"
+    if value[0] in "'\"":
+      value = value[1:-1]
+    elif value[0] == "(":
+      value = ",".join(item.strip().strip("'\"") for item in value[1:-1].split(",") if item.strip())
+    return f"--{name}={value}"
+
+  text = _FIELD_VALUE.sub(with_value, str(error))
+  bare = sorted({f for f in getattr(error, "fields", ()) if f in names}, key=len, reverse=True)
+  if bare:
+    text = re.sub(rf"(?<![\w.='\"-])({'|'.join(map(re.escape, bare))})(?![\w='\"-])", r"--\1", text)
+  leading = _LEADING_NAME.match(text)
+  if leading and leading.group(1) in names:
+    text = f"--{text}"
+  return text
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -279,7 +319,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
   except data_lib.DataError as e:
     return fail(f"--text_file: {e}")
   except validation.ConfigError as e:  # bad input; any other exception is a bug and keeps its traceback
-    return fail(str(e))
+    return fail(flag_text(e, cls))
   except KeyboardInterrupt:
     if own_dir:
       results.link_latest(out_dir)

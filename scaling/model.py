@@ -242,14 +242,14 @@ class ModelFamily(Options):
   def validate(self):
     param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
-      raise ConfigError("--tau only applies to --rule=temperature")
-    changed = [flag for flag, on in (("--qk_norm", self.qk_norm != "rms"),
-                                     ("--noqk_norm_gains", not self.qk_norm_gains)) if on]
+      raise ConfigError("tau only applies to rule='temperature'")
+    changed = [f"{name}={value!r}" for name, value, on in (("qk_norm", self.qk_norm, self.qk_norm != "rms"),
+                                                            ("qk_norm_gains", False, not self.qk_norm_gains)) if on]
     if changed and self.rule != "qk_norm":
-      raise ConfigError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to --rule=qk_norm")
+      raise ConfigError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to rule='qk_norm'")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if self.num_kv_heads is not None and self.head_dim is None and heads % self.num_kv_heads:
-      raise ConfigError(f"--num_heads={heads} must be a multiple of --num_kv_heads={self.num_kv_heads}")
+      raise ConfigError(f"num_heads={heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
 
   def heads(self, width: int) -> tuple[int, int]:
     """(num_heads N, head_dim H) at ``width`` (ValueError naming the options when the width does not divide)."""
@@ -257,11 +257,12 @@ class ModelFamily(Options):
       return self.num_heads, self.head_dim
     if self.head_dim is not None:
       if width % self.head_dim:
-        raise ConfigError(f"width {width} is not a multiple of --head_dim={self.head_dim}")
+        raise ConfigError(f"width {width} is not a multiple of head_dim={self.head_dim}")
       return width // self.head_dim, self.head_dim
     n = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if width % n:
-      raise ConfigError(f"width {width} is not divisible into --num_heads={n} heads; pass --head_dim or --num_heads")
+      raise ConfigError(f"width {width} is not divisible into num_heads={n} heads; pass head_dim or num_heads",
+                        fields=("head_dim", "num_heads"))
     return n, width // n
 
   def with_base_width(self, widths: Sequence[int]) -> ModelFamily:
@@ -284,7 +285,7 @@ class ModelFamily(Options):
     try:
       return self.heads(self.base_width)[1]
     except ValueError as e:
-      raise ConfigError(f"--base_width={self.base_width}: {e}") from None
+      raise ConfigError(f"base_width={self.base_width}: {e}", fields=getattr(e, "fields", ())) from None
 
   def parametrization(self, name: str, depth: int | None = None) -> param_lib.Parametrization:
     """The named parametrization at this family's base width, base head dim and base depth, for ``depth`` blocks."""
@@ -328,7 +329,8 @@ class ModelFamily(Options):
     try:
       return ModelConfig(**fields)
     except ValueError as e:
-      raise ConfigError(f"width {width} (--num_heads={num_heads}, --head_dim={head_dim}): {e}") from None
+      raise ConfigError(f"width {width} (num_heads={num_heads}, head_dim={head_dim}): {e}",
+                        fields=getattr(e, "fields", ())) from None
 
   def check(self, parametrizations: Sequence[str], widths: Sequence[int], *, vocab_size: int, max_len: int) -> None:
     """Raises ValueError (naming the width) unless every (parametrization, width) gives a valid model."""
@@ -737,7 +739,7 @@ def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
 def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any) -> tuple[Array, dict[str, Any]]:
   """(logits [B, T, V], aux): the forward pass and its per-layer measurements (``gather_aux``)."""
   if not isinstance(model, Transformer):
-    raise ConfigTypeError(f"model must be a scaling.Transformer, got {type(model).__name__}")
+    raise ConfigTypeError(f"model must be a scaling.model.Transformer, got {type(model).__name__}")
   logits, state = model.apply({"params": params}, tokens, mutable=[layers.METRICS], **kwargs)
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
@@ -845,7 +847,7 @@ def logit_multiplier(config: ModelConfig) -> float | None:
 def check_model_config(name: str, config: Any) -> None:
   """ConfigTypeError unless ``config`` is a ModelConfig."""
   if not isinstance(config, ModelConfig):
-    raise ConfigTypeError(f"{name} must be a scaling.ModelConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"{name} must be a scaling.model.ModelConfig, got {type(config).__name__}")
 
 
 def param_kinds(config: ModelConfig) -> Any:

@@ -329,7 +329,7 @@ def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) 
     if alpha is None:
       return TransformerProgram(model, opt_config)
     return TransformerProgram(dataclasses.replace(model, rule=SHARED_RULE), opt_config, logit_alpha=alpha)
-  raise ConfigTypeError(f"model_config must be a scaling.ModelConfig or a training program (TransformerProgram, "
+  raise ConfigTypeError(f"model_config must be a scaling.model.ModelConfig or a training program (TransformerProgram, "
                         f"FunctionalProgram), got {type(model).__name__}")
 
 
@@ -522,6 +522,8 @@ def _make_init(program: Program, grid: bool, alpha: float | None) -> Callable[[A
     return lambda seeds, learning_rates: program.with_constants(vmapped(seeds, learning_rates))
 
   def init(seeds: Any, learning_rates: Any) -> TrainState:
+    if not any(isinstance(x, jax.core.Tracer) for x in (seeds, learning_rates)):  # host scalars: one program
+      seeds, learning_rates = np.asarray(seeds, np.int32), np.asarray(learning_rates, np.float32)
     states = [single(seed, lr) for seed, lr in zip(seeds, learning_rates)]
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(states)):  # traced (eval_shape, jit)
       stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
@@ -537,6 +539,31 @@ def _stacked_on_host(values: list[Array]) -> np.ndarray:
   if all(not isinstance(v, jax.Array) or v.is_fully_addressable for v in values):
     return np.stack(jax.device_get(values))  # no compiled stack per record length
   return sharding_lib.to_host(jnp.stack(values))
+
+
+def compile_grid(model_config: Any, opt_config: optim_lib.OptimizerConfig, dataset: Any, members: int) -> int:
+  """Compiles, without running them, the init and the training step that ``run_training(model_config, opt_config,
+  dataset, seed=<members seeds>)`` calls on one device (its defaults: every step logged, the state donated), so
+  that its first step finds them compiled; e.g. in a thread while another grid trains (``GridPlanner``).
+
+  Returns:
+    The programs compiled (0 on several devices, whose layouts are made where they run).
+  """
+  program = as_program(model_config, opt_config)
+  mesh = sharding_lib.make_mesh()
+  if mesh.size > 1:
+    return 0
+  lead = sharding_lib.leading(mesh)
+  placed = lambda tree: jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=lead, weak_type=a.weak_type), tree)
+  _single_init(program).lower(jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.float32)).compile()
+  state = placed(jax.eval_shape(make_init(program, grid=True), jax.ShapeDtypeStruct((members,), jnp.int32),
+                                jax.ShapeDtypeStruct((members,), jnp.float32)))
+  batch = placed(jax.tree.map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype),
+                              jax.eval_shape(dataset.batch, 0, 0)))
+  step = make_train_step(program, grid=True, donate=True, chunk=default_grid_chunk(program, members, devices=1))
+  step.lower(state, batch).compile()
+  return 2
 
 
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
@@ -721,7 +748,7 @@ def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any
   as_program(model_config, opt_config)
   needs = ("batch", "vocab_size") if isinstance(model_config, model_lib.ModelConfig) else ("batch",)
   if not all(hasattr(dataset, a) for a in needs):
-    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset) or a batch source with "
+    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.data.make_dataset) or a batch source with "
                           f"batch(step, seed) (scaling.user_model.Batches), got {type(dataset).__name__}")
   for name in ("callback", "after_step"):
     if args[name] is not None and not callable(args[name]):

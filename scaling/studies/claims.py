@@ -55,6 +55,7 @@ from scaling.studies.verdicts import CITATION
 from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
+from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
 from scaling.studies.verdicts import SOURCE_AGREES
@@ -112,6 +113,8 @@ class ClaimsConfig(Options):
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
+  compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
+                               "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -124,10 +127,10 @@ class ClaimsConfig(Options):
 
   def validate(self):
     if self.mode in RENAMED_MODES:
-      raise ConfigError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
-                       "--mode=paper is the notes' setting)")
+      raise ConfigError(f"mode={self.mode!r} is now mode={RENAMED_MODES[self.mode]!r} (about an hour on 2 CPU cores; "
+                        "mode='paper' is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
-      raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+      raise ConfigError("d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
   def context(self) -> Context:
     """The measurement context of these options."""
@@ -154,12 +157,12 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
     d_k = max(ctx.d_k)
     e = resources.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
                                 num_rules=len(SWEEP_RULES))
-    hint = "use a smaller --seq_len or --d_k, or fewer --num_seeds"
+    hint = "use a smaller seq_len or d_k, or fewer num_seeds"
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
-    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k {d_k}"))
+    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use --mode=quick or fewer --num_seeds, "
-                                                      "or leave the training claims out of --ids"))
+    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, "
+                                                      "or leave the training claims out of ids"))
   return resources.largest(estimates)
 
 
@@ -276,8 +279,10 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.dry_run:
     return []
   start = time.perf_counter()
-  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
-  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS,
+                   ignore=("dry_run", "compile_ahead"))
+  version = results.code_version()
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes(), **version})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
   stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
   missing = stream.missing()
@@ -292,18 +297,23 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       began[0] = time.perf_counter()
       progress.update(f"{row['id']}: {row['verdict']}")
 
-    if missing:
-      run_claims(ctx, tuple(missing), on_result=on_result)
+    if missing:  # the training grids compile in a thread while the claims before them are measured
+      if config.compile_ahead:
+        ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
+      try:
+        run_claims(ctx, tuple(missing), on_result=on_result)
+      finally:
+        ctx.planner.close()
   rows = stream.finish()
   results.write_text(out_dir / "claims.md", markdown_table(rows))
-  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx))
+  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))
   indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
     print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
     if r.get("reason"):
       print(textwrap.fill(f"why: {r['reason']}", 116, initial_indent=indent, subsequent_indent=indent))
-    label = "source" if r.get("kind") == CITATION else "measured"
+    label = {CITATION: "source", NOT_MEASURABLE: "why"}.get(r.get("kind"), "measured")
     print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "

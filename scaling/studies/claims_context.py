@@ -60,8 +60,8 @@ class Context:
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
                num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
     if mode in RENAMED_MODES:
-      raise ConfigError(f"mode {mode!r} is now --mode={RENAMED_MODES[mode]} (about an hour on 2 CPU cores; "
-                       "--mode=paper is the notes' setting)")
+      raise ConfigError(f"mode={mode!r} is now mode={RENAMED_MODES[mode]!r} (about an hour on 2 CPU cores; "
+                        "mode='paper' is the notes' setting)")
     if mode not in MODES:
       raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]

@@ -13,13 +13,16 @@ floating-point operations, the programs it compiles and its largest program's me
 
 from __future__ import annotations
 
+from concurrent import futures
 import dataclasses
 import io
 import json
 import pathlib
+import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,6 +33,7 @@ from scaling import report
 from scaling import resources
 from scaling import results
 from scaling import rules as rules_lib
+from scaling import timesplit
 from scaling import train as train_lib
 from scaling.studies.grid import lr_grid
 from scaling.studies.grid import WidthGrid
@@ -153,7 +157,7 @@ class GridSpec:
     data: the training data, made with ``data_seed``.
     data_seed: the seed of ``data.make``.
     log2_lrs: the L learning rates (base-2 logarithms); with ``attn_mults``, the one rate of every member.
-    seeds: the S seeds.
+    seeds: the S seeds (a tuple, or a range of consecutive seeds).
     attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.train.TrainState.attn_mult``).
     record: the metrics kept at every step (``scaling.train.run_training``'s ``record``).
     label: the grid in words, for messages (not part of what is trained).
@@ -164,14 +168,15 @@ class GridSpec:
   data: data_lib.DataConfig
   data_seed: int
   log2_lrs: tuple[float, ...]
-  seeds: tuple[int, ...]
+  seeds: tuple[int, ...] | range
   attn_mults: tuple[float, ...] | None = None
   record: tuple[str, ...] = ("loss",)
   label: str = dataclasses.field(default="", compare=False)
 
   def __post_init__(self):
     object.__setattr__(self, "log2_lrs", tuple(float(x) for x in self.log2_lrs))
-    object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
+    if not (isinstance(self.seeds, range) and self.seeds.step == 1):  # a range stays one (planned, never listed)
+      object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
     if self.attn_mults is not None:
       object.__setattr__(self, "attn_mults", tuple(float(x) for x in self.attn_mults))
     object.__setattr__(self, "record", tuple(self.record))
@@ -318,13 +323,55 @@ class GridPlan:
     return resources.largest(estimates)
 
 
+def _compile_grid(spec: GridSpec, dataset: data_lib.Dataset) -> None:
+  """The programs ``train_grid(spec)`` runs, compiled in this thread and counted as compiled ahead."""
+  with timesplit.compiling_ahead():
+    train_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
+
+
 class GridPlanner:
   """The grids of one context: each dataset made once and each ``GridSpec`` trained once, however many
-  measurements read it; ``plan`` lists declared grids without training them."""
+  measurements read it; ``plan`` lists declared grids without training them, and ``compile_ahead`` compiles their
+  programs in a thread beside whatever runs meanwhile."""
 
   def __init__(self):
     self._datasets: dict[tuple[data_lib.DataConfig, int], data_lib.Dataset] = {}
     self._runs: dict[GridSpec, GridRun] = {}
+    self._ahead: dict[tuple[Any, ...], futures.Future] = {}
+    self._executor: futures.ThreadPoolExecutor | None = None
+
+  def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
+    """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
+    caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
+    one device (``scaling.train.compile_grid``); elsewhere nothing is done ahead."""
+    if jax.device_count() > 1:
+      return
+    if self._executor is None:
+      self._executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
+    for spec in self.plan(specs).grids:
+      key = spec.program_key()
+      if key not in self._ahead:
+        self._ahead[key] = self._executor.submit(_compile_grid, spec, self.dataset(spec.data, spec.data_seed))
+
+  def close(self) -> None:
+    """Stops compiling ahead (programs not yet started are dropped; one under way finishes)."""
+    if self._executor is not None:
+      for future in self._ahead.values():
+        future.cancel()
+      self._executor.shutdown(wait=True)
+      self._executor = None
+
+  def _wait_for_programs(self, spec: GridSpec) -> None:
+    """Waits until the programs of ``spec`` compiled ahead are ready (a failure there is reported and the run
+    compiles them itself)."""
+    future = self._ahead.get(spec.program_key())
+    if future is None or future.cancelled():
+      return
+    with timesplit.waiting_for_compilation():
+      error = future.exception()
+    if error is not None:
+      sys.stderr.write(f"compiling ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
+                       "it compiles when it trains\n")
 
   def dataset(self, config: data_lib.DataConfig, seed: int) -> data_lib.Dataset:
     """``config.make(seed)``, made once."""
@@ -338,6 +385,7 @@ class GridPlanner:
     if not isinstance(spec, GridSpec):
       raise TypeError(f"spec must be a GridSpec, got {type(spec).__name__}")
     if spec not in self._runs:
+      self._wait_for_programs(spec)
       self._runs[spec] = train_grid(spec, self.dataset(spec.data, spec.data_seed))
     return self._runs[spec]
 

@@ -239,10 +239,11 @@ def sizes(ctx: Any) -> dict[str, Any]:
     raise KeyError(f"no training sizes for mode {ctx.mode!r}; known: {', '.join(SIZES)}") from None
 
 
-def seeds_of(ctx: Any) -> tuple[int, ...]:
-  """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1)."""
+def seeds_of(ctx: Any) -> range:
+  """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1); a range, so that
+  planning grids of too many seeds (refused for their memory) holds no list of them."""
   n = sizes(ctx)["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1
-  return tuple(range(int(ctx.seed), int(ctx.seed) + max(1, int(n))))
+  return range(int(ctx.seed), int(ctx.seed) + max(1, int(n)))
 
 
 def data_name(ctx: Any) -> str:

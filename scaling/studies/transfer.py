@@ -165,13 +165,14 @@ class TransferConfig(GridStudy):
   def validate(self):
     shortest = min(self.grid.step_counts) if self.grid.axis == "steps" else self.optim.steps
     if self.average_last is not None and self.average_last > shortest:
-      raise ConfigError(f"--average_last={self.average_last} exceeds --steps={shortest}")
+      raise ConfigError(f"average_last={self.average_last} exceeds steps={shortest}")
     self.grid.check_unused(self)
     if self.swept.by_attn_mult:
       if self.grid.rules is not None or self.model.rule != model_lib.DEFAULT_RULE:
-        raise ConfigError("--grid=attn_mult sweeps the linear rule's α; it takes no --rules or --rule")
+        raise ConfigError("grid='attn_mult' sweeps the α of the linear logit scale; it takes no rules or rule",
+                          fields=("rules", "rule"))
       if "umup" in self.grid.parametrizations:
-        raise ConfigError("--grid=attn_mult: umup sets its attention multiplier itself; use sp, ntk or mup")
+        raise ConfigError("grid='attn_mult': umup sets its attention multiplier itself; use sp, ntk or mup")
 
   @property
   def x_field(self) -> str:

@@ -44,6 +44,7 @@ SOURCE_AGREES, SOURCE_DISAGREES = "source agrees", "source disagrees"
 NOT_IN_PASSAGE = "not found in the passage checked"
 CITATION_VERDICTS = (SOURCE_AGREES, SOURCE_DISAGREES, NOT_IN_PASSAGE)
 MEASURED, CITATION = "measured", "checked against the source"  # the kinds of claims
+NOT_MEASURABLE = "not measurable here"  # the kind, and the verdict, of a claim no measurement here can settle
 KNIFE_EDGE = 0.1  # a statistic within 10% (relative) of a threshold: the finding shows the margin
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -388,3 +389,33 @@ class CitationClaim:
       return f"Quoted from {self.reference}, not verified verbatim."
     read = "Read in full" if self.full_text else "Read in part"
     return f"{read}; quoted verbatim (compared with {self.compared_with})."
+
+
+@dataclasses.dataclass(frozen=True)
+class UnmeasurableClaim:
+  """A claim of the notes that no measurement here can settle: its verdict is ``NOT_MEASURABLE``, with the reason.
+
+  Attributes:
+    id, source, text: as ``Claim``'s.
+    would_need: what a measurement that settles it would need (the criterion that cannot be declared here).
+    why: one line on why neither random inputs, a closed form nor the training runs here can provide it.
+    related: ids of the measured rows that settle parts of it or its premises.
+  """
+
+  id: str
+  source: str
+  text: str
+  would_need: str
+  why: str
+  related: tuple[str, ...] = ()
+  training = False
+  kind = NOT_MEASURABLE
+
+  def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
+    """The JSON-ready row: verdict ``NOT_MEASURABLE``, no statistic, the reason as its finding."""
+    related = f" Measured rows on its parts: {', '.join(self.related)}." if self.related else ""
+    return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
+            "criterion": f"none declared (not measurable here): settling it would need {self.would_need}",
+            "reason": "", "statistic": None, "value": None, "verdict": NOT_MEASURABLE, "margin": None,
+            "finding": f"Not measured: {self.why}{related}",
+            "numbers": {"would_need": self.would_need, "why": self.why, "related": list(self.related)}}
