@@ -22,6 +22,10 @@ from scaling.studies.verdicts import CITATION
 from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import CitationClaim
 from scaling.studies.verdicts import Claim
+from scaling.studies.verdicts import INCONCLUSIVE
+from scaling.studies.verdicts import INCONCLUSIVE_EDGE
+from scaling.studies.verdicts import INCONCLUSIVE_VERDICTS
+from scaling.studies.verdicts import NOISE_SES
 from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import UnmeasurableClaim
 from scaling.studies.verdicts import NOT_IN_PASSAGE
@@ -34,6 +38,13 @@ CITATION_LEGEND = (
     f"or its full text never says it), **{NOT_IN_PASSAGE}** (only part of the source was read, and that part neither "
     f"says nor contradicts it). A claim with parts disagrees if any part does; each row says what was read.")
 """The line above the citation table that defines its verdicts."""
+
+INCONCLUSIVE_LEGEND = (
+    f"**{INCONCLUSIVE}**: a threshold lies within {NOISE_SES:g} standard errors (over seeds) of the measured value, so "
+    f"the seeds cannot tell which side it is on; **{INCONCLUSIVE_EDGE}**: the optimum the statistic is made of stays "
+    f"at the edge of the grid searched (widened up to its bound), so it is not located. Neither is a verdict either "
+    f"way.")
+"""The line above a measured table with an inconclusive row, defining those verdicts."""
 
 
 def all_claims() -> tuple[Claim | UnmeasurableClaim | CitationClaim, ...]:
@@ -50,20 +61,28 @@ def all_claims() -> tuple[Claim | UnmeasurableClaim | CitationClaim, ...]:
 
 
 def _criterion_cell(row: dict[str, Any]) -> str:
-  """The criterion with the reason its thresholds follow from the claim's words."""
-  return f"{row['criterion']}. Why: {row['reason']}" if row.get("reason") else row["criterion"]
+  """The criterion with the reason its thresholds follow from the claim's words, then each other reading's
+  (``Claim.beside``)."""
+  cell = f"{row['criterion']}. Why: {row['reason']}" if row.get("reason") else row["criterion"]
+  for other in row.get("beside") or ():
+    cell += f". Beside, {other['label']}: {other['criterion']}"
+    cell += f". Why: {other['reason']}" if other.get("reason") else ""
+  return cell
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-  """Measured claims as a Markdown table (claim, source, criterion with its reason, verdict, what we measured,
-  reproduce), the claims not measurable here in their own (claim, source, what settling it would need, why not here,
-  verdict), then citation claims in theirs (claim, source, checked against, verdict, the source's passage), after
-  ``CITATION_LEGEND`` (ValueError if a citation row's verdict is not one of ``CITATION_VERDICTS``)."""
+  """Measured claims as a Markdown table (claim, source, criterion with its reason and any other reading's, verdict,
+  what we measured, reproduce; after ``INCONCLUSIVE_LEGEND`` when a verdict is inconclusive), the claims not
+  measurable here in their own (claim, source, what settling it would need, why not here, verdict), then citation
+  claims in theirs (claim, source, checked against, verdict, the source's passage), after ``CITATION_LEGEND``
+  (ValueError if a citation row's verdict is not one of ``CITATION_VERDICTS``)."""
   measured = [r for r in rows if r.get("kind") not in (CITATION, NOT_MEASURABLE)]
   unmeasurable = [r for r in rows if r.get("kind") == NOT_MEASURABLE]
   cited = [r for r in rows if r.get("kind") == CITATION]
   parts = []
   if measured:
+    if any(r["verdict"] in INCONCLUSIVE_VERDICTS for r in measured):
+      parts.append(INCONCLUSIVE_LEGEND)
     parts.append(report.markdown_table(
         ("claim", "source", "criterion", "verdict", "what we measured", "reproduce"),
         [(r["claim"], r["source"], _criterion_cell(r), f"**{r['verdict']}**", r["finding"], f"`{r['command']}`")

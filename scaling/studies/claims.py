@@ -52,12 +52,15 @@ from scaling.studies.claims_context import RENAMED_MODES
 from scaling.studies.claims_context import SWEEP_RULES
 from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS  # pylint: disable=unused-import
 from scaling.studies.verdicts import CITATION
+from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
-from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
+from scaling.studies.verdicts import SOURCE_AGREES
+from scaling.studies.verdicts import SOURCE_DISAGREES
+from scaling.studies.verdicts import VERDICTS
 from scaling.validation import ConfigError
 
 
@@ -237,6 +240,16 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
           + describe_accelerator_plan(accelerator_plan(ctx, ids)))
 
 
+def verdict_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+  """How many rows have each verdict, for every verdict the rows have: measured verdicts (``VERDICTS``, the
+  inconclusive ones among them), ``NOT_MEASURED``, the citations' (``CITATION_VERDICTS``), then any other, in order
+  of first appearance."""
+  order = (*VERDICTS, NOT_MEASURED, *CITATION_VERDICTS)
+  found = [str(r["verdict"]) for r in rows]
+  names = [v for v in order if v in found] + [v for v in dict.fromkeys(found) if v not in order]
+  return {v: found.count(v) for v in names}
+
+
 OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timings.jsonl")
 """The files ``run`` writes into the output folder (besides run.json)."""
 
@@ -303,9 +316,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
     label = {CITATION: "source", NOT_MEASURABLE: "why"}.get(r.get("kind"), "measured")
     print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
-  counts = {v: sum(r["verdict"] == v for r in rows)
-            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, NOT_MEASURABLE, *CITATION_VERDICTS)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v in (HOLDS, PARTLY, FAILS))
+        + ", ".join(f"{n} {v}" for v, n in verdict_counts(rows).items())
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows

@@ -11,6 +11,13 @@ numbers and compares it with the criterion's thresholds::
 holds when the statistic is below 0.05, does not hold above 0.2, and holds
 partly in between. Every criterion must be able to reach both ``holds`` and
 ``does not hold`` (the tests check it), so no verdict is constant.
+
+A criterion with ``noise`` takes the statistic's standard error over seeds (the measurement reports it as
+``<statistic>_se``): when a threshold lies within two standard errors of the value, the seeds cannot tell the sides
+apart and the verdict is ``INCONCLUSIVE``, never holds or does not hold. A criterion with ``edge`` reads a boolean
+the measurement reports (the optimum the statistic is made of stays at the edge of the grid searched, so it is not
+located): the verdict is then ``INCONCLUSIVE_EDGE``. A claim may carry other readings of its words beside the one
+its verdict answers (``Claim.beside``): each is decided by its own criterion from the same numbers.
 """
 
 from __future__ import annotations
@@ -23,7 +30,13 @@ from typing import Any, Callable, Sequence
 from scaling.validation import ConfigError
 
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
-VERDICTS = (HOLDS, PARTLY, FAILS)
+# A measured statistic whose thresholds lie within NOISE_SES standard errors (over seeds), or whose optimum stays at
+# the edge of the grid searched, decides nothing either way.
+INCONCLUSIVE = "inconclusive (within 2 standard errors)"
+INCONCLUSIVE_EDGE = "inconclusive (grid edge)"
+INCONCLUSIVE_VERDICTS = (INCONCLUSIVE, INCONCLUSIVE_EDGE)
+NOISE_SES = 2.0
+VERDICTS = (HOLDS, PARTLY, FAILS, *INCONCLUSIVE_VERDICTS)
 NOT_MEASURED = "not measured"
 # The verdicts of citation claims. NOT_IN_PASSAGE: only part of the source was read, and that part neither says what
 # the note attributes to it nor contradicts it (absent from an abstract is not a disagreement).
@@ -49,6 +62,11 @@ class Criterion:
     fails: (comparison, threshold): the claim does not hold when ``statistic <op> threshold``
       (checked after ``holds``); otherwise it holds partly.
     reason: one line on why the thresholds follow from the claim's words (written before the measurement).
+    noise: the verdict takes the statistic's standard error over seeds (the numbers' ``<statistic>_se``; None
+      there: fewer than two seeds, nothing to take): ``INCONCLUSIVE`` when a threshold lies within ``NOISE_SES``
+      standard errors of the value.
+    edge: the key of a boolean in the numbers, true when the optimum the statistic is made of stays at the edge of
+      the grid searched (after any widening): the verdict is then ``INCONCLUSIVE_EDGE``.
   """
 
   statistic: str
@@ -56,6 +74,8 @@ class Criterion:
   holds: tuple[str, float]
   fails: tuple[str, float]
   reason: str = ""
+  noise: bool = False
+  edge: str | None = None
 
   def __post_init__(self):
     for name, (op, threshold) in (("holds", self.holds), ("fails", self.fails)):
@@ -64,10 +84,34 @@ class Criterion:
       if not math.isfinite(threshold):
         raise ConfigError(f"{name}: threshold must be finite, got {threshold!r}")
 
-  def verdict(self, value: float | None) -> str:
-    """The verdict for a measured value of the statistic (``NOT_MEASURED`` when it is missing or NaN)."""
+  def verdict(self, value: float | None, standard_error: float | None = None, at_edge: bool = False) -> str:
+    """The verdict for a measured value of the statistic.
+
+    Args:
+      value: the statistic (None or NaN: ``NOT_MEASURED``).
+      standard_error: its standard error over seeds, or None (unknown: the thresholds alone decide). When a
+        threshold lies within ``NOISE_SES`` standard errors of ``value`` (the values ``NOISE_SES`` standard errors
+        either side get different verdicts), the verdict is ``INCONCLUSIVE``.
+      at_edge: the optimum the statistic is made of stays at the edge of its grid: ``INCONCLUSIVE_EDGE``.
+
+    Returns:
+      ``HOLDS``, ``PARTLY``, ``FAILS``, one of ``INCONCLUSIVE_VERDICTS`` or ``NOT_MEASURED``.
+    """
     if value is None or not math.isfinite(float(value)):
       return NOT_MEASURED
+    if at_edge:
+      return INCONCLUSIVE_EDGE
+    decided = self._decide(float(value))
+    if standard_error is not None and math.isfinite(float(standard_error)):
+      if standard_error < 0:
+        raise ConfigError(f"standard_error must be >= 0, got {standard_error!r}")
+      spread = NOISE_SES * float(standard_error)
+      if {self._decide(float(value) - spread), self._decide(float(value) + spread)} != {decided}:
+        return INCONCLUSIVE
+    return decided
+
+  def _decide(self, value: float) -> str:
+    """The verdict of the thresholds alone."""
     if _OPS[self.holds[0]](value, self.holds[1]):
       return HOLDS
     if _OPS[self.fails[0]](value, self.fails[1]):
@@ -77,8 +121,13 @@ class Criterion:
   @property
   def text(self) -> str:
     """The criterion in words."""
-    return (f"{self.description}: holds if {self.holds[0]} {self.holds[1]:g}, does not hold if "
-            f"{self.fails[0]} {self.fails[1]:g}, partly otherwise")
+    out = (f"{self.description}: holds if {self.holds[0]} {self.holds[1]:g}, does not hold if "
+           f"{self.fails[0]} {self.fails[1]:g}, partly otherwise")
+    if self.noise:
+      out += f"; inconclusive if a threshold lies within {NOISE_SES:g} standard errors (over seeds) of the value"
+    if self.edge:
+      out += "; inconclusive if the optimum stays at the edge of the grid searched (widened up to its bound)"
+    return out
 
   def margin(self, value: float | None) -> dict[str, float] | None:
     """The nearest threshold, the value's distance to it, and that distance relative to the larger of |threshold|
@@ -110,11 +159,74 @@ class Measurement:
 
 
 @dataclasses.dataclass(frozen=True)
+class Reading:
+  """Another reading of a claim's words, beside the one its verdict answers, decided by its own criterion.
+
+  Attributes:
+    label: the reading in words (what it takes the claim to say).
+    criterion: its criterion, read from the same measured numbers as the claim's.
+  """
+
+  label: str
+  criterion: Criterion
+
+
+def decide(criterion: Criterion, numbers: dict[str, Any], where: str = "the measurement") -> dict[str, Any]:
+  """A criterion's verdict from measured numbers: its statistic, the statistic's standard error (``noise``) and
+  whether its optimum stays at the grid's edge (``edge``) read from ``numbers``.
+
+  Args:
+    criterion: the criterion.
+    numbers: the measured numbers.
+    where: what measured them, for the error message.
+
+  Returns:
+    {"statistic", "value", "standard_error", "at_edge", "verdict", "margin"}.
+
+  Raises:
+    KeyError: the numbers lack the statistic, its standard error (``noise``) or the edge flag (``edge``).
+  """
+  needed = [criterion.statistic]
+  if criterion.noise:
+    needed.append(f"{criterion.statistic}_se")
+  if criterion.edge:
+    needed.append(criterion.edge)
+  missing = [k for k in needed if k not in numbers]
+  if missing:
+    raise KeyError(f"{where} lacks {', '.join(map(repr, missing))} (its criterion's statistic, the statistic's "
+                   f"standard error over seeds, or its grid-edge flag)")
+  value = numbers[criterion.statistic]
+  se = numbers[f"{criterion.statistic}_se"] if criterion.noise else None
+  at_edge = bool(numbers[criterion.edge]) if criterion.edge else False
+  return {"statistic": criterion.statistic, "value": value, "standard_error": se, "at_edge": at_edge,
+          "verdict": criterion.verdict(value, se, at_edge), "margin": criterion.margin(value)}
+
+
+def _decision_words(decision: dict[str, Any]) -> str:
+  """The statistic with its standard error, and why an inconclusive verdict is one, in a sentence (empty if there
+  is nothing to add)."""
+  value, se, stat = decision["value"], decision["standard_error"], decision["statistic"]
+  if value is None or not math.isfinite(float(value)):
+    return ""
+  words = []
+  if se is not None:
+    words.append(f"{stat} = {float(value):.4g} ± {float(se):.2g} (standard error over seeds).")
+  if decision["verdict"] == INCONCLUSIVE:
+    words.append(f"Inconclusive: the threshold {decision['margin']['threshold']:g} lies within {NOISE_SES:g} "
+                 "standard errors of the value.")
+  elif decision["verdict"] == INCONCLUSIVE_EDGE:
+    words.append("Inconclusive: the optimum stays at the edge of the grid searched, so it is not located.")
+  return " ".join(words)
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
   """A claim from the notes, how to measure it and the criterion that decides it.
 
   A training claim (``training``) declares the grids it trains in ``grids``: ``grids(ctx)`` maps names to
-  ``scaling.studies.grid_run.GridSpec`` s, read without training anything to plan a run.
+  ``scaling.studies.grid_run.GridSpec`` s, read without training anything to plan a run. ``beside`` holds other
+  readings of the claim's words, each decided by its own criterion from the same numbers and reported in the row
+  beside the verdict, which answers ``criterion``.
   """
 
   id: str
@@ -124,6 +236,7 @@ class Claim:
   measure: Callable[[Any], Measurement]
   training: bool = False
   grids: Callable[[Any], dict[Any, Any]] | None = None
+  beside: tuple[Reading, ...] = ()
   kind = MEASURED
 
   def __post_init__(self):
@@ -133,21 +246,35 @@ class Claim:
   def evaluate(self, ctx: Any) -> dict[str, Any]:
     """Measures the claim and decides its verdict; returns the JSON-ready row.
 
-    A verdict within ``KNIFE_EDGE`` (relative) of a threshold says so in its finding, with the margin.
+    A verdict within ``KNIFE_EDGE`` (relative) of a threshold says so in its finding, with the margin; the
+    finding gives the statistic's standard error (``Criterion.noise``), why an inconclusive verdict is one, and
+    each reading of ``beside`` with its verdict.
     """
     m = self.measure(ctx)
     if self.criterion.statistic not in m.numbers:
       raise KeyError(f"claim {self.id}: the measurement lacks its statistic {self.criterion.statistic!r}")
-    value = m.numbers[self.criterion.statistic]
-    margin = self.criterion.margin(value)
-    finding = m.finding
-    if margin is not None and margin["relative"] < KNIFE_EDGE and (margin["distance"] or margin["threshold"]):
+    main = decide(self.criterion, m.numbers, f"claim {self.id}: the measurement")
+    value, margin = main["value"], main["margin"]
+    finding = " ".join(s for s in (m.finding, _decision_words(main)) if s)
+    if (main["verdict"] not in INCONCLUSIVE_VERDICTS and margin is not None and margin["relative"] < KNIFE_EDGE
+        and (margin["distance"] or margin["threshold"])):
       finding += (f" Knife-edge: {self.criterion.statistic} = {float(value):.4g} is {margin['distance']:+.3g} from "
                   f"the threshold {margin['threshold']:g}.")
-    return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
-            "criterion": self.criterion.text, "reason": self.criterion.reason, "statistic": self.criterion.statistic,
-            "value": value, "verdict": self.criterion.verdict(value), "margin": margin, "finding": finding,
-            "numbers": m.numbers}
+    beside = []
+    for reading in self.beside:
+      d = decide(reading.criterion, m.numbers, f"claim {self.id}: the measurement (reading {reading.label!r})")
+      beside.append({"label": reading.label, "criterion": reading.criterion.text, "reason": reading.criterion.reason,
+                     **{k: d[k] for k in ("statistic", "value", "standard_error", "at_edge", "verdict")}})
+      shown = "n/a" if d["value"] is None else f"{float(d['value']):.4g}"
+      se = "" if d["standard_error"] is None else f" ± {float(d['standard_error']):.2g}"
+      finding += f" Beside, {reading.label}: **{d['verdict']}** ({d['statistic']} = {shown}{se})."
+    row = {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
+           "criterion": self.criterion.text, "reason": self.criterion.reason, "statistic": self.criterion.statistic,
+           "value": value, "standard_error": main["standard_error"], "verdict": main["verdict"], "margin": margin,
+           "finding": finding, "numbers": m.numbers}
+    if beside:
+      row["beside"] = beside
+    return row
 
 
 def citation_verdict(part_verdicts: Sequence[str]) -> str:
