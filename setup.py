@@ -13,7 +13,8 @@ def read_version() -> str:
 
 
 setuptools.setup(
-    name="scaling",
+    # The import name is scaling; the distribution has a name of its own (an unrelated "scaling" is on PyPI).
+    name="attention-logit-scaling",
     version=read_version(),
     description="Attention logit scaling: rules, metrics, parametrizations and experiments.",
     packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*"]),

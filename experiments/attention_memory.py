@@ -2,8 +2,9 @@
 
   python -m experiments.attention_memory --impl=blockwise --seq_len=16384
 
-Run by the attention benchmark (one subprocess per measurement, so that one
-measurement's allocations cannot inflate another's). The program compiles the
+The attention benchmark runs the same measurement (one fresh process per
+measurement, so that one measurement's allocations cannot inflate another's;
+``scaling.studies.benchmarks.worker``). The program compiles the
 jitted forward+backward first, asks XLA how many bytes of buffers it plans,
 and skips (status "skipped") when that plan exceeds ``--max_memory_fraction``
 of the memory currently available. Otherwise it resets the kernel's peak-RSS
@@ -20,21 +21,14 @@ launch this program from a small process (the benchmark goes through
 
 from __future__ import annotations
 
-import json
 import sys
 
 from experiments import cli
 from scaling.studies.benchmarks import memory
 
 
-def _print(config: memory.MemoryConfig, out_dir) -> None:
-  del out_dir
-  sys.stdout.write(json.dumps(memory.measure_memory(config)) + "\n")
-  sys.stdout.flush()
-
-
 def main(argv=None) -> int:
-  return cli.main(memory.MemoryConfig, _print, argv, __doc__, needs_out_dir=False)
+  return cli.main(memory.MemoryConfig, memory.print_measurement, argv, __doc__, needs_out_dir=False)
 
 
 if __name__ == "__main__":

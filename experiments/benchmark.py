@@ -28,6 +28,7 @@ from typing import Any, Callable, Collection
 
 from experiments import cli
 from scaling import config as config_lib
+from scaling import process
 from scaling import report
 from scaling import results
 from scaling.config import option
@@ -102,7 +103,7 @@ def run(config: BenchmarkConfig, out_dir: pathlib.Path) -> dict:
     for suite in suites:
       print(f"== suite {suite}", flush=True)
       start = time.perf_counter()
-      with cli.persistent_compilation_cache(None):
+      with process.persistent_compilation_cache(None):
         summary[suite] = SUITES[suite][0](config.suite_config(suite), out_dir)
       summary[suite]["wall_s"] = time.perf_counter() - start
       progress.update(f"{suite} ({summary[suite]['wall_s']:.0f}s)")

@@ -8,7 +8,8 @@ config's ``validate`` make runs before any work, and calls
 ``run(config, out_dir)``; a study checks what needs its data (dataset, model
 shapes) before it creates ``out_dir`` (``scaling.results.make_dir``), so bad
 input leaves nothing behind. Bad input (a flag, or a ``scaling.ConfigError`` raised
-by the library or a study) ends with one line ``error: ...`` on stderr and exit
+by the library or a study, whose message names options by their fields: ``flag_text``
+writes them as the flags the user typed) ends with one line ``error: ...`` on stderr and exit
 status 2, while any other exception, a bug, keeps its traceback; so does a configuration that ``scaling.resources`` estimates
 to need more memory than is available (checked by each study before it writes).
 An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
@@ -23,100 +24,34 @@ options start a new run, and ``runs/<experiment>/latest`` links the one used las
 An ``--out_dir`` given keeps one folder per run: other options are refused there
 unless ``--overwrite``.
 
-Every entry point also has the options of the process (``ProcessOptions``),
-applied by ``main`` around the run: ``--compilation_cache_dir`` is JAX's
-persistent compilation cache (on by default, under the user's cache folder), so
-a rerun reads the programs an earlier run compiled instead of compiling them.
+Every entry point also has the options of the process (``scaling.process.ProcessOptions``),
+applied around the run by ``scaling.process.run`` (the path a benchmark's fresh
+process takes too): ``--compilation_cache_dir`` is JAX's persistent compilation
+cache (on by default, under the user's cache folder), so a rerun reads the
+programs an earlier run compiled instead of compiling them; the run's time split
+is printed and written to its ``time_split.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import pathlib
+import re
 import shutil
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from absl import flags
 import jax
-from jax.experimental.compilation_cache import compilation_cache
 
-from scaling import autotune
 from scaling import config as config_lib
 from scaling import data as data_lib
-from scaling import distributed
+from scaling import process as process_lib
 from scaling import results
-from scaling import timesplit
 from scaling import validation
-from scaling.config import option
-
-CACHE_OFF = ("", "none")
-"""Values of ``--compilation_cache_dir`` that turn the persistent compilation cache off."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessOptions(config_lib.Options):
-  """Options of the process rather than of a study; every entry point has them and ``main`` applies them."""
-
-  compilation_cache_dir: str | None = option(
-      None, "Folder of JAX's persistent compilation cache (a rerun reads the programs an earlier run compiled); "
-      "default: $XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax; '' or 'none' turns the cache off.")
-
-
-def default_compilation_cache_dir() -> pathlib.Path:
-  """$XDG_CACHE_HOME/scaling/jax, or ~/.cache/scaling/jax when XDG_CACHE_HOME is not set (beside the autotune's)."""
-  return autotune.cache_root() / "jax"
-
-
-def compilation_cache_dir(value: str | None) -> pathlib.Path | None:
-  """The cache folder a ``--compilation_cache_dir`` value stands for: None = the default, '' or 'none' = off (None).
-
-  Args:
-    value: the option's value.
-
-  Returns:
-    The folder, or None when the cache is off.
-  """
-  if value is None:
-    return default_compilation_cache_dir()
-  if value.strip().lower() in CACHE_OFF:
-    return None
-  return pathlib.Path(value).expanduser()
-
-
-@contextlib.contextmanager
-def persistent_compilation_cache(path: pathlib.Path | None) -> Iterator[None]:
-  """JAX's persistent compilation cache in ``path`` (None: off) for every compilation inside the block.
-
-  Every compiled program is written (no minimum compile time or size): a
-  rerun's many small programs add up. The previous setting is restored after
-  the block (which matters only when several runs share one process, as in tests).
-
-  Args:
-    path: the cache folder (created by JAX on the first write), or None to turn the cache off.
-
-  Yields:
-    Nothing.
-  """
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-           "jax_persistent_cache_min_entry_size_bytes")
-  before = {name: getattr(jax.config, name) for name in names}
-  values = {names[0]: None} if path is None else {names[0]: str(path), names[1]: 0.0, names[2]: -1}
-  _set_cache_options(values)
-  try:
-    yield
-  finally:
-    _set_cache_options(before)
-
-
-def _set_cache_options(values: dict[str, Any]) -> None:
-  """Sets JAX's cache options and makes the next compilation open the cache afresh."""
-  for name, value in values.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
+from scaling.process import ProcessOptions
 
 
 class ListParser(flags.ArgumentParser):
@@ -239,11 +174,11 @@ def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str
     try:
       built.append(config_lib.build(kind, values))
     except ValueError as e:
-      raise UsageError(_flag_message(str(e), [s.name for s in kind_specs])) from None
+      raise UsageError(flag_text(e, cls)) from None
   try:  # options typed but unused, even at their defaults
     built[0].check_given({spec.name for spec in specs if fv[spec.name].present})
   except ValueError as e:
-    raise UsageError(_flag_message(str(e), [s.name for s in specs])) from None
+    raise UsageError(flag_text(e, cls)) from None
   return built[0], built[1], {spec.name for spec in specs if fv[spec.name].present}
 
 
@@ -251,12 +186,50 @@ class UsageError(Exception):
   """Bad command-line input, reported as one line."""
 
 
-def _flag_message(message: str, names: Sequence[str]) -> str:
-  """Prefixes ``--`` to a message that starts with an option's name."""
-  for name in sorted(names, key=len, reverse=True):
-    if message.startswith(f"{name} ") or message.startswith(f"{name}:"):
-      return f"--{message}"
-  return message
+_FIELD_VALUE = re.compile(r"(?<![\w.-])([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|\([^()]*\)|[^\s,;:()]+)")
+_LEADING_NAME = re.compile(r"([a-z_][a-z0-9_]*)(?=[ :])")
+
+
+def flag_text(error: BaseException, cls: type) -> str:
+  """The message of a library error with the options of ``cls`` (and ``ProcessOptions``) it names written as flags.
+
+  The library names an option by its field: ``tau``, or with its value ``rule='temperature'``. The command line's
+  user typed flags, so the options with a flag are rewritten: every ``name=value`` (a quoted string unquoted, a
+  tuple as a comma-separated list, a boolean's ``name=True`` and ``name=False`` as ``--name`` and ``--noname``),
+  the name the message starts with, and each bare name the error lists in its ``fields``
+  (``scaling.validation.ConfigError``). Other words, and names that are not flags, are left as they are.
+
+  Args:
+    error: the exception (a ``ConfigError``, or any ValueError a config raised).
+    cls: the config class of the command line.
+
+  Returns:
+    The message, with flags.
+  """
+  leaves = [spec for _, spec in config_lib.flat_options(cls) + config_lib.flat_options(ProcessOptions)]
+  names = {spec.name for spec in leaves}
+  booleans = {spec.name for spec in leaves if spec.base_type is bool and not spec.is_list}
+
+  def with_value(match: re.Match) -> str:
+    name, value = match.groups()
+    if name not in names:
+      return match.group(0)
+    if name in booleans and value in ("True", "False"):
+      return f"--{'' if value == 'True' else 'no'}{name}"
+    if value[0] in "'\"":
+      value = value[1:-1]
+    elif value[0] == "(":
+      value = ",".join(item.strip().strip("'\"") for item in value[1:-1].split(",") if item.strip())
+    return f"--{name}={value}"
+
+  text = _FIELD_VALUE.sub(with_value, str(error))
+  bare = sorted({f for f in getattr(error, "fields", ()) if f in names}, key=len, reverse=True)
+  if bare:
+    text = re.sub(rf"(?<![\w.='\"-])({'|'.join(map(re.escape, bare))})(?![\w='\"-])", r"--\1", text)
+  leading = _LEADING_NAME.match(text)
+  if leading and leading.group(1) in names:
+    text = f"--{text}"
+  return text
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -317,7 +290,8 @@ def _first_line(error: BaseException) -> str:
 
 def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequence[str] | None = None,
          doc: str | None = None, *, needs_out_dir: bool = True) -> int:
-  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)``; returns the exit status.
+  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)`` (``scaling.process.run``); returns the
+  exit status.
 
   With ``needs_out_dir=False`` the config has no output group and ``run`` gets None.
   """
@@ -337,13 +311,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     if own_dir:
       state = "resuming or reusing its results" if (out_dir / results.MANIFEST).exists() else "new"
       print(f"run directory: {out_dir} ({state})", flush=True)
-    with persistent_compilation_cache(compilation_cache_dir(process.compilation_cache_dir)), \
-        timesplit.TimeSplit() as split:
-      run(config, out_dir)
-    if distributed.is_writer():  # on stderr, with the progress: stdout stays the study's (some print JSON)
-      print(split.summary(), file=sys.stderr, flush=True)
-      if out_dir is not None and out_dir.is_dir():  # a dry run writes nothing
-        results.write_json(out_dir / timesplit.FILE, split.as_dict())
+    process_lib.run(run, config, out_dir, process)
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:
@@ -351,7 +319,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
   except data_lib.DataError as e:
     return fail(f"--text_file: {e}")
   except validation.ConfigError as e:  # bad input; any other exception is a bug and keeps its traceback
-    return fail(str(e))
+    return fail(flag_text(e, cls))
   except KeyboardInterrupt:
     if own_dir:
       results.link_latest(out_dir)

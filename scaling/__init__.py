@@ -1,80 +1,98 @@
-"""scaling: attention logit scaling as pure JAX functions, with metrics, parametrizations and training.
+"""scaling: attention logit scaling as pure JAX functions, with metrics and μP for any model.
 
-The core library is imported here; the studies built on it (the d_k sweep, the
-claims of the notes, the coordinate check, learning-rate transfer, training
-runs) live in ``scaling.studies``.
+The top level holds what users of the library call, one group per audience (docs/architecture.md, "Public API",
+lists the same groups): attention, logit-scale rules, attention metrics, μP for your own model, and the errors every
+function raises for bad input. The project's own harness lives in its modules: the built-in Transformer in
+``scaling.model``, training in ``scaling.train``, the tasks in ``scaling.data``, optimizers in ``scaling.optim``,
+and the studies built on all of it in ``scaling.studies``. ``import scaling`` does not import the studies:
+``scaling.coord_check`` and ``scaling.transfer`` (the coordinate check and learning-rate transfer of any model,
+which plot and tabulate) are imported on first use.
 """
 
 __version__ = "0.2.0"  # the one place the version is written; setup.py reads it from here
 
-from scaling.adam_atan2 import scale_by_adam_atan2
+# Attention
 from scaling.attention import dot_product_attention
 from scaling.blockwise import blockwise_attention
-from scaling.blockwise import blockwise_tile_count
-from scaling.data import DataConfig
-from scaling.data import DataError
-from scaling.data import Dataset
-from scaling.data import make_dataset
 from scaling.dense_attention import attention_logits
-from scaling.dense_attention import attention_logits_and_weights
 from scaling.dense_attention import attention_weights
 from scaling.dense_attention import attention_with_aux
+from scaling.flax_attention import make_attention_fn
 from scaling.logits import masked_softmax
-from scaling.metrics import attention_metrics_per_head
-from scaling.metrics import average_heads
-from scaling.metrics import logit_stats_per_head
-from scaling.metrics import row_entropy
-from scaling.metrics import softmax_jacobian
-from scaling.metrics import softmax_jacobian_fro_norm
-from scaling.metrics import weight_stats_per_head
-from scaling.model import apply_with_aux
-from scaling.model import ModelConfig
-from scaling.model import ModelFamily
-from scaling.model import param_kinds
-from scaling.model import Transformer
-from scaling.optim import make_optimizer
-from scaling.optim import scale_by_multipliers
-from scaling.optim import OptimizerConfig
-from scaling.optim import scale_by_parametrization
-from scaling.optim import warmup_cosine_schedule
-from scaling.parametrization import available_parametrizations
-from scaling.parametrization import get_parametrization
-from scaling.parametrization import LayerSpec
-from scaling.parametrization import Parametrization
-from scaling.roles import FLAX_ATTENTION
-from scaling.roles import infer_kinds
-from scaling.roles import Role
-from scaling.roles import Roles
 from scaling.rope import apply_rope
+# Logit-scale rules
 from scaling.rules import available_rules
 from scaling.rules import get_rule
 from scaling.rules import register_rule
 from scaling.rules import ScaleRule
-from scaling.train import run_training
-from scaling.train import train_step
-from scaling.train import TrainResult
-from scaling.train import TrainState
-from scaling.train import z_loss
-from scaling.validation import ConfigError
-from scaling.validation import ConfigTypeError
-from scaling.flax_attention import make_attention_fn
+# Metrics
+from scaling.metrics import attention_metrics_per_head
+from scaling.metrics import average_heads
+from scaling.metrics import logit_stats_per_head
+from scaling.metrics import weight_stats_per_head
+# μP for your model (coord_check and transfer: see __getattr__)
+from scaling.parametrization import available_parametrizations
+from scaling.parametrization import get_parametrization
+from scaling.roles import FLAX_ATTENTION
+from scaling.roles import infer_kinds
+from scaling.user_model import PureModel
 from scaling.user_parametrization import parametrize
 from scaling.user_parametrization import ReadoutDense
 from scaling.user_parametrization import ReadoutLinear
-from scaling.user_parametrization import UserParametrization
-from scaling.user_model import PureModel
-from scaling.usage import read_usage
 from scaling.width_parametrization import WidthParametrization
+# Errors
+from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
-# The coordinate check and learning-rate transfer of any model live in scaling.studies (they plot and tabulate);
-# imported on first use, so that ``import scaling`` stays light.
+__all__ = [
+    # Attention
+    "dot_product_attention", "attention_with_aux", "attention_logits", "attention_weights", "masked_softmax",
+    "blockwise_attention", "make_attention_fn", "apply_rope",
+    # Logit-scale rules
+    "ScaleRule", "available_rules", "get_rule", "register_rule",
+    # Metrics
+    "weight_stats_per_head", "logit_stats_per_head", "attention_metrics_per_head", "average_heads",
+    # μP for your model
+    "infer_kinds", "FLAX_ATTENTION", "parametrize", "get_parametrization", "available_parametrizations",
+    "ReadoutDense", "ReadoutLinear", "WidthParametrization", "PureModel", "coord_check", "transfer",
+    # Errors
+    "ConfigError", "ConfigTypeError",
+]
+
+# The coordinate check and learning-rate transfer of any model live in scaling.studies (they plot and tabulate):
+# imported on first use, so that ``import scaling`` imports no study.
 _STUDIES = {"coord_check": "scaling.studies.coord_check", "transfer": "scaling.studies.transfer"}
 
-__all__ = [name for name in dir() if not name.startswith("_")] + list(_STUDIES)
+# Names that left the top level (the harness and internals), each with its module: they resolve there, with a
+# DeprecationWarning, for one release.
+_MOVED = {
+    "DataConfig": "scaling.data", "DataError": "scaling.data", "Dataset": "scaling.data",
+    "make_dataset": "scaling.data",
+    "ModelConfig": "scaling.model", "ModelFamily": "scaling.model", "Transformer": "scaling.model",
+    "apply_with_aux": "scaling.model", "param_kinds": "scaling.model",
+    "OptimizerConfig": "scaling.optim", "make_optimizer": "scaling.optim", "scale_by_multipliers": "scaling.optim",
+    "scale_by_parametrization": "scaling.optim", "warmup_cosine_schedule": "scaling.optim",
+    "scale_by_adam_atan2": "scaling.adam_atan2",
+    "LayerSpec": "scaling.parametrization", "Parametrization": "scaling.parametrization",
+    "Role": "scaling.roles", "Roles": "scaling.roles",
+    "UserParametrization": "scaling.user_parametrization",
+    "read_usage": "scaling.usage",
+    "run_training": "scaling.train", "train_step": "scaling.train", "TrainResult": "scaling.train",
+    "TrainState": "scaling.train", "z_loss": "scaling.train",
+    "blockwise_tile_count": "scaling.blockwise",
+    "attention_logits_and_weights": "scaling.dense_attention",
+    "row_entropy": "scaling.metrics", "softmax_jacobian": "scaling.metrics",
+    "softmax_jacobian_fro_norm": "scaling.metrics",
+}
 
 
 def __getattr__(name):
+  import importlib  # pylint: disable=g-import-not-at-top
   if name in _STUDIES:
-    import importlib  # pylint: disable=g-import-not-at-top
     return getattr(importlib.import_module(_STUDIES[name]), name)
+  if name in _MOVED:
+    import warnings  # pylint: disable=g-import-not-at-top
+    warnings.warn(f"the top-level scaling.{name} is deprecated and will be removed in the next release; use "
+                  f"{_MOVED[name]}.{name}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)
   raise AttributeError(f"module 'scaling' has no attribute {name!r}")

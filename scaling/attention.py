@@ -307,36 +307,35 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     out = _cudnn(query, key, value, bias, mask, opts, return_residual=return_residual, return_weights=return_weights,
                  **mask_kwargs)
   elif implementation == "pallas":
-    out = _pallas(query, key, value, bias, mask, opts, scale=scale, rule=rule, return_residual=return_residual,
-                  return_weights=return_weights, **mask_kwargs)
+    out = _pallas(query, key, value, bias, mask, opts, return_residual=return_residual, return_weights=return_weights,
+                  **mask_kwargs)
   else:
-    logit_kwargs = dict(scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-                        float32_softmax=float32_softmax, subtract_max=subtract_max, **mask_kwargs)
     if implementation == "blockwise":
       if return_weights:
         raise ConfigError("implementation='blockwise' does not return weights")
-      if split and plain:
-        out = split_forward(autotune.path_function(choice.forward, **logit_kwargs),
-                            autotune.path_function(choice, **logit_kwargs), query, key, value)
+      blockwise_lib.check_softmax(float32_softmax, subtract_max)
+      if split and plain:  # the inputs and options are checked above: the paths trust them
+        out = split_forward(autotune.unchecked_path_function(choice.forward, opts, **mask_kwargs),
+                            autotune.unchecked_path_function(choice, opts, **mask_kwargs), query, key, value)
       else:
-        out = blockwise_lib.blockwise_attention(query, key, value, bias, mask, return_residual=return_residual,
-                                                **logit_kwargs, **blocks)
+        out = blockwise_lib.blockwise_attention_unchecked(query, key, value, bias, mask, opts,
+                                                          return_residual=return_residual, **mask_kwargs, **blocks)
     else:
-      out = dense_lib.dense_attention(query, key, value, bias, mask, return_residual=return_residual,
-                                      return_weights=return_weights, **logit_kwargs)
+      out = dense_lib.dense_attention_unchecked(query, key, value, bias, mask, opts, return_residual=return_residual,
+                                                return_weights=return_weights, **mask_kwargs)
   return out if batched else jax.tree.map(lambda x: x[0], out)
 
 
-def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, scale, rule, is_causal, return_residual,
-            return_weights, **mask_kwargs):
+def _pallas(query, key, value, bias, mask, opts: LogitOptions, *, is_causal, return_residual, return_weights,
+            **mask_kwargs):
   """The Pallas kernel (its default blocks) on batched inputs, where it covers the options."""
   if return_weights:
     raise ConfigError("implementation='pallas' does not return weights")
   reason = pallas_lib.supports(opts, bias=bias, mask=mask, **mask_kwargs)
   if reason is not None:
     raise ConfigError(f"implementation='pallas' does not support {reason}")
-  return pallas_lib.pallas_attention(query, key, value, scale=scale, rule=rule, is_causal=is_causal,
-                                     return_residual=return_residual)
+  return pallas_lib.pallas_attention_unchecked(query, key, value, opts, is_causal=is_causal,
+                                               return_residual=return_residual)
 
 
 def _cudnn(query, key, value, bias, mask, opts: LogitOptions, *, return_weights, **kwargs):

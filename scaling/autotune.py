@@ -270,6 +270,15 @@ def path_function(choice: Choice, **kwargs) -> Callable[..., jax.Array]:
   return functools.partial(dense_lib.dense_attention, **kwargs)
 
 
+def unchecked_path_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
+  """(q, k, v) -> output of the dense or blockwise path ``choice`` names, for checked 4-D inputs and resolved
+  options (no bias or mask; ``mask_kwargs`` checked)."""
+  if choice.implementation == "blockwise":
+    return functools.partial(blockwise_lib.blockwise_attention_unchecked, bias=None, mask=None, opts=opts,
+                             block_q=choice.block_q, block_k=choice.block_k, **mask_kwargs)
+  return functools.partial(dense_lib.dense_attention_unchecked, bias=None, mask=None, opts=opts, **mask_kwargs)
+
+
 def attention_function(choice: Choice, opts: LogitOptions, **mask_kwargs) -> Callable[..., jax.Array]:
   """(q, k, v) -> output of the path ``choice`` names with the options' scale, cap and clamp (no prepare)."""
   return path_function(choice, scale=opts.scale, logit_soft_cap=opts.logit_soft_cap, logit_clamp=opts.logit_clamp,

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -159,13 +160,6 @@ def unblocks_kv(x: Array, plan: Plan) -> Array:
   """[nk, B, K, bk, H] -> [B, S, K, H], dropping the padding."""
   nk, b, k, bk, h = x.shape
   return x.transpose(1, 0, 3, 2, 4).reshape(b, nk * bk, k, h)[:, :plan.kv_len]
-
-
-def _check_broadcast(x: Array, full: tuple[int, int, int, int], name: str) -> None:
-  """Each axis of a [B|1, N|1, T|1, S|1] array must be 1 or the full size."""
-  for size, want, axis in zip(x.shape, full, "BNTS"):
-    if size not in (1, want):
-      raise ConfigError(f"{name} of shape {x.shape} does not broadcast to [B, N, T, S] = {full} (axis {axis})")
 
 
 def _pad_ts(x: Array, plan: Plan, value) -> Array:
@@ -393,48 +387,48 @@ def attention_core_bwd(plan: Plan, residuals, cotangents):
 _attention_core.defvjp(_attention_core_fwd, attention_core_bwd)
 
 
-def _prepare(query, key, value, bias=None, mask=None, *, block_q=128, block_k=128, scale=None, rule=None,
-             is_causal=False, query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-             logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True):
-  """Validates the arguments and builds the plan and the blocked, padded operands."""
+def check_softmax(float32_softmax: Any, subtract_max: Any) -> None:
+  """ConfigError unless the softmax options are blockwise's own: float32, with the running maximum subtracted."""
   if not float32_softmax or not subtract_max:
     raise ConfigError("blockwise attention always computes the softmax in float32 and subtracts the running "
-                     "maximum; float32_softmax=False and subtract_max=False exist only on the dense path")
+                      "maximum; float32_softmax=False and subtract_max=False exist only on the dense path")
+
+
+def check_blocks(block_q: Any, block_k: Any) -> None:
+  """ConfigError unless both tile sizes are positive integers."""
   for name, v in (("block_q", block_q), ("block_k", block_k)):
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
       raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-  query, key, value, batched = logits_lib.check_qkv(query, key, value)
-  logits_lib.check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
-                                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                                  local_window_size=local_window_size)
-  b, t, n, h = query.shape
-  s = key.shape[1]
-  if t == 0 or s == 0:
-    raise ConfigError(f"query and key lengths must be positive, got T={t}, S={s}")
-  opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
-                                          logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
+
+
+def _check(query, key, value, bias=None, mask=None, *, block_q=128, block_k=128, scale=None, rule=None,
+           is_causal=False, query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+           logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True):
+  """Validates the arguments of a blockwise call: (query, key, value 4-D, batched, the resolved options)."""
+  check_softmax(float32_softmax, subtract_max)
+  check_blocks(block_q, block_k)
+  return logits_lib.check_inputs(query, key, value, bias, mask, scale=scale, rule=rule, is_causal=is_causal,
+                                 query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                                 local_window_size=local_window_size, logit_soft_cap=logit_soft_cap,
+                                 logit_clamp=logit_clamp, float32_softmax=True, subtract_max=True)
+
+
+def _prepare(query, key, value, bias, mask, opts: logits_lib.LogitOptions, *, block_q, block_k, is_causal=False,
+             query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None):
+  """The plan and the blocked, padded operands of checked 4-D inputs."""
+  b, t, n, _ = query.shape
   plan = make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k, is_causal=is_causal,
                    window=masking_lib.window_bounds(local_window_size))
-  full = (b, n, t, s)
   if bias is not None:
-    bias = masking_lib.ensure_4d(bias, "bias")
-    _check_broadcast(bias, full, "bias")
-    bias = _pad_ts(bias.astype(_F32), plan, 0.0)
+    bias = _pad_ts(masking_lib.ensure_4d(bias, "bias").astype(_F32), plan, 0.0)
   mask = masking_lib.ensure_bool_mask(mask)
   if mask is not None:
-    _check_broadcast(mask, full, "mask")
     mask = _pad_ts(mask, plan, False)
-  lens = []
-  for name, x in (("query_seq_lengths", query_seq_lengths), ("key_value_seq_lengths", key_value_seq_lengths)):
-    if x is not None:
-      x = jnp.asarray(x)
-      if x.size != b or not jnp.issubdtype(x.dtype, jnp.integer):
-        raise ConfigError(f"{name} must be {b} integers (one per batch element), got shape {x.shape} {x.dtype}")
-      x = x.reshape(b).astype(jnp.int32)
-    lens.append(x)
+  lens = [None if x is None else jnp.asarray(x).reshape(b).astype(jnp.int32)
+          for x in (query_seq_lengths, key_value_seq_lengths)]
   query, key = opts.rule.prepare(query, key)
   operands = (blocks_q(query, plan), blocks_kv(key, plan), blocks_kv(value, plan), bias, mask, *lens)
-  return plan, opts, operands, batched
+  return plan, operands
 
 
 def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
@@ -477,19 +471,41 @@ def blockwise_attention(query: Array, key: Array, value: Array, bias: Array | No
     ValueError: on inconsistent shapes or options, including
       ``float32_softmax=False`` or ``subtract_max=False``.
   """
-  plan, opts, operands, batched = _prepare(
+  mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,
+                     key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
+  query, key, value, batched, opts = _check(
       query, key, value, bias, mask, block_q=block_q, block_k=block_k, scale=scale, rule=rule,
-      is_causal=is_causal, query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-      float32_softmax=float32_softmax, subtract_max=subtract_max)
+      logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp, float32_softmax=float32_softmax,
+      subtract_max=subtract_max, **mask_kwargs)
+  out = blockwise_attention_unchecked(query, key, value, bias, mask, opts, block_q=block_q, block_k=block_k,
+                                      return_residual=return_residual, **mask_kwargs)
+  return out if batched else jax.tree.map(lambda x: x[0], out)
+
+
+def blockwise_attention_unchecked(query: Array, key: Array, value: Array, bias: Array | None, mask: Array | None,
+                                  opts: logits_lib.LogitOptions, *, block_q: int = 128, block_k: int = 128,
+                                  return_residual: bool = False, **mask_kwargs: Any) -> Array | tuple[Array, Array]:
+  """``blockwise_attention`` of checked 4-D inputs and resolved options (``scaling.logits.check_inputs``).
+
+  Args:
+    query, key, value: [B, T, N, H], [B, S, K, H], [B, S, K, H], checked.
+    bias, mask: checked, or None.
+    opts: the resolved logit options (float32 softmax with max-subtraction).
+    block_q, block_k: positive tile sizes.
+    return_residual: as ``blockwise_attention``.
+    **mask_kwargs: is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size (checked).
+
+  Returns:
+    What ``blockwise_attention`` returns for batched inputs.
+  """
+  plan, operands = _prepare(query, key, value, bias, mask, opts, block_q=block_q, block_k=block_k, **mask_kwargs)
   out, lse = _attention_core(plan, *operands)
   out = unblocks_q(out, plan)
   if opts.weight_scale != 1.0:
     out = out * jnp.asarray(opts.weight_scale, out.dtype)
   if not return_residual:
-    return out if batched else out[0]
-  lse = lax.stop_gradient(unblocks_q(lse, plan))
-  return (out, lse) if batched else (out[0], lse[0])
+    return out
+  return out, lax.stop_gradient(unblocks_q(lse, plan))
 
 
 def blockwise_tile_count(query: Array, key: Array, value: Array, bias: Array | None = None,
@@ -501,5 +517,8 @@ def blockwise_tile_count(query: Array, key: Array, value: Array, bias: Array | N
   n blocks visits n(n+1)/2 of the n² tiles. Takes the arguments of
   ``blockwise_attention`` (except ``return_residual``).
   """
-  plan, _, operands, _ = _prepare(query, key, value, bias, mask, **kwargs)
+  query, key, value, _, opts = _check(query, key, value, bias, mask, **kwargs)
+  block_q, block_k = kwargs.get("block_q", 128), kwargs.get("block_k", 128)
+  mask_kwargs = {k: v for k, v in kwargs.items() if k in logits_lib.MASK_ARGS}
+  plan, operands = _prepare(query, key, value, bias, mask, opts, block_q=block_q, block_k=block_k, **mask_kwargs)
   return _forward(plan, *operands)[2]

@@ -18,10 +18,11 @@ import functools
 import math
 import types
 import typing
-from typing import Any, Callable, ClassVar, Collection, Sequence
+from typing import Any, Callable, ClassVar, Collection, Iterator, Mapping, Sequence
 
 from scaling import validation
 from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 Choices = Sequence[str] | Callable[[], Sequence[str]]
 
@@ -240,6 +241,88 @@ def build(cls: type, values: dict[str, Any], default: Any = None) -> Any:
 def to_dict(config: Any) -> dict[str, Any]:
   """A JSON-ready dict of a config (nested groups as dicts)."""
   return dataclasses.asdict(config)
+
+
+def from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+  """The config of class ``cls`` from what ``to_dict`` wrote (read back from JSON or not): ``to_dict``'s inverse.
+
+  Nested groups are built from their dicts and lists become tuples; options missing from ``data`` keep their
+  defaults. The config checks itself as any config does when built.
+
+  Args:
+    cls: an ``Options`` class.
+    data: {field name: value}, a nested group's value a dict of its own.
+
+  Returns:
+    The config.
+  """
+  if not (isinstance(cls, type) and issubclass(cls, Options)):
+    raise ConfigTypeError(f"cls must be an Options class, got {cls!r}")
+  if not isinstance(data, Mapping):
+    raise ConfigTypeError(f"data must be a mapping, got {type(data).__name__}")
+  groups = {spec.name: spec.base_type for spec in option_specs(cls) if is_group(spec)}
+  names = [f.name for f in dataclasses.fields(cls) if f.init]
+  unknown = [name for name in data if name not in names]
+  if unknown:
+    raise ConfigError(f"{cls.__name__} has no option {unknown[0]!r}{validation.suggestion(unknown[0], names)}")
+  kwargs = {}
+  for name, value in data.items():
+    if name in groups and isinstance(value, Mapping):
+      value = from_dict(groups[name], value)
+    elif isinstance(value, list):
+      value = tuple(value)
+    kwargs[name] = value
+  return cls(**kwargs)
+
+
+def _leaves(config: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], OptionSpec, Any]]:
+  """(group path, spec, value) of every leaf option of ``config``, nested groups expanded, hidden ones included."""
+  for spec in option_specs(type(config)):
+    value = getattr(config, spec.name)
+    if is_group(spec):
+      yield from _leaves(value, (*path, spec.name))
+    else:
+      yield path, spec, value
+
+
+def _flag_value(value: Any) -> str:
+  """An option's value as a flag writes it (lists comma-separated)."""
+  return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def command_line(config: Any) -> tuple[str, ...]:
+  """The flags that give ``config`` on its command line (``experiments/cli.py``): those of the options it changes.
+
+  One flag per leaf option whose value differs from that of ``type(config)()``, in declaration order:
+  ``--name=value`` (lists comma-separated), ``--name`` or ``--noname`` for a boolean.
+
+  Args:
+    config: an ``Options`` config whose class builds with its defaults.
+
+  Returns:
+    The flags (none for a config at its defaults).
+
+  Raises:
+    ConfigError: a changed option that no flag can give (one a group hides, or None where the default is not).
+  """
+  if not isinstance(config, Options):
+    raise ConfigTypeError(f"config must be an Options config, got {type(config).__name__}")
+  exposed = {(path, spec.name) for path, spec in flat_options(type(config))}
+  defaults = {(path, spec.name): value for path, spec, value in _leaves(type(config)())}
+  out = []
+  for path, spec, value in _leaves(config):
+    if value == defaults[(path, spec.name)]:
+      continue
+    where = ".".join((*path, spec.name))
+    if (path, spec.name) not in exposed:
+      raise ConfigError(f"{where} is changed, but it has no flag (its group hides it)")
+    if value is None:
+      raise ConfigError(f"{where} is None, which no flag gives (its default is {defaults[(path, spec.name)]!r})")
+    if spec.base_type is bool and not spec.is_list:
+      out.append(f"--{'' if value else 'no'}{spec.name}")
+    else:
+      out.append(f"--{spec.name}={_flag_value(value)}")
+  return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)

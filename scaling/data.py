@@ -668,14 +668,14 @@ class DataConfig(Options):
 
   def validate(self):
     if self.text_file is not None and self.task not in (None, "text"):
-      raise ConfigError(f"--text_file selects --task=text, but --task={self.task} was given")
+      raise ConfigError(f"text_file selects task='text', but task={self.task!r} was given")
     if self.text_file is None and self.task == "text":
-      raise ConfigError("--task=text needs --text_file")
+      raise ConfigError("task='text' needs text_file", fields=("text_file",))
     name = self.name
     if name != "recall" and (self.num_pairs is not None or self.num_queries is not None):
-      raise ConfigError("--num_pairs and --num_queries only apply to --task=recall")
+      raise ConfigError("num_pairs and num_queries only apply to task='recall'", fields=("num_queries",))
     if name != "induction" and self.prefix_len is not None:
-      raise ConfigError("--prefix_len only applies to --task=induction")
+      raise ConfigError("prefix_len only applies to task='induction'")
 
   @property
   def name(self) -> str:
@@ -694,4 +694,5 @@ class DataConfig(Options):
     except DataError:
       raise
     except ValueError as e:
-      raise ConfigError(f"--task={self.name} with --seq_len={self.seq_len}: {e}") from None
+      raise ConfigError(f"task={self.name!r} with seq_len={self.seq_len}: {e}",
+                        fields=getattr(e, "fields", ())) from None

@@ -5,7 +5,10 @@ multiple of K (GQA; K == N is ordinary multi-head attention), bias and mask
 broadcastable to [B, N, T, S]. Logits, weights and outputs all come from one
 code path, ``_attend_grouped``, so what is measured is what runs.
 ``scaling.dot_product_attention`` runs ``dense_attention`` when it picks the
-dense implementation.
+dense implementation. The public functions check their arguments
+(``scaling.logits.check_inputs``); ``dense_attention_unchecked`` and
+``attention_with_aux_unchecked`` are the same computations for callers that
+have checked them already (the dispatcher and the metrics).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def _logits_weights_grouped(query, key, bias, mask_bnts, opts: logits_lib.LogitO
     bias = masking_lib.group_heads(masking_lib.ensure_4d(bias, "bias"), kh, g)
   logits = logits_lib.shape_logits(logits, bias, opts)
   mask = masking_lib.group_heads(mask_bnts, kh, g)
-  weights = logits_lib.masked_softmax(logits, mask, subtract_max=opts.subtract_max)
+  weights = logits_lib.masked_softmax_unchecked(logits, mask, subtract_max=opts.subtract_max)
   if not logits_lib.is_unit_scale(opts.weight_scale):
     weights = weights * jnp.asarray(opts.weight_scale, weights.dtype)
   return logits, weights, mask
@@ -54,22 +57,32 @@ def _attend_grouped(query, key, value, bias, mask_bnts, opts: logits_lib.LogitOp
   return out, logits, weights, mask_g
 
 
-def _checked_attend(query, key, value, bias, mask, *, scale=None, rule=None, is_causal=False, query_seq_lengths=None,
-                    key_value_seq_lengths=None, local_window_size=None, logit_soft_cap=None, logit_clamp=None,
-                    float32_softmax=True, subtract_max=True):
-  """Validates the arguments and attends: (batched, mask [B|1, N|1, T, S] or None, *``_attend_grouped``)."""
-  query, key, value, batched = logits_lib.check_qkv(query, key, value)
-  logits_lib.check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
-                                  query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-                                  local_window_size=local_window_size)
-  b, t, n, h = query.shape
-  opts = logits_lib.resolve_logit_options(h, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
-                                          logit_clamp=logit_clamp, float32_softmax=float32_softmax,
-                                          subtract_max=subtract_max)
+def _attend(query, key, value, bias, mask, opts: logits_lib.LogitOptions, *, is_causal=False, query_seq_lengths=None,
+            key_value_seq_lengths=None, local_window_size=None):
+  """Attends checked 4-D inputs: (mask [B|1, N|1, T, S] or None, *``_attend_grouped``)."""
+  b, t, n, _ = query.shape
   mask_bnts = masking_lib.combined_mask(b, n, t, key.shape[1], mask=mask, is_causal=is_causal,
                                        query_seq_lengths=query_seq_lengths,
                                        key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
-  return (batched, mask_bnts, *_attend_grouped(query, key, value, bias, mask_bnts, opts))
+  return (mask_bnts, *_attend_grouped(query, key, value, bias, mask_bnts, opts))
+
+
+def attention_with_aux_unchecked(query: Array, key: Array, value: Array, bias: Array | None, mask: Array | None,
+                                 opts: logits_lib.LogitOptions, **mask_kwargs: Any
+                                 ) -> tuple[Array, Array, Array, Array | None]:
+  """``attention_with_aux`` of checked 4-D inputs and resolved options (``scaling.logits.check_inputs``).
+
+  Args:
+    query, key, value: [B, T, N, H], [B, S, K, H], [B, S, K, H], checked.
+    bias, mask: checked, or None.
+    opts: the resolved logit options.
+    **mask_kwargs: is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size (checked).
+
+  Returns:
+    ``(output, logits, weights, mask)`` as ``attention_with_aux`` returns them for batched inputs.
+  """
+  mask_bnts, out, logits, weights, _ = _attend(query, key, value, bias, mask, opts, **mask_kwargs)
+  return out, masking_lib.ungroup_heads(logits), masking_lib.ungroup_heads(weights), mask_bnts
 
 
 def attention_with_aux(query: Array, key: Array, value: Array, bias: Array | None = None, mask: Array | None = None, *,
@@ -90,12 +103,12 @@ def attention_with_aux(query: Array, key: Array, value: Array, bias: Array | Non
     rows, multiplied by the rule's weight scale); the boolean visibility mask
     broadcastable to [B, N, T, S], or None when nothing is masked.
   """
-  batched, mask_bnts, out, logits, weights, _ = _checked_attend(
-      query, key, value, bias, mask, scale=scale, rule=rule, is_causal=is_causal,
-      query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
-      local_window_size=local_window_size, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
-      float32_softmax=float32_softmax, subtract_max=subtract_max)
-  logits, weights = masking_lib.ungroup_heads(logits), masking_lib.ungroup_heads(weights)
+  mask_kwargs = dict(is_causal=is_causal, query_seq_lengths=query_seq_lengths,
+                     key_value_seq_lengths=key_value_seq_lengths, local_window_size=local_window_size)
+  query, key, value, batched, opts = logits_lib.check_inputs(
+      query, key, value, bias, mask, scale=scale, rule=rule, logit_soft_cap=logit_soft_cap, logit_clamp=logit_clamp,
+      float32_softmax=float32_softmax, subtract_max=subtract_max, **mask_kwargs)
+  out, logits, weights, mask_bnts = attention_with_aux_unchecked(query, key, value, bias, mask, opts, **mask_kwargs)
   if not batched:
     out, logits, weights = out[0], logits[0], weights[0]
     mask_bnts = None if mask_bnts is None else mask_bnts[0]
@@ -140,7 +153,31 @@ def dense_attention(query: Array, key: Array, value: Array, bias: Array | None =
     Output [B, T, N, H] (fully masked query rows give 0), followed by the
     residual and/or weights when requested.
   """
-  batched, _, out, logits, weights, mask_g = _checked_attend(query, key, value, bias, mask, **kwargs)
+  query, key, value, batched, opts = logits_lib.check_inputs(query, key, value, bias, mask, **kwargs)
+  mask_kwargs = {k: v for k, v in kwargs.items() if k in logits_lib.MASK_ARGS}
+  out = dense_attention_unchecked(query, key, value, bias, mask, opts, return_residual=return_residual,
+                                  return_weights=return_weights, **mask_kwargs)
+  if not batched:
+    out = jax.tree.map(lambda x: x[0], out)
+  return out
+
+
+def dense_attention_unchecked(query: Array, key: Array, value: Array, bias: Array | None, mask: Array | None,
+                              opts: logits_lib.LogitOptions, *, return_residual: bool = False,
+                              return_weights: bool = False, **mask_kwargs: Any) -> Array | tuple[Array, ...]:
+  """``dense_attention`` of checked 4-D inputs and resolved options (``scaling.logits.check_inputs``).
+
+  Args:
+    query, key, value: [B, T, N, H], [B, S, K, H], [B, S, K, H], checked.
+    bias, mask: checked, or None.
+    opts: the resolved logit options.
+    return_residual, return_weights: as ``dense_attention``.
+    **mask_kwargs: is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size (checked).
+
+  Returns:
+    What ``dense_attention`` returns for batched inputs.
+  """
+  _, out, logits, weights, mask_g = _attend(query, key, value, bias, mask, opts, **mask_kwargs)
   b, t, n, _ = out.shape
   extras = []
   if return_residual:
@@ -149,7 +186,4 @@ def dense_attention(query: Array, key: Array, value: Array, bias: Array | None =
     extras.append(jax.lax.stop_gradient(jnp.moveaxis(lse.reshape(b, n, t), 1, 2)))
   if return_weights:
     extras.append(masking_lib.ungroup_heads(weights))
-  if not batched:
-    out = out[0]
-    extras = [e[0] for e in extras]
   return (out, *extras) if extras else out

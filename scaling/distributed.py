@@ -42,9 +42,10 @@ class DistributedConfig(Options):
   def validate(self):
     given = [n for n in ("coordinator_address", "num_processes", "process_id") if getattr(self, n) is not None]
     if given and not self.distributed:
-      raise ConfigError(f"--{given[0]} needs --distributed")
+      raise ConfigError(f"{given[0]} needs distributed=True")
     if self.num_processes is not None and self.process_id is not None and self.process_id >= self.num_processes:
-      raise ConfigError(f"--process_id must be below --num_processes, got {self.process_id} and {self.num_processes}")
+      raise ConfigError(f"process_id must be below num_processes, got {self.process_id} and {self.num_processes}",
+                        fields=("num_processes",))
 
 
 def initialize(config: DistributedConfig) -> None:

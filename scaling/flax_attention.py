@@ -22,15 +22,18 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax.linen import dtypes as flax_dtypes
 
 from scaling import attention as attention_lib
 from scaling import dense_attention as dense_lib
 from scaling import logits as logits_lib
+from scaling import masking as masking_lib
 from scaling import metrics as metrics_lib
 from scaling import rules as rules_lib
 from scaling import validation
 from scaling.validation import ConfigError
+from scaling.validation import ConfigTypeError
 
 Array = jax.Array
 
@@ -66,13 +69,25 @@ def make_attention_fn(
     ``'intermediates'`` collection, nnx as ``nnx.Intermediate``, both under
     ``'attention_weights'``; with ``sow_logit_stats`` also the statistics of
     the logits beside them (``attention_logit_std``, ``attention_logit_absmax``).
+  * ``force_fp32_for_softmax`` (linen) with inputs narrower than float32
+    (bfloat16, float16): the weights stay float32, sown so, and the output,
+    float32 weights times the values, is float32, as Flax's.
+  * complex query, key and value (Flax supports them): logits s·q·k without a
+    conjugate, plus bias, and the complex softmax exp(z)/Σ exp(z) over the
+    visible keys, with the rule's s. ``scaling.dot_product_attention`` itself
+    takes real inputs only (its kernels, caps, clamps and statistics are for
+    real logits), so complex inputs take this path, which refuses
+    ``logit_soft_cap``, ``logit_clamp``, sown logit statistics and rules that
+    transform query and key (``qk_norm``); ``force_fp32_for_softmax`` does not
+    apply to them (Flax's drops the imaginary part there).
   * ``precision`` applies to every matmul (as ``jax.default_matmul_precision``).
 
   Differences from Flax's default: logits and softmax are always computed in
-  float32 (so ``force_fp32_for_softmax`` holds whatever its value), and a
-  query row whose keys are all masked gets weights 0 and output 0 instead of
-  Flax's uniform weights. Arguments that cannot be honoured (AQT einsum
-  overrides, ``einsum_dot_general``, a pair of different precisions) raise.
+  at least float32 (with ``force_fp32_for_softmax=False`` the weights are then
+  cast to the input dtype as Flax's), and a query row whose keys are all
+  masked gets weights 0 and output 0 instead of Flax's uniform weights.
+  Arguments that cannot be honoured (AQT einsum overrides,
+  ``einsum_dot_general``, a pair of different precisions) raise.
 
   Args:
     rule: a logit-scale rule name (see ``scaling.available_rules()``) or a
@@ -126,28 +141,38 @@ def make_attention_fn(
       attn_weights_value_einsum: Callable[..., Array] | None = None,
   ) -> Array:
     """Flax-compatible attention with the rule fixed by ``make_attention_fn`` (see there)."""
-    del force_fp32_for_softmax  # the softmax is always float32
     for name, v in (("einsum_dot_general", einsum_dot_general), ("qk_attn_weights_einsum", qk_attn_weights_einsum),
                     ("attn_weights_value_einsum", attn_weights_value_einsum)):
       if v is not None:
         raise NotImplementedError(f"scaling.flax_attention cannot honour {name}: its logits come from "
                                   "scaling.attention; use Flax's default attention_fn for custom einsums")
+    validation.check_bool("force_fp32_for_softmax", force_fp32_for_softmax)
     dropout = _dropout_active(dropout_rate, deterministic, dropout_rng)
     if promote_dtype is None:
       query, key, value = flax_dtypes.promote_dtype(query, key, value, dtype=dtype)
     else:  # nnx's convention: one tuple in, one tuple out
       query, key, value = promote_dtype((query, key, value), dtype=dtype)
-    dtype = query.dtype
+    dtype = query.dtype  # dropout's multiplier is in this dtype, as Flax's
+    is_complex = jnp.issubdtype(dtype, jnp.complexfloating)
+    if force_fp32_for_softmax and jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits < 32:
+      # Flax then keeps the weights in float32, and the output (float32 weights times the values) too.
+      query, key, value = (x.astype(jnp.float32) for x in (query, key, value))
     batch_shape = _check_shapes(query, key, value)
     with _precision_context(precision):
       q, k, v = (_flatten_batch(x, batch_shape) for x in (query, key, value))
       bias4, mask4 = _flatten_batch_bnts(bias, batch_shape), _flatten_batch_bnts(_as_bool_mask(mask), batch_shape)
-      if not (dropout or module is not None or v.shape[-1] != k.shape[-1]):
+      if not (dropout or module is not None or v.shape[-1] != k.shape[-1] or is_complex):
         out = attention_lib.dot_product_attention(q, k, v, bias4, mask4, is_causal=is_causal, **logit_kwargs)
         return out.reshape(batch_shape + out.shape[-3:])
-      logits, weights, visible = dense_lib.attention_logits_and_weights(q, k, bias4, mask4, is_causal=is_causal,
-                                                                        **logit_kwargs)
-      weights = weights.reshape(batch_shape + weights.shape[-3:]).astype(dtype)
+      if is_complex:
+        if module is not None and sow_logit_stats:
+          raise ConfigTypeError(f"sow_logit_stats needs real logits; the inputs are {dtype}")
+        logits, weights, visible = _complex_logits_and_weights(q, k, bias4, mask4, is_causal=is_causal,
+                                                               **logit_kwargs)
+      else:
+        logits, weights, visible = dense_lib.attention_logits_and_weights(q, k, bias4, mask4, is_causal=is_causal,
+                                                                          **logit_kwargs)
+      weights = weights.reshape(batch_shape + weights.shape[-3:]).astype(query.dtype)
       if module is not None:
         _sow(module, _SOW_NAME, weights)
         if sow_logit_stats:
@@ -261,6 +286,53 @@ def _dropout(weights: Array, rng: Array, rate: float, broadcast: bool, key_ndim:
   shape = (1,) * (key_ndim - 2) + weights.shape[-2:] if broadcast else weights.shape
   keep = jax.random.bernoulli(rng, keep_prob, shape)
   return weights * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype=dtype))
+
+
+def _complex_logits_and_weights(query: Array, key: Array, bias: Array | None, mask: Array | None, *, is_causal: bool,
+                                rule: rules_lib.ScaleRule, logit_soft_cap: float | None,
+                                logit_clamp: float | None) -> tuple[Array, Array, Array | None]:
+  """Flax's complex attention with the rule's scale: softmax over keys of z = s·q·k + bias, exp(z) / Σ exp(z).
+
+  As Flax: no conjugate in q·k, and the softmax is the complex exponential normalized over the visible keys.
+  Arguments as ``dense_attention.attention_logits_and_weights``; returns (logits, weights, visible) as it does.
+  """
+  dtype = query.dtype
+  for name, v in (("logit_soft_cap", logit_soft_cap), ("logit_clamp", logit_clamp)):
+    if v is not None:
+      raise ConfigTypeError(f"{name} needs real logits; the inputs are {dtype}")
+  if type(rule).prepare is not rules_lib.ScaleRule.prepare:
+    raise ConfigTypeError(f"rule {type(rule).__name__} transforms query and key before the dot product, which is "
+                          f"defined for real inputs only; the inputs are {dtype}")
+  batched = query.ndim == 4
+  q, k = (x if batched else x[None] for x in (query, key))
+  logits_lib.check_attention_args(q.shape, k.shape, None, mask, batched=batched, is_causal=is_causal)
+  b, t, n, h = q.shape
+  s, kh = k.shape[1], k.shape[2]
+  if n % kh:
+    raise ConfigError(f"query heads N ({n}) must be a multiple of key heads K ({kh}) for GQA; got query "
+                      f"{query.shape} and key {key.shape}")
+  if bias is not None:
+    validation.check_floating("bias", bias, complex_ok=True)
+    validation.check_broadcasts("bias", np.shape(bias), (b, n, t, s)[0 if batched else 1:],
+                                "[B, N, T, S]" if batched else "[N, T, S]")
+  opts = logits_lib.resolve_logit_options(h, scale=None, rule=rule, logit_soft_cap=None, logit_clamp=None,
+                                          float32_softmax=True, subtract_max=True)
+  compute = jnp.promote_types(dtype, jnp.complex64)
+  z = jnp.einsum("btkgh,bskh->bkgts", q.reshape(b, t, kh, n // kh, h), k, preferred_element_type=compute)
+  z = logits_lib.shape_logits(z.reshape(b, n, t, s), masking_lib.ensure_4d(bias, "bias"), opts)
+  visible = masking_lib.combined_mask(b, n, t, s, mask=mask, is_causal=is_causal)
+  if visible is None:
+    weights = jax.nn.softmax(z, axis=-1)
+  else:  # masked logits: a finite large negative real part, as logits.masked_softmax; fully masked rows give 0
+    fill = jnp.asarray(logits_lib.MASKED_LOGIT_FRACTION * jnp.finfo(compute).min, compute)
+    weights = jax.nn.softmax(jnp.where(visible, z, fill), axis=-1)
+    weights = jnp.where(jnp.any(visible, axis=-1, keepdims=True), weights, jnp.zeros((), compute))
+  if not logits_lib.is_unit_scale(opts.weight_scale):
+    weights = weights * jnp.asarray(opts.weight_scale, compute)
+  if not batched:
+    z, weights = z[0], weights[0]
+    visible = None if visible is None else visible[0]
+  return z, weights, visible
 
 
 def _weighted_values(weights: Array, value: Array, precision: Any) -> Array:

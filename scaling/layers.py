@@ -2,10 +2,10 @@
 
 Each parameter is created through ``kind_param``: it is drawn as
 ``init_mean + init_std · N(0, 1)`` from the ``LayerSpec`` that the layers' spec source gives it by its path
-(``specs.layer(path, kind, shape)``: a ``scaling.UserParametrization`` with ``forward="model"``, made by
-``scaling.parametrize`` from the model's roles; ``SHAPES_ONLY`` while only the shapes are wanted, to infer those
-roles), and it is stored boxed in ``Kinded(value, kind)``, a Flax ``AxisMetadata``. The kind therefore travels with
-the parameter from the layer that made it: ``param_kinds`` reads it, and the
+(``specs.layer(path, kind, shape)``: a ``scaling.user_parametrization.UserParametrization`` with
+``forward="model"``, made by ``scaling.parametrize`` from the model's roles; ``SHAPES_ONLY`` while only the shapes
+are wanted, to infer those roles), and it is stored boxed in ``Kinded(value, kind)``, a Flax ``AxisMetadata``. The
+kind therefore travels with the parameter from the layer that made it: ``param_kinds`` reads it, and the
 per-layer learning rates (``scaling.optim``) use it. Renaming a module changes
 nothing. ``module.param`` unboxes as usual, so the layers compute with plain
 arrays; ``unbox`` strips the boxes of an initialized tree.

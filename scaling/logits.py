@@ -1,9 +1,11 @@
 """The pieces every attention implementation shares: logit options, input checks, logit shaping and the softmax.
 
 This is the bottom of the attention modules: it imports only ``scaling.rules`` and
-``scaling.validation``. Every public attention function calls ``check_qkv`` and
-``check_attention_args`` first, so misuse raises a ``scaling.ConfigError`` naming
-the argument before anything is traced.
+``scaling.validation``. Every public attention function checks its arguments once, at
+its start (``check_inputs``: ``check_qkv``, ``check_attention_args`` and
+``resolve_logit_options``), so misuse raises a ``scaling.ConfigError`` naming the
+argument before anything is traced; the functions it then calls trust those checks
+(``masked_softmax_unchecked`` beside ``masked_softmax``).
 The dense (``scaling.dense_attention``), blockwise (``scaling.blockwise``) and
 Pallas (``scaling.pallas_attention``) implementations build on it, and the
 dispatcher ``scaling.attention`` on them, so the same options give the same
@@ -24,6 +26,9 @@ from scaling import validation
 from scaling.validation import ConfigError
 
 Array = jax.Array
+
+MASK_ARGS = ("is_causal", "query_seq_lengths", "key_value_seq_lengths", "local_window_size")
+"""The arguments of an attention call that say which keys each query sees (besides ``mask``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +172,34 @@ def check_attention_args(query_shape: tuple[int, ...], key_shape: tuple[int, ...
                         f"got {local_window_size!r}")
 
 
+def check_inputs(query: Array, key: Array, value: Array, bias: Any = None, mask: Any = None, *,
+                 scale: float | None = None, rule: str | rules_lib.ScaleRule | None = None, is_causal: Any = False,
+                 query_seq_lengths: Any = None, key_value_seq_lengths: Any = None, local_window_size: Any = None,
+                 logit_soft_cap: float | None = None, logit_clamp: float | None = None, float32_softmax: Any = True,
+                 subtract_max: Any = True) -> tuple[Array, Array, Array, bool, LogitOptions]:
+  """Every check of one attention call: ``check_qkv``, ``check_attention_args`` and ``resolve_logit_options``.
+
+  Args:
+    query, key, value, bias, mask, scale, rule, is_causal, query_seq_lengths, key_value_seq_lengths,
+      local_window_size, logit_soft_cap, logit_clamp, float32_softmax, subtract_max: as for
+      ``scaling.dot_product_attention``.
+
+  Returns:
+    ``(query, key, value, batched, opts)``: the arrays 4-D as ``check_qkv`` returns them, whether the inputs had a
+    batch axis, and the resolved ``LogitOptions``.
+
+  Raises:
+    ConfigError or ConfigTypeError naming the argument.
+  """
+  query, key, value, batched = check_qkv(query, key, value)
+  check_attention_args(query.shape, key.shape, bias, mask, batched=batched, is_causal=is_causal,
+                       query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                       local_window_size=local_window_size)
+  opts = resolve_logit_options(query.shape[-1], scale=scale, rule=rule, logit_soft_cap=logit_soft_cap,
+                               logit_clamp=logit_clamp, float32_softmax=float32_softmax, subtract_max=subtract_max)
+  return query, key, value, batched, opts
+
+
 def check_flags(**flags: Any) -> None:
   """ConfigTypeError naming the first of ``flags`` (name=value) that is not a bool."""
   for name, value in flags.items():
@@ -218,6 +251,11 @@ def masked_softmax(logits: Array, mask: Array | None, *, subtract_max: bool = Tr
   overflows in low precision: it exists only to demonstrate that failure.
   """
   check_scores("logits", logits, mask)
+  return masked_softmax_unchecked(logits, mask, subtract_max=subtract_max)
+
+
+def masked_softmax_unchecked(logits: Array, mask: Array | None, *, subtract_max: bool = True) -> Array:
+  """``masked_softmax`` of arguments its caller has checked (the attention implementations)."""
   if subtract_max:
     # jax.nn.softmax has a custom JVP (y·(g − Σ y·g)), so its backward keeps only the weights. The masked logits
     # become a finite large negative (as in jax.nn.dot_product_attention), whose exponential after the row's maximum

@@ -2,7 +2,7 @@
 
 Every ``*_per_head`` function takes logits or weights shaped [B, N, T, S] and an
 optional boolean visibility mask broadcastable to that shape (as returned by
-``scaling.attention_logits_and_weights``; causal masks included), and returns
+``scaling.dense_attention.attention_logits_and_weights``; causal masks included), and returns
 one value per head, [N], averaged over batch and the visible query rows. Rows
 with no visible key are left out of every average. ``average_heads`` turns a
 dict of per-head values into scalars.
@@ -74,6 +74,11 @@ def softmax_distribution(weights: Array, mask: Array | None = None) -> Array:
 def row_entropy(p: Array) -> Array:
   """Entropy in nats of each row of a distribution p [..., S]; 0·log 0 = 0."""
   logits_lib.check_scores("p", p)
+  return _row_entropy(p)
+
+
+def _row_entropy(p: Array) -> Array:
+  """``row_entropy`` of a checked p."""
   p = p.astype(jnp.float32)
   return -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
 
@@ -87,6 +92,11 @@ def softmax_jacobian(p: Array) -> Array:
 def softmax_jacobian_fro_norm(p: Array) -> Array:
   """Frobenius norm of diag(p) − ppᵀ per row, in closed form: √(Σp² − 2Σp³ + (Σp²)²)."""
   logits_lib.check_scores("p", p)
+  return _jacobian_fro_norm(p)
+
+
+def _jacobian_fro_norm(p: Array) -> Array:
+  """``softmax_jacobian_fro_norm`` of a checked p."""
   p = p.astype(jnp.float32)
   s2 = jnp.sum(p * p, axis=-1)
   s3 = jnp.sum(p * p * p, axis=-1)
@@ -98,7 +108,7 @@ def _weight_row_values(weights: Array, mask: Array | None) -> tuple[dict[str, Ar
   vis = _visible(weights.shape, mask)
   p = softmax_distribution(weights, vis)
   n_visible = jnp.sum(vis, axis=-1)
-  ent = row_entropy(p)
+  ent = _row_entropy(p)
   log_n = jnp.log(jnp.maximum(n_visible, 2).astype(jnp.float32))
   max_p = jnp.max(p, axis=-1)
   rows = {
@@ -106,7 +116,7 @@ def _weight_row_values(weights: Array, mask: Array | None) -> tuple[dict[str, Ar
       "entropy_normalized": ent / log_n,
       "max_prob": max_p,
       "saturated_frac": (max_p > SATURATION_THRESHOLD).astype(jnp.float32),
-      "softmax_jacobian_norm": softmax_jacobian_fro_norm(p),
+      "softmax_jacobian_norm": _jacobian_fro_norm(p),
   }
   return rows, n_visible > 0, n_visible > 1
 
@@ -242,14 +252,16 @@ def _input_grad_norms(gq: Array, gk: Array, gv: Array) -> dict[str, Array]:
 
 
 def _block_sums(query: Array, key: Array, value: Array, cotangent: Array, bias: Array | None, mask: Array | None,
-                *, input_grads: bool, **attention_kwargs: Any) -> tuple[MetricSums, tuple[Array, ...] | None]:
-  """Dense-path ``MetricSums`` of a block of query rows, and the (q, k, v) gradients when ``input_grads``."""
+                opts: logits_lib.LogitOptions, *, input_grads: bool,
+                **mask_kwargs: Any) -> tuple[MetricSums, tuple[Array, ...] | None]:
+  """Dense-path ``MetricSums`` of a block of query rows of checked inputs, and the (q, k, v) gradients when
+  ``input_grads``."""
   b, t, n, _ = query.shape
   zero = jnp.zeros((b, n, t, key.shape[1]), jnp.float32)
 
   def f(q, k, v, delta):
     total_bias = delta if bias is None else delta + bias
-    out, logits, weights, vis = dense_lib.attention_with_aux(q, k, v, total_bias, mask, **attention_kwargs)
+    out, logits, weights, vis = dense_lib.attention_with_aux_unchecked(q, k, v, total_bias, mask, opts, **mask_kwargs)
     return out, (logits, weights, vis)
 
   cotangent = cotangent.astype(query.dtype)
@@ -284,20 +296,35 @@ def attention_metrics_per_head(query: Array, key: Array, value: Array, cotangent
     ``grad_norm_logits`` [N]: Frobenius norms over positions and head_dim (over
     T and S for the logits), averaged over the batch.
   """
-  check_metric_inputs(query, key, value, cotangent)
-  sums, grads = _block_sums(query, key, value, cotangent, bias, mask, input_grads=True, **attention_kwargs)
+  query, key, value, opts = check_metric_inputs(query, key, value, cotangent, bias, mask, **attention_kwargs)
+  mask_kwargs = {k: v for k, v in attention_kwargs.items() if k in logits_lib.MASK_ARGS}
+  sums, grads = _block_sums(query, key, value, cotangent, bias, mask, opts, input_grads=True, **mask_kwargs)
   return {**finalize_sums(sums), **_input_grad_norms(*grads)}
 
 
-def check_metric_inputs(query: Array, key: Array, value: Array, cotangent: Array) -> None:
-  """ConfigError unless q, k, v are batched [B, T, N, H], [B, S, K, H], [B, S, K, H] and the cotangent is like the output."""
+def check_metric_inputs(query: Array, key: Array, value: Array, cotangent: Array, bias: Array | None = None,
+                        mask: Array | None = None,
+                        **attention_kwargs: Any) -> tuple[Array, Array, Array, logits_lib.LogitOptions]:
+  """Every check of a metrics call: batched q, k, v, the attention's arguments, a cotangent shaped like the output.
+
+  Args:
+    query, key, value, cotangent, bias, mask, **attention_kwargs: as ``attention_metrics_per_head``.
+
+  Returns:
+    ``(query, key, value, opts)``: the arrays as ``scaling.logits.check_inputs`` returns them, and the resolved
+    logit options.
+
+  Raises:
+    ConfigError or ConfigTypeError naming the argument.
+  """
   validation.check_rank("query", query, (4,), "[B, T, N, H]")
-  query, _, value, _ = logits_lib.check_qkv(query, key, value)
+  query, key, value, _, opts = logits_lib.check_inputs(query, key, value, bias, mask, **attention_kwargs)
   expected = query.shape[:3] + value.shape[3:]
   if np.shape(cotangent) != expected:
     raise validation.ConfigError(f"cotangent must have the output's shape [B, T, N, H] = {expected}, "
                                  f"got {np.shape(cotangent)}")
   validation.check_floating("cotangent", cotangent)
+  return query, key, value, opts
 
 
 def average_heads(per_head: dict[str, Array]) -> dict[str, Array]:
@@ -329,10 +356,11 @@ def blockwise_attention_metrics_per_head(query: Array, key: Array, value: Array,
   Returns:
     The same dict of per-head arrays as ``attention_metrics_per_head``.
   """
-  check_metric_inputs(query, key, value, cotangent)
+  blockwise_lib.check_blocks(block_q, block_k)
+  query, key, value, opts = check_metric_inputs(query, key, value, cotangent, rule=rule, is_causal=is_causal)
   b, t, n, h = query.shape
-  attend = lambda q, k, v: blockwise_lib.blockwise_attention(q, k, v, block_q=block_q, block_k=block_k, rule=rule,
-                                                             is_causal=is_causal)
+  attend = lambda q, k, v: blockwise_lib.blockwise_attention_unchecked(q, k, v, None, None, opts, block_q=block_q,
+                                                                       block_k=block_k, is_causal=is_causal)
   _, vjp = jax.vjp(attend, query, key, value)
   grads = vjp(cotangent.astype(query.dtype))
 
@@ -345,7 +373,7 @@ def blockwise_attention_metrics_per_head(query: Array, key: Array, value: Array,
   def block(i, q_i, g_i):
     mask = masking_lib.tile_mask(b, n, bq, key.shape[1], q_offset=i * bq, q_len=t if nb * bq > t else None,
                                  is_causal=is_causal)
-    return _block_sums(q_i, key, value, g_i, None, mask, input_grads=False, rule=rule)[0]
+    return _block_sums(q_i, key, value, g_i, None, mask, opts, input_grads=False)[0]
 
   def step(acc, xs):
     return merge_sums(acc, block(*xs)), None

@@ -101,8 +101,10 @@ class ModelConfig:
     qk_norm_gains: with a ``QKNorm`` rule, learn per-coordinate gains [H] of the
       normalized q and k (``query_gain``, ``key_gain``); False: no gains, no such parameters.
     scan_layers: run consecutive blocks of equal shape and scales as one ``jax.lax.scan`` over their stacked
-      parameters (compile time flat in depth; the parameter tree keeps one ``block_{i}`` per block); False:
-      the blocks unrolled. Both compute the same function.
+      parameters (compile time flat in depth); False: the blocks unrolled. Both compute the same function. The
+      model takes its parameters with one ``block_{i}`` per block (as ``init_params`` makes them) or stacked
+      (``stack_blocks``: ``block_0`` holds every block's, [depth, ...]; the layout training keeps, so the
+      optimizer too runs once over the stacked parameters).
   """
 
   vocab_size: int
@@ -240,14 +242,14 @@ class ModelFamily(Options):
   def validate(self):
     param_lib.check_depth_alpha(self.depth_alpha)
     if self.tau is not None and self.rule != "temperature":
-      raise ConfigError("--tau only applies to --rule=temperature")
-    changed = [flag for flag, on in (("--qk_norm", self.qk_norm != "rms"),
-                                     ("--noqk_norm_gains", not self.qk_norm_gains)) if on]
+      raise ConfigError("tau only applies to rule='temperature'")
+    changed = [f"{name}={value!r}" for name, value, on in (("qk_norm", self.qk_norm, self.qk_norm != "rms"),
+                                                            ("qk_norm_gains", False, not self.qk_norm_gains)) if on]
     if changed and self.rule != "qk_norm":
-      raise ConfigError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to --rule=qk_norm")
+      raise ConfigError(f"{' and '.join(changed)} only appl{'ies' if len(changed) == 1 else 'y'} to rule='qk_norm'")
     heads = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if self.num_kv_heads is not None and self.head_dim is None and heads % self.num_kv_heads:
-      raise ConfigError(f"--num_heads={heads} must be a multiple of --num_kv_heads={self.num_kv_heads}")
+      raise ConfigError(f"num_heads={heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
 
   def heads(self, width: int) -> tuple[int, int]:
     """(num_heads N, head_dim H) at ``width`` (ValueError naming the options when the width does not divide)."""
@@ -255,11 +257,12 @@ class ModelFamily(Options):
       return self.num_heads, self.head_dim
     if self.head_dim is not None:
       if width % self.head_dim:
-        raise ConfigError(f"width {width} is not a multiple of --head_dim={self.head_dim}")
+        raise ConfigError(f"width {width} is not a multiple of head_dim={self.head_dim}")
       return width // self.head_dim, self.head_dim
     n = DEFAULT_NUM_HEADS if self.num_heads is None else self.num_heads
     if width % n:
-      raise ConfigError(f"width {width} is not divisible into --num_heads={n} heads; pass --head_dim or --num_heads")
+      raise ConfigError(f"width {width} is not divisible into num_heads={n} heads; pass head_dim or num_heads",
+                        fields=("head_dim", "num_heads"))
     return n, width // n
 
   def with_base_width(self, widths: Sequence[int]) -> ModelFamily:
@@ -282,7 +285,7 @@ class ModelFamily(Options):
     try:
       return self.heads(self.base_width)[1]
     except ValueError as e:
-      raise ConfigError(f"--base_width={self.base_width}: {e}") from None
+      raise ConfigError(f"base_width={self.base_width}: {e}", fields=getattr(e, "fields", ())) from None
 
   def parametrization(self, name: str, depth: int | None = None) -> param_lib.Parametrization:
     """The named parametrization at this family's base width, base head dim and base depth, for ``depth`` blocks."""
@@ -326,7 +329,8 @@ class ModelFamily(Options):
     try:
       return ModelConfig(**fields)
     except ValueError as e:
-      raise ConfigError(f"width {width} (--num_heads={num_heads}, --head_dim={head_dim}): {e}") from None
+      raise ConfigError(f"width {width} (num_heads={num_heads}, head_dim={head_dim}): {e}",
+                        fields=getattr(e, "fields", ())) from None
 
   def check(self, parametrizations: Sequence[str], widths: Sequence[int], *, vocab_size: int, max_len: int) -> None:
     """Raises ValueError (naming the width) unless every (parametrization, width) gives a valid model."""
@@ -663,14 +667,20 @@ def _scanned_blocks(module: Transformer, x: Array, specs: Any, block_scales: Seq
   parameters (and perturbations); every output collection the caller made mutable is unstacked into ``block_{i}``."""
   cfg = module.config
   variables = module.variables
+  stacked = is_stacked(variables.get("params", {}), cfg.depth)
   mutable = [c for c in _SCANNED_OUTPUTS if module.is_mutable_collection(c)]
   for group in scan_groups(block_scales):
     names = [f"block_{i}" for i in group]
-    if len(group) == 1:
+    if len(group) == 1 and not stacked:
       x = Block(cfg, specs, attn_mult=module.attn_mult, scales=block_scales[group[0]], name=names[0])(x)
       continue
+    given = [c for c in _SCANNED_INPUTS if c in variables and names[0] in variables[c]]
     inputs = {c: jax.tree.map(lambda *leaves: jnp.stack(leaves), *(layers.unbox(variables[c][n]) for n in names))
-              for c in _SCANNED_INPUTS if c in variables and names[0] in variables[c]}
+              for c in given if not (c == "params" and stacked)}
+    if stacked:  # this run's slice of the stacked parameters (all of them for a single run)
+      first, last = group[0], group[-1] + 1
+      inputs["params"] = jax.tree.map(lambda a: a if (first, last) == (0, cfg.depth) else a[first:last],
+                                      layers.unbox(variables["params"]["block_0"]))
     scales = block_scales[group[0]]
     taus = None if scales is None else jnp.asarray([[block_scales[i].tau_attn, block_scales[i].tau_mlp]
                                                      for i in group], jnp.float32)
@@ -692,6 +702,32 @@ def _scanned_blocks(module: Transformer, x: Array, specs: Any, block_scales: Seq
   return x
 
 
+def is_stacked(params: Any, depth: int) -> bool:
+  """Whether ``params`` hold the blocks stacked (``stack_blocks``) rather than one ``block_{i}`` per block."""
+  return depth > 1 and "block_0" in params and "block_1" not in params
+
+
+def stack_blocks(params: Any, depth: int) -> dict[str, Any]:
+  """The parameters with every block's stacked under ``block_0`` (leaves [depth, ...]); as given if already so.
+
+  The layout a scanned model (``scan_layers``) trains in: its scan reads them as they are, and the optimizer
+  updates each stacked leaf once (the blocks' parameters share their specs, so their multipliers broadcast).
+  """
+  if depth == 1 or is_stacked(params, depth):
+    return dict(params)
+  names = [f"block_{i}" for i in range(depth)]
+  rest = {k: v for k, v in params.items() if k not in names}
+  return {**rest, "block_0": jax.tree.map(lambda *leaves: jnp.stack(leaves), *(params[n] for n in names))}
+
+
+def unstack_blocks(params: Any, depth: int) -> dict[str, Any]:
+  """The parameters with one ``block_{i}`` per block (the inverse of ``stack_blocks``); as given if not stacked."""
+  if not is_stacked(params, depth):
+    return dict(params)
+  rest = {k: v for k, v in params.items() if k != "block_0"}
+  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: a[i], params["block_0"]) for i in range(depth)}}
+
+
 def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
   """The sown ``"metrics"`` collection as {"layers": {key: [depth]}, "embed_rms", "readout_rms"}."""
   per_block = [dict(sown[f"block_{i}"]["attn"], **{k: v for k, v in sown[f"block_{i}"].items() if k != "attn"})
@@ -703,7 +739,7 @@ def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:
 def apply_with_aux(model: Transformer, params: Any, tokens: Array, **kwargs: Any) -> tuple[Array, dict[str, Any]]:
   """(logits [B, T, V], aux): the forward pass and its per-layer measurements (``gather_aux``)."""
   if not isinstance(model, Transformer):
-    raise ConfigTypeError(f"model must be a scaling.Transformer, got {type(model).__name__}")
+    raise ConfigTypeError(f"model must be a scaling.model.Transformer, got {type(model).__name__}")
   logits, state = model.apply({"params": params}, tokens, mutable=[layers.METRICS], **kwargs)
   return logits, gather_aux(state[layers.METRICS], model.config.depth)
 
@@ -769,6 +805,30 @@ def parametrized(config: ModelConfig) -> user_parametrization.UserParametrizatio
   return user_parametrization.parametrize(roles, config.parametrization, forward="model")
 
 
+def trains_stacked(config: ModelConfig) -> bool:
+  """Whether training keeps the blocks' parameters stacked (``stack_blocks``): a scanned model of several blocks.
+
+  Raises ConfigError if its blocks' parameters do not share their roles, specs and ε factors (the optimizer then
+  updates each stacked leaf with the first block's)."""
+  if not (config.scan_layers and config.depth > 1):
+    return False
+  _check_blocks_share_specs(config)
+  return True
+
+
+@functools.lru_cache(maxsize=64)
+def _check_blocks_share_specs(config: ModelConfig) -> None:
+  p = parametrized(config)
+  for path in p.roles:
+    head, _, rest = path.partition("/")
+    if head.startswith("block_") and head != "block_0":
+      first = f"block_0/{rest}"
+      if (p.roles[path].kind != p.roles[first].kind or p.spec(path) != p.spec(first)
+          or p.eps_factor(path, "mup") != p.eps_factor(first, "mup")):
+        raise ConfigError(f"scan_layers: parameter {path!r} is parametrized unlike {first!r} (kind, init, "
+                          "multipliers, learning rate or ε); its blocks cannot train stacked")
+
+
 def logit_multiplier(config: ModelConfig) -> float | None:
   """The α with which the model's logit scale is α/d_head, when its rule is only a logit factor; else None.
 
@@ -787,7 +847,7 @@ def logit_multiplier(config: ModelConfig) -> float | None:
 def check_model_config(name: str, config: Any) -> None:
   """ConfigTypeError unless ``config`` is a ModelConfig."""
   if not isinstance(config, ModelConfig):
-    raise ConfigTypeError(f"{name} must be a scaling.ModelConfig, got {type(config).__name__}")
+    raise ConfigTypeError(f"{name} must be a scaling.model.ModelConfig, got {type(config).__name__}")
 
 
 def param_kinds(config: ModelConfig) -> Any:

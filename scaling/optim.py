@@ -92,7 +92,7 @@ def lr_multipliers(params: Any, kinds: Any, parametrization: param_lib.Parametri
 def scale_by_parametrization(parametrization: param_lib.Parametrization, width: int, kinds: Any,
                              optimizer: str = "adam") -> optax.GradientTransformation:
   """Each update × its LR multiplier at one global width (deprecated: ``UserParametrization.scale_lr``)."""
-  _deprecated("scaling.scale_by_parametrization(parametrization, width, kinds)",
+  _deprecated("scaling.optim.scale_by_parametrization(parametrization, width, kinds)",
               "scaling.parametrize(roles, parametrization).scale_lr(optimizer)")
   specs_of = _specs_of(parametrization, width, kinds)
   param_lib.optimizer_family(optimizer)
@@ -108,7 +108,7 @@ def scale_by_multipliers(multipliers_of: Callable[[Any], Any]) -> optax.Gradient
 
   Args:
     multipliers_of: params -> a tree of floats with the structure of params (e.g.
-      ``scaling.UserParametrization.lr_multipliers``).
+      ``scaling.user_parametrization.UserParametrization.lr_multipliers``).
 
   Returns:
     An optax GradientTransformation.
@@ -234,7 +234,7 @@ def make_optimizer(name: str, learning_rate: float | jax.Array | Schedule,
   here each parameter's spec is ``parametrization.specs_at_width``'s; every argument means what it means there
   (``UserParametrization.optimizer``).
   """
-  _deprecated("scaling.make_optimizer(name, lr, parametrization, width, kinds)",
+  _deprecated("scaling.optim.make_optimizer(name, lr, parametrization, width, kinds)",
               "scaling.parametrize(roles, parametrization).optimizer(name, lr)")
   check_eps_scaling(name, eps_scaling)
   decay_kinds = tuple(param_lib.check_kind(kind) for kind in decay_kinds)
@@ -385,16 +385,16 @@ class OptimizerConfig(Options):
 
   def validate(self):
     if self.optimizer in ("adam", "adam_atan2") and self.weight_decay:
-      raise ConfigError("--weight_decay needs --optimizer=adamw or sgd")
+      raise ConfigError("weight_decay needs optimizer='adamw' or optimizer='sgd'")
     if self.momentum and self.optimizer != "sgd":
-      raise ConfigError("--momentum only applies to --optimizer=sgd")
+      raise ConfigError("momentum only applies to optimizer='sgd'")
     if self.eps_scaling != "none" and self.optimizer in ("sgd", "adam_atan2"):
-      raise ConfigError(f"--eps_scaling only applies to --optimizer=adam or adamw (--optimizer={self.optimizer} has "
-                       "no epsilon)")
+      raise ConfigError(f"eps_scaling only applies to optimizer='adam' or optimizer='adamw' "
+                        f"(optimizer={self.optimizer!r} has no epsilon)")
     if self.learning_rate > FLOAT32_MAX:
-      raise ConfigError(f"--learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
+      raise ConfigError(f"learning_rate={self.learning_rate:g} overflows float32 (at most {FLOAT32_MAX:.3g})")
     if self.warmup >= self.steps and (self.warmup or self.schedule == "cosine"):
-      raise ConfigError(f"--warmup_steps={self.warmup} must be smaller than --steps={self.steps}")
+      raise ConfigError(f"warmup_steps={self.warmup} must be smaller than steps={self.steps}")
 
   @property
   def warmup(self) -> int:
@@ -415,8 +415,8 @@ class OptimizerConfig(Options):
     """The optimizer for a model (``learning_rate`` replaces the configured one; it can also be set in the state).
 
     Args:
-      parametrized: the model's ``scaling.UserParametrization`` (``scaling.parametrize`` of its roles; the built-in
-        Transformer's is ``scaling.model.parametrized(config)``).
+      parametrized: the model's ``scaling.user_parametrization.UserParametrization`` (``scaling.parametrize`` of its
+        roles; the built-in Transformer's is ``scaling.model.parametrized(config)``).
       learning_rate: replaces the configured learning rate (a float or a traced scalar).
     """
     if not hasattr(parametrized, "optimizer") or not hasattr(parametrized, "roles"):

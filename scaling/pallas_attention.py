@@ -183,6 +183,16 @@ def pallas_attention(query: Array, key: Array, value: Array, *, scale: float | N
   reason = supports(opts)
   if reason is not None:
     raise ConfigError(f"pallas attention does not support {reason}")
+  out = pallas_attention_unchecked(query, key, value, opts, is_causal=is_causal, block_q=block_q, block_k=block_k,
+                                   return_residual=return_residual, interpret=interpret)
+  return out if batched else jax.tree.map(lambda x: x[0], out)
+
+
+def pallas_attention_unchecked(query: Array, key: Array, value: Array, opts: logits_lib.LogitOptions, *,
+                               is_causal: bool = False, block_q: int = 128, block_k: int = 128,
+                               return_residual: bool = False,
+                               interpret: bool | None = None) -> Array | tuple[Array, Array]:
+  """``pallas_attention`` of checked 4-D inputs and resolved options that ``supports`` (the dispatcher's call)."""
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
   plan = blockwise_lib.make_plan(query.shape, key.shape, opts, block_q=block_q, block_k=block_k,
@@ -192,6 +202,5 @@ def pallas_attention(query: Array, key: Array, value: Array, *, scale: float | N
   if opts.weight_scale != 1.0:
     out = out * jnp.asarray(opts.weight_scale, out.dtype)
   if not return_residual:
-    return out if batched else out[0]
-  lse = lax.stop_gradient(lse)
-  return (out, lse) if batched else (out[0], lse[0])
+    return out
+  return out, lax.stop_gradient(lse)

@@ -228,8 +228,9 @@ def _statistic(value: Any) -> str:
 
 
 def _thresholds(criterion: str) -> str:
-  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text."""
-  m = re.search(r"holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
+  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text; the last ones
+  when the text quotes its parts' criteria before its own."""
+  m = re.search(r".*holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
   return f"holds if {m.group(1)}, does not hold if {m.group(2)}" if m else criterion
 
 
@@ -255,14 +256,18 @@ def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
   options = config.get("config") if isinstance(config, Mapping) else None
   if not isinstance(options, Mapping) or "mode" not in options:
     raise ConfigError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
-  # A row's kind (claims.jsonl): "measured", or a claim checked against its source (never a measured verdict).
+  # A row's kind (claims.jsonl): "measured", "not measurable here" (no criterion can be declared), or a claim checked
+  # against its source (never a measured verdict).
   measured = [r for r in rows if r.get("kind", "measured") == "measured"]
-  cited = [r for r in rows if r.get("kind", "measured") != "measured"]
+  unmeasurable = [r for r in rows if r.get("kind") == "not measurable here"]
+  cited = [r for r in rows if r.get("kind", "measured") not in ("measured", "not measurable here")]
   tally = lambda group: ", ".join(f"{v} **{n}**" for v, n in collections.Counter(r["verdict"] for r in group).items())
   data = f"text file `{options['text_file']}`" if options.get("text_file") else "the built-in synthetic task"
   checked = f"; {len(cited)} factual citations checked against their sources: {tally(cited)}" if cited else ""
+  run = f"; run on {config['code']}, {config['date']}" if "code" in config and "date" in config else ""
+  unsettled = f"; {len(unmeasurable)} claims not measurable here" if unmeasurable else ""
   lines = [f"{len(measured)} claims of the notes measured by `python -m experiments.claims` (mode {options['mode']}, "
-           f"training claims on {data}); verdicts: {tally(measured)}{checked}.",
+           f"training claims on {data}{run}); verdicts: {tally(measured)}{unsettled}{checked}.",
            "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "
            "(holds past one threshold,",
            "does not hold past the other, partly in between). Below: the claims of `scaling.report.HEADLINE_CLAIMS`; "

@@ -18,16 +18,19 @@ arrays and the totals against XLA's own buffer plan.
 MemAvailable) and raises ``ResourceError``, one line naming the options that
 size the largest part, the estimate and what is available, and what to change.
 
-Time, for runs planned for an accelerator this host does not have: ``ACCELERATOR_PEAKS`` holds the datasheet peaks
-of a few GPUs and ``accelerator_seconds`` turns the floating-point operations of a run's programs into expected
-seconds on one of them (``TimeModel``: a fraction of the peak, plus compilation and per-step overhead).
+Time, for runs planned for an accelerator this host does not have: ``training_flops`` counts the floating-point
+operations of a training program, ``ACCELERATOR_PEAKS`` holds the datasheet peaks of a few GPUs and
+``accelerator_seconds`` turns the floating-point operations of a run's programs into expected seconds on one of them
+(``TimeModel``: a fraction of the peak, plus compilation and per-step overhead).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from scaling.validation import ConfigError
@@ -67,7 +70,7 @@ class Part:
     what: what it holds, e.g. "dense attention logits".
     bytes: its size.
     flags: the options that size it (named without dashes), most important first.
-    hint: what to change to shrink it.
+    hint: what to change to shrink it (options named by their fields: ``seq_len``, ``attention='blockwise'``).
   """
 
   what: str
@@ -78,7 +81,7 @@ class Part:
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-  """The parts of one program live together; ``where`` says which program of a run it is (e.g. "at --d_k=1024")."""
+  """The parts of one program live together; ``where`` says which program of a run it is (e.g. "at d_k=1024")."""
 
   parts: tuple[Part, ...]
   where: str = ""
@@ -155,21 +158,26 @@ def gib(num_bytes: float) -> str:
   return f"{value:.3g} {unit}"
 
 
-def _flag(name: str, value: Any) -> str:
-  if isinstance(value, (tuple, list)):
-    value = ",".join(map(str, value))
-  return f"--{name}={value}"
+def _field(name: str, value: Any) -> str:
+  """``name=value`` as the option's field reads (a list as a tuple)."""
+  return f"{name}={tuple(value) if isinstance(value, list) else value!r}"
 
 
 def message(estimate: Estimate, values: Mapping[str, Any], available: int, where_available: str = "") -> str:
   """The one-line refusal: the options sizing the largest part, the estimate, what is available, what to do."""
   part = estimate.largest
-  flags = " ".join(_flag(n, values[n]) for n in part.flags if n in values and values[n] is not None)
+  named = " ".join(_field(n, values[n]) for n in part.flags if n in values and values[n] is not None)
   where = f" {estimate.where}" if estimate.where else ""
-  text = (f"{flags} need{'s' if len(part.flags) == 1 else ''} ~{gib(estimate.total)}{where}, "
+  text = (f"{named} need{'s' if len(part.flags) == 1 else ''} ~{gib(estimate.total)}{where}, "
           f"~{gib(part.bytes)} of it for {part.what}; {gib(available)} available{' ' if where_available else ''}"
           f"{where_available}")
   return f"{text}; {part.hint}" if part.hint else text
+
+
+def hint_fields(estimate: Estimate, values: Mapping[str, Any]) -> tuple[str, ...]:
+  """The options (names in ``values``) that the largest part's hint names bare, e.g. "a smaller seq_len"."""
+  words = re.findall(r"(?<![\w.='\"-])[a-z_][a-z0-9_]*(?![\w='\"-])", estimate.largest.hint)
+  return tuple(dict.fromkeys(w for w in words if w in values))
 
 
 def check(estimate: Estimate, values: Mapping[str, Any], available: int | None = None) -> None:
@@ -184,7 +192,7 @@ def check(estimate: Estimate, values: Mapping[str, Any], available: int | None =
   if available is None:
     available, where = available_bytes()
   if available is not None and estimate.total > available:
-    raise ResourceError(message(estimate, values, available, where))
+    raise ResourceError(message(estimate, values, available, where), fields=hint_fields(estimate, values))
 
 
 def option_values(config: Any) -> dict[str, Any]:
@@ -268,17 +276,17 @@ def sweep_program(*, batch: int, heads: int, seq_len: int, d_k: int, num_seeds: 
   copies = DENSE_SWEEP_COPIES if attention == "dense" else BLOCKWISE_COPIES
   logits = copies * attention_bytes(batch, heads, seq_len, seq_len, attention, block) * num_seeds * live_rules
   qkv = (SWEEP_QKV_COPIES + SWEEP_QKV_COPIES_PER_RULE * live_rules) * batch * seq_len * heads * d_k * F32 * num_seeds
-  hint = ("use --attention=blockwise, a smaller --seq_len or --batch, or fewer --num_seeds or --rules"
-          if attention == "dense" else "use a smaller --block_size, --seq_len or --batch, or fewer --num_seeds")
+  hint = ("use attention='blockwise', a smaller seq_len or batch, or fewer num_seeds or rules"
+          if attention == "dense" else "use a smaller block_size, seq_len or batch, or fewer num_seeds")
   parts = [Part(f"{attention} attention logits", logits,
                 ("seq_len", "batch", "num_heads", "num_seeds", "rules") + (("block_size",) if attention != "dense"
                                                                           else ()), hint),
            Part("q, k, v and their gradients", qkv, ("d_k", "seq_len", "batch", "num_heads", "num_seeds"),
-                "use a smaller --d_k, --seq_len or --batch, or fewer --num_seeds")]
+                "use a smaller d_k, seq_len or batch, or fewer num_seeds")]
   if width is not None:
     proj = 2 * (batch * seq_len * width + 3 * width * heads * d_k) * F32 * num_seeds
     parts.append(Part("width-mode inputs and projections", proj, ("width", "d_k", "seq_len", "num_seeds"),
-                      "use a smaller --width, --d_k or --seq_len"))
+                      "use a smaller width, d_k or seq_len"))
   return Estimate(tuple(parts))
 
 
@@ -296,9 +304,9 @@ def sweep_estimate(config: Any) -> Estimate:
       e = sweep_program(batch=mode.batch, heads=mode.num_heads, seq_len=mode.seq_len[0], d_k=d_k,
                         num_seeds=mode.num_seeds, num_rules=len(mode.rules) * stds, attention=mode.attention,
                         block=mode.block_size, width=width)
-      where = f"at --d_k={d_k}" + (f" and width {width}" if width is not None else "")
+      where = f"at d_k={d_k}" + (f" and width={width}" if width is not None else "")
       if len(config.seq_len) > 1:
-        where += f" and --seq_len={mode.seq_len[0]}"
+        where += f" and seq_len={mode.seq_len[0]}"
       programs.append(dataclasses.replace(e, where=where))
   return largest(programs)
 
@@ -328,24 +336,24 @@ def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0
   width_flags = ("width", "widths", "depth", "depths", "mlp_ratio")
   attn = attention_bytes(b, c.num_heads, t, t, c.attention, c.block_q)
   attn_copies = DENSE_TRAIN_COPIES if c.attention == "dense" else BLOCKWISE_COPIES
-  hint_attn = ("use --attention=blockwise, a smaller --seq_len or --batch_size" if c.attention == "dense"
-               else "use a smaller --block_size, --seq_len or --batch_size")
-  few = f", or fewer {' or '.join('--' + f for f in members_flags)}" if members_flags else ""
+  hint_attn = ("use attention='blockwise', a smaller seq_len or batch_size" if c.attention == "dense"
+               else "use a smaller block_size, seq_len or batch_size")
+  few = f", or fewer {' or '.join(members_flags)}" if members_flags else ""
   return Estimate((
       Part("parameters", state_copies * p * F32 * members, width_flags + ("vocab_size",) + members_flags,
-           f"use a smaller --width or --depth{few}"),
+           f"use a smaller width or depth{few}"),
       Part("optimizer state", state_copies * o * F32 * members, width_flags + ("optimizer",) + members_flags,
-           f"use a smaller --width or --depth{few}"),
-      Part("gradients", p * F32 * members, width_flags + members_flags, f"use a smaller --width or --depth{few}"),
+           f"use a smaller width or depth{few}"),
+      Part("gradients", p * F32 * members, width_flags + members_flags, f"use a smaller width or depth{few}"),
       Part("activations", c.depth * b * t * (WIDTH_COPIES * c.width + HIDDEN_COPIES * c.mlp_hidden) * F32 * members,
            ("batch_size", "seq_len") + width_flags + members_flags,
-           f"use a smaller --batch_size, --seq_len, --width or --depth{few}"),
+           f"use a smaller batch_size, seq_len, width or depth{few}"),
       Part(f"{c.attention} attention logits", attn_copies * c.depth * attn * members,
            ("seq_len", "batch_size", "depth") + (("block_size",) if c.attention != "dense" else ()) + members_flags,
            hint_attn + few),
       Part("readout logits", READOUT_COPIES * b * t * c.vocab_size * F32 * members,
            ("vocab_size", "batch_size", "seq_len") + members_flags,
-           f"use a smaller --vocab_size, --batch_size or --seq_len{few}"),
+           f"use a smaller vocab_size, batch_size or seq_len{few}"),
   ))
 
 
@@ -368,7 +376,7 @@ def training_estimate(model_configs: Sequence[tuple[str, Any]], *, optimizer: st
                          seq_len=seq_len, members=members, state_copies=state_copies, member_flags=member_flags)
     if data_bytes:
       e = dataclasses.replace(e, parts=e.parts + (Part("training text", data_bytes, ("text_file",),
-                                                       "use a smaller --text_file"),))
+                                                       "use a smaller text_file"),))
     programs.append(dataclasses.replace(e, where=label))
   return largest(programs)
 
@@ -381,6 +389,27 @@ def dataset_bytes(dataset: Any) -> int:
 
 # ----------------------------------------------------------------------------
 # Time on an accelerator, from its datasheet.
+
+
+def training_flops(model_config: Any, *, steps: int, members: int, batch_size: int, seq_len: int) -> float:
+  """Floating-point operations of training ``members`` vmapped models for ``steps`` steps: per sequence,
+  6 · parameters · tokens for the weights plus 12 · depth · T² · width for the attention (forward and backward).
+
+  Args:
+    model_config: a ``scaling.model.ModelConfig``.
+    steps: training steps.
+    members: vmapped models (seeds × learning rates).
+    batch_size, seq_len: B and T of a training batch.
+
+  Returns:
+    FLOPs.
+  """
+  for name, value in (("steps", steps), ("members", members), ("batch_size", batch_size), ("seq_len", seq_len)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+      raise ValueError(f"{name} must be a positive int, got {value!r}")
+  params = param_count(model_config)
+  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
+  return per_sequence * batch_size * steps * members
 
 
 ACCELERATOR_PEAKS: dict[str, dict[str, float]] = {

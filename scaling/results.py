@@ -16,6 +16,8 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
+import time
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -57,6 +59,27 @@ def _atomic_write(path: str | os.PathLike, text: str) -> None:
 def write_text(path: str | os.PathLike, text: str) -> None:
   """Writes a text file atomically (the old file stays until the new one is complete)."""
   _atomic_write(path, text)
+
+
+def code_version() -> dict[str, str]:
+  """The code a run runs and when: {"code": the git commit of the checkout it is imported from (short hash, with
+  "+changes" when tracked files differ from it), else the installed distribution's version; "date": UTC day}."""
+  date = time.strftime("%Y-%m-%d", time.gmtime())
+  root = pathlib.Path(__file__).resolve().parents[1]
+  try:
+    git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                                       check=True).stdout.strip()
+    if pathlib.Path(git("rev-parse", "--show-toplevel")).resolve() == root:
+      commit = git("rev-parse", "--short=12", "HEAD")
+      changed = git("status", "--porcelain", "--untracked-files=no")
+      return {"code": f"commit {commit}" + ("+changes" if changed else ""), "date": date}
+  except (OSError, subprocess.SubprocessError):
+    pass
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  try:
+    return {"code": f"version {metadata.version('attention-logit-scaling')}", "date": date}
+  except metadata.PackageNotFoundError:
+    return {"code": "unknown version", "date": date}
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -121,16 +144,16 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
 
 
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
-  """Creates the output folder (and parents); ValueError naming --out_dir if it cannot be written."""
+  """Creates the output folder (and parents); ValueError naming out_dir if it cannot be written."""
   p = pathlib.Path(path)
   if not distributed.is_writer():
     return p
   try:
     p.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise ConfigError(f"--out_dir={path}: cannot create directory ({e.strerror or e})") from None
+    raise ConfigError(f"out_dir={str(path)!r}: cannot create directory ({e.strerror or e})") from None
   if not os.access(p, os.W_OK):
-    raise ConfigError(f"--out_dir={path}: directory is not writable")
+    raise ConfigError(f"out_dir={str(path)!r}: directory is not writable")
   return p
 
 
@@ -303,8 +326,9 @@ def _leaves(d: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def _show(v: Any) -> str:
-  return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+def _show(name: str, v: Any) -> str:
+  """``name=value`` as the option's field reads (a JSON list as a tuple)."""
+  return f"{name}={tuple(v) if isinstance(v, list) else v!r}"
 
 
 def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False, ignore: Sequence[str] = (),
@@ -344,10 +368,10 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
     return folder
   if have is not None and have != want and not overwrite:
     old, new = _leaves(have), _leaves(want)
-    diff = [f"--{k}={_show(new.get(k))} (was {_show(old.get(k))})" for k in sorted(set(old) | set(new))
+    diff = [f"{_show(k, new.get(k))} (was {_show(k, old.get(k))})" for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)] or ["an unreadable run.json"]
-    raise ConfigError(f"--out_dir={out_dir} holds results made with other options: {'; '.join(diff[:3])}"
-                     f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or add --overwrite")
+    raise ConfigError(f"out_dir={str(out_dir)!r} holds results made with other options: {'; '.join(diff[:3])}"
+                      f"{' ...' if len(diff) > 3 else ''}; rerun with those options to resume, or pass overwrite=True")
   for name in outputs if distributed.is_writer() else ():
     target = folder / name
     for p in (target, _partial_path(target)):

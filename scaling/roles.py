@@ -471,7 +471,7 @@ def from_kinds(params: Any, kinds: Any, width_mult: float) -> Roles:
   """Roles of every parameter from a tree of kinds and one width multiplier m shared by all (no base shapes).
 
   The form of a model whose every width-like dimension grows by the same m = width / base_width (the
-  parametrization's own base width): what ``scaling.make_optimizer(..., width, kinds)`` and the other calls of one
+  parametrization's own base width): what ``scaling.optim.make_optimizer(..., width, kinds)`` and the other calls of one
   global width took.
 
   Args:

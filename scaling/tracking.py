@@ -26,17 +26,17 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 def check_available(names: Sequence[str]) -> None:
-  """Raises ValueError (one line naming --log_to and the install command) if a tracker's package is missing.
+  """Raises ValueError (one line naming log_to and the install command) if a tracker's package is missing.
 
   Args:
     names: tracker names (keys of ``TRACKERS``).
   """
   for name in names:
     if name not in TRACKERS:
-      raise ConfigError(f"--log_to: unknown tracker {name!r}; known: {', '.join(TRACKERS)}")
+      raise ConfigError(f"log_to: unknown tracker {name!r}; known: {', '.join(TRACKERS)}")
     if importlib.util.find_spec(TRACKERS[name]) is None:
-      raise ConfigError(f"--log_to={name} needs the {TRACKERS[name]} package: pip install "
-                       f"'scaling[{name}]' (or pip install {TRACKERS[name]})")
+      raise ConfigError(f"log_to={name!r} needs the {TRACKERS[name]} package: pip install "
+                        f"'scaling[{name}]' (or pip install {TRACKERS[name]})")
 
 
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:

@@ -205,6 +205,8 @@ class TransformerProgram:
   def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
     """The state without the values ``with_constants`` adds (so the init program is the same for every rule)."""
     params = model_lib.init_params(jax.random.PRNGKey(seed), self.model_config)
+    if model_lib.trains_stacked(self.model_config):
+      params = model_lib.stack_blocks(params, self.model_config.depth)
     opt_state = make_optimizer(self.model_config, self.opt_config).init(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optim_lib.set_learning_rate(opt_state, learning_rate))
@@ -327,12 +329,15 @@ def as_program(model: Any, opt_config: optim_lib.OptimizerConfig | None = None) 
     if alpha is None:
       return TransformerProgram(model, opt_config)
     return TransformerProgram(dataclasses.replace(model, rule=SHARED_RULE), opt_config, logit_alpha=alpha)
-  raise ConfigTypeError(f"model_config must be a scaling.ModelConfig or a training program (TransformerProgram, "
+  raise ConfigTypeError(f"model_config must be a scaling.model.ModelConfig or a training program (TransformerProgram, "
                         f"FunctionalProgram), got {type(model).__name__}")
 
 
 def layer_grad_norms(grads: Any, depth: int) -> Array:
-  """Global norm of the gradient of each block_{i}, [depth]."""
+  """Global norm of the gradient of each block_{i}, [depth] (of each row of the stacked blocks' gradient)."""
+  if model_lib.is_stacked(grads, depth):
+    squares = [jnp.sum(jnp.square(g).reshape(depth, -1), axis=1) for g in jax.tree.leaves(grads["block_0"])]
+    return jnp.sqrt(sum(squares))
   return jnp.stack([optax.tree.norm(grads[f"block_{i}"]) for i in range(depth)])
 
 
@@ -517,11 +522,48 @@ def _make_init(program: Program, grid: bool, alpha: float | None) -> Callable[[A
     return lambda seeds, learning_rates: program.with_constants(vmapped(seeds, learning_rates))
 
   def init(seeds: Any, learning_rates: Any) -> TrainState:
+    if not any(isinstance(x, jax.core.Tracer) for x in (seeds, learning_rates)):  # host scalars: one program
+      seeds, learning_rates = np.asarray(seeds, np.int32), np.asarray(learning_rates, np.float32)
     states = [single(seed, lr) for seed, lr in zip(seeds, learning_rates)]
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(states)):  # traced (eval_shape, jit)
+      stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+    else:  # stacked on the host: no compiled stack per grid size
+      stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *jax.device_get(states))
     return program.with_constants(jax.device_put(stacked, sharding_lib.leading()))
 
   return init
+
+
+def _stacked_on_host(values: list[Array]) -> np.ndarray:
+  """Recorded values of the steps as one host array [steps, ...] (stacked on the host unless they span processes)."""
+  if all(not isinstance(v, jax.Array) or v.is_fully_addressable for v in values):
+    return np.stack(jax.device_get(values))  # no compiled stack per record length
+  return sharding_lib.to_host(jnp.stack(values))
+
+
+def compile_grid(model_config: Any, opt_config: optim_lib.OptimizerConfig, dataset: Any, members: int) -> int:
+  """Compiles, without running them, the init and the training step that ``run_training(model_config, opt_config,
+  dataset, seed=<members seeds>)`` calls on one device (its defaults: every step logged, the state donated), so
+  that its first step finds them compiled; e.g. in a thread while another grid trains (``GridPlanner``).
+
+  Returns:
+    The programs compiled (0 on several devices, whose layouts are made where they run).
+  """
+  program = as_program(model_config, opt_config)
+  mesh = sharding_lib.make_mesh()
+  if mesh.size > 1:
+    return 0
+  lead = sharding_lib.leading(mesh)
+  placed = lambda tree: jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=lead, weak_type=a.weak_type), tree)
+  _single_init(program).lower(jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.float32)).compile()
+  state = placed(jax.eval_shape(make_init(program, grid=True), jax.ShapeDtypeStruct((members,), jnp.int32),
+                                jax.ShapeDtypeStruct((members,), jnp.float32)))
+  batch = placed(jax.tree.map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype),
+                              jax.eval_shape(dataset.batch, 0, 0)))
+  step = make_train_step(program, grid=True, donate=True, chunk=default_grid_chunk(program, members, devices=1))
+  step.lower(state, batch).compile()
+  return 2
 
 
 def grid_batches(dataset: Any, step: Any, seeds: Array) -> Batch:
@@ -706,7 +748,7 @@ def check_run_args(model_config: Any, opt_config: Any, dataset: Any, **args: Any
   as_program(model_config, opt_config)
   needs = ("batch", "vocab_size") if isinstance(model_config, model_lib.ModelConfig) else ("batch",)
   if not all(hasattr(dataset, a) for a in needs):
-    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.make_dataset) or a batch source with "
+    raise ConfigTypeError(f"dataset must be a scaling.data.Dataset (scaling.data.make_dataset) or a batch source with "
                           f"batch(step, seed) (scaling.user_model.Batches), got {type(dataset).__name__}")
   for name in ("callback", "after_step"):
     if args[name] is not None and not callable(args[name]):
@@ -886,7 +928,7 @@ def run_training(model_config: Any, opt_config: optim_lib.OptimizerConfig, datas
       kept = _keep(padded_ok(diverged_at >= 0), kept, state)
     timed = steps_run - first - 1
     steps_per_sec = timed / (end - first_step_done) if timed > 0 and end > first_step_done else float("nan")
-    host_records = {k: np.asarray(sharding_lib.to_host(jnp.stack(v)), np.float64) for k, v in records.items()}
+    host_records = {k: np.asarray(_stacked_on_host(v), np.float64) for k, v in records.items()}
     if grid:
       host_records = {k: v[:, :members] for k, v in host_records.items()}
       if sharding_lib.padded_size(members, mesh.size) > members:

@@ -24,7 +24,16 @@ WRAP_COLUMNS = 100
 
 
 class ConfigError(ValueError):
-  """Bad input from the caller (an argument, an option, a file): one line, no traceback (long lists wrapped below)."""
+  """Bad input from the caller (an argument, an option, a file): one line, no traceback (long lists wrapped below).
+
+  The message names options by their fields (``tau``, ``rule='temperature'``); ``fields`` lists those it names bare
+  in the middle of a sentence (every such word is then the option), so that a front end can write each in its own
+  form: the command line (``experiments/cli.py``) writes flags.
+  """
+
+  def __init__(self, *args: Any, fields: Sequence[str] = ()):
+    super().__init__(*args)
+    self.fields = tuple(fields)
 
 
 class ConfigTypeError(ConfigError, TypeError):
@@ -116,10 +125,15 @@ def _dtype(x: Any) -> np.dtype:
   return np.dtype(np.asarray(x).dtype if dtype is None else dtype)
 
 
-def check_floating(name: str, x: Any) -> None:
-  """ConfigTypeError unless array ``x`` has a floating dtype."""
-  if not jax.numpy.issubdtype(_dtype(x), jax.numpy.floating):
-    raise ConfigTypeError(f"{name} must have a floating dtype, got {_dtype(x)}")
+def check_floating(name: str, x: Any, *, complex_ok: bool = False) -> None:
+  """ConfigTypeError unless array ``x`` has a real floating dtype (or, with ``complex_ok``, a complex one)."""
+  dtype, jnp = _dtype(x), jax.numpy
+  is_complex = jnp.issubdtype(dtype, jnp.complexfloating)
+  if jnp.issubdtype(dtype, jnp.floating) or (complex_ok and is_complex):
+    return
+  want = "a floating or complex dtype" if complex_ok else "a floating dtype"
+  hint = " (complex values are not supported here: real dtypes only)" if is_complex else ""
+  raise ConfigTypeError(f"{name} must have {want}, got {dtype}{hint}")
 
 
 def check_integer_array(name: str, x: Any) -> None:

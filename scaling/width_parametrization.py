@@ -80,7 +80,7 @@ class ModelWidths:
 
   @functools.cache  # pylint: disable=method-cache-max-size-none
   def usage(self, width: int) -> dict[str, usage_lib.Usage]:
-    """How the loss uses each parameter, read from its computation at ``width`` (``scaling.read_usage``)."""
+    """How the loss uses each parameter, read from its computation at ``width`` (``scaling.usage.read_usage``)."""
     fm = self.functional(width)
     params, state = jax.eval_shape(fm.init, jax.random.key(0))
     return usage_lib.read_usage(fm.loss, params, state, self.example_batch)
@@ -101,7 +101,7 @@ class WidthParametrization:
     model: the factory of the width.
     loss_fn: ``loss_fn(model, batch) -> scalar``.
     widths: the model at its widths (``ModelWidths``; shared between schemes by ``for_schemes``).
-    parametrization: the scheme (a ``scaling.Parametrization``).
+    parametrization: the scheme (a ``scaling.parametrization.Parametrization``).
     base_width: the width at which the scheme equals the model as written (μP, SP).
     delta_width: a second width; the parameter axes that differ between the two grow.
     init: "base", "paper" or "rescale" (module docstring).
@@ -123,7 +123,7 @@ class WidthParametrization:
     if isinstance(scheme, str):
       scheme = param_lib.get_parametrization(scheme)
     if not isinstance(scheme, param_lib.Parametrization):
-      raise ConfigTypeError(f"scheme must be a name or a scaling.Parametrization, got {scheme!r}")
+      raise ConfigTypeError(f"scheme must be a name or a scaling.parametrization.Parametrization, got {scheme!r}")
     self.parametrization = scheme
     self.base_width = check_positive_int("base_width", base_width)
     self.delta_width = 2 * self.base_width if delta_width is None else check_positive_int("delta_width", delta_width)

@@ -13,13 +13,14 @@
 # scaling/resources.py) and whether that fits 8 minutes first; --dry_run stops there. Further flags go to
 # experiments.claims (e.g. --mode=quick --d_k=64,128 --seq_len=16 to try the script at tiny sizes on a CPU).
 set -euo pipefail
+python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs/device_claims}
 text=${2:-../shared/data/tinyshakespeare.txt}
 shift $(( $# < 2 ? $# : 2 ))
 ids=train_nan_within_100_steps,train_grad_norm_below_1e-6,train_depth6_converges_worse,train_depth6_oscillates
 ids=$ids,train_depth6_slow,train_depth6_tiny_lr_clipping,train_depth12_cannot_converge,train_scaled_grads_stable
-python -m experiments.claims --mode=paper_8min --ids="$ids" --text_file="$text" --out_dir="$out" "$@"
+"$python" -m experiments.claims --mode=paper_8min --ids="$ids" --text_file="$text" --out_dir="$out" "$@"
 for f in claims.md claims_readme.md; do
   if [[ -f "$out/$f" ]]; then echo "tables: $out/$f"; fi
 done

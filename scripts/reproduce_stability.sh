@@ -3,8 +3,9 @@
 # on character-level tiny Shakespeare; writes the tables into docs/stability.md (about 6 CPU-minutes).
 # Usage: scripts/reproduce_stability.sh [OUT_DIR] [TEXT_FILE]
 set -euo pipefail
+python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
 text=${2:-../shared/data/tinyshakespeare.txt}
-python -m experiments.stability --text_file="$text" --out_dir="$out/stability"
-python scripts/update_readme.py stability "$out/stability/stability.md"
+"$python" -m experiments.stability --text_file="$text" --out_dir="$out/stability"
+"$python" scripts/update_readme.py stability "$out/stability/stability.md"

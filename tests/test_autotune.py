@@ -43,13 +43,13 @@ class AutotuneTest(chex.TestCase):
     super().setUp()
     self.path = self.create_tempdir().full_path + "/tune.json"
     self.enter_context(mock.patch.dict(os.environ, {autotune.CACHE_ENV: self.path}))
-    self.blocks = []  # (block_q, block_k) of every blockwise call traced
-    real = blockwise.blockwise_attention
+    self.blocks = []  # (block_q, block_k) of every blockwise call traced (the public function's and the dispatcher's)
+    real = blockwise.blockwise_attention_unchecked
 
     def spy(*args, **kwargs):
       self.blocks.append((kwargs.get("block_q"), kwargs.get("block_k")))
       return real(*args, **kwargs)
-    self.enter_context(mock.patch.object(blockwise, "blockwise_attention", spy))
+    self.enter_context(mock.patch.object(blockwise, "blockwise_attention_unchecked", spy))
 
   def _store_choice(self, impl, bq=None, bk=None):
     autotune.store(_key(), {"choice": {"implementation": impl, "block_q": bq, "block_k": bk}})

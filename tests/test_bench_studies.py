@@ -8,6 +8,9 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from experiments import cli
+from scaling import config as config_lib
+from scaling.studies import claims
 from scaling.studies.benchmarks import studies
 
 
@@ -39,10 +42,17 @@ class JudgeTest(parameterized.TestCase):
     self.assertEqual([r["ratio"] for r in ratios], [2.5, 1.25])
     self.assertEqual([r["meets_target"] for r in ratios], [False, True])
 
-  def test_flags_of(self):
-    config = studies.StudiesBenchConfig(study_flags=("claims:--mode=test", "transfer:--steps=2"), flags=("--x=1",))
-    self.assertEqual(config.flags_of("claims"), ("--mode=test", "--x=1"))
-    self.assertEqual(studies.StudiesBenchConfig().flags_of("claims"), ("--mode=quick",))
+  def test_study_configs_are_the_commands_they_show(self):
+    # The command each row shows (python -m experiments.<study> with the row's flags) builds the config timed.
+    for bench in (studies.StudiesBenchConfig(), studies.QUICK):
+      for study in studies.STUDIES:
+        config = bench.config_of(study)
+        self.assertEqual(cli.parse(type(config), ["prog", *config_lib.command_line(config)]), config)
+    self.assertCountEqual(config_lib.command_line(studies.QUICK.coord_check),
+                          ("--widths=16,32", "--steps=1", "--num_seeds=1", "--depth=1"))
+    self.assertEqual(studies.StudiesBenchConfig().claims, cli.parse(claims.ClaimsConfig, ["prog", "--mode=quick"]))
+    with self.assertRaisesRegex(ValueError, "study must be one of"):
+      studies.QUICK.config_of("sweep")
 
   def test_bad_config(self):
     with self.assertRaisesRegex(ValueError, "depths"):

@@ -39,7 +39,8 @@ class ClaimsKillTest(chex.TestCase):
     reference, killed = _start(whole), _start(cut)  # side by side: the machine has two cores
     partial = cut / "claims.partial.jsonl"
     deadline = time.monotonic() + 300
-    while len(results.read_complete_jsonl(partial)[0]) < 1:
+    timings = cut / "timings.jsonl"  # written just after the claim's row: both, so the kill lands in the second claim
+    while len(results.read_complete_jsonl(partial)[0]) < 1 or len(results.read_complete_jsonl(timings)[0]) < 1:
       self.assertIsNone(killed.poll(), "the run ended before it could be killed")
       self.assertLess(time.monotonic(), deadline, "timed out waiting for the first claim")
       time.sleep(0.02)

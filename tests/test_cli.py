@@ -1,6 +1,9 @@
 """Flags derived from the config declarations: one declaration per option, shared groups with one meaning."""
 
 import dataclasses
+import json
+import pathlib
+import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,9 +15,13 @@ from scaling import config as config_lib
 from scaling import data as data_lib
 from scaling import model as model_lib
 from scaling import optim as optim_lib
+from scaling import validation
+from scaling.studies import claims
 from scaling.studies import coord_check
+from scaling.studies import sweep
 from scaling.studies import training
 from scaling.studies import transfer
+from scaling.studies.benchmarks import memory
 
 TRAINING_STUDIES = (training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)
 SHARED_GROUPS = (data_lib.DataConfig, model_lib.ModelFamily, optim_lib.OptimizerConfig)
@@ -64,7 +71,7 @@ class SharedOptionsTest(parameterized.TestCase):
 
   def test_study_defaults_come_from_the_group_instance(self):
     self.assertEqual(cli.parse(coord_check.CoordCheckConfig, ["prog"]).data.seq_len, 32)
-    self.assertEqual(cli.parse(transfer.TransferConfig, ["prog"]).data.seq_len, 64)
+    self.assertEqual(cli.parse(transfer.TransferConfig, ["prog"]).data.seq_len, 32)
     self.assertEqual(cli.parse(training.TrainConfig, ["prog"]).data.seq_len, 24)
 
 
@@ -151,7 +158,7 @@ class _Outer(config_lib.Options):
 class _Picky(_Outer):
   def check_given(self, given):
     if "count" in given and not self.flag:
-      raise ValueError("count only applies with --flag")
+      raise ValueError("count only applies with flag=True")
 
 
 class OptionTest(parameterized.TestCase):
@@ -178,20 +185,52 @@ class OptionTest(parameterized.TestCase):
 
   @parameterized.parameters(
       (data_lib.DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),
-      (data_lib.DataConfig, {"task": "text"}, "--text_file"),
-      (data_lib.DataConfig, {"task": "recall", "text_file": "x"}, "--text_file selects"),
-      (data_lib.DataConfig, {"task": "induction", "num_pairs": 2}, "--num_pairs"),
-      (optim_lib.OptimizerConfig, {"weight_decay": 0.1}, "--weight_decay"),
+      (data_lib.DataConfig, {"task": "text"}, "^task='text' needs text_file$"),
+      (data_lib.DataConfig, {"task": "recall", "text_file": "x"}, "^text_file selects task='text', but task='recall'"),
+      (data_lib.DataConfig, {"task": "induction", "num_pairs": 2}, "^num_pairs and num_queries only apply"),
+      (optim_lib.OptimizerConfig, {"weight_decay": 0.1}, "^weight_decay needs optimizer='adamw'"),
       (optim_lib.OptimizerConfig, {"momentum": 1.0, "optimizer": "sgd"}, "momentum must be below 1"),
-      (optim_lib.OptimizerConfig, {"warmup_steps": 5, "steps": 5}, "--warmup_steps"),
+      (optim_lib.OptimizerConfig, {"warmup_steps": 5, "steps": 5}, "^warmup_steps=5 must be smaller than steps=5$"),
       (optim_lib.OptimizerConfig, {"learning_rate": float("nan")}, "finite"),
       (optim_lib.OptimizerConfig, {"optimizer": "lamb"}, "optimizer must be one of"),
-      (model_lib.ModelFamily, {"tau": 2.0}, "--tau"),
-      (model_lib.ModelFamily, {"num_heads": 4, "num_kv_heads": 3}, "--num_kv_heads"),
+      (model_lib.ModelFamily, {"tau": 2.0}, "^tau only applies to rule='temperature'$"),
+      (model_lib.ModelFamily, {"num_heads": 4, "num_kv_heads": 3}, "^num_heads=4 must be a multiple of num_kv_heads=3$"),
   )
-  def test_bad_values_name_the_option(self, cls, kwargs, message):
+  def test_bad_values_name_the_option_as_a_field(self, cls, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
       cls(**kwargs)
+
+  @parameterized.parameters(
+      # (message, fields, the command line's text) for _Outer: flags rate, names, count, flag (a boolean).
+      ("count only applies with flag=True", (), "--count only applies with --flag"),
+      ("count only applies with flag=False", (), "--count only applies with --noflag"),
+      ("rate=0.5 and names=('a', 'b') conflict", (), "--rate=0.5 and --names=a,b conflict"),
+      ("names=('b',): too few", (), "--names=b: too few"),
+      ("a rate of 2 needs names='a' (x=1 is no flag)", (), "a rate of 2 needs --names=a (x=1 is no flag)"),
+      ("give rate or count, not both", ("rate", "count"), "give --rate or --count, not both"),
+      ("give rate or count, not both", ("rate",), "give --rate or count, not both"),  # only the listed words
+      ("the count-rate table counts count; 'count' is a name", ("count",),
+       "the count-rate table counts --count; 'count' is a name"),
+      ("rate: too high", (), "--rate: too high"), ("ratex is no option", (), "ratex is no option"),
+      ("width mode needs rate", ("width", "rate"), "width mode needs --rate"),  # width is no flag of _Outer
+  )
+  def test_flag_text_writes_the_fields_as_flags(self, message, fields, expected):
+    error = validation.ConfigError(message, fields=fields)
+    self.assertEqual(str(error), message)  # the library's own text is left alone
+    self.assertEqual(cli.flag_text(error, _Outer), expected)
+
+  def test_library_errors_through_main_name_flags(self):
+    out = self.create_tempdir().full_path + "/never"
+    code, stdout, stderr = experiment_main.run_main(train_main, out_dir=out, tau=2.0)  # the config's check
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "", out)
+    self.assertEqual(stderr.strip(), "error: --tau only applies to --rule=temperature")
+    code, stdout, stderr = experiment_main.run_main(train_main, out_dir=out, qk_norm="layer", qk_norm_gains=False)
+    self.assertEqual(stderr.strip(), "error: --qk_norm=layer and --noqk_norm_gains only apply to --rule=qk_norm")
+    blocker = pathlib.Path(self.create_tempdir().full_path) / "file"
+    blocker.write_text("x")
+    code, stdout, stderr = experiment_main.run_main(train_main, out_dir=blocker / "sub", steps=1)  # while running
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "", None)
+    self.assertRegex(stderr.strip(), f"^error: --out_dir={re.escape(str(blocker / 'sub'))}: cannot create directory")
 
   def test_bad_flag_becomes_one_line_naming_it(self):
     with self.assertRaises(cli.UsageError) as ctx:
@@ -200,6 +239,66 @@ class OptionTest(parameterized.TestCase):
     with self.assertRaises(cli.UsageError) as ctx:
       cli.parse(training.TrainConfig, ["prog", "--seq_len=0"])
     self.assertIn("--seq_len", str(ctx.exception))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Optional(config_lib.Options):
+  level: int | None = config_lib.option(3, "A level, or None.")
+
+
+# Configs typed on the command line: (class, flags). Lists, nested groups, booleans both ways, floats, None defaults.
+TYPED = (
+    (sweep.SweepConfig, ["--d_k=8,32", "--rules=sqrt,temperature", "--nofloat32_softmax", "--causal", "--tau=8"]),
+    (claims.ClaimsConfig, ["--mode=cpu_hour", "--ids=variance_is_dk,cite_t5_fixed_sqrt", "--d_k=64,128"]),
+    (coord_check.CoordCheckConfig, ["--widths=16,32", "--steps=1", "--num_seeds=1", "--depth=1", "--zero_query",
+                                    "--learning_rate=0.03", "--text_file=/tmp/t.txt"]),
+    (transfer.TransferConfig, ["--widths=16,32", "--log2_lrs=-6,-4", "--parametrizations=mup", "--steps=3"]),
+    (training.TrainConfig, ["--rule=qk_norm", "--learning_rate=0.1", "--warmup_steps=2", "--steps=7"]),
+    (memory.MemoryConfig, ["--impl=dense", "--seq_len=64", "--nocausal", "--max_memory_fraction=0.25"]),
+)
+
+
+class DictAndCommandLineTest(parameterized.TestCase):
+  """``from_dict`` reads back what ``to_dict`` wrote (through JSON); ``command_line`` types a config's changes."""
+
+  @parameterized.parameters(*TYPED)
+  def test_json_round_trip(self, cls, flags):
+    for config in (cls(), cli.parse(cls, ["prog", *flags])):
+      self.assertEqual(config_lib.from_dict(cls, json.loads(json.dumps(config_lib.to_dict(config)))), config)
+
+  @parameterized.parameters(*TYPED)
+  def test_command_line_types_the_config(self, cls, flags):
+    config = cli.parse(cls, ["prog", *flags])
+    typed = config_lib.command_line(config)
+    self.assertLen(typed, len(flags))
+    self.assertEqual(cli.parse(cls, ["prog", *typed]), config)
+    self.assertEqual(config_lib.command_line(cls()), ())
+
+  def test_nested_defaults_and_booleans(self):
+    config = _Outer(middle=_Middle(inner=_Inner(rate=2.0, names=("a", "b")), count=7), flag=True)
+    self.assertEqual(config_lib.command_line(config), ("--names=a,b", "--flag"))
+    self.assertEqual(config_lib.command_line(_Outer(middle=_Middle(inner=_Inner()))), ("--rate=0.5", "--count=3"))
+    self.assertEqual(config_lib.from_dict(_Outer, {"middle": {"count": 4}}), _Outer(middle=_Middle(count=4)))
+    self.assertEqual(config_lib.from_dict(_Outer, {}), _Outer())
+
+  def test_what_no_flag_gives_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "level is None"):
+      config_lib.command_line(_Optional(level=None))
+    hidden = dataclasses.replace(transfer.TransferConfig(), optim=optim_lib.OptimizerConfig(learning_rate=0.5))
+    with self.assertRaisesRegex(ValueError, "optim.learning_rate is changed, but it has no flag"):
+      config_lib.command_line(hidden)
+    with self.assertRaisesRegex(TypeError, "config must be an Options config"):
+      config_lib.command_line({"level": 3})
+
+  def test_from_dict_bad_input(self):
+    with self.assertRaisesRegex(ValueError, "_Outer has no option 'flags' \\(did you mean 'flag'\\?\\)"):
+      config_lib.from_dict(_Outer, {"flags": True})
+    with self.assertRaisesRegex(ValueError, "count must be at least 1"):
+      config_lib.from_dict(_Outer, {"middle": {"count": 0}})
+    with self.assertRaisesRegex(TypeError, "cls must be an Options class"):
+      config_lib.from_dict(dict, {})
+    with self.assertRaisesRegex(TypeError, "data must be a mapping"):
+      config_lib.from_dict(_Outer, [("flag", True)])
 
 
 if __name__ == "__main__":

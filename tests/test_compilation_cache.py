@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from experiments import cli
 from scaling import config as config_lib
+from scaling import process
 from scaling import results
 from scaling.config import option
 from scaling.studies import coord_check
@@ -51,14 +52,14 @@ class OptionTest(parameterized.TestCase):
 
   @parameterized.parameters(("", None), ("none", None), ("None", None), ("/a/b", "/a/b"))
   def test_values(self, value, expected):
-    got = cli.compilation_cache_dir(value)
+    got = process.compilation_cache_dir(value)
     self.assertEqual(None if got is None else str(got), expected)
 
   def test_default_is_under_xdg_cache_home(self):
     with mock.patch.dict(os.environ, {"XDG_CACHE_HOME": "/some/where"}):
-      self.assertEqual(cli.compilation_cache_dir(None), pathlib.Path("/some/where/scaling/jax"))
+      self.assertEqual(process.compilation_cache_dir(None), pathlib.Path("/some/where/scaling/jax"))
     with mock.patch.dict(os.environ, {"XDG_CACHE_HOME": "", "HOME": "/home/u"}):
-      self.assertEqual(cli.compilation_cache_dir(None), pathlib.Path("/home/u/.cache/scaling/jax"))
+      self.assertEqual(process.compilation_cache_dir(None), pathlib.Path("/home/u/.cache/scaling/jax"))
 
 
 class InProcessTest(chex.TestCase):

@@ -78,9 +78,11 @@ class GridTest(parameterized.TestCase):
                      [{"parametrization": "sp", "width": 8}, {"parametrization": "sp", "width": 16},
                       {"parametrization": "mup", "width": 8}, {"parametrization": "mup", "width": 16}])
 
-  @parameterized.parameters((dict(axis="width", width=32), "--width"), (dict(axis="width", depths=(2, 4)), "--depths"),
-                            (dict(axis="width", depth_alphas=(0.5,)), "--depth_alphas"),
-                            (dict(depth_alphas=(0.3,)), "--depth_alphas"), (dict(depth_alphas=(1.5,)), "depth_alphas"),
+  @parameterized.parameters((dict(axis="width", width=32), "^width only applies to axis='depth'"),
+                            (dict(axis="width", depths=(2, 4)),
+                             r"^depths only applies to axis='depth' \(axis='width' varies widths at depth\)$"),
+                            (dict(axis="width", depth_alphas=(0.5,)), "^depth_alphas only applies"),
+                            (dict(depth_alphas=(0.3,)), "^depth_alphas: "), (dict(depth_alphas=(1.5,)), "depth_alphas"),
                             (dict(depths=(0, 2)), "depths"), (dict(axis="height"), "axis"))
   def test_bad_grids(self, kw, text):
     with self.assertRaisesRegex(ValueError, text):

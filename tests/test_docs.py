@@ -113,6 +113,75 @@ class LinksTest(absltest.TestCase):
     self.assertEqual(slug("u-μP: unit scale and learning-rate transfer"), "u-μp-unit-scale-and-learning-rate-transfer")
 
 
+LAYOUT_DIRS = ("scaling", "scaling/studies", "scaling/studies/benchmarks", "experiments", "examples", "scripts")
+"""The folders whose every file docs/architecture.md's Layout names (a package's __init__.py apart)."""
+
+
+def layout_sections(text: str) -> dict[str, str]:
+  """Folder -> the lines of the Layout block under it, from a Markdown page's ``## Layout`` code block.
+
+  A folder's line is one whose first word ends with "/"; an indented one is under the last unindented one
+  (``  studies/benchmarks/`` under ``scaling/`` is scaling/studies/benchmarks); its lines run to the next folder's.
+  """
+  block = re.search(r"^## Layout\n.*?^```\n(.*?)^```$", text, re.S | re.M).group(1)
+  sections, top, current = {}, "", None
+  for line in block.splitlines():
+    word = line.split()[0] if line.strip() else ""
+    if word.endswith("/"):
+      indented = line.startswith(" ")
+      current = f"{top}/{word.rstrip('/')}" if indented else word.rstrip("/")
+      top = top if indented else current
+      sections[current] = ""
+    if current is not None:
+      sections[current] += line + "\n"
+  return sections
+
+
+def unnamed_files(root: pathlib.Path, text: str) -> list[str]:
+  """The files of ``LAYOUT_DIRS`` under ``root`` whose name is not in their folder's lines of the Layout."""
+  sections = layout_sections(text)
+  missing = []
+  for folder in LAYOUT_DIRS:
+    for path in sorted((root / folder).iterdir()):
+      if not path.is_file() or path.name == "__init__.py" or path.suffix not in (".py", ".sh"):
+        continue
+      if not re.search(rf"(?<![\w./-]){re.escape(path.name)}(?![\w.-])", sections.get(folder, "")):
+        missing.append(f"{folder}/{path.name}")
+  return missing
+
+
+class LayoutTest(absltest.TestCase):
+  """docs/architecture.md's Layout names every module, main, example and script where it lives."""
+
+  def test_every_file_is_named_in_its_folder(self):
+    self.assertEqual(unnamed_files(ROOT, (ROOT / "docs" / "architecture.md").read_text()), [])
+
+  def test_the_readme_points_to_it(self):
+    self.assertIn("](docs/architecture.md#layout)", (ROOT / "README.md").read_text())
+    self.assertNotIn("\n## Layout\n\n```", (ROOT / "README.md").read_text())
+
+  def test_a_file_named_elsewhere_is_missing(self):
+    root = pathlib.Path(self.create_tempdir().full_path)
+    for folder in LAYOUT_DIRS:
+      (root / folder).mkdir(parents=True, exist_ok=True)
+    for name in ("scaling/__init__.py", "scaling/rules.py", "scaling/train.py", "scaling/studies/train.py",
+                 "scripts/run.sh", "scaling/notes.txt"):
+      (root / name).write_text("")
+    page = textwrap.dedent("""\
+        ## Layout
+
+        ```
+        scaling/      rules.py train.py
+          studies/    training (train.py is scaling's)
+        scripts/      run.sh.bak, run_sh
+        ```
+        """)
+    self.assertEqual(layout_sections(page)["scaling/studies"], "  studies/    training (train.py is scaling's)\n")
+    self.assertEqual(unnamed_files(root, page), ["scripts/run.sh"])
+    page = page.replace("training (train.py is scaling's)", "training")
+    self.assertEqual(unnamed_files(root, page), ["scaling/studies/train.py", "scripts/run.sh"])
+
+
 class ReadmeSnippetsTest(absltest.TestCase):
 
   def test_every_python_block_of_the_readme_and_the_docs_runs(self):

@@ -12,8 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import scaling
 from scaling import flax_attention
 from scaling import rules
+from scaling import validation
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 FEATURES, HEADS = 32, 4  # head_dim 8
@@ -297,6 +299,142 @@ class FunctionTest(chex.TestCase, parameterized.TestCase):
     by_name = [c for c in spy.call_args_list if isinstance(c.args[0], str)]
     self.assertEqual(by_name, [mock.call("linear", alpha=2.0)])
     self.assertEqual(fn.rule, rules.LinearScale(alpha=2.0))
+
+
+def _complex(seed, shape, std=0.5):
+  """Complex normal draws; std 0.5 keeps the complex softmax's denominator Σ exp(z) away from 0."""
+  r = np.random.RandomState(seed)
+  return jnp.asarray(std * (r.standard_normal(shape) + 1j * r.standard_normal(shape)), jnp.complex64)
+
+
+def _complex_qkv(seed=0, b=2, t=6, s=6, n=HEADS, k=HEADS, h=HEAD_DIM):
+  return _complex(seed, (b, t, n, h)), _complex(seed + 1, (b, s, k, h)), _complex(seed + 2, (b, s, k, h))
+
+
+class ComplexTest(chex.TestCase, parameterized.TestCase):
+  """Complex query, key and value, as Flax's own attention takes them."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      ("plain", False, False, (2,)),
+      ("mask_and_complex_bias", True, True, (2,)),
+      ("two_batch_dims", True, True, (2, 3)),
+      ("unbatched", True, False, ()),
+  )
+  def test_sqrt_equals_flax(self, with_mask, with_bias, batch):
+    q, k, v = (x.reshape(batch + x.shape[-3:]) for x in _complex_qkv(b=math.prod(batch) or 1))
+    mask = jnp.asarray(np.random.RandomState(4).rand(*batch, 1, 6, 6) < 0.6).at[..., 0].set(True) if with_mask else None
+    bias = _complex(5, batch + (HEADS, 6, 6)) if with_bias else None
+    out = self.variant(flax_attention.make_attention_fn("sqrt"))(q, k, v, bias, mask)
+    self.assertEqual(out.dtype, jnp.complex64)
+    self.assertGreater(float(jnp.max(jnp.abs(out.imag))), 0.1)
+    chex.assert_trees_all_close(out, nn.dot_product_attention(q, k, v, bias, mask), **TOL)
+
+  def test_rule_equals_flax_on_prescaled_query(self):
+    q, k, v = _complex_qkv()
+    mask = nn.make_causal_mask(jnp.ones((2, 6)))
+    ours = flax_attention.make_attention_fn("temperature", tau=2.0)(q, k, v, mask=mask)
+    chex.assert_trees_all_close(ours, nn.dot_product_attention(q * (math.sqrt(HEAD_DIM) / 2.0), k, v, mask=mask), **TOL)
+
+  @parameterized.named_parameters(("broadcast", True), ("per_entry", False))
+  def test_dropout_matches_flax_draw_for_draw(self, broadcast):
+    q, k, v = _complex_qkv()
+    kw = dict(dropout_rng=jax.random.key(11), dropout_rate=0.25, broadcast_dropout=broadcast, deterministic=False)
+    ours = flax_attention.make_attention_fn("sqrt")(q, k, v, **kw)
+    chex.assert_trees_all_close(ours, nn.dot_product_attention(q, k, v, **kw), **TOL)
+    self.assertGreater(float(jnp.max(jnp.abs(ours - flax_attention.make_attention_fn("sqrt")(q, k, v)))), 1e-3)
+
+  def test_gqa_causal_equals_nnx_weights_path(self):
+    q, k, v = _complex_qkv(k=2)
+    # nnx's own path without dropout or module goes to jax.nn.dot_product_attention, which does not compute complex
+    # attention; its weights path (taken when dropout_rate > 0) does, like linen's.
+    ref = nnx.dot_product_attention(q, k, v, is_causal=True, dropout_rate=0.1, deterministic=True)
+    chex.assert_trees_all_close(flax_attention.make_attention_fn("sqrt")(q, k, v, is_causal=True), ref, **TOL)
+
+  def test_linen_module_output_and_sown_weights_equal_flax(self):
+    x = _complex(0, (2, 6, FEATURES))
+    make = lambda fn: nn.MultiHeadDotProductAttention(num_heads=HEADS, qkv_features=FEATURES, attention_fn=fn)
+    ours, ref = make(flax_attention.make_attention_fn("sqrt")), make(nn.dot_product_attention)
+    params = ref.init(jax.random.key(1), x)
+    sown = lambda mod: mod.apply(params, x, mask=_mask("causal", x.real), sow_weights=True, mutable=["intermediates"])
+    (y_ours, st_ours), (y_ref, st_ref) = sown(ours), sown(ref)
+    self.assertEqual(y_ours.dtype, jnp.complex64)
+    chex.assert_trees_all_close(y_ours, y_ref, atol=1e-4, rtol=1e-4)
+    w_ours, w_ref = st_ours["intermediates"]["attention_weights"][0], st_ref["intermediates"]["attention_weights"][0]
+    self.assertEqual(w_ours.dtype, jnp.complex64)
+    chex.assert_trees_all_close(w_ours, w_ref, **TOL)
+
+  def test_nnx_module_equals_flax_weights_path(self):
+    x = _complex(0, (2, 6, FEATURES))
+    m = nnx.MultiHeadAttention(num_heads=HEADS, in_features=FEATURES, qkv_features=FEATURES, decode=False,
+                               attention_fn=flax_attention.make_attention_fn("sqrt"), rngs=nnx.Rngs(0))
+    y_ours = m(x, is_causal=True)
+    m.attention_fn = nnx.dot_product_attention
+    y_ref, _ = nnx.capture(m, nnx.Intermediate)(x, is_causal=True, sow_weights=True)  # module given: weights path
+    chex.assert_trees_all_close(y_ours, y_ref, atol=1e-4, rtol=1e-4)
+
+  def test_refused_options_name_the_option(self):
+    q, k, v = _complex_qkv()
+    cases = ((dict(rule="sqrt", logit_soft_cap=5.0), "logit_soft_cap needs real logits; the inputs are complex64"),
+             (dict(rule="sqrt", logit_clamp=5.0), "logit_clamp needs real logits"),
+             (dict(rule="qk_norm"), "rule QKNorm transforms query and key"))
+    for kwargs, needle in cases:
+      with self.assertRaisesRegex(TypeError, needle):
+        flax_attention.make_attention_fn(**kwargs)(q, k, v)
+    layer = nn.MultiHeadDotProductAttention(
+        num_heads=HEADS, attention_fn=flax_attention.make_attention_fn("sqrt", sow_logit_stats=True))
+    x = _complex(0, (2, 6, FEATURES))
+    params = layer.init(jax.random.key(0), x)
+    with self.assertRaisesRegex(TypeError, "sow_logit_stats needs real logits"):
+      layer.apply(params, x, sow_weights=True, mutable=["intermediates"])
+    with self.assertRaisesRegex(TypeError, "bias must have a floating or complex dtype, got int32"):
+      flax_attention.make_attention_fn("sqrt")(q, k, v, jnp.ones((6, 6), jnp.int32))
+    with self.assertRaisesRegex(ValueError, "bias of shape \\(3, 6, 6\\) does not broadcast"):
+      flax_attention.make_attention_fn("sqrt")(q, k, v, _complex(1, (3, 6, 6)))
+
+  def test_library_attention_stays_real_with_clear_messages(self):
+    q, k, v = _qkv()
+    for x, needle in ((q.astype(jnp.complex64), "query must have a floating dtype, got complex64 \\(complex values "
+                       "are not supported here"),
+                      (q.astype(jnp.int32), "query must have a floating dtype, got int32$"),
+                      (q > 0, "query must have a floating dtype, got bool$")):
+      with self.assertRaisesRegex(TypeError, needle):
+        scaling.dot_product_attention(x, k.astype(x.dtype), v.astype(x.dtype))
+    for x in (np.array(["a", "b"]), np.array([None, 1.0], dtype=object), np.array([True]), np.array([1])):
+      with self.assertRaisesRegex(TypeError, f"x must have a floating or complex dtype, got {x.dtype}$"):
+        validation.check_floating("x", x, complex_ok=True)
+    validation.check_floating("x", np.ones(2, np.complex128), complex_ok=True)
+
+
+class MixedPrecisionTest(chex.TestCase, parameterized.TestCase):
+  """``dtype=bfloat16`` with and without ``force_fp32_for_softmax``: dtypes and values as Flax's."""
+
+  @parameterized.product(force_fp32=(True, False), dropout=(True, False))
+  def test_linen_module_sown_weights_and_output_as_flax(self, force_fp32, dropout):
+    x = _inputs()
+    make = lambda fn: nn.MultiHeadDotProductAttention(num_heads=HEADS, qkv_features=FEATURES, dtype=jnp.bfloat16,
+                                                      force_fp32_for_softmax=force_fp32, dropout_rate=0.3,
+                                                      attention_fn=fn)
+    ours, ref = make(flax_attention.make_attention_fn("sqrt")), make(nn.dot_product_attention)
+    params = ref.init(jax.random.key(1), x, deterministic=True)
+    run = lambda mod: mod.apply(params, x, mask=_mask("causal", x), sow_weights=True, mutable=["intermediates"],
+                                deterministic=not dropout, rngs={"dropout": jax.random.key(7)})
+    (y_ours, st_ours), (y_ref, st_ref) = run(ours), run(ref)
+    w_ours, w_ref = st_ours["intermediates"]["attention_weights"][0], st_ref["intermediates"]["attention_weights"][0]
+    self.assertEqual(w_ours.dtype, w_ref.dtype)
+    self.assertEqual(y_ours.dtype, y_ref.dtype)
+    np.testing.assert_allclose(w_ours.astype(np.float32), w_ref.astype(np.float32), atol=2e-2)
+    np.testing.assert_allclose(y_ours.astype(np.float32), y_ref.astype(np.float32), atol=5e-2)
+
+  @parameterized.product(force_fp32=(True, False), dropout=(True, False))
+  def test_function_output_dtype_and_values_as_flax(self, force_fp32, dropout):
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv())
+    kw = dict(force_fp32_for_softmax=force_fp32, dropout_rate=0.3, dropout_rng=jax.random.key(3),
+              deterministic=not dropout)
+    ours = flax_attention.make_attention_fn("sqrt")(q, k, v, **kw)
+    ref = nn.dot_product_attention(q, k, v, **kw)
+    self.assertEqual(ours.dtype, ref.dtype)
+    np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), atol=5e-2)
 
 
 class ErrorTest(parameterized.TestCase):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import scaling
+from scaling import dense_attention
 from scaling import metrics
 
 # Each rule written out from its definition: (normalize q and k by their RMS, logit scale, weight scale) at head dim h.
@@ -136,8 +136,8 @@ class WeightStatsTest(chex.TestCase):
   def test_post_softmax_weights_are_renormalized(self):
     k = jax.random.split(jax.random.key(1), 3)
     q, kk, v = (jax.random.normal(x, (1, 5, 1, 16)) for x in k)
-    _, w_post, _ = scaling.attention_logits_and_weights(q, kk, rule="post_softmax")
-    _, w_none, _ = scaling.attention_logits_and_weights(q, kk, rule="none")
+    _, w_post, _ = dense_attention.attention_logits_and_weights(q, kk, rule="post_softmax")
+    _, w_none, _ = dense_attention.attention_logits_and_weights(q, kk, rule="none")
     np.testing.assert_allclose(w_post.sum(-1), 0.25, rtol=1e-5)
     chex.assert_trees_all_close(metrics.weight_stats_per_head(w_post), metrics.weight_stats_per_head(w_none),
                                 rtol=1e-5)

@@ -152,10 +152,10 @@ class ShapeAndNamesTest(parameterized.TestCase):
     layer = dataclasses.replace(family, qk_norm="layer", qk_norm_gains=False).model_config("sp", 16, **kw)
     self.assertEqual(layer.attention_rule, rules.QKNorm(norm="layer"))
     self.assertFalse(layer.qk_norm_gains)
-    for options, message in (({"qk_norm": "layer"}, "--qk_norm only applies to --rule=qk_norm"),
-                             ({"qk_norm_gains": False}, "--noqk_norm_gains only applies to --rule=qk_norm"),
+    for options, message in (({"qk_norm": "layer"}, "^qk_norm='layer' only applies to rule='qk_norm'$"),
+                             ({"qk_norm_gains": False}, "^qk_norm_gains=False only applies to rule='qk_norm'$"),
                              ({"qk_norm": "layer", "qk_norm_gains": False, "rule": "sqrt"},
-                              "--qk_norm and --noqk_norm_gains only apply"),
+                              "^qk_norm='layer' and qk_norm_gains=False only apply"),
                              ({"qk_norm": "batch", "rule": "qk_norm"}, "qk_norm must be one of rms, layer")):
       with self.assertRaisesRegex(ValueError, message):
         model_lib.ModelFamily(**options)

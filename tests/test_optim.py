@@ -573,7 +573,7 @@ class EpsScalingTest(chex.TestCase):
                         ({"eps_scaling": True}, "eps_scaling must be one of none, mup; got True"),
                         ({"eps_scaling": False}, "eps_scaling must be one of none, mup; got False"),
                         ({"eps_scaling": "mup", "optimizer": "sgd"}, "eps_scaling only applies"),
-                        ({"eps_scaling": "mup", "optimizer": "adam_atan2"}, "adam_atan2 has no epsilon")):
+                        ({"eps_scaling": "mup", "optimizer": "adam_atan2"}, "optimizer='adam_atan2' has no epsilon")):
       with self.assertRaisesRegex(ValueError, message):
         optim.OptimizerConfig(**kw)
     for value in ("cp", True):
@@ -602,10 +602,10 @@ class OptimizerConfigTest(chex.TestCase):
 
   @parameterized.parameters(
       # Combinations (validate).
-      ({"optimizer": "adam", "weight_decay": 0.1}, "weight_decay needs --optimizer=adamw or sgd"),
-      ({"optimizer": "adamw", "momentum": 0.9}, "momentum only applies to --optimizer=sgd"),
+      ({"optimizer": "adam", "weight_decay": 0.1}, "^weight_decay needs optimizer='adamw' or optimizer='sgd'$"),
+      ({"optimizer": "adamw", "momentum": 0.9}, "^momentum only applies to optimizer='sgd'$"),
       ({"optimizer": "adam", "momentum": 0.5}, "momentum only applies"),
-      ({"warmup_steps": 10, "steps": 10}, "warmup_steps=10 must be smaller than --steps=10"),
+      ({"warmup_steps": 10, "steps": 10}, "^warmup_steps=10 must be smaller than steps=10$"),
       ({"schedule": "cosine", "warmup_steps": 12, "steps": 10}, "warmup_steps=12 must be smaller"),
       # Bounds from the field declarations.
       ({"optimizer": "lion"}, "optimizer must be one of adam, adamw, sgd"),

@@ -116,10 +116,12 @@ class CheckTest(absltest.TestCase):
       resources.check(estimate, {"seq_len": 2_000_000, "d_k": (1024,), "batch": 4}, available=2**34)
     text = str(ctx.exception)
     self.assertNotIn("\n", text)
-    self.assertTrue(text.startswith("--seq_len=2000000 --batch=4"), text)
+    self.assertTrue(text.startswith("seq_len=2000000 batch=4 need"), text)
     self.assertIn("dense attention logits", text)
     self.assertIn("16 GiB available", text)
-    self.assertIn("--attention=blockwise", text)
+    self.assertTrue(text.endswith("; use attention='blockwise', a smaller seq_len or batch, or fewer num_seeds or "
+                                  "rules"), text)
+    self.assertEqual(ctx.exception.fields, ("seq_len", "batch"))  # the hint's options among those given
     self.assertIsInstance(ctx.exception, ValueError)
 
   def test_fits(self):
@@ -128,7 +130,7 @@ class CheckTest(absltest.TestCase):
 
   def test_largest_program_is_taken(self):
     estimate = resources.sweep_estimate(sweep.SweepConfig(d_k=(16, 512, 64), seq_len=8))
-    self.assertEqual(estimate.where, "at --d_k=512")
+    self.assertEqual(estimate.where, "at d_k=512")
     chex.assert_scalar_positive(estimate.total)
 
   def test_device_memory_from_memory_stats(self):

@@ -3,6 +3,9 @@
 import io
 import json
 import pathlib
+import subprocess
+import time
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -34,10 +37,10 @@ class RowStreamTest(absltest.TestCase):
     self.assertTrue((out / "rows.partial.jsonl").exists())
     self.assertFalse((out / "rows.jsonl").exists())
 
-  def test_make_dir_names_the_flag(self):
+  def test_make_dir_names_the_option(self):
     blocker = pathlib.Path(self.create_tempdir().full_path) / "file"
     blocker.write_text("x")
-    with self.assertRaisesRegex(ValueError, "--out_dir"):
+    with self.assertRaisesRegex(ValueError, "^out_dir='.*/file/sub': cannot create directory"):
       results.make_dir(blocker / "sub")
 
 
@@ -112,6 +115,33 @@ class GeneratedSectionTest(absltest.TestCase):
     twice = "<!-- BEGIN generated: t -->\n<!-- END generated: t -->\n" * 2
     with self.assertRaisesRegex(ValueError, "expected one"):
       report.replace_generated(twice, "t", "x")
+
+
+class CodeVersionTest(absltest.TestCase):
+  """What stamps a run's generated tables: the commit of the checkout the package is imported from, or its version."""
+
+  ROOT = pathlib.Path(results.__file__).resolve().parents[1]
+
+  def test_commit_of_the_checkout(self):
+    try:
+      head = subprocess.run(["git", "-C", str(self.ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+      self.skipTest("not a git checkout")
+    version = results.code_version()
+    self.assertRegex(version["code"], r"^commit [0-9a-f]{12}(\+changes)?$")
+    self.assertTrue(head.startswith(version["code"].split()[1].removesuffix("+changes")))
+    self.assertEqual(version["date"], time.strftime("%Y-%m-%d", time.gmtime()))
+
+  def test_installed_version_without_git(self):
+    with mock.patch.object(results.subprocess, "run", side_effect=OSError("no git")):
+      self.assertRegex(results.code_version()["code"], r"^(version \S+|unknown version)$")
+
+  def test_headline_states_the_run(self):
+    rows = [{"id": "a", "claim": "c", "verdict": "holds", "criterion": "x", "statistic": "s", "value": 1.0}]
+    text = report.claims_headline(rows, {"config": {"mode": "quick", "text_file": None}, "code": "commit abc",
+                                         "date": "2026-01-02"})
+    self.assertIn("run on commit abc, 2026-01-02", text)
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ class ManifestTest(parameterized.TestCase):
     results.open_run(out, sweep_lib.SweepConfig(d_k=(4, 8)), outputs=("results.jsonl",))
     self.assertTrue((out / "results.partial.jsonl").exists())
     other = sweep_lib.SweepConfig(d_k=(4, 16))
-    with self.assertRaisesRegex(ValueError, r"--d_k=4,16 \(was 4,8\).*--overwrite"):
+    with self.assertRaisesRegex(ValueError, r"d_k=\(4, 16\) \(was d_k=\(4, 8\)\).*or pass overwrite=True$"):
       results.open_run(out, other, outputs=("results.jsonl",))
     self.assertTrue((out / "results.partial.jsonl").exists())
     results.open_run(out, other, overwrite=True, outputs=("results.jsonl",))
@@ -207,7 +207,7 @@ class ManifestTest(parameterized.TestCase):
     out = pathlib.Path(self.create_tempdir().full_path) / "run"
     results.open_run(out, sweep_lib.SweepConfig(d_k=(2, 4)))
     code, stdout, stderr = experiment_main.run_main(sweep, d_k=[2, 8], out_dir=str(out))
-    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=2,8 (was 2,4)")
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=2,8 (was --d_k=2,4)")
     self.assertEqual(sorted(p.name for p in out.iterdir()), [results.MANIFEST])
 
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import scaling
 from scaling import model as model_lib
 from scaling import roles as roles_lib
+from scaling import usage as usage_lib
 
 
 def _shapes(module, *inputs):
@@ -154,7 +155,7 @@ class LinenRolesTest(parameterized.TestCase):
     tokens = jnp.zeros((1, 4), jnp.int32)
     model = _Tied(16)
     params = model.init(jax.random.key(0), tokens)["params"]
-    use = scaling.read_usage(lambda p: model.apply({"params": p}, tokens), params)
+    use = usage_lib.read_usage(lambda p: model.apply({"params": p}, tokens), params)
     roles = scaling.infer_kinds(shapes(16), shapes(32), usage=use)
     self.assertEqual(roles.tied_embedding, "embed/embedding")
     self.assertEqual(roles["embed/embedding"].in_axes, (0,))

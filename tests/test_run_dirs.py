@@ -103,7 +103,7 @@ class RunDirectoryTest(chex.TestCase):
     code, _, err = self._run("--d_k=2", "--out_dir=mine")
     self.assertEqual(code, 0, err)
     code, stdout, stderr = self._run("--d_k=4", "--out_dir=mine")
-    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=4 (was 2)")
+    experiment_main.assert_one_line_error(self, code, stdout, stderr, "--d_k=4 (was --d_k=2)")
     self.assertIn("--overwrite", stderr)
     self.assertFalse((self.root / "runs").exists())
     self.assertEqual((self.root / "mine" / "count").read_text(), "1")

@@ -3,6 +3,7 @@ metrics and activation gradients agree (depths 1–12, SP, μP with depth-μP, u
 only a logit factor is one program for every such rule, and computes what the rule's constant computes."""
 
 import dataclasses
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -119,14 +120,64 @@ class ScanLayersTest(parameterized.TestCase):
     (u2, _), (u8, _) = (dots(dataclasses.replace(_config(d, "sp"), scan_layers=False)) for d in (2, 8))
     self.assertGreater(u8, u2)
 
-  def test_training_runs_agree(self):
+  @parameterized.parameters((3, "mup"), (2, "sp"), (4, "umup"))
+  def test_training_runs_agree(self, depth, parametrization):
+    """Trained stacked (the scanned model's layout) and unrolled from the same init: same parameters and metrics."""
     data = data_lib.DataConfig(seq_len=12, batch_size=2).make(0)
-    config = dataclasses.replace(_config(3, "mup"), vocab_size=data.vocab_size)
+    config = dataclasses.replace(_config(depth, parametrization), vocab_size=data.vocab_size)
     opt = optim_lib.OptimizerConfig(steps=3, learning_rate=3e-3)
-    runs = [train_lib.run_training(c, opt, data, seed=[0, 1], learning_rates=[1e-3, 3e-3])
+    runs = [train_lib.run_training(c, opt, data, seed=[0, 1], learning_rates=[1e-3, 3e-3], log_every=1)
             for c in (config, dataclasses.replace(config, scan_layers=False))]
-    _assert_close(self, runs[0].state.params, runs[1].state.params, rtol=1e-5)
-    np.testing.assert_allclose(runs[0].history[-1]["loss"], runs[1].history[-1]["loss"], rtol=1e-6)
+    self.assertTrue(model_lib.is_stacked(runs[0].state.params, depth))
+    self.assertFalse(model_lib.is_stacked(runs[1].state.params, depth))
+    unstacked = jax.vmap(lambda p: model_lib.unstack_blocks(p, depth))(runs[0].state.params)
+    chex.assert_trees_all_equal_structs(unstacked, runs[1].state.params)
+    _assert_close(self, unstacked, runs[1].state.params, rtol=1e-5)
+    for scanned, unrolled in zip(runs[0].history, runs[1].history):
+      self.assertEqual(scanned.keys(), unrolled.keys())
+      for key in ("loss", "grad_norm", "layer_grad_norm", "update_norm", "attn_entropy"):
+        np.testing.assert_allclose(scanned[key], unrolled[key], rtol=1e-5, err_msg=key)
+
+  def test_stack_blocks_round_trip(self):
+    config = _config(4, "sp")
+    params = model_lib.init_params(jax.random.PRNGKey(0), config)
+    stacked = model_lib.stack_blocks(params, 4)
+    self.assertEqual(sorted(stacked), sorted(k for k in params if k not in ("block_1", "block_2", "block_3")))
+    chex.assert_shape(stacked["block_0"]["attn"]["query"]["kernel"],
+                      (4, *params["block_0"]["attn"]["query"]["kernel"].shape))
+    chex.assert_trees_all_equal(model_lib.unstack_blocks(stacked, 4), params)
+    chex.assert_trees_all_equal(model_lib.stack_blocks(stacked, 4), stacked)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    model = model_lib.Transformer(config)
+    np.testing.assert_allclose(model.apply({"params": stacked}, tokens), model.apply({"params": params}, tokens),
+                               rtol=1e-6, atol=1e-6)
+
+  @parameterized.parameters(([[0], [1, 2], [3]],), ([[0, 1], [2, 3]],))
+  def test_stacked_runs_split(self, groups):
+    """Stacked parameters whose blocks run as several scans (scales that differ) give each run its slice."""
+    config = _config(4, "umup")
+    params = model_lib.init_params(jax.random.PRNGKey(0), config)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    model = model_lib.Transformer(config)
+    expected = model.apply({"params": params}, tokens)
+    with mock.patch.object(model_lib, "scan_groups", lambda scales: groups):
+      got = model.apply({"params": model_lib.stack_blocks(params, 4)}, tokens)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+  def test_train_step_flat_in_depth(self):
+    """The scanned model's whole training step (forward, backward, optimizer, metrics) holds as many operations at
+    depth 8 as at depth 2; the unrolled step's grow with depth."""
+    def ops(config):
+      opt = optim_lib.OptimizerConfig(steps=2)
+      program = train_lib.as_program(config, opt)
+      state = jax.eval_shape(lambda: program.with_constants(program.init_state(0, 1e-3)))
+      batch = {k: jax.ShapeDtypeStruct((2, 12), d) for k, d in
+               (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))}
+      return len(str(jax.make_jaxpr(program.step)(state, batch)).splitlines())
+    scanned = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=True)) for d in (2, 8)]
+    unrolled = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=False)) for d in (2, 8)]
+    self.assertLess(scanned[1], 1.1 * scanned[0])
+    self.assertGreater(unrolled[1], 2 * unrolled[0])
 
   def test_bad_scan_layers(self):
     with self.assertRaisesRegex(TypeError, "scan_layers"):

@@ -1,6 +1,7 @@
 """scaling.timesplit: compilation, compute and the rest measured while a run goes, against what the run did (how
 many new programs it compiled, how long its compute regions took by a clock read here)."""
 
+import threading
 import time
 
 from absl.testing import absltest
@@ -67,6 +68,29 @@ class TimeSplitTest(absltest.TestCase):
     self.assertGreaterEqual(split.compiles, 2)  # at least the init and the step
     self.assertGreater(split.compute_s, 0.0)
     self.assertLess(split.rest_s, 0.5 * split.wall_s)
+
+  def test_compiled_ahead_is_counted_apart_and_a_wait_is_compilation(self):
+    f = jax.jit(lambda x: jnp.cos(x @ x.T).sum())
+    x = np.ones((29, 7), np.float32)  # a shape no other test compiles
+    with timesplit.TimeSplit() as split:
+      def ahead():
+        with timesplit.compiling_ahead():
+          f.lower(jax.ShapeDtypeStruct(x.shape, x.dtype)).compile()
+      thread = threading.Thread(target=ahead)
+      with timesplit.computing():
+        with timesplit.waiting_for_compilation():
+          thread.start()
+          thread.join()
+          time.sleep(0.05)
+        f(x).block_until_ready()  # compiled ahead: nothing compiles here
+    self.assertEqual(split.compiles, 0)
+    self.assertGreaterEqual(split.ahead_compiles, 1)
+    self.assertGreater(split.ahead_s, 0.0)
+    self.assertGreaterEqual(split.compile_s, 0.05)  # the wait
+    self.assertLess(split.compute_s, split.compile_s)
+    self.assertAlmostEqual(split.wall_s, split.compile_s + split.compute_s + split.rest_s, places=9)
+    self.assertIn("ahead", split.summary())
+
 
 
 if __name__ == "__main__":

@@ -115,9 +115,10 @@ class GridTest(chex.TestCase):
     # Both given: the number of heads and the head dim are fixed.
     self.assertEqual(model_lib.ModelFamily(num_heads=2, head_dim=8).heads(64), (2, 8))
     self.assertEqual(model_lib.ModelFamily(base_width=8).with_base_width([16]).base_width, 8)
-    with self.assertRaisesRegex(ValueError, "width 20 is not divisible into --num_heads=8"):
+    with self.assertRaisesRegex(ValueError, "width 20 is not divisible into num_heads=8 heads; pass head_dim or "
+                                "num_heads$"):
       model_lib.ModelFamily(num_heads=8).heads(20)
-    with self.assertRaisesRegex(ValueError, "multiple of --head_dim"):
+    with self.assertRaisesRegex(ValueError, "multiple of head_dim=16"):
       model_lib.ModelFamily(head_dim=16).heads(24)
     with self.assertRaisesRegex(ValueError, "base_width"):
       model_lib.ModelFamily().base_head_dim  # pylint: disable=expression-not-assigned

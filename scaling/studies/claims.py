@@ -38,7 +38,7 @@ from scaling import resources
 from scaling import results
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies import training_claims
+from scaling.studies import grid_run
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claim_table import all_claims
 from scaling.studies.claim_table import markdown_table
@@ -52,12 +52,15 @@ from scaling.studies.claims_context import RENAMED_MODES
 from scaling.studies.claims_context import SWEEP_RULES
 from scaling.studies.random_input_claims import RANDOM_INPUT_CLAIMS  # pylint: disable=unused-import
 from scaling.studies.verdicts import CITATION
+from scaling.studies.verdicts import CITATION_VERDICTS
 from scaling.studies.verdicts import FAILS
 from scaling.studies.verdicts import HOLDS
+from scaling.studies.verdicts import NOT_MEASURABLE
 from scaling.studies.verdicts import NOT_MEASURED
 from scaling.studies.verdicts import PARTLY
 from scaling.studies.verdicts import SOURCE_AGREES
 from scaling.studies.verdicts import SOURCE_DISAGREES
+from scaling.studies.verdicts import VERDICTS
 from scaling.validation import ConfigError
 
 
@@ -110,6 +113,8 @@ class ClaimsConfig(Options):
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
+  compile_ahead: bool = option(False, "Compile the training grids' programs in a thread while the claims before "
+                               "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -122,10 +127,10 @@ class ClaimsConfig(Options):
 
   def validate(self):
     if self.mode in RENAMED_MODES:
-      raise ConfigError(f"--mode={self.mode} is now --mode={RENAMED_MODES[self.mode]} (about an hour on 2 CPU cores; "
-                       "--mode=paper is the notes' setting)")
+      raise ConfigError(f"mode={self.mode!r} is now mode={RENAMED_MODES[self.mode]!r} (about an hour on 2 CPU cores; "
+                        "mode='paper' is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
-      raise ConfigError("--d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
+      raise ConfigError("d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
   def context(self) -> Context:
     """The measurement context of these options."""
@@ -133,22 +138,31 @@ class ClaimsConfig(Options):
                    text_file=self.text_file)
 
 
-def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resources.Estimate:
-  """The largest program of the selected claims: the random-input sweep at the largest d_k, the training grids.
+def planned_grids(ctx: Context, ids: tuple[str, ...] | None = None) -> grid_run.GridPlan:
+  """The grids the selected training claims (all, or those in ``ids``) declare (``Claim.grids``), each once, in
+  order: read from the declarations, nothing is trained or measured.
 
-  Building the training claims' estimate reads and checks their data (a text file too short fails here).
+  Declaring them reads and checks the training data (a text file too short fails here).
   """
+  selected = [c for c in all_claims() if c.training and (ids is None or c.id in ids)]
+  return ctx.planner.plan(spec for claim in selected for spec in claim.grids(ctx).values())
+
+
+def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resources.Estimate:
+  """The largest program of the selected claims: the random-input sweep at the largest d_k, the largest planned
+  training grid (``planned_grids``)."""
   selected = [c for c in all_claims() if ids is None or c.id in ids]
   estimates = []
   if any(not c.training for c in selected):
     d_k = max(ctx.d_k)
     e = resources.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
                                 num_rules=len(SWEEP_RULES))
-    hint = "use a smaller --seq_len or --d_k, or fewer --num_seeds"
+    hint = "use a smaller seq_len or d_k, or fewer num_seeds"
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
-    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k {d_k}"))
+    estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    estimates.append(training_claims.memory_estimate(ctx))
+    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, "
+                                                      "or leave the training claims out of ids"))
   return resources.largest(estimates)
 
 
@@ -189,12 +203,10 @@ def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_ki
                      model: resources.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
   """Expected seconds of the selected claims on one ``device_kind`` (``resources.accelerator_seconds`` of the
   planned training grids; nothing is trained and no accelerator is needed)."""
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
-  grids = training_claims.planned_grids(ctx, selected) if selected else []
+  plan = planned_grids(ctx, ids)
   fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
-  return resources.accelerator_seconds(training_claims.training_programs(grids), device_kind,
-                                       dataclasses.replace(model, fixed_seconds=fixed),
-                                       compiled=training_claims.compiled_programs(grids))
+  return resources.accelerator_seconds(plan.programs(), device_kind, dataclasses.replace(model, fixed_seconds=fixed),
+                                       compiled=plan.compiled())
 
 
 def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
@@ -212,23 +224,30 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
   """The planned training of the selected claims and its expected time on the present device, in words, and on
   ``DEVICE_KIND`` from its datasheet.
 
-  The compute is ``training_claims.training_flops`` of ``training_claims.planned_grids`` at the measured matmul rate
-  (small models run below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program
-  (``training_claims.compiled_programs``).
+  The compute is the floating-point operations of ``planned_grids`` at the measured matmul rate (small models run
+  below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program (``GridPlan.compiled``).
   """
-  selected = [c for c in training_claims.TRAINING_CLAIMS if ids is None or c.id in ids]
-  if not selected:
+  plan = planned_grids(ctx, ids)
+  if not plan:
     return f"no training claims selected; {hardware()}"
-  grids = training_claims.planned_grids(ctx, selected)
-  flops, rate = training_claims.training_flops(grids), device_flops()
-  members = sum(g[2] for g in grids)
-  programs = training_claims.compiled_programs(grids)
+  flops, rate = plan.flops(), device_flops()
+  programs = plan.compiled()
   seconds = flops / rate + COMPILE_SECONDS * programs
-  return (f"planned training: {len(grids)} grids ({programs} distinct programs), {members} runs, "
+  return (f"planned training: {len(plan)} grids ({programs} distinct programs), {plan.runs} runs, "
           f"{flops / 1e12:.3g} TFLOP; on {hardware()} at the measured {rate / 1e9:.3g} GFLOP/s of a "
           f"{matmul_size()}² matmul: at least {seconds / 60:.1f} min ({flops / rate / 60:.1f} min of compute, about "
           f"{COMPILE_SECONDS:g} s of compilation per distinct program); "
           + describe_accelerator_plan(accelerator_plan(ctx, ids)))
+
+
+def verdict_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+  """How many rows have each verdict, for every verdict the rows have: measured verdicts (``VERDICTS``, the
+  inconclusive ones among them), ``NOT_MEASURED``, the citations' (``CITATION_VERDICTS``), then any other, in order
+  of first appearance."""
+  order = (*VERDICTS, NOT_MEASURED, *CITATION_VERDICTS)
+  found = [str(r["verdict"]) for r in rows]
+  names = [v for v in order if v in found] + [v for v in dict.fromkeys(found) if v not in order]
+  return {v: found.count(v) for v in names}
 
 
 OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timings.jsonl")
@@ -260,8 +279,10 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   if config.dry_run:
     return []
   start = time.perf_counter()
-  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS, ignore=("dry_run",))
-  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes()})
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS,
+                   ignore=("dry_run", "compile_ahead"))
+  version = results.code_version()
+  results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes(), **version})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
   stream = results.GroupedRows(out_dir / "claims.jsonl", [(i, 1) for i in ids], lambda row: row["id"])
   missing = stream.missing()
@@ -276,23 +297,26 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       began[0] = time.perf_counter()
       progress.update(f"{row['id']}: {row['verdict']}")
 
-    if missing:
-      run_claims(ctx, tuple(missing), on_result=on_result)
+    if missing:  # the training grids compile in a thread while the claims before them are measured
+      if config.compile_ahead:  # off by default: under a loaded machine it was slower; not yet measured idle
+        ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
+      try:
+        run_claims(ctx, tuple(missing), on_result=on_result)
+      finally:
+        ctx.planner.close()
   rows = stream.finish()
   results.write_text(out_dir / "claims.md", markdown_table(rows))
-  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx))
+  results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))
   indent = " " * 16
   for r in rows:
     print(f"[{r['verdict']:>13}] {r['claim']}  ({r['source']})")
     print(textwrap.fill(f"criterion: {r['criterion']}", 116, initial_indent=indent, subsequent_indent=indent))
     if r.get("reason"):
       print(textwrap.fill(f"why: {r['reason']}", 116, initial_indent=indent, subsequent_indent=indent))
-    label = "source" if r.get("kind") == CITATION else "measured"
+    label = {CITATION: "source", NOT_MEASURABLE: "why"}.get(r.get("kind"), "measured")
     print(textwrap.fill(f"{label}: {r['finding']}", 116, initial_indent=indent, subsequent_indent=indent))
     print(f"{indent}reproduce: {r['command']}")
-  counts = {v: sum(r["verdict"] == v for r in rows)
-            for v in (HOLDS, PARTLY, FAILS, NOT_MEASURED, SOURCE_AGREES, SOURCE_DISAGREES)}
   print(f"\n{len(rows)} claims ({ctx.mode} mode, {time.perf_counter() - start:.0f}s): "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != NOT_MEASURED)
+        + ", ".join(f"{n} {v}" for v, n in verdict_counts(rows).items())
         + f"; wrote claims.jsonl, claims.md, claims_readme.md and config.json to {out_dir}")
   return rows

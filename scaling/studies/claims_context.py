@@ -2,9 +2,9 @@
 
 ``Context`` holds the mode (``MODES``: the sizes of ``--mode=quick``, ``cpu_hour`` and ``paper``), the head dims,
 sequence length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
-``SWEEP_RULES``). The formatting helpers below turn per-seed values into the numbers and sentences of a
-``scaling.studies.verdicts.Measurement``; the measurements themselves are in
-``scaling.studies.random_input_claims`` and ``scaling.studies.training_claims``.
+``SWEEP_RULES``; the training grids, each trained once by its ``GridPlanner``). The formatting helpers below turn
+per-seed values into the numbers and sentences of a ``scaling.studies.verdicts.Measurement``; the measurements
+themselves are in ``scaling.studies.random_input_claims`` and ``scaling.studies.training_claims``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from scaling.studies import grid_run
 from scaling.studies import stats
 from scaling.studies import sweep as sweep_lib
 from scaling.validation import ConfigError
@@ -53,14 +54,14 @@ class Context:
   """What the claims are measured on (mode, sizes, seeds, text file), with measurements shared between claims.
 
   ``d_k``, ``seq_len`` and ``num_seeds`` default to the mode's (``MODES``);
-  ``text_file`` is read only by the training claims.
+  ``text_file`` is read only by the training claims, whose grids ``planner`` plans and trains (each once).
   """
 
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
                num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
     if mode in RENAMED_MODES:
-      raise ConfigError(f"mode {mode!r} is now --mode={RENAMED_MODES[mode]} (about an hour on 2 CPU cores; "
-                       "--mode=paper is the notes' setting)")
+      raise ConfigError(f"mode={mode!r} is now mode={RENAMED_MODES[mode]!r} (about an hour on 2 CPU cores; "
+                        "mode='paper' is the notes' setting)")
     if mode not in MODES:
       raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]
@@ -70,6 +71,7 @@ class Context:
     self.num_seeds = int(num_seeds or sizes["num_seeds"])
     self.widths = tuple(sizes["widths"])
     self._cache: dict[Any, Any] = {}
+    self.planner = grid_run.GridPlanner()
 
   def sizes(self) -> dict[str, Any]:
     """The sizes this context measures at (JSON-ready)."""

@@ -181,15 +181,16 @@ class CoordCheckConfig(GridStudy):
 
   def validate(self):
     if self.grid.axis in ("batch", "steps"):
-      raise ConfigError(f"--axis={self.grid.axis} only applies to experiments.transfer; the coordinate check varies "
-                       "the width or the depth")
+      raise ConfigError(f"axis={self.grid.axis!r} only applies to experiments.transfer; the coordinate check varies "
+                        "the width or the depth")
     if self.grid.rules is not None:
-      raise ConfigError("--rules only applies to experiments.transfer; the coordinate check takes one --rule")
+      raise ConfigError("rules only applies to experiments.transfer; the coordinate check takes one rule",
+                        fields=("rule",))
     self.grid.check_unused(self)
     if self.grid.by_depth and len(self.grid.depth_values) < 2:
-      raise ConfigError(f"--depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
+      raise ConfigError(f"depths needs at least two depths for a slope against depth, got {self.grid.depths[0]}")
     if not self.grid.by_depth and len(self.grid.widths) < 2:
-      raise ConfigError(f"--widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
+      raise ConfigError(f"widths needs at least two widths for a slope against width, got {self.grid.widths[0]}")
 
   @property
   def layers(self) -> tuple[str, ...]:
@@ -689,8 +690,8 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
     batches: a fixed batch (as mup's ``fix_data``), a function ``batches(step) -> batch``, or an iterator.
     optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
       optax.GradientTransformation`` (params: the shapes of the parameter tree).
-    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.Parametrization`` objects or ready
-      ``scaling.WidthParametrization`` s.
+    schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.parametrization.Parametrization``
+      objects or ready ``scaling.WidthParametrization`` s.
     widths: at least two widths.
     base_width: the schemes' base width (default: the smallest width).
     init: "base" (None), "paper" or "rescale" (``scaling.WidthParametrization``); with ``optimizer``, an optional

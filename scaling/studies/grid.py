@@ -79,26 +79,28 @@ class WidthGrid(Options):
 
   def validate(self):
     own = {"depth": ("depths", "depth_alphas"), "batch": ("batch_sizes",), "steps": ("step_counts",)}
-    varies = {"width": "--widths at --depth", "depth": "--depths at --width", "batch": "--batch_sizes at --width",
-              "steps": "--step_counts at --width"}
+    varies = {"width": ("widths", "depth"), "depth": ("depths", "width"), "batch": ("batch_sizes", "width"),
+              "steps": ("step_counts", "width")}
     for axis, names in own.items():
       for name in names:
         if self.axis != axis and getattr(self, name) is not None:
-          raise ConfigError(f"--{name} only applies to --axis={axis} (--axis={self.axis} varies {varies[self.axis]})")
+          raise ConfigError(f"{name} only applies to axis={axis!r} (axis={self.axis!r} varies "
+                            f"{' at '.join(varies[self.axis])})", fields=varies[self.axis])
     if self.axis == "width" and self.width is not None:
-      raise ConfigError("--width only applies to --axis=depth, batch or steps (--axis=width varies --widths at --depth)")
+      raise ConfigError("width only applies to axis='depth', axis='batch' or axis='steps' (axis='width' varies "
+                        "widths at depth)", fields=varies["width"])
     for axis, name in (("batch", "batch_sizes"), ("steps", "step_counts")):
       if self.axis == axis and getattr(self, name) is None:
-        raise ConfigError(f"--axis={axis} needs --{name}")
+        raise ConfigError(f"axis={axis!r} needs {name}", fields=(name,))
     for alpha in self.depth_alphas or ():
       try:
         param_lib.check_depth_alpha(alpha)
       except ValueError as e:
-        raise ConfigError(f"--depth_alphas: {e}") from None
+        raise ConfigError(f"depth_alphas: {e}") from None
 
   def check_unused(self, config: Any, given: Collection[str] | None = None) -> None:
-    """ValueError if a study ``config`` on another axis than the width is given --widths, or on the depth axis
-    --depth, or --rule beside --rules. ``given``: the option names typed on the command line (each counts even at
+    """ValueError if a study ``config`` on another axis than the width is given widths, or on the depth axis
+    depth, or rule beside rules. ``given``: the option names typed on the command line (each counts even at
     its default); None: an option counts as given when its value differs from the study's and the option group's
     defaults (a config built in Python)."""
     model_default = default_option(config, "model")
@@ -107,13 +109,15 @@ class WidthGrid(Options):
       return name in given if given is not None else value not in defaults
 
     if self.rules is not None and typed("rule", config.model.rule, model_default.rule, model_lib.ModelFamily().rule):
-      raise ConfigError("--rule does not apply with --rules (each point trains every rule of --rules)")
+      raise ConfigError("rule does not apply with rules (each point trains every rule of rules)", fields=("rules",))
     if self.axis == "width":
       return
     if typed("widths", self.widths, default_option(config, "grid").widths, WidthGrid().widths):
-      raise ConfigError(f"--widths only applies to --axis=width; --axis={self.axis} trains every point at --width")
+      raise ConfigError(f"widths only applies to axis='width'; axis={self.axis!r} trains every point at width",
+                        fields=("width",))
     if self.by_depth and typed("depth", config.model.depth, model_default.depth, model_lib.ModelFamily().depth):
-      raise ConfigError("--depth only applies to --axis=width; --axis=depth trains the --depths at --width")
+      raise ConfigError("depth only applies to axis='width'; axis='depth' trains the depths at width",
+                        fields=("depths", "width"))
 
   def shown_values(self, values: dict[str, Any]) -> dict[str, Any]:
     """Option values (``resources.option_values``) as this axis uses them, to name in messages: on the depth, batch
@@ -243,15 +247,15 @@ class WidthGrid(Options):
         self.family(model).check(self.parametrizations, self.widths, vocab_size=dataset.vocab_size,
                                  max_len=dataset.seq_len)
       except ValueError as e:
-        raise ConfigError(f"--widths: {e}") from None
+        raise ConfigError(f"widths: {e}", fields=getattr(e, "fields", ())) from None
       return
     for point in self.points(model):
       try:
         self.family(model).base_head_dim  # pylint: disable=expression-not-assigned
         self.model_config(model, point, dataset)
       except ValueError as e:
-        flag = ("--depth_alphas" if point.get("depth_alpha") else "--widths" if self.axis == "width" else "--width")
-        raise ConfigError(f"{flag}: {self.label(point)}: {e}") from None
+        name = "depth_alphas" if point.get("depth_alpha") else "widths" if self.axis == "width" else "width"
+        raise ConfigError(f"{name}: {self.label(point)}: {e}", fields=getattr(e, "fields", ())) from None
 
 
 def lr_grid(log2_lrs: Sequence[float], seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -3,21 +3,39 @@ the memory estimate of the largest point, and the resumable loop that computes t
 
 Shared by ``scaling.studies.transfer`` and ``scaling.studies.coord_check``; each point's rows are one group of
 ``scaling.results.GroupedRows``, so a killed run resumes at the first point it had not finished.
+
+Grids declared one at a time (``scaling.studies.training_claims``): a ``GridSpec`` is one model's vmapped grid of
+learning rates (or logit multipliers) × seeds, ``train_grid`` trains it (``scaling.train.run_training``, every step
+recorded, never stopped on divergence) into a ``GridRun``, and a ``GridPlanner`` trains each spec once however many
+measurements read it. ``GridPlanner.plan`` turns declared specs into a ``GridPlan`` without training anything: its
+floating-point operations, the programs it compiles and its largest program's memory.
 """
 
 from __future__ import annotations
 
+from concurrent import futures
 import dataclasses
 import io
 import json
 import pathlib
+import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from scaling import data as data_lib
+from scaling import model as model_lib
+from scaling import optim
 from scaling import report
 from scaling import resources
 from scaling import results
+from scaling import rules as rules_lib
+from scaling import timesplit
+from scaling import train as train_lib
+from scaling.studies.grid import lr_grid
 from scaling.studies.grid import WidthGrid
 from scaling.validation import ConfigError
 
@@ -121,3 +139,265 @@ def run_rows(points: Sequence[dict[str, Any]], compute: Callable[[dict[str, Any]
       results.append_timing(out_dir, {**point, "seconds": time.perf_counter() - began})
       bar.update(label(point) + (f": {describe(rows)}" if describe else ""))
   return stream.finish()
+
+
+# ----------------------------------------------------------------------------
+# Grids declared one at a time, trained once each, and planned without training.
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+  """One vmapped grid: ``model_config`` trained under ``opt_config`` at every member, member i = (swept value
+  i // S, seed i % S) as ``lr_grid`` lays them out; the swept values are the learning rates, or with ``attn_mults``
+  the logit multipliers at one learning rate.
+
+  Attributes:
+    model_config: the model (a ``scaling.model.ModelConfig``).
+    opt_config: the optimizer, schedule and number of steps (the members' learning rates replace its own).
+    data: the training data, made with ``data_seed``.
+    data_seed: the seed of ``data.make``.
+    log2_lrs: the L learning rates (base-2 logarithms); with ``attn_mults``, the one rate of every member.
+    seeds: the S seeds (a tuple, or a range of consecutive seeds).
+    attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.train.TrainState.attn_mult``).
+    record: the metrics kept at every step (``scaling.train.run_training``'s ``record``).
+    label: the grid in words, for messages (not part of what is trained).
+  """
+
+  model_config: Any
+  opt_config: optim.OptimizerConfig
+  data: data_lib.DataConfig
+  data_seed: int
+  log2_lrs: tuple[float, ...]
+  seeds: tuple[int, ...] | range
+  attn_mults: tuple[float, ...] | None = None
+  record: tuple[str, ...] = ("loss",)
+  label: str = dataclasses.field(default="", compare=False)
+
+  def __post_init__(self):
+    object.__setattr__(self, "log2_lrs", tuple(float(x) for x in self.log2_lrs))
+    if not (isinstance(self.seeds, range) and self.seeds.step == 1):  # a range stays one (planned, never listed)
+      object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
+    if self.attn_mults is not None:
+      object.__setattr__(self, "attn_mults", tuple(float(x) for x in self.attn_mults))
+    object.__setattr__(self, "record", tuple(self.record))
+    if not self.log2_lrs or not self.seeds or self.attn_mults == ():
+      raise ConfigError(f"a grid needs learning rates, seeds and (when given) attn_mults; got log2_lrs "
+                        f"{self.log2_lrs}, seeds {self.seeds}, attn_mults {self.attn_mults}")
+    if self.attn_mults is not None and len(self.log2_lrs) != 1:
+      raise ConfigError(f"a grid of attn_mults trains at one learning rate, got log2_lrs {self.log2_lrs}")
+
+  @property
+  def num_values(self) -> int:
+    """How many values the grid sweeps (learning rates, or logit multipliers)."""
+    return len(self.log2_lrs if self.attn_mults is None else self.attn_mults)
+
+  @property
+  def members(self) -> int:
+    """The models vmapped: swept values × seeds."""
+    return self.num_values * len(self.seeds)
+
+  @property
+  def steps(self) -> int:
+    """Training steps."""
+    return self.opt_config.steps
+
+  def member_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(learning rates [M], seeds [M], α [M] or None) of the members, in order."""
+    lrs, seeds = lr_grid(self.log2_lrs * (self.num_values if self.attn_mults is not None else 1), self.seeds)
+    mults = None if self.attn_mults is None else np.repeat(np.asarray(self.attn_mults, np.float64), len(self.seeds))
+    return lrs, seeds, mults
+
+  def flops(self) -> float:
+    """Floating-point operations of training the grid (``resources.training_flops``)."""
+    return resources.training_flops(self.model_config, steps=self.steps, members=self.members,
+                                    batch_size=self.data.batch_size, seq_len=self.data.seq_len)
+
+  def program_key(self) -> tuple[Any, ...]:
+    """What the grid's compiled training step depends on: models whose rule is only a logit factor
+    (``scaling.model.logit_multiplier``: α is a value of the training state) share one step."""
+    model_config = self.model_config
+    if model_lib.logit_multiplier(model_config) is not None:
+      model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
+    return (model_config, self.opt_config, self.members, self.data.batch_size, self.data.seq_len)
+
+
+@dataclasses.dataclass
+class GridRun:
+  """One trained grid.
+
+  Attributes:
+    spec: what was trained.
+    records: the spec's ``record`` metrics, float64 [steps, M, ...].
+    final_params: the parameters after the last step, stacked [M, ...].
+    wall_time: seconds of training, compilation included.
+  """
+
+  spec: GridSpec
+  records: dict[str, np.ndarray]
+  final_params: Any
+  wall_time: float
+
+  @property
+  def model_config(self) -> Any:
+    """The model trained."""
+    return self.spec.model_config
+
+  @property
+  def opt_config(self) -> optim.OptimizerConfig:
+    """The optimizer trained with."""
+    return self.spec.opt_config
+
+  @property
+  def log2_lrs(self) -> tuple[float, ...]:
+    """The learning rates (base-2 logarithms)."""
+    return self.spec.log2_lrs
+
+  @property
+  def seeds(self) -> tuple[int, ...]:
+    """The seeds."""
+    return self.spec.seeds
+
+  def initial_params(self) -> Any:
+    """The members' parameters before the first step, stacked [M, ...] (as ``train_grid`` initialized them)."""
+    lrs, seeds, _ = self.spec.member_arrays()
+    init = train_lib.make_init(self.model_config, self.opt_config, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
+    return init.params
+
+  def by_lr(self, values: np.ndarray) -> np.ndarray:
+    """A per-member array [M, ...] reshaped to [swept values, S, ...] (rows: the learning rates, or multipliers)."""
+    values = np.asarray(values)
+    return values.reshape(self.spec.num_values, len(self.seeds), *values.shape[1:])
+
+
+def train_grid(spec: GridSpec, dataset: data_lib.Dataset) -> GridRun:
+  """Trains every member of ``spec`` on ``dataset`` in one vmapped program, every step recorded and no member
+  stopped on divergence (``scaling.train.run_training``)."""
+  lrs, seeds, mults = spec.member_arrays()
+  result = train_lib.run_training(spec.model_config, spec.opt_config, dataset, seed=seeds, learning_rates=lrs,
+                                  attn_mults=mults, record=spec.record, stop_on_divergence=False)
+  return GridRun(spec=spec, records=result.records, final_params=result.state.params, wall_time=result.wall_time)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPlan:
+  """Distinct grids to train, in order, and what training them costs (nothing is trained).
+
+  Attributes:
+    grids: the specs, each once.
+  """
+
+  grids: tuple[GridSpec, ...]
+
+  def __len__(self) -> int:
+    return len(self.grids)
+
+  @property
+  def runs(self) -> int:
+    """The models trained: members summed over the grids."""
+    return sum(g.members for g in self.grids)
+
+  def flops(self) -> float:
+    """Floating-point operations of training every grid."""
+    return sum(g.flops() for g in self.grids)
+
+  def programs(self) -> list[tuple[float, str, int]]:
+    """One (floating-point operations, dtype, steps) per grid, for ``resources.accelerator_seconds``."""
+    return [(g.flops(), str(g.model_config.dtype), int(g.steps)) for g in self.grids]
+
+  def compiled(self) -> int:
+    """How many distinct training steps the grids compile (``GridSpec.program_key``)."""
+    return len({g.program_key() for g in self.grids})
+
+  def estimate(self, flags: Sequence[str], hint: str) -> resources.Estimate:
+    """The largest training program of the grids (``resources.training_program``), its parts sized by ``flags``
+    and ``hint`` naming what to change; ``where``: "for the " and the grid's label."""
+    if not self.grids:
+      raise ConfigError("an empty plan has no largest program")
+    estimates = []
+    for g in self.grids:
+      e = resources.training_program(g.model_config, optimizer=g.opt_config.optimizer,
+                                     momentum=g.opt_config.momentum, batch_size=g.data.batch_size,
+                                     seq_len=g.data.seq_len, members=g.members)
+      parts = tuple(dataclasses.replace(p, flags=tuple(flags), hint=hint) for p in e.parts)
+      estimates.append(resources.Estimate(parts, f"for the {g.label or 'grid'}"))
+    return resources.largest(estimates)
+
+
+def _compile_grid(spec: GridSpec, dataset: data_lib.Dataset) -> None:
+  """The programs ``train_grid(spec)`` runs, compiled in this thread and counted as compiled ahead."""
+  with timesplit.compiling_ahead():
+    train_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
+
+
+class GridPlanner:
+  """The grids of one context: each dataset made once and each ``GridSpec`` trained once, however many
+  measurements read it; ``plan`` lists declared grids without training them, and ``compile_ahead`` compiles their
+  programs in a thread beside whatever runs meanwhile."""
+
+  def __init__(self):
+    self._datasets: dict[tuple[data_lib.DataConfig, int], data_lib.Dataset] = {}
+    self._runs: dict[GridSpec, GridRun] = {}
+    self._ahead: dict[tuple[Any, ...], futures.Future] = {}
+    self._executor: futures.ThreadPoolExecutor | None = None
+
+  def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
+    """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
+    caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
+    one device (``scaling.train.compile_grid``); elsewhere nothing is done ahead."""
+    if jax.device_count() > 1:
+      return
+    if self._executor is None:
+      self._executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
+    for spec in self.plan(specs).grids:
+      key = spec.program_key()
+      if key not in self._ahead:
+        self._ahead[key] = self._executor.submit(_compile_grid, spec, self.dataset(spec.data, spec.data_seed))
+
+  def close(self) -> None:
+    """Stops compiling ahead (programs not yet started are dropped; one under way finishes)."""
+    if self._executor is not None:
+      for future in self._ahead.values():
+        future.cancel()
+      self._executor.shutdown(wait=True)
+      self._executor = None
+
+  def _wait_for_programs(self, spec: GridSpec) -> None:
+    """Waits until the programs of ``spec`` compiled ahead are ready (a failure there is reported and the run
+    compiles them itself)."""
+    future = self._ahead.get(spec.program_key())
+    if future is None or future.cancelled():
+      return
+    with timesplit.waiting_for_compilation():
+      error = future.exception()
+    if error is not None:
+      sys.stderr.write(f"compiling ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
+                       "it compiles when it trains\n")
+
+  def dataset(self, config: data_lib.DataConfig, seed: int) -> data_lib.Dataset:
+    """``config.make(seed)``, made once."""
+    key = (config, int(seed))
+    if key not in self._datasets:
+      self._datasets[key] = config.make(key[1])
+    return self._datasets[key]
+
+  def train(self, spec: GridSpec) -> GridRun:
+    """The trained grid of ``spec`` (``train_grid`` on its data, the first time it is asked for)."""
+    if not isinstance(spec, GridSpec):
+      raise TypeError(f"spec must be a GridSpec, got {type(spec).__name__}")
+    if spec not in self._runs:
+      self._wait_for_programs(spec)
+      self._runs[spec] = train_grid(spec, self.dataset(spec.data, spec.data_seed))
+    return self._runs[spec]
+
+  @property
+  def runs(self) -> list[GridRun]:
+    """The grids trained so far, in order."""
+    return list(self._runs.values())
+
+  def plan(self, specs: Iterable[GridSpec]) -> GridPlan:
+    """The distinct grids of ``specs``, in order, as a ``GridPlan`` (nothing is trained)."""
+    specs = tuple(specs)
+    for spec in specs:
+      if not isinstance(spec, GridSpec):
+        raise TypeError(f"specs must be GridSpecs, got {type(spec).__name__}")
+    return GridPlan(tuple(dict.fromkeys(specs)))

@@ -9,6 +9,7 @@ mean and std over its seeds, and returns only numbers and a sentence formatted f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -36,7 +37,10 @@ from scaling.studies.stats import mean_std
 from scaling.studies.stats import round_sig
 from scaling.studies.verdicts import Claim
 from scaling.studies.verdicts import Criterion
+from scaling.studies.verdicts import FAILS
+from scaling.studies.verdicts import HOLDS
 from scaling.studies.verdicts import Measurement
+from scaling.studies.verdicts import PARTLY
 
 OUTLIER_FACTORS = (10.0, 30.0)  # outlier tokens' norms relative to the rest in the low-precision grid
 SWEPT_FACTORS = (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0, 150.0, 200.0, 300.0)  # the outlier sweep
@@ -54,6 +58,60 @@ LOW_PRECISION_D_K = 128  # head dim of the low-precision claim
 TOKEN_STD_RANGE = (0.1, 10.0)  # per-token stds of raw (pre-LayerNorm) or mixed-scale inputs, log-uniform
 TOKEN_OFFSET_STD = 3.0  # std of the per-token offsets of raw tokens
 RELATIVE_TOLERANCE = 0.05  # "normalizes to 1": within 5%
+WORKING_RANGE = 5.0  # note 2 §2.1: softmax's "working range" is [−5, 5]
+DOMINANT_MAX_PROB = 0.5  # a key "dominates" its row above this probability (unscaled_one_hot's lower threshold)
+FOCUS_TEMPERATURES = (4.0, 2.0, 1.0, 0.5, 0.25)  # temperatures T/√d_k of the lower-temperature claim, falling
+FOCUS_D_K = 64  # its head dim (note 1's example)
+QK_ALIGNMENT = 0.2  # the correlation of q_t and k_t of the same token assumed for trained models (train_qk_correlate)
+RAG_KEYS, RAG_QUERIES, RAG_TOP = 2048, 16, 5  # a long document's keys, the queries, and "a few tokens"
+STACK_WIDTH, STACK_HEAD_DIM, STACK_DEPTH, STACK_TOKENS = 256, 64, 12, 32  # the residual stack of the RMSNorm claim
+ROPE_SHIFT = 128  # the common shift of query and key positions in the RoPE relative-position check
+ROPE_OFFSET_BINS = 4  # relative offsets 0..T−1 in this many bins, each of whose logit variance is checked
+
+
+# ----------------------------------------------------------------------------
+# Claims that say several things: one criterion per part, the claim's statistic counts the parts that hold.
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """One part of a claim that says several things, with the criterion that decides that part alone."""
+
+  name: str
+  criterion: Criterion
+
+
+PART_SCORES = {HOLDS: 1.0, PARTLY: 0.5, FAILS: 0.0}
+
+
+def score_parts(parts: tuple[Part, ...], values: dict[str, float | None]) -> tuple[float, dict[str, str]]:
+  """The number of ``parts`` that hold (a part holding partly counts ½), and each part's verdict.
+
+  Args:
+    parts: the claim's parts.
+    values: each part's measured statistic, by the part's name.
+
+  Returns:
+    (score, {part name: verdict}); the score is NaN (the claim is then not measured) when a part is not measured.
+  """
+  missing = [p.name for p in parts if p.name not in values]
+  if missing:
+    raise KeyError(f"no measured value for the part(s) {', '.join(missing)}")
+  verdicts = {p.name: p.criterion.verdict(values[p.name]) for p in parts}
+  return float(sum(PART_SCORES.get(v, math.nan) for v in verdicts.values())), verdicts
+
+
+def parts_criterion(statistic: str, what: str, parts: tuple[Part, ...], reason: str) -> Criterion:
+  """The criterion of a claim of ``parts`` (``score_parts``): holds when every part holds (the score is then the number
+  of parts, above n − ½), does not hold when none holds even partly (below ½), partly otherwise."""
+  each = "; ".join(f"{p.name}: {p.criterion.text}" for p in parts)
+  return Criterion(statistic, f"{what}, each counting 1 if it holds, ½ if partly, 0 if not ({each})",
+                   holds=(">", len(parts) - 0.5), fails=("<", 0.5), reason=reason)
+
+
+def _parts_text(verdicts: dict[str, str]) -> str:
+  """Each part's verdict, in words."""
+  return "; ".join(f"{name}: {verdict}" for name, verdict in verdicts.items())
 
 
 # ----------------------------------------------------------------------------
@@ -255,13 +313,66 @@ def _d512_std(ctx: Context) -> Measurement:
                      f"{want:.2f}; {seeds_text(ctx)}): |std/22.6 − 1| = {dev:.4f}.")
 
 
+WORKING_SIGMAS = tuple(float(x) for x in 2.0 ** (np.arange(-8, 25) / 4))  # logit stds of the working-range search
+
+
+def working_range_bound(max_probs: np.ndarray, sigmas: tuple[float, ...] = WORKING_SIGMAS,
+                        level: float = DOMINANT_MAX_PROB) -> float:
+  """The 3σ half-width of row logits at which one key starts to dominate: 3 × the std (log-interpolated) at which the
+  mean max probability [len(sigmas)], rising in σ, reaches ``level`` (NaN when it does not within ``sigmas``)."""
+  mp = np.asarray(max_probs, np.float64)
+  if mp.shape != (len(sigmas),):
+    raise ValueError(f"max_probs must be [{len(sigmas)}] (one per sigma), got shape {mp.shape}")
+  if not mp.min() <= level <= mp.max():
+    return float("nan")
+  order = np.argsort(mp)
+  return 3.0 * float(2.0 ** np.interp(level, mp[order], np.log2(np.asarray(sigmas, np.float64))[order]))
+
+
+def _working_range(ctx: Context) -> dict[str, np.ndarray]:
+  """Per seed: the mean max probability of softmax rows of ``ctx.seq_len`` iid N(0, σ²) logits, for each σ of
+  WORKING_SIGMAS ([seeds, sigmas]), and the 3σ bound where a key starts to dominate ([seeds])."""
+
+  def compute():
+    def curve(z):
+      return jax.vmap(lambda sigma: jnp.mean(jnp.max(jax.nn.softmax(sigma * z, axis=-1), axis=-1)))(
+          jnp.asarray(WORKING_SIGMAS, jnp.float32))
+
+    mp = ctx.per_seed("working_range", lambda rng: (rng.standard_normal(
+        (BATCH * HEADS, ctx.seq_len, ctx.seq_len), dtype=np.float32),), curve)
+    return {"max_prob": mp, "bound": np.asarray([working_range_bound(m) for m in mp])}
+
+  return ctx.cached("working_range", compute)
+
+
+D512_PARTS = (
+    Part("3σ in [−68, 68]", Criterion("frac_within_68", "fraction of unscaled iid logits at d_k = 512 inside [−68, 68]",
+                                      holds=(">=", 0.99), fails=("<", 0.9))),
+    Part("working range [−5, 5]", Criterion(
+        "abs_log2_bound_over_5", "|log2(a/5)|, a the 3σ half-width of iid row logits at which the mean max attention "
+        f"probability reaches {DOMINANT_MAX_PROB:g} (a key dominates its row)", holds=("<=", 0.5), fails=(">", 1.0))),
+)
+
+
 def _d512_range(ctx: Context) -> Measurement:
   v = _magnitudes(ctx, D_K_512)
+  bound = _working_range(ctx)["bound"]
+  frac, a = seed_mean(v["within_3_std"]), seed_mean(bound)
+  off = abs(math.log2(a / WORKING_RANGE)) if math.isfinite(a) else math.nan
+  score, verdicts = score_parts(D512_PARTS, {"3σ in [−68, 68]": frac, "working range [−5, 5]": off})
+  found = (f"rows of {ctx.seq_len} iid Gaussian logits leave softmax's working range (a key takes over "
+           f"{DOMINANT_MAX_PROB:g} of the row on average) once their 3σ range passes ±{a:.3g} (std "
+           f"{float(np.std(bound)):.2g} over seeds), {a / WORKING_RANGE:.2g}× the note's ±{WORKING_RANGE:g}, so ±68 is "
+           f"{68 / a:.2g}× beyond it"
+           if math.isfinite(a) else "the mean max probability never reaches "
+           f"{DOMINANT_MAX_PROB:g} for logit stds {WORKING_SIGMAS[0]:g}–{WORKING_SIGMAS[-1]:g}, so no bound was found")
   return Measurement(
-      {"frac_within_68": round_sig(seed_mean(v["within_3_std"])), "frac_outside_5": mean_std(v["outside_5"], 4),
-       "frac_within_3_std": mean_std(v["within_3_std"], 4)},
-      f"At d_k = {D_K_512}, {seed_mean(v['within_3_std']):.2%} of unscaled iid logits lie in [−68, 68] (3σ) and "
-      f"{seed_mean(v['outside_5']):.1%} lie outside softmax's working range [−5, 5] ({seeds_text(ctx)}).")
+      {"parts_holding": score, "part_verdicts": verdicts, "frac_within_68": round_sig(frac),
+       "working_range_bound": mean_std(bound, 4), "abs_log2_bound_over_5": round_sig(off),
+       "frac_outside_5": mean_std(v["outside_5"], 4), "frac_within_3_std": mean_std(v["within_3_std"], 4),
+       "keys_per_row": ctx.seq_len},
+      f"At d_k = {D_K_512}, {frac:.2%} of unscaled iid logits lie in [−68, 68] (3σ) and "
+      f"{seed_mean(v['outside_5']):.1%} outside [−5, 5]; {found} ({seeds_text(ctx)}). Parts: {_parts_text(verdicts)}.")
 
 
 def _scaled_back_to_3(ctx: Context) -> Measurement:
@@ -391,6 +502,18 @@ def _quadratic_uniform(ctx: Context) -> Measurement:
   return _uniform(ctx, "quadratic", "1/d_k²")
 
 
+def row_sum_deviation(weights: jax.Array) -> jax.Array:
+  """The mean over query rows of |Σ_s w_s − 1| of attention weights [..., S] (0 when every row sums to 1).
+
+  Args:
+    weights: attention weights as ``dot_product_attention`` uses them (with the rule's weight scale).
+
+  Returns:
+    A scalar.
+  """
+  return jnp.mean(jnp.abs(jnp.sum(weights.astype(jnp.float32), axis=-1) - 1.0))
+
+
 def _post_softmax(ctx: Context) -> Measurement:
   rules = ("post_softmax", "sqrt", "none")
 
@@ -398,43 +521,69 @@ def _post_softmax(ctx: Context) -> Measurement:
     def compute(q, k, v):
       def attend(rule):
         out, weights = attention_lib.dot_product_attention(q, k, v, rule=rule, return_weights=True)
-        return jnp.sqrt(jnp.mean(jnp.square(out))), jnp.mean(jnp.sum(weights, axis=-1))
+        return (jnp.sqrt(jnp.mean(jnp.square(out))), jnp.mean(jnp.sum(weights, axis=-1)),
+                row_sum_deviation(weights))
 
-      rms, row_sum = jax.vmap(attend)(_stacked(rules, d))
-      return {**{r: rms[i] for i, r in enumerate(rules)}, "row_sum": row_sum[0]}
+      rms, row_sum, dev = jax.vmap(attend)(_stacked(rules, d))
+      return {**{r: rms[i] for i, r in enumerate(rules)}, "row_sum": row_sum[0], "row_sum_dev": dev[0],
+              "row_sum_dev_sqrt": dev[1]}
     return ctx.per_seed("post_softmax", lambda rng: _iid(rng, ctx, d), compute, d)
 
   v = {d: one(d) for d in ctx.d_k}
   vs_sqrt = {d: v[d]["post_softmax"] / v[d]["sqrt"] for d in ctx.d_k}
   vs_none = {d: v[d]["post_softmax"] / v[d]["none"] for d in ctx.d_k}
-  dev = max(abs(seed_mean(r) - 1) for r in vs_sqrt.values())
+  dev = min(seed_mean(v[d]["row_sum_dev"]) for d in ctx.d_k)
+  inside = max(seed_mean(v[d]["row_sum_dev_sqrt"]) for d in ctx.d_k)
   lo, hi = ctx.d_k[0], ctx.d_k[-1]
   return Measurement(
-      {"max_output_rms_dev": round_sig(dev), "output_rms_over_sqrt": by_d_k(vs_sqrt),
-       "output_rms_over_unscaled_softmax": by_d_k(vs_none), "row_sum": by_d_k({d: v[d]["row_sum"] for d in ctx.d_k})},
+      {"min_row_sum_dev": round_sig(dev), "row_sum": by_d_k({d: v[d]["row_sum"] for d in ctx.d_k}),
+       "row_sum_dev": by_d_k({d: v[d]["row_sum_dev"] for d in ctx.d_k}),
+       "max_row_sum_dev_division_inside": round_sig(inside), "output_rms_over_sqrt": by_d_k(vs_sqrt),
+       "output_rms_over_unscaled_softmax": by_d_k(vs_none)},
       f"Dividing after the softmax leaves attention rows summing to {seed_mean(v[lo]['row_sum']):.4f} (d_k = {lo}) to "
-      f"{seed_mean(v[hi]['row_sum']):.4f} (d_k = {hi}); the output RMS is {seed_mean(vs_none[lo]):.4f}× (d_k = "
-      f"{lo}) to {seed_mean(vs_none[hi]):.4f}× (d_k = {hi}) that of the same softmax without the division and "
-      f"{span([seed_mean(r) for r in vs_sqrt.values()], '.2f')}× that of softmax(q·k/√d_k)·v (largest |ratio − 1| "
-      f"{dev:.2f}; iid inputs, {seeds_text(ctx)}).")
+      f"{seed_mean(v[hi]['row_sum']):.4f} (d_k = {hi}): |row sum − 1| is at least {dev:.4f} (with the division inside "
+      f"the logits at most {inside:.1e}). The output RMS is {seed_mean(vs_none[lo]):.4f}× (d_k = {lo}) to "
+      f"{seed_mean(vs_none[hi]):.4f}× (d_k = {hi}) that of the same softmax without the division and "
+      f"{span([seed_mean(r) for r in vs_sqrt.values()], '.2f')}× that of softmax(q·k/√d_k)·v (iid inputs, "
+      f"{seeds_text(ctx)}).")
+
+
+FLATTER_PARTS = (
+    Part("the temperature falls", Criterion(
+        "effective_temperature_ratio", "T_eff(128) / T_eff(64), T_eff = √d_k / std(unscaled q·k) the softmax "
+        "temperature relative to the logits' scale (iid q, k, mean over seeds)", holds=("<", 0.95), fails=(">", 0.99))),
+    Part("more uniform", Criterion(
+        "entropy_rise_beyond_noise", "rise of the 1/√d_k normalized attention entropy (iid q, k) from d_k = 64 to "
+        "128, mean over seeds less twice its sample std (needs 2 or more seeds)", holds=(">", 0.01),
+        fails=("<", 0.002))),
+)
 
 
 def _sqrt_flatter_at_128(ctx: Context) -> Measurement:
   ctx.require_d_k(64, 128)
   ent, mp = sweep_series(ctx, "sqrt", "entropy_normalized"), sweep_series(ctx, "sqrt", "max_prob")
+  std = sweep_series(ctx, "none", "logit_std")
+  t_eff = {d: math.sqrt(d) / std[d] for d in (64, 128)}  # the divisor over the unscaled logits' std, per seed
+  ratio = t_eff[128] / t_eff[64]
   delta = ent[128] - ent[64]
   spread = float(np.std(delta, ddof=1)) if ctx.num_seeds > 1 else math.nan  # no spread from one seed
   beyond = float(np.mean(delta)) - 2 * spread
+  score, verdicts = score_parts(FLATTER_PARTS, {"the temperature falls": seed_mean(ratio), "more uniform": beyond})
   compared = (f"{beyond:+.4f} beyond twice its sample std over seeds ({spread:.4f})" if ctx.num_seeds > 1 else
               "one seed, so no spread to compare it with")
   return Measurement(
-      {"entropy_rise_beyond_noise": round_sig(beyond), "entropy_rise": mean_std(delta, 4),
+      {"parts_holding": score, "part_verdicts": verdicts, "effective_temperature_ratio": round_sig(seed_mean(ratio)),
+       "temperature": {64: 8.0, 128: round_sig(math.sqrt(128))}, "effective_temperature": by_d_k(t_eff),
+       "entropy_rise_beyond_noise": round_sig(beyond), "entropy_rise": mean_std(delta, 4),
        "entropy_rise_sample_std": round_sig(spread),
        "entropy_normalized": by_d_k({d: ent[d] for d in (64, 128)}, 5),
        "max_prob": by_d_k({d: mp[d] for d in (64, 128)})},
-      f"With 1/√d_k the normalized entropy is {pm(ent[64], '.4f')} at d_k = 64 and {pm(ent[128], '.4f')} at 128 "
-      f"(max probability {seed_mean(mp[64]):.4f} vs {seed_mean(mp[128]):.4f}; {ctx.seq_len} keys, "
-      f"{seeds_text(ctx)}): a change of {float(np.mean(delta)):+.4f}, {compared}.")
+      f"The temperature T = √d_k rises from 8 to {math.sqrt(128):.1f} (×{math.sqrt(2):.3f}), and so does the "
+      f"logits' std ({seed_mean(std[64]):.2f} to {seed_mean(std[128]):.2f}): relative to it the temperature goes "
+      f"×{pm(ratio, '.3f')}. With 1/√d_k the normalized entropy is {pm(ent[64], '.4f')} at d_k = 64 and "
+      f"{pm(ent[128], '.4f')} at 128 (max probability {seed_mean(mp[64]):.4f} vs {seed_mean(mp[128]):.4f}; "
+      f"{ctx.seq_len} keys, {seeds_text(ctx)}): a change of {float(np.mean(delta)):+.4f}, {compared}. Parts: "
+      f"{_parts_text(verdicts)}.")
 
 
 # Low precision: every combination of input dtype, where q·k is accumulated and where the softmax runs, rule,
@@ -517,23 +666,51 @@ def _nonfinite_measurement(ctx: Context, d_k: int, statistic: str, value: float,
   return Measurement(numbers, finding)
 
 
+OVERFLOW_DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32}
+OVERFLOW_PARTS = tuple(Part(name, Criterion("nonfinite_fraction", "fraction of non-finite outputs", holds=(">", 0.01),
+                                            fails=("<=", 0.0))) for name in OVERFLOW_DTYPES)
+
+
+def exp_overflow_fractions(q: jax.Array, k: jax.Array, v: jax.Array, rule: str = "none") -> dict[str, jax.Array]:
+  """Per dtype of OVERFLOW_DTYPES, the fraction of non-finite outputs of ``rule``'s attention without max-subtraction,
+  with q·k and the softmax in that dtype.
+
+  Args:
+    q: [B, T, N, H] queries.
+    k, v: [B, S, N, H] keys and values.
+    rule: the logit-scale rule.
+
+  Returns:
+    {dtype name: scalar fraction}.
+  """
+  return {name: jnp.mean(~jnp.isfinite(_low_precision_output(
+      q, k, v, dtype=dtype, rule=rule, acc32=False, softmax32=False, subtract_max=False).astype(jnp.float32)))
+          for name, dtype in OVERFLOW_DTYPES.items()}
+
+
 def _fp16_overflow(ctx: Context) -> Measurement:
   d = EXP_D_K
+  frac = ctx.per_seed("exp_overflow", lambda rng: _iid(rng, ctx, d), exp_overflow_fractions)
+  means = {name: seed_mean(x) for name, x in frac.items()}
+  score, verdicts = score_parts(OVERFLOW_PARTS, means)
   grid = {c: seed_mean(v) for c, v in _nonfinite_grid(ctx, d).items()}
   top = _outliers(max(OUTLIER_FACTORS))
   low = lambda dtype, rule, inputs: grid[(dtype, ALL_LOW, rule, False, inputs)]
   f32 = lambda rule, inputs: grid[("float32", ALL_F32, rule, False, inputs)]
-  stat = low("float16", "none", "iid")
   subtracted = [x for c, x in grid.items() if c[3]]
-  return _nonfinite_measurement(
-      ctx, d, "nonfinite_fp16_unscaled_no_max_sub", stat,
-      f"Without max-subtraction at d_k = {d}, iid inputs, logits and softmax in the input dtype: {stat:.1%} of "
-      f"outputs are non-finite unscaled in float16 ({low('float16', 'sqrt', 'iid'):.1%} with 1/√d_k), "
-      f"{low('bfloat16', 'none', 'iid'):.1%} in bfloat16 and {f32('none', 'iid'):.1%} in float32; with {top} "
-      f"(first and last token) and 1/√d_k: {low('float16', 'sqrt', top):.1%} in float16, "
-      f"{low('bfloat16', 'sqrt', top):.1%} in bfloat16, {f32('sqrt', top):.1%} in float32. With max-subtraction "
-      f"the largest non-finite fraction over all {len(subtracted)} conditions is {max(subtracted):.1%} "
-      f"({seeds_text(ctx)}).")
+  held = [n for n, verdict in verdicts.items() if verdict == HOLDS]
+  where = (f"exp overflows in {' and '.join(held)}{' only' if len(held) < len(OVERFLOW_DTYPES) else ''}" if held else
+           "exp overflows in none of them")
+  numbers = _nonfinite_measurement(ctx, d, "dtypes_overflowing", score, "").numbers
+  return Measurement(
+      {**numbers, "part_verdicts": verdicts, "overflows_in": held,
+       "nonfinite_unscaled_iid_no_max_sub": {n: mean_std(x, 4) for n, x in frac.items()}},
+      f"Without max-subtraction, unscaled iid attention at d_k = {d} with q·k and softmax in one dtype gives "
+      + ", ".join(f"{means[n]:.1%} ({n})" for n in OVERFLOW_DTYPES) + f" non-finite outputs: {where}. With 1/√d_k: "
+      f"{low('float16', 'sqrt', 'iid'):.1%} in float16; with {top} (first and last token) and 1/√d_k: "
+      f"{low('float16', 'sqrt', top):.1%} in float16, {low('bfloat16', 'sqrt', top):.1%} in bfloat16, "
+      f"{f32('sqrt', top):.1%} in float32. With max-subtraction the largest non-finite fraction over all "
+      f"{len(subtracted)} conditions is {max(subtracted):.1%} ({seeds_text(ctx)}).")
 
 
 def nonfinite_rows(out: jax.Array) -> jax.Array:
@@ -560,17 +737,58 @@ def clamped_attention(q, k, v, *, rule: rules_lib.ScaleRule, clamp: float, subtr
   return jnp.einsum("bnts,bsnh->btnh", weights, v)
 
 
+ONLINE_BLOCK = 32  # keys per block of ``online_softmax_attention`` in the outlier sweep
+
+
+def online_softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float, block: int) -> jax.Array:
+  """softmax(s·q·k)·v by the online softmax (FlashAttention's recurrence: a running maximum, sum and output over key
+  blocks) with every step in the inputs' dtype, q·k accumulated in it too.
+
+  The library's ``scaling.blockwise`` runs the same recurrence with q·k and the statistics in float32; this one keeps
+  the inputs' dtype throughout, so that it can be compared with dense attention at the same accumulation dtype.
+
+  Args:
+    q: [B, T, N, H] queries.
+    k, v: [B, S, N, H] keys and values; S a multiple of ``block``.
+    scale: the logit factor s.
+    block: keys per block.
+
+  Returns:
+    [B, T, N, H] in the inputs' dtype.
+  """
+  if k.shape[1] % block:
+    raise ValueError(f"block must divide the key length {k.shape[1]}, got {block}")
+  dt = q.dtype
+  b, t, n, h = q.shape
+  m = jnp.full((b, n, t), -jnp.inf, dt)
+  total = jnp.zeros((b, n, t), dt)
+  acc = jnp.zeros((b, n, t, h), dt)
+  for j in range(0, k.shape[1], block):
+    z = jnp.einsum("btnh,bsnh->bnts", q, k[:, j:j + block], preferred_element_type=dt) * jnp.asarray(scale, dt)
+    m_new = jnp.maximum(m, jnp.max(z, axis=-1))
+    p = jnp.exp(z - m_new[..., None])
+    alpha = jnp.exp(m - m_new)
+    total = alpha * total + jnp.sum(p, axis=-1, dtype=dt)
+    acc = alpha[..., None] * acc + jnp.einsum("bnts,bsnh->bnth", p, v[:, j:j + block], preferred_element_type=dt)
+    m = m_new
+  return jnp.transpose(acc / total[..., None], (0, 2, 1, 3))
+
+
 # The conditions of the outlier sweep: (name, dtype, how), how one of "input" (q·k and softmax in the input dtype),
-# "softmax32" (q·k in the input dtype, softmax in float32), "clamp" (``clamped_attention``), "online" (the
-# library's blockwise attention: online softmax, as FlashAttention) and "float32".
-SWEEP_HOWS = ("input", "softmax32", "clamp", "online")
+# "softmax32" (q·k in the input dtype, softmax in float32), "dense32" (dense, q·k accumulated and softmax in
+# float32), "clamp" (``clamped_attention``), "online" (the library's blockwise attention: online softmax, as
+# FlashAttention, q·k and softmax in float32), "online_low" (``online_softmax_attention``: online softmax with q·k and
+# softmax in the input dtype) and "float32".
+SWEEP_HOWS = ("input", "softmax32", "dense32", "clamp", "online", "online_low")
 
 
 def _sweep_name(dtype: str, how: str, subtract_max: bool) -> str:
   """The name of one condition of the outlier sweep."""
   what = {"input": f"q·k and softmax in {dtype}", "softmax32": f"q·k in {dtype}, softmax in float32",
+          "dense32": f"dense, q·k and softmax in float32, {dtype} inputs",
           "clamp": f"q·k clamped to [−{CLAMP:g}, {CLAMP:g}] before the scale, all in {dtype}",
-          "online": f"online (blockwise) softmax, {dtype} inputs", "float32": "all in float32"}[how]
+          "online": f"online (blockwise) softmax, q·k and softmax in float32, {dtype} inputs",
+          "online_low": f"online (blockwise) softmax, q·k and softmax in {dtype}", "float32": "all in float32"}[how]
   return f"{what}; {'max-subtracted' if subtract_max else 'no max-subtraction'}"
 
 
@@ -592,8 +810,13 @@ def _outlier_sweep(ctx: Context) -> dict[str, np.ndarray]:
               q, k, v, dtype=dtype, rule="sqrt", acc32=False, softmax32=soft32, subtract_max=sub))
         out[_sweep_name(name, "clamp", sub)] = nonfinite_rows(
             clamped_attention(lq, lk, lv, rule=sqrt, clamp=CLAMP, subtract_max=sub))
+      out[_sweep_name(name, "dense32", True)] = nonfinite_rows(_low_precision_output(
+          q, k, v, dtype=dtype, rule="sqrt", acc32=True, softmax32=True, subtract_max=True))
       out[_sweep_name(name, "online", True)] = nonfinite_rows(
           attention_lib.dot_product_attention(lq, lk, lv, rule="sqrt", implementation="blockwise"))
+      block = math.gcd(ONLINE_BLOCK, ctx.seq_len)
+      out[_sweep_name(name, "online_low", True)] = nonfinite_rows(
+          online_softmax_attention(lq, lk, lv, scale=float(sqrt.logit), block=block))
     return out
 
   def compute():
@@ -635,18 +858,53 @@ def _low_precision_nan_even_scaled(ctx: Context) -> Measurement:
       + f" ({seeds_text(ctx)}).")
 
 
+SOLVES = Criterion("max_nonfinite_rows", "largest fraction of non-finite rows over outlier factors ×1–×300 "
+                   f"(d_k {LOW_PRECISION_D_K}, 1/√d_k)", holds=("<=", 0.0), fails=(">", 0.001))
+SOLVES_PARTS = (Part("FP32", SOLVES), Part("clamp", SOLVES))
+READINGS = {"as written": False, "with max-subtraction": True}  # FP32 alone, or FP32 with max-subtraction
+SOLVES_CRITERION = parts_criterion(
+    "parts_solved_as_written", "the remedies that solve the overflow, read as written: FP32 as the one change (no "
+    "max-subtraction) and q·k clamped to [−100, 100] (float16 and bfloat16, with and without max-subtraction)",
+    SOLVES_PARTS, reason="the note offers FP32 itself as the fix and names no max-subtraction (the reading 'FP32 with "
+    "max-subtraction' is judged by the same criterion in the finding); 'solved' = no non-finite row at all, over 0.1% "
+    "left is not solved")
+
+
+def fp32_or_clamp_parts(sweep: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+  """Per reading of READINGS, the parts of 'solved by FP32 or by clamping' (``score_parts`` of SOLVES_PARTS) from the
+  outlier sweep ({condition name: [seeds, factors] fractions of non-finite rows}).
+
+  FP32 is float32 attention without ("as written": FP32 as the one change) or with max-subtraction; the clamp is the
+  worst of ``clamped_attention`` in float16 and bfloat16, with and without max-subtraction, in either reading.
+  """
+  worst = lambda names: max(float(np.max(np.mean(sweep[n], axis=0))) for n in names)
+  clamp = worst([n for n in sweep if "clamped" in n])
+  out = {}
+  for reading, sub in READINGS.items():
+    values = {"FP32": worst([_sweep_name("float32", "float32", sub)]), "clamp": clamp}
+    score, verdicts = score_parts(SOLVES_PARTS, values)
+    out[reading] = {"parts_solved": score, "max_nonfinite_rows": values, "part_verdicts": verdicts}
+  return out
+
+
 def _fp32_or_clamp_solves(ctx: Context) -> Measurement:
   sweep = _outlier_sweep(ctx)
-  fixed = {n: v for n, v in sweep.items() if n == _sweep_name("float32", "float32", True) or "clamped" in n}
-  worst = max(float(np.max(np.mean(v, axis=0))) for v in fixed.values())
+  readings = fp32_or_clamp_parts(sweep)
+  first = _factor_text(smallest_factor(sweep[_sweep_name("float32", "float32", False)]))
+  fixed = {_sweep_name("float32", "float32", True), _sweep_name("float32", "float32", False)}
+  fixed |= {n for n in sweep if "clamped" in n}
   broken = [n for n, v in sweep.items() if n not in fixed and np.mean(v, axis=0)[-1] > 0]
+  fp32 = lambda r: f"FP32 leaves up to {r['max_nonfinite_rows']['FP32']:.2%} non-finite rows ({r['part_verdicts']['FP32']})"
+  written, subtracted = readings["as written"], readings["with max-subtraction"]
   return Measurement(
-      {"max_nonfinite_fp32_or_clamp": round_sig(worst), "conditions": sorted(fixed), **_sweep_numbers(ctx)},
-      f"Over outlier factors ×1–×300 at d_k = {LOW_PRECISION_D_K}, float32 attention (max-subtracted) and q·k "
-      f"clamped to [−{CLAMP:g}, {CLAMP:g}] (float16 or bfloat16, with or without max-subtraction) give at most "
-      f"{worst:.1%} non-finite rows; at ×300, {len(broken)} of {len(sweep) - len(fixed)} other conditions have "
-      f"non-finite rows "
-      f"({seeds_text(ctx)}).")
+      {"parts_solved_as_written": written["parts_solved"], "readings": readings,
+       "verdict_with_max_subtraction": SOLVES_CRITERION.verdict(subtracted["parts_solved"]), **_sweep_numbers(ctx)},
+      f"Over outlier factors ×1–×300 at d_k = {LOW_PRECISION_D_K} with 1/√d_k: the clamp (float16 and bfloat16, with "
+      f"and without max-subtraction) leaves up to {written['max_nonfinite_rows']['clamp']:.2%} non-finite rows "
+      f"({written['part_verdicts']['clamp']}). As written (FP32 as the one change, without max-subtraction; non-finite "
+      f"rows from {first}) {fp32(written)}; read as FP32 with max-subtraction {fp32(subtracted)}, so that reading "
+      f"{SOLVES_CRITERION.verdict(subtracted['parts_solved'])}. At ×300, {len(broken)} of {len(sweep) - len(fixed)} "
+      f"other conditions have non-finite rows ({seeds_text(ctx)}).")
 
 
 def _clamp_before_scale(ctx: Context) -> Measurement:
@@ -672,22 +930,43 @@ def _clip_fraction(ctx: Context) -> float:
   return seed_mean(v)
 
 
+ONLINE_PAIRS = {"in the input dtype": ("input", "online_low"), "in float32": ("dense32", "online")}
+"""(dense, online) conditions of the outlier sweep that accumulate q·k and run the softmax in the same dtype."""
+
+
+def online_over_dense(sweep: dict[str, np.ndarray]) -> dict[str, Any]:
+  """The online softmax's non-finite rows over dense attention's at the same accumulation dtype (ONLINE_PAIRS), both
+  max-subtracted, per input dtype and outlier factor where the dense one has any; and the largest of them (NaN when
+  the dense one never has any)."""
+  ratios = {}
+  for t in LOW_PRECISION:
+    for acc, (dense, online) in ONLINE_PAIRS.items():
+      d, o = (np.mean(sweep[_sweep_name(t, how, True)], axis=0) for how in (dense, online))
+      ratios[f"{t}, q·k and softmax {acc}"] = [round_sig(float(y / x)) for x, y in zip(d, o) if x > 0]
+  found = [r for rs in ratios.values() for r in rs]
+  across = [float(y / x) for t in LOW_PRECISION for x, y in zip(
+      *(np.mean(sweep[_sweep_name(t, how, True)], axis=0) for how in ("input", "online"))) if x > 0]
+  return {"max_ratio": max(found) if found else float("nan"), "ratios": ratios,
+          "max_ratio_across_dtypes": max(across) if across else float("nan")}
+
+
 def _online_softmax_mitigates(ctx: Context) -> Measurement:
   sweep = _outlier_sweep(ctx)
-  pairs = {t: (np.mean(sweep[_sweep_name(t, "input", True)], 0), np.mean(sweep[_sweep_name(t, "online", True)], 0))
-           for t in LOW_PRECISION}
-  ratios = [o / x for x_o in pairs.values() for x, o in zip(*x_o) if x > 0]
-  stat = max(ratios) if ratios else float("nan")
+  got = online_over_dense(sweep)
+  stat = got["max_ratio"]
+  first = lambda t, how: f"{_factor_text(smallest_factor(sweep[_sweep_name(t, how, True)]))} ({t})"
+  pairs = "; ".join(f"with q·k and softmax {acc}, dense " + ", ".join(first(t, dense) for t in LOW_PRECISION)
+                    + " and online " + ", ".join(first(t, online) for t in LOW_PRECISION)
+                    for acc, (dense, online) in ONLINE_PAIRS.items())
   return Measurement(
-      {"max_online_over_dense_nonfinite": round_sig(stat) if ratios else None, **_sweep_numbers(ctx)},
-      f"At d_k = {LOW_PRECISION_D_K} with outlier tokens ×1–×300, max-subtracted dense attention in the input dtype "
-      "first gives non-finite rows at " + ", ".join(
-          f"{_factor_text(smallest_factor(sweep[_sweep_name(t, 'input', True)]))} ({t})" for t in LOW_PRECISION)
-      + "; the library's online-softmax (blockwise, FlashAttention-style; its softmax is always float32) attention at "
-      + ", ".join(f"{_factor_text(smallest_factor(sweep[_sweep_name(t, 'online', True)]))} ({t})"
-                  for t in LOW_PRECISION)
-      + f"; its non-finite fraction is at most {_fmt_ratio(stat)}× the dense one where that is non-zero "
-      f"({seeds_text(ctx)}).")
+      {"max_online_over_dense_nonfinite": round_sig(stat) if math.isfinite(stat) else None,
+       "online_over_dense_by_condition": got["ratios"],
+       "max_online32_over_dense_input_dtype": round_sig(got["max_ratio_across_dtypes"]), **_sweep_numbers(ctx)},
+      f"At d_k = {LOW_PRECISION_D_K} with outlier tokens ×1–×300, max-subtracted, the first factor with non-finite "
+      f"rows is: {pairs}. At the same accumulation dtype the online softmax's non-finite fraction is at most "
+      f"{_fmt_ratio(stat)}× the dense one where that is non-zero. Compared across accumulation dtypes instead (the "
+      f"library's online softmax, q·k and softmax in float32, against dense attention in the input dtype) it would "
+      f"be at most {_fmt_ratio(got['max_ratio_across_dtypes'])}× ({seeds_text(ctx)}).")
 
 
 def _fmt_ratio(x: float) -> str:
@@ -899,9 +1178,19 @@ def _layernorm_not_enough(ctx: Context) -> Measurement:
       f"{span([seed_mean(x) for x in v['sqrt'].values()])} ({seeds_text(ctx)}).")
 
 
-def _head_dim_constant(ctx: Context) -> Measurement:
+def relative_spread(values: list[float]) -> float:
+  """(max − min) / mean of ``values``."""
+  return (max(values) - min(values)) / float(np.mean(values))
+
+
+def _head_dim_scales(ctx: Context) -> dict[int, tuple[int, dict[str, np.ndarray]]]:
+  """{width: (heads, per-seed values)}: the 1/√d_k logit std and mean row-max logit of unit-variance tokens through
+  SP-initialized W_q, W_k with d_k = FIXED_HEAD_DIM and width/FIXED_HEAD_DIM heads ("fixed") and with one head of
+  d_k = width ("grown"), for iid q, k ("iid") and for q_t, k_t of each token correlated at QK_ALIGNMENT ("aligned":
+  W_k = ρ·W_q + √(1 − ρ²)·W_k')."""
   d = FIXED_HEAD_DIM
   rule = parametrization_lib.get_parametrization("sp").attention_rule()
+  rho = QK_ALIGNMENT
 
   def one(width):
     heads = max(1, width // d)
@@ -912,26 +1201,263 @@ def _head_dim_constant(ctx: Context) -> Measurement:
       return x, *_sp_weights(rng, width, heads * d), *_sp_weights(rng, width, width)
 
     def compute(x, w_q, w_k, w_q1, w_k1):
-      q, k = ((mult * x @ w).reshape(BATCH, ctx.seq_len, heads, d) for w in (w_q, w_k))
-      q1, k1 = ((mult1 * x @ w).reshape(BATCH, ctx.seq_len, 1, width) for w in (w_q1, w_k1))
-      return {"fixed_d_k": jnp.std(attention_lib.attention_logits(q, k, rule=rule)),
-              "one_head": jnp.std(attention_lib.attention_logits(q1, k1, rule=rule))}
+      out = {}
+      for inputs, c in (("iid", 0.0), ("aligned", rho)):
+        for name, m, h, dk, wq, wk in (("fixed", mult, heads, d, w_q, w_k), ("grown", mult1, 1, width, w_q1, w_k1)):
+          wk = c * wq + math.sqrt(1.0 - c * c) * wk
+          q, k = ((m * x @ w).reshape(BATCH, ctx.seq_len, h, dk) for w in (wq, wk))
+          z = attention_lib.attention_logits(q, k, rule=rule)
+          out[f"{name} {inputs} std"] = jnp.std(z)
+          out[f"{name} {inputs} row max"] = jnp.mean(jnp.max(z, axis=-1))
+      return out
 
     return heads, ctx.per_seed("head_dim_constant", draw, compute, width)
 
-  out = {w: one(w) for w in ctx.widths}
-  std = [seed_mean(v["fixed_d_k"]) for _, v in out.values()]
-  dev = (max(std) - min(std)) / float(np.mean(std))
-  one_head = [seed_mean(v["one_head"]) for _, v in out.values()]
+  return ctx.cached(("head_dim_scales", rho), lambda: {w: one(w) for w in ctx.widths})
+
+
+def _head_dim_constant(ctx: Context) -> Measurement:
+  d = FIXED_HEAD_DIM
+  out = _head_dim_scales(ctx)
+  spread = {f"{name} {inputs}": relative_spread([seed_mean(v[f"{name} {inputs} row max"]) for _, v in out.values()])
+            for name in ("fixed", "grown") for inputs in ("iid", "aligned")}
+  contrast = {inputs: spread[f"grown {inputs}"] - spread[f"fixed {inputs}"] for inputs in ("iid", "aligned")}
+  std_spread = relative_spread([seed_mean(v["fixed iid std"]) for _, v in out.values()])
+  row_max = lambda key: ", ".join(f"{seed_mean(v[key]):.2f}" for _, v in out.values())
+  widths = ", ".join(f"{w} ({h} head{'s' if h > 1 else ''})" for w, (h, _) in out.items())
   return Measurement(
-      {"rel_spread_logit_std": round_sig(dev), "head_dim": d, "heads": {w: h for w, (h, _) in out.items()},
-       "logit_std_fixed_d_k": {w: mean_std(v["fixed_d_k"], 4) for w, (_, v) in out.items()},
-       "logit_std_one_head_d_k_eq_width": {w: mean_std(v["one_head"], 4) for w, (_, v) in out.items()}},
-      f"Unit-variance tokens through SP-initialized W_q, W_k with d_k = {d} and width/{d} heads give 1/√d_k logit "
-      f"std " + ", ".join(f"{seed_mean(v['fixed_d_k']):.4f} (width {w}, {h} head{'s' if h > 1 else ''})"
-                          for w, (h, v) in out.items())
-      + f": (max − min)/mean {dev:.2%}; one head with d_k = width gives "
-      f"{span(one_head, '.4f')} ({seeds_text(ctx)}).")
+      {"row_max_spread_contrast": round_sig(max(contrast.values())), "contrast": {k: round_sig(v) for k, v in
+                                                                                 contrast.items()},
+       "row_max_relative_spread": {k: round_sig(v) for k, v in spread.items()},
+       "rel_spread_logit_std_fixed_iid": round_sig(std_spread), "head_dim": d, "qk_alignment": QK_ALIGNMENT,
+       "heads": {w: h for w, (h, _) in out.items()},
+       "values": {key: {w: mean_std(v[key], 4) for w, (_, v) in out.items()} for key in next(iter(out.values()))[1]}},
+      f"Unit-variance tokens through SP-initialized W_q, W_k at widths {widths}, 1/√d_k: with d_k = {d} fixed the "
+      f"logit std spreads {std_spread:.2%} across widths and the mean row-max logit is {row_max('fixed iid row max')} "
+      f"for iid q, k and {row_max('fixed aligned row max')} for q_t, k_t correlated at {QK_ALIGNMENT:g} (an assumed "
+      f"trained alignment); one head with d_k = width (the case the note warns about) gives "
+      f"{row_max('grown iid row max')} and {row_max('grown aligned row max')}. The relative spread of the row max "
+      f"across widths is larger with d_k growing than with d_k fixed by {contrast['iid']:+.3f} for iid and "
+      f"{contrast['aligned']:+.3f} for aligned q, k ({seeds_text(ctx)}).")
+
+
+def entropy_falls_fraction(logits: jax.Array, temperatures: tuple[float, ...]) -> jax.Array:
+  """The fraction of rows of ``logits`` [..., S] whose softmax entropy falls at every step of ``temperatures``
+  (decreasing): softmax(z/T) gets more focused each time T is lowered."""
+  h = jnp.stack([metrics_lib.row_entropy(jax.nn.softmax(logits / t, axis=-1)) for t in temperatures])
+  return jnp.mean(jnp.all(h[1:] < h[:-1], axis=0))
+
+
+def _lower_temperature_focuses(ctx: Context) -> Measurement:
+  d = FOCUS_D_K
+  temps = tuple(f * math.sqrt(d) for f in FOCUS_TEMPERATURES)
+
+  def compute(q, k):
+    z = attention_lib.attention_logits(q, k, rule="none")
+    ent = jnp.stack([jnp.mean(metrics_lib.row_entropy(jax.nn.softmax(z / t, axis=-1))) for t in temps])
+    mp = jnp.stack([jnp.mean(jnp.max(jax.nn.softmax(z / t, axis=-1), axis=-1)) for t in temps])
+    return {"falls": entropy_falls_fraction(z, temps), "entropy": ent / math.log(z.shape[-1]), "max_prob": mp}
+
+  v = ctx.per_seed("lower_temperature", lambda rng: _iid(rng, ctx, d)[:2], compute)
+  frac = seed_mean(v["falls"])
+  by_t = lambda key, spec: ", ".join(f"{format(float(np.mean(v[key][:, i])), spec)} (T = {f:g}√d_k)"
+                                     for i, f in enumerate(FOCUS_TEMPERATURES))
+  return Measurement(
+      {"rows_entropy_falls": round_sig(frac), "temperatures_over_sqrt_d_k": list(FOCUS_TEMPERATURES), "d_k": d,
+       "entropy_normalized": [round_sig(float(np.mean(x))) for x in v["entropy"].T],
+       "max_prob": [round_sig(float(np.mean(x))) for x in v["max_prob"].T]},
+      f"Lowering the temperature of softmax(q·k/T) from {FOCUS_TEMPERATURES[0]:g}√d_k to "
+      f"{FOCUS_TEMPERATURES[-1]:g}√d_k in halvings (iid q, k at d_k = {d}, {ctx.seq_len} keys): the entropy falls at "
+      f"every step in {frac:.2%} of "
+      f"rows; the normalized entropy is {by_t('entropy', '.3f')} and the max probability {by_t('max_prob', '.3f')} "
+      f"({seeds_text(ctx)}).")
+
+
+def _stack_params(rng: np.random.Generator, depth: int, gain: float = 1.0) -> dict[str, np.ndarray]:
+  """A pre-norm residual stack's weights [depth, ...] with SP's fan-in init std (× ``gain``): attention W_q, W_k, W_v,
+  W_o and the MLP's W_1, W_2 (4× the width)."""
+  w, hidden = STACK_WIDTH, 4 * STACK_WIDTH
+  sp = parametrization_lib.get_parametrization("sp")
+  shapes = {"wq": ("attn_q", w, w), "wk": ("attn_k", w, w), "wv": ("attn_v", w, w), "wo": ("attn_o", w, w),
+            "w1": ("hidden", w, hidden), "w2": ("hidden", hidden, w)}
+  return {name: (gain * sp.layer(kind, fi, fo, w).init_std
+                 * rng.standard_normal((depth, fi, fo), dtype=np.float32)).astype(np.float32)
+          for name, (kind, fi, fo) in shapes.items()}
+
+
+def residual_gradient_norms(x: jax.Array, params: dict[str, jax.Array], cotangent: jax.Array,
+                            norm: bool) -> jax.Array:
+  """‖∂L/∂x_l‖ at the input of every block l of a pre-norm residual stack and at its output: [depth + 1].
+
+  Each block is x + Attn(N(x)), then x + W_2 gelu(W_1 N(x)), with N the library's RMSNorm (``rules.rms_norm``, no
+  gain) when ``norm``, else the identity; attention is the library's, 1/√d_k, heads of STACK_HEAD_DIM.
+  L = Σ x_depth · cotangent.
+
+  Args:
+    x: [B, T, W] input tokens.
+    params: ``_stack_params``' weights [depth, ...].
+    cotangent: [B, T, W] the gradient of L with respect to the stack's output.
+    norm: RMSNorm before each branch (else none).
+
+  Returns:
+    [depth + 1] gradient norms, from the first block's input to the output.
+  """
+  b, t, w = x.shape
+  heads = w // STACK_HEAD_DIM
+  n = rules_lib.rms_norm if norm else (lambda y: y)
+
+  def block(h, p):
+    q, k, v = ((n(h) @ p[name]).reshape(b, t, heads, STACK_HEAD_DIM) for name in ("wq", "wk", "wv"))
+    h = h + attention_lib.dot_product_attention(q, k, v, rule="sqrt").reshape(b, t, w) @ p["wo"]
+    return h + jax.nn.gelu(n(h) @ p["w1"]) @ p["w2"]
+
+  def loss(taps):
+    def step(h, xs):
+      p, tap = xs
+      return block(h + tap, p), None
+    h, _ = jax.lax.scan(step, x, (params, taps[:-1]))
+    return jnp.sum((h + taps[-1]) * cotangent)
+
+  depth = next(iter(params.values())).shape[0]
+  grads = jax.grad(loss)(jnp.zeros((depth + 1, b, t, w), x.dtype))
+  return jnp.sqrt(jnp.sum(jnp.square(grads), axis=(1, 2, 3)))
+
+
+def decades(norms: np.ndarray) -> np.ndarray:
+  """log10(max / min) over the last axis."""
+  norms = np.asarray(norms, np.float64)
+  return np.log10(np.max(norms, axis=-1) / np.min(norms, axis=-1))
+
+
+def _rmsnorm_flow(ctx: Context, gain: float = 1.0) -> dict[str, np.ndarray]:
+  """Per seed, the ``residual_gradient_norms`` of a depth-STACK_DEPTH stack without and with RMSNorm ([seeds, depth+1]
+  each), on unit-variance tokens and weights of init std × ``gain``."""
+
+  def draw(rng):
+    x = rng.standard_normal((BATCH, STACK_TOKENS, STACK_WIDTH), dtype=np.float32)
+    return x, _stack_params(rng, STACK_DEPTH, gain), rng.standard_normal(x.shape, dtype=np.float32)
+
+  def compute(x, params, g):
+    return {name: residual_gradient_norms(x, params, g, norm) for name, norm in (("none", False), ("rms", True))}
+
+  return ctx.cached(("rmsnorm_flow", gain), lambda: ctx.per_seed("rmsnorm_flow", draw, compute))
+
+
+def _rmsnorm_stabilizes(ctx: Context) -> Measurement:
+  v = _rmsnorm_flow(ctx)
+  spans = {name: decades(g) for name, g in v.items()}  # [seeds]
+  removed = spans["none"] - spans["rms"]
+  ends = lambda name: (f"{seed_mean(v[name][:, 0]):.3g} at the first block's input and {seed_mean(v[name][:, -1]):.3g} "
+                       "at the output")
+  return Measurement(
+      {"decades_removed": round_sig(seed_mean(removed)), "decades_without_norm": mean_std(spans["none"], 4),
+       "decades_with_rmsnorm": mean_std(spans["rms"], 4), "depth": STACK_DEPTH, "width": STACK_WIDTH,
+       "grad_norm_by_layer": {name: [round_sig(float(x)) for x in np.mean(g, axis=0)] for name, g in v.items()}},
+      f"At initialization (random tokens, SP fan-in weights), in a depth-{STACK_DEPTH} pre-norm residual stack of "
+      f"width {STACK_WIDTH} (attention with 1/√d_k and an MLP per block), ‖∂L/∂x‖ of the residual stream spans "
+      f"{pm(spans['none'], '.2f')} decades across the blocks without normalization ({ends('none')}) and "
+      f"{pm(spans['rms'], '.2f')} with RMSNorm before each branch ({ends('rms')}): RMSNorm removes "
+      f"{seed_mean(removed):.2f} decades ({seeds_text(ctx)}).")
+
+
+def rope_offset_stats(q: jax.Array, k: jax.Array, rotate, shift: int, bins: int) -> dict[str, jax.Array]:
+  """What a rotation by position does to q·k: its dependence on absolute position and the 1/√d_k logit variance by
+  relative offset.
+
+  Args:
+    q, k: [B, T, N, H] iid queries and keys.
+    rotate: (x, positions [T]) -> x rotated, e.g. ``scaling.rope.apply_rope``.
+    shift: added to every query and key position for the absolute-position check.
+    bins: the relative offsets |t − s| in 0..T−1 are split into this many bins of equal width.
+
+  Returns:
+    {"relative_error": max over (t, s) of |R_t q·R_s k − R_{t+shift} q·R_{s+shift} k| / (|q||k|),
+    "offset_var": [bins] variance of the 1/√d_k logits in each bin of relative offsets}.
+  """
+  t, h = q.shape[1], q.shape[-1]
+  pos = jnp.arange(t)
+  dot = lambda a, b: jnp.einsum("btnh,bsnh->bnts", a, b)
+  z0, z1 = dot(rotate(q, pos), rotate(k, pos)), dot(rotate(q, pos + shift), rotate(k, pos + shift))
+  norms = jnp.linalg.norm(q, axis=-1).transpose(0, 2, 1)[..., :, None] * jnp.linalg.norm(k, axis=-1).transpose(
+      0, 2, 1)[..., None, :]
+  offset = jnp.abs(pos[:, None] - pos[None, :])
+  which = jnp.minimum(offset * bins // t, bins - 1)
+  z = z0 / math.sqrt(h)
+
+  def var(i):
+    inside = jnp.broadcast_to(which == i, z.shape)
+    count = jnp.sum(inside)
+    mean = jnp.sum(jnp.where(inside, z, 0.0)) / count
+    return jnp.sum(jnp.where(inside, (z - mean) ** 2, 0.0)) / count
+
+  return {"relative_error": jnp.max(jnp.abs(z0 - z1) / norms), "offset_var": jnp.stack([var(i) for i in range(bins)])}
+
+
+ROPE_PARTS = (
+    Part("q·k depends on the offset only", Criterion(
+        "relative_error", f"largest |R_t q·R_s k − R_{{t+{ROPE_SHIFT}}} q·R_{{s+{ROPE_SHIFT}}} k| / (|q||k|) over "
+        "positions t, s in 0..T−1", holds=("<", 1e-4), fails=(">", 1e-2))),
+    Part("1/√d_k stays right", Criterion(
+        "max_offset_var_dev", f"largest |Var − 1| of 1/√d_k RoPE logits of iid q, k in {ROPE_OFFSET_BINS} bins of "
+        "relative offset", holds=("<", 0.05), fails=(">", 0.2))),
+)
+
+
+def _rope_compatible(ctx: Context) -> Measurement:
+  dims = [d for d in NOTE_D_K if d % 2 == 0]
+
+  def one(d):
+    return ctx.per_seed("rope_compatible", lambda rng: _iid(rng, ctx, d)[:2],
+                        lambda q, k: rope_offset_stats(q, k, rope_lib.apply_rope, ROPE_SHIFT, ROPE_OFFSET_BINS), d)
+
+  v = {d: one(d) for d in dims}
+  err = max(float(np.max(v[d]["relative_error"])) for d in dims)
+  dev = max(abs(float(x) - 1) for d in dims for x in np.mean(v[d]["offset_var"], axis=0))
+  score, verdicts = score_parts(ROPE_PARTS, {"q·k depends on the offset only": err, "1/√d_k stays right": dev})
+  return Measurement(
+      {"parts_holding": score, "part_verdicts": verdicts, "relative_error": err, "max_offset_var_dev": round_sig(dev),
+       "offset_var": {d: [round_sig(float(x)) for x in np.mean(v[d]["offset_var"], axis=0)] for d in dims}},
+      f"With the library's RoPE (base 10000) on iid q, k at d_k {', '.join(map(str, dims))}, {ctx.seq_len} positions: "
+      f"shifting every position by {ROPE_SHIFT} changes q·k by at most {err:.1e} of |q||k|, and the 1/√d_k logit "
+      f"variance in {ROPE_OFFSET_BINS} bins of relative offset is "
+      + "; ".join(f"{span([float(x) for x in np.mean(v[d]['offset_var'], axis=0)], '.3f')} (d_k = {d})" for d in dims)
+      + f" ({seeds_text(ctx)}). Parts: {_parts_text(verdicts)}.")
+
+
+def top_mass(q: jax.Array, k: jax.Array, rule: str | rules_lib.ScaleRule, top: int) -> jax.Array:
+  """The mean over query rows of the attention mass on the ``top`` keys with the largest weights.
+
+  Args:
+    q: [B, T, N, H] queries.
+    k: [B, S, N, H] keys.
+    rule: the logit-scale rule.
+    top: how many keys.
+
+  Returns:
+    A scalar in [top/S, 1].
+  """
+  w = metrics_lib.softmax_distribution(attention_lib.attention_weights(q, k, rule=rule))
+  return jnp.mean(jnp.sum(jax.lax.top_k(w, top)[0], axis=-1))
+
+
+def _retrieval_dominance(ctx: Context) -> Measurement:
+  def one(d):
+    def draw(rng):
+      q = rng.standard_normal((BATCH, RAG_QUERIES, HEADS, d), dtype=np.float32)
+      return q, rng.standard_normal((BATCH, RAG_KEYS, HEADS, d), dtype=np.float32)
+
+    return ctx.per_seed("retrieval", draw, lambda q, k: {r: top_mass(q, k, r, RAG_TOP) for r in ("none", "sqrt")}, d)
+
+  v = {d: one(d) for d in NOTE_D_K}
+  moved = {d: x["none"] - x["sqrt"] for d, x in v.items()}
+  stat = min(seed_mean(m) for m in moved.values())
+  return Measurement(
+      {"min_top_mass_removed": round_sig(stat), "top_mass_none": by_d_k({d: x["none"] for d, x in v.items()}),
+       "top_mass_sqrt": by_d_k({d: x["sqrt"] for d, x in v.items()}), "keys": RAG_KEYS, "top": RAG_TOP},
+      f"Over a long document of {RAG_KEYS} iid keys ({RAG_QUERIES} iid queries), the {RAG_TOP} keys with the largest "
+      "weights take " + "; ".join(f"{seed_mean(x['none']):.1%} of a query's attention without scaling and "
+                                  f"{seed_mean(x['sqrt']):.1%} with 1/√d_k at d_k = {d}" for d, x in v.items())
+      + f": scaling moves at least {stat:.1%} of the mass off them ({seeds_text(ctx)}).")
 
 
 RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
@@ -972,10 +1498,12 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
                     fails=(">", 0.2), reason="√512 = 22.63; 5% allows sampling noise"),
           _d512_std),
     Claim("d512_range", "note 2 §2.1",
-          "At d_k = 512 most unscaled values fall in [−68, 68] (3σ), far beyond softmax's working range [−5, 5].",
-          Criterion("frac_within_68", "fraction of unscaled iid logits at d_k = 512 inside [−68, 68]",
-                    holds=(">=", 0.99), fails=("<", 0.9),
-                    reason="3σ of a Gaussian holds 99.7%; 'most' read as at least 99%, under 90% it is not 3σ"),
+          "At d_k = 512 most unscaled values fall in [−68, 68] (3σ), far beyond softmax's working range (usually "
+          "[−5, 5]).",
+          parts_criterion("parts_holding", "parts of the claim that hold", D512_PARTS,
+                          reason="3σ of a Gaussian holds 99.7%: 'most' is at least 99%, under 90% it is not 3σ; the "
+                          "working range ends where a key takes over half its row (the one-hot row's lower threshold), "
+                          "and [−5, 5] names that end if it is within √2 of 5, not if it is off by over 2×"),
           _d512_range),
     Claim("scaled_back_to_3", "note 2 §2.1",
           "After dividing by √d_k the values return to [−3, 3].",
@@ -1003,16 +1531,18 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
           _uniform_criterion("1/d_k²"), _quadratic_uniform),
     Claim("post_softmax_breaks", "note 1 §4 ⑤, §5",
           "Applying the division after the softmax breaks the normalization.",
-          Criterion("max_output_rms_dev", "largest over the measured d_k of |RMS(softmax(q·k)·v/√d_k) / "
-                    "RMS(softmax(q·k/√d_k)·v) − 1| (iid inputs)", holds=(">", 0.25), fails=("<", 0.05),
-                    reason="'breaks' = the output scale is off by more than a quarter; within 5% nothing broke"),
+          Criterion("min_row_sum_dev", "smallest over the measured d_k of the mean over query rows of |Σ_s w_ts − 1|, "
+                    "w = softmax(q·k)/√d_k (iid inputs)", holds=(">", 0.01), fails=("<", 0.001),
+                    reason="'breaks the normalization' = the attention rows no longer sum to 1: off by over 1% is "
+                    "broken, within 0.1% (float rounding is far below) it is kept"),
           _post_softmax),
     Claim("sqrt_flatter_at_128", "note 2 §4, follow-up 3",
-          "Going from d_k = 64 to 128 makes 1/√d_k attention more uniform, losing sharpness.",
-          Criterion("entropy_rise_beyond_noise", "rise of the 1/√d_k normalized attention entropy (iid q, k) from "
-                    "d_k = 64 to 128, mean over seeds less twice its sample std (needs 2 or more seeds)",
-                    holds=(">", 0.01), fails=("<", 0.002),
-                    reason="'more uniform' needs a rise beyond seed noise; 0.01 of the entropy range is visible"),
+          "Going from d_k = 64 to 128, the dot products are divided by a larger number, so the softmax temperature "
+          "falls and 1/√d_k attention gets more uniform, losing sharpness.",
+          parts_criterion("parts_holding", "parts of the claim that hold, iid q, k", FLATTER_PARTS,
+                          reason="the temperature that sets sharpness is the divisor relative to the logits' scale: "
+                          "'falls' = by over 5%, within 1% it stays; 'more uniform' needs an entropy rise beyond seed "
+                          "noise, 0.01 of the entropy range is visible"),
           _sqrt_flatter_at_128),
     Claim("temperature_needed_at_128", "note 2 §4, follow-up 3",
           "Going from d_k = 64 to 128 needs a temperature √(d_k/τ) to keep the attention's sharpness.",
@@ -1021,11 +1551,12 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
                     reason="'needs' = τ must differ from 1 by 19% or more; within 3.5% plain √d_k already keeps it"),
           _temperature_needed),
     Claim("fp16_exp_overflow", "note 1 §2 (b), §4 ④",
-          "Without max-subtraction, exp overflows numerically.",
-          Criterion("nonfinite_fp16_unscaled_no_max_sub", "fraction of non-finite attention outputs without "
-                    f"max-subtraction for unscaled iid logits at d_k = {EXP_D_K} (the note's example), logits and "
-                    "softmax in float16", holds=(">", 0.01), fails=("<=", 0.0),
-                    reason="'overflows' holds if it happens in over 1% of outputs, fails if never"),
+          "Without max-subtraction, exp overflows numerically (no dtype named).",
+          parts_criterion("dtypes_overflowing", "dtypes (of float16, bfloat16, float32) in which attention without "
+                          f"max-subtraction overflows, unscaled iid logits at d_k = {EXP_D_K} (the note's example), "
+                          "q·k and softmax in that dtype", OVERFLOW_PARTS,
+                          reason="the note names no dtype, so it claims the overflow in each: in over 1% of outputs "
+                          "it overflows, in none it does not; in some dtypes only, it holds partly"),
           _fp16_overflow),
     Claim("low_precision_nan_even_scaled", "note 2 §2.3",
           "Even with √d_k scaling, individual extreme tokens can overflow FP16/BF16 attention into NaN.",
@@ -1052,16 +1583,14 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
     Claim("online_softmax_mitigates", "note 2 §2.3",
           "FlashAttention's online softmax mitigates the overflow in low precision.",
           Criterion("max_online_over_dense_nonfinite", "largest ratio of non-finite rows of online-softmax "
-                    "(blockwise) attention to those of dense attention in the same dtype, where the dense one has any",
-                    holds=("<", 0.1), fails=(">=", 0.9),
+                    "(blockwise) attention to those of dense attention with q·k accumulated and the softmax run in the "
+                    "same dtype (both the input dtype, or both float32), float16 and bfloat16 inputs, outliers "
+                    "×1–×300, where the dense one has any", holds=("<", 0.1), fails=(">=", 0.9),
                     reason="'mitigates' = removes at least 90% of the failures; 90% or more left is no mitigation"),
           _online_softmax_mitigates),
     Claim("fp32_or_clamp_solves", "note 2 §5",
           "Overflow can be solved by FP32 or by clamping.",
-          Criterion("max_nonfinite_fp32_or_clamp", "largest fraction of non-finite rows in float32 or with the clamp "
-                    "over outlier factors ×1–×300 (d_k 128)", holds=("<=", 0.0), fails=(">", 0.001),
-                    reason="'solved' = no non-finite row at all; over 0.1% left is not solved"),
-          _fp32_or_clamp_solves),
+          SOLVES_CRITERION, _fp32_or_clamp_solves),
     Claim("rope_changes_norms", "note 2 §2.4",
           "RoPE changes the norms of Q and K, so scaling is still needed.",
           Criterion("max_rel_norm_change", "largest relative change of |q| or |k| under RoPE over all measured "
@@ -1074,6 +1603,15 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
                     "and position sets", holds=("<", 0.05), fails=(">", 0.2),
                     reason="'does not change' = within 5% (sampling noise); a 20% change is a change"),
           _rope_variance),
+    Claim("rope_compatible_with_sqrt", "note 2 references (RoFormer)",
+          "RoFormer's compatibility analysis: with RoPE, q·k depends on the positions only through their offset, and "
+          "1/√d_k stays the right scale.",
+          parts_criterion("parts_holding", "parts of the claim that hold, the library's RoPE on iid q, k at d_k 64 "
+                          "and 128", ROPE_PARTS,
+                          reason="the offset dependence is an identity (float32 rounding of the angles stays below "
+                          "1e-4; 1e-2 is another function); '1/√d_k stays right' = unit variance at every offset, "
+                          "within 5%, and a 20% change is a change"),
+          _rope_compatible),
     Claim("qk_norm_robust", "note 1 §3, §4",
           "QK-norm replaces the unit-variance assumption with explicit normalization, making the scale robust.",
           Criterion("max_rel_dev_qk_norm", "largest |Var − 1| of QK-norm logits over input scales (entry std "
@@ -1087,6 +1625,14 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
                     "independent float64 numpy softmax(q·k/T) with T = √d_k", holds=("<", 1e-5), fails=(">", 1e-3),
                     reason="an identity: float32 rounding is below 1e-5; 1e-3 would be a different function"),
           _temperature_equivalence),
+    Claim("lower_temperature_focuses", "note 1 §4 ③",
+          "A lower softmax temperature makes attention more focused.",
+          Criterion("rows_entropy_falls", "fraction of query rows whose attention entropy falls at every halving of "
+                    f"T in softmax(q·k/T), T from {FOCUS_TEMPERATURES[0]:g}√d_k to {FOCUS_TEMPERATURES[-1]:g}√d_k "
+                    f"(iid q, k at d_k = {FOCUS_D_K})", holds=(">=", 0.9), fails=("<", 0.5),
+                    reason="'more focused' = lower entropy, in nearly every row (9 in 10) at every step; in under half "
+                    "the rows a lower temperature does not focus"),
+          _lower_temperature_focuses),
     Claim("layernorm_not_enough", "note 2 §2.4",
           "LayerNorm does not solve the attention-score variance problem.",
           Criterion("var_exponent", "exponent a of Var(unscaled q·k) ∝ d_k^a for LayerNorm-ed tokens projected by "
@@ -1101,12 +1647,34 @@ RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
                     fails=(">=", 1.0), reason="'faster' = at least 5% less time (beyond timing noise); equal or more "
                     "is not"),
           _rmsnorm_cheaper),
+    Claim("rmsnorm_stabilizes_gradients", "note 2 §4, follow-up 2",
+          "RMSNorm (normalizing each token's hidden output) stabilizes the gradient flow of deep networks.",
+          Criterion("decades_removed", "decades of spread of ‖∂L/∂x‖ across the blocks of a depth-"
+                    f"{STACK_DEPTH} pre-norm residual stack at initialization without normalization, less that with "
+                    "RMSNorm before each branch (random tokens, SP fan-in weights, mean over seeds)",
+                    holds=(">=", 1.0), fails=("<=", 0.1),
+                    reason="'stabilizes' needs a drift to remove: a decade is the unit of 'stable' of the training "
+                    "rows; removing under a tenth of one changes nothing"),
+          _rmsnorm_stabilizes),
     Claim("head_dim_constant", "note 1 §4 (English)",
           "Keeping d_k fixed while width grows with the head count preserves the attention scale.",
-          Criterion("rel_spread_logit_std", "(max − min)/mean across widths of the 1/√d_k logit std with d_k = "
-                    f"{FIXED_HEAD_DIM} and width/{FIXED_HEAD_DIM} heads (unit-variance tokens, SP fan-in W_q, W_k)",
-                    holds=("<", 0.05), fails=(">", 0.2),
-                    reason="'preserves' = the same to within 5% at every width; 20% apart is not preserved"),
+          Criterion("row_max_spread_contrast", "relative spread (max − min)/mean across widths of the mean row-max "
+                    "1/√d_k logit with one head of d_k = width, less that with d_k = "
+                    f"{FIXED_HEAD_DIM} and width/{FIXED_HEAD_DIM} heads (unit-variance tokens, SP fan-in W_q, W_k); "
+                    f"the larger of iid q, k and q_t, k_t correlated at {QK_ALIGNMENT:g}", holds=(">=", 0.2),
+                    fails=("<", 0.05),
+                    reason="'preserves' needs a contrast: fixing d_k must keep the scale 20% steadier than growing "
+                    "d_k (the case the note warns about) does, at init or with trained q-k alignment; under 5% it "
+                    "preserves nothing growing d_k loses"),
           _head_dim_constant),
+    Claim("retrieval_not_dominated", "note 2 §6 (RAG)",
+          "In long-document retrieval with large Q/K dimensions, scaling keeps the retrieval scores from being "
+          "dominated by a few tokens.",
+          Criterion("min_top_mass_removed", f"share of attention mass on the {RAG_TOP} largest-weight keys of "
+                    f"{RAG_KEYS} without scaling, less that with 1/√d_k, iid q, k, the smaller over d_k 64 and 128",
+                    holds=(">=", 0.5), fails=("<", 0.1),
+                    reason="'dominated by a few tokens' = they take most of the mass; scaling keeps it from them if "
+                    "it moves at least half of the mass off them, under a tenth it changes nothing"),
+          _retrieval_dominance),
 )
 """The claims random inputs can settle, in the order of the tables."""

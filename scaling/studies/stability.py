@@ -50,7 +50,7 @@ class StabilityConfig(Options):
 
   def validate(self):
     if self.final_window > self.optim.steps:
-      raise ConfigError(f"--final_window={self.final_window} exceeds --steps={self.optim.steps}")
+      raise ConfigError(f"final_window={self.final_window} exceeds steps={self.optim.steps}")
 
 
 def _final(values: np.ndarray, window: int) -> np.ndarray:

@@ -117,22 +117,26 @@ class SweepConfig(Options):
 
   def validate(self):
     if (self.parametrization is None) != (self.width is None):
-      raise ConfigError("--parametrization and --width go together (width mode); give both or neither")
+      raise ConfigError("parametrization and width go together (projected q, k and v); give both or neither",
+                        fields=("width",))
     if self.parametrization is None and self.zero_query:
-      raise ConfigError("--zero_query needs --parametrization and --width")
+      raise ConfigError("zero_query needs parametrization and width", fields=("parametrization", "width"))
     if self.parametrization is not None and len(self.qk_std) > 1:
-      raise ConfigError("--qk_std sets iid q, k; width mode draws them from projections, so give at most one value")
+      raise ConfigError("qk_std sets iid q, k; width mode draws them from projections, so give at most one value")
     if PARAM_RULE in self.rules and self.parametrization is None:
-      raise ConfigError(f"rule {PARAM_RULE!r} needs --parametrization and --width (width mode)")
+      raise ConfigError(f"rule {PARAM_RULE!r} needs parametrization and width (projected q, k and v)",
+                        fields=("parametrization", "width"))
     if self.attention == "blockwise" and not (self.float32_softmax and self.subtract_max):
       raise ConfigError("blockwise attention always uses a float32 online softmax with max-subtraction; "
                        "the float32_softmax/subtract_max failure demos need attention='dense'")
     if self.tau != 1.0 and "temperature" not in self.rules:
-      raise ConfigError(f"--tau={self.tau:g} only applies to the 'temperature' rule, which --rules leaves out")
+      raise ConfigError(f"tau={self.tau:g} only applies to the 'temperature' rule, which rules leaves out",
+                        fields=("rules",))
     if self.base_head_dim is not None and "linear" not in self.rules and self.parametrization is None:
-      raise ConfigError("--base_head_dim only applies to the 'linear' rule or width mode")
+      raise ConfigError("base_head_dim only applies to the 'linear' rule or width mode")
     if self.base_width != 64 and self.parametrization is None:
-      raise ConfigError("--base_width only applies in width mode (--parametrization and --width)")
+      raise ConfigError("base_width only applies with parametrization and width (projected q, k and v)",
+                        fields=("parametrization", "width"))
 
   def modes(self) -> list[SweepConfig]:
     """One config per program shape: (parametrization, width) in width mode × sequence length × dtype.

@@ -87,8 +87,8 @@ class TrainConfig(Options):
 
   def validate(self):
     if self.divergence_factor <= 1:
-      raise ConfigError(f"--divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
-                       "count as diverged)")
+      raise ConfigError(f"divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
+                        "count as diverged)")
 
   def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
     """The model for ``dataset`` (the base width defaults to the width: μP = SP)."""
@@ -97,14 +97,14 @@ class TrainConfig(Options):
       return family.model_config(self.parametrization, self.width, vocab_size=dataset.vocab_size,
                                  max_len=dataset.seq_len)
     except ValueError as e:
-      raise ConfigError(f"--width={self.width}: {e}") from None
+      raise ConfigError(f"width={self.width}: {e}", fields=getattr(e, "fields", ())) from None
 
 
 def memory_estimate(config: TrainConfig, dataset: data_lib.Dataset,
                     model_config: model_lib.ModelConfig) -> resources.Estimate:
   """What the run needs: one model, its optimizer state, the kept last finite state, a step's activations."""
   return resources.training_estimate(
-      [(f"at --width={config.width}", model_config)], optimizer=config.optim.optimizer,
+      [(f"at width={config.width}", model_config)], optimizer=config.optim.optimizer,
       momentum=config.optim.momentum, batch_size=dataset.batch_size, seq_len=dataset.seq_len, state_copies=3,
       data_bytes=resources.dataset_bytes(dataset))
 

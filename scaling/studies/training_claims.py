@@ -2,17 +2,26 @@
 
 The claims come from note 2 §4, follow-up 1 (``shared/seeds/004_383f650843b84e3b.txt``: without 1/√d_k scaling
 the loss is NaN within 100 steps, attention gradient norms decay below 1e-6, 6 layers converge to a worse loss, very
-slowly, with an oscillating loss, or with a tiny learning rate and clipping, 12+ layers cannot converge), note 2 §2
-(dividing by d_k loses expressiveness, √d_k is optimal, LayerNorm and RMSNorm do not replace the scale) and note 1
-§2, §3, §4 ② and ⑤ (``shared/seeds/000_ae59428f9015f76d.txt``: with the scale gradients are stable; in training q
-and k become correlated; μP lets hyperparameters transfer across width; the division belongs before the softmax).
+slowly, with an oscillating loss, or only with a tiny learning rate and clipping, 12+ layers cannot converge), note 2
+§2 (dividing by d_k loses expressiveness, √d_k is the optimal variance normalization, LayerNorm and RMSNorm do not
+replace the scale) and note 1 §2, §3, §4 ② and ⑤ (``shared/seeds/000_ae59428f9015f76d.txt``: with the scale
+gradients are stable; in training q and k become correlated; μP's initialization and scaling are consistent across
+width; the division belongs before the softmax).
+
+Every verdict carries the seeds' spread: each measurement reports its statistic's standard error over seeds
+(``<statistic>_se``, from the per-seed values ``<statistic>_seeds``), and a threshold within two standard errors
+makes the verdict inconclusive (``scaling.studies.verdicts.Criterion.noise``). An optimum located on a grid (the
+loss-optimal logit multiplier, each width's optimal learning rate) whose argmin sits at the grid's edge widens the
+grid once, up to ``edge_octaves`` past that edge (``locate_optimum``); still at the edge, its verdict is
+inconclusive (``Criterion.edge``). Those widenings are trained when found, so a plan does not count them.
 
 Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
 built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
-(``scaling.train.run_training`` with a seed list, never stopped on divergence, every step recorded) and are shared
-between claims through a cache keyed on the context and the run's configuration, so the depth-6 grid of the
-unscaled model, say, is trained once for all the claims that read it. ``planned_grids`` lists the grids the claims
-would train without training them (for the time estimate printed before a run).
+(``scaling.studies.grid_run.GridSpec``, trained by ``scaling.train.run_training`` with a seed list, never stopped on
+divergence, every step recorded). Each claim declares the grids it trains (``Claim.grids``: a function of the
+context mapping names to specs, the same one its measurement trains from), so a run is planned from the
+declarations without training or measuring anything; the context's ``GridPlanner`` (``ctx.planner``) trains each
+grid once, so the depth-6 grid of the unscaled model, say, serves every claim that reads it.
 
 ``SIZES`` holds the sizes of each mode (quick, cpu_hour, paper, and test for the unit tests); ``describe_sizes``
 puts them in words for the tables' headings.
@@ -26,27 +35,30 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scaling import attention as attention_lib
 from scaling import data as data_lib
+from scaling import metrics as metrics_lib
 from scaling import model as model_lib
 from scaling import optim
-from scaling import resources
-from scaling import rules as rules_lib
+from scaling import rope as rope_lib
 from scaling import train as train_lib
 from scaling.config import option
+from scaling.studies import coord_check
 from scaling.studies import optimum
 from scaling.studies import stats
-from scaling.studies.grid import lr_grid
+from scaling.studies.grid_run import GridRun
+from scaling.studies.grid_run import GridSpec
 from scaling.studies.verdicts import Claim
 from scaling.studies.verdicts import Criterion
 from scaling.studies.verdicts import Measurement
+from scaling.studies.verdicts import Reading
 
 RECORD = ("loss", "grad_norm", "layer_grad_norm", "attn_max_logit", "attn_entropy")
 QK_RULES = ("none", "sqrt", "linear", "qk_norm")
@@ -54,7 +66,7 @@ DIVERGENCE_FACTOR = train_lib.DEFAULT_DIVERGENCE_FACTOR
 
 _OCTAVES_FROM_1E4 = tuple(math.log2(1e-4) + k for k in range(7))  # 1e-4 .. 6.4e-3
 _COMMON = dict(nan_window=100, stall_fraction=0.9, warmup_fraction=0.1, clip=1.0, tiny_octaves_below=(2.0, 4.0),
-               qk_rules=QK_RULES, qk_lr=1e-3,
+               qk_rules=QK_RULES, qk_lr=1e-3, coord_lr=1e-2, edge_octaves=2.0,
                transfer_depth=2, transfer_parametrizations=("sp", "mup"), attn_log2_mults=(-2.0, -1.0, 0.0, 1.0, 2.0),
                dtypes=("float32",))
 
@@ -76,7 +88,7 @@ SIZES: dict[str, dict[str, Any]] = {
                      transfer_widths=(32, 64, 128),
                      transfer_log2_lrs=tuple(float(x) for x in range(-13, -3)), transfer_steps=300),
     "quick": dict(_COMMON, width=32, num_heads=2, head_dim=16, seq_len=32, batch_size=8, num_seeds=None,
-                  depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 100, 6: 100, 12: 60},
+                  depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 100, 6: 100, 12: 100},
                   log2_lrs=(math.log2(1e-4), math.log2(1e-3), math.log2(1e-2)), fixed_step=30, qk_widths=(32, 64),
                   transfer_widths=(32, 128),
                   transfer_log2_lrs=(-12.0, -10.0, -8.0, -6.0, -4.0), transfer_steps=100),
@@ -96,8 +108,11 @@ claims are about the whole curve (slow, oscillating, worse); depth 12 pre-LN wit
 without it (warmup is what post-LN needs, Xiong et al. 2020; pre-LN with warmup is left out); float32 only (no training claim's words are about
 precision; the low-precision claims are random-input ones); q-k alignment at width 512 with 1/√d_k only, and μP
 transfer at widths 128 and 512 without SP beside it; "cpu_hour" the
-largest setting planned for about an hour on two CPU cores; "quick" keeps every claim at minutes; "test" is tiny, for
-the unit tests only."""
+largest setting planned for about an hour on two CPU cores; "quick" keeps every claim at minutes (100 steps at every
+depth: "within 100 steps" is run as written); "test" is tiny, for the unit tests only.
+
+In every mode: ``coord_lr``, the learning rate of the coordinate check read from the transfer grids (the rate of
+``experiments.coord_check``); ``edge_octaves``, how far a grid is widened past the edge its optimum sits at."""
 
 
 # ----------------------------------------------------------------------------
@@ -156,12 +171,64 @@ def best_index(per_lr_seed: np.ndarray) -> int | None:
   return int(np.argmin(means)) if np.isfinite(means).any() else None
 
 
+def standard_error(values: Sequence[float] | np.ndarray) -> float | None:
+  """The standard error of the mean of per-seed values: their sample standard deviation (ddof 1) over √n, over the
+  finite values (None with fewer than two)."""
+  v = np.asarray(values, np.float64).ravel()
+  v = v[np.isfinite(v)]
+  if v.size < 2:
+    return None
+  return float(np.std(v, ddof=1) / math.sqrt(v.size))
+
+
+def spread(statistic: str, per_seed: Sequence[float] | np.ndarray) -> dict[str, Any]:
+  """The numbers of a statistic's spread over seeds: ``<statistic>_se`` (``standard_error``, what a criterion with
+  ``noise`` reads) and ``<statistic>_seeds`` (the per-seed values, None for a non-finite one)."""
+  values = np.asarray(per_seed, np.float64).ravel()
+  return {f"{statistic}_se": stats.round_finite(standard_error(values)),
+          f"{statistic}_seeds": [stats.round_finite(v) for v in values]}
+
+
+def widened_values(values: Sequence[float], best: int, octaves: float) -> tuple[float, ...]:
+  """The values a grid is widened by when its optimum sits at an edge: past that edge, in steps of the grid's
+  spacing there (at most ``octaves``), up to ``octaves`` beyond it, nearest first.
+
+  Args:
+    values: the grid's values (log2), ascending, at least two.
+    best: the index of the optimum.
+    octaves: how far past the edge to go (> 0).
+
+  Returns:
+    The new values; () when ``best`` is interior.
+  """
+  values = [float(v) for v in values]
+  if len(values) < 2 or not octaves > 0:
+    raise ValueError(f"values needs at least two values and octaves must be > 0; got {values} and {octaves}")
+  if 0 < best < len(values) - 1:
+    return ()
+  low = best == 0
+  step = min(values[1] - values[0] if low else values[-1] - values[-2], float(octaves))
+  n = max(1, int(math.floor(octaves / step + 1e-9)))
+  edge = values[0] if low else values[-1]
+  return tuple(edge - k * step if low else edge + k * step for k in range(1, n + 1))
+
+
+def _seed_values(values: Sequence[float | None], n: int) -> np.ndarray:
+  """Per-seed values reported as a list (None: not finite) as float64 [n] (NaN for None; all NaN when empty)."""
+  return np.array([np.nan if v is None else v for v in values], np.float64) if values else np.full(n, np.nan)
+
+
 def _fmt(x: float | None, spec: str = ".3g") -> str:
   return "n/a" if x is None else format(x, spec)
 
 
+def _pm(x: float | None, se: float | None, spec: str = ".3g") -> str:
+  """"x ± se" (just x when the standard error is unknown)."""
+  return _fmt(x, spec) + ("" if se is None or x is None else f" ± {se:.2g}")
+
+
 # ----------------------------------------------------------------------------
-# Contexts, data and the shared grid cache.
+# Contexts, data and the grids (``GridSpec`` s declared per claim, trained by the context's ``GridPlanner``).
 
 
 def sizes(ctx: Any) -> dict[str, Any]:
@@ -172,10 +239,11 @@ def sizes(ctx: Any) -> dict[str, Any]:
     raise KeyError(f"no training sizes for mode {ctx.mode!r}; known: {', '.join(SIZES)}") from None
 
 
-def seeds_of(ctx: Any) -> tuple[int, ...]:
-  """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1)."""
+def seeds_of(ctx: Any) -> range:
+  """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1); a range, so that
+  planning grids of too many seeds (refused for their memory) holds no list of them."""
   n = sizes(ctx)["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1
-  return tuple(range(int(ctx.seed), int(ctx.seed) + max(1, int(n))))
+  return range(int(ctx.seed), int(ctx.seed) + max(1, int(n)))
 
 
 def data_name(ctx: Any) -> str:
@@ -203,55 +271,28 @@ def describe_sizes(ctx: Any) -> str:
           f"({len(t_lrs)}), {s['transfer_steps']} cosine-scheduled steps")
 
 
-_DATASETS: dict[tuple, Any] = {}
-_GRIDS: dict[tuple, "GridRun"] = {}
+def data_config(ctx: Any) -> data_lib.DataConfig:
+  """The training data of ``ctx``: its text file (None: the synthetic task) at the mode's sequence and batch."""
+  s = sizes(ctx)
+  return data_lib.DataConfig(text_file=getattr(ctx, "text_file", None), seq_len=s["seq_len"],
+                             batch_size=s["batch_size"])
 
 
 def dataset_of(ctx: Any) -> data_lib.Dataset:
-  """The training data of ``ctx`` (cached)."""
-  s = sizes(ctx)
-  key = (getattr(ctx, "text_file", None), int(ctx.seed), s["seq_len"], s["batch_size"])
-  if key not in _DATASETS:
-    _DATASETS[key] = data_lib.DataConfig(text_file=key[0], seq_len=key[2], batch_size=key[3]).make(key[1])
-  return _DATASETS[key]
+  """The training data of ``ctx`` (made once, by its ``GridPlanner``)."""
+  return ctx.planner.dataset(data_config(ctx), int(ctx.seed))
 
 
-@dataclasses.dataclass
-class GridRun:
-  """One trained grid: member i = (learning rate i // S, seed i % S).
-
-  Attributes:
-    model_config, opt_config: what was trained.
-    log2_lrs: the L log2 learning rates.
-    seeds: the S seeds.
-    records: ``RECORD`` metrics, float64 [steps, L·S, ...].
-    final_params: the parameters after the last step, stacked [L·S, ...].
-    wall_time: seconds of training, compilation included.
-  """
-
-  model_config: model_lib.ModelConfig
-  opt_config: optim.OptimizerConfig
-  log2_lrs: tuple[float, ...]
-  seeds: tuple[int, ...]
-  records: dict[str, np.ndarray]
-  final_params: Any
-  wall_time: float
-
-  def by_lr(self, values: np.ndarray) -> np.ndarray:
-    """A per-member array [L·S, ...] reshaped to [L, S, ...]."""
-    values = np.asarray(values)
-    return values.reshape(len(self.log2_lrs), len(self.seeds), *values.shape[1:])
-
-
-def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
-             log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
-             fixed_head_dim: bool = True, schedule: str = "constant", pre_ln: bool = True, warmup: bool = False,
-             clip: float | None = None, norm: str = "layer", dtype: str = "float32",
-             attn_mults: Sequence[float] | None = None) -> GridRun:
-  """The grid of learning rates × seeds of one model, trained once per context and configuration (cached).
+def grid_spec(ctx: Any, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
+              log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
+              fixed_head_dim: bool = True, schedule: str = "constant", pre_ln: bool = True, warmup: bool = False,
+              clip: float | None = None, norm: str = "layer", dtype: str = "float32",
+              attn_mults: Sequence[float] | None = None, label: str | None = None,
+              record: Sequence[str] = RECORD) -> GridSpec:
+  """The grid of learning rates × seeds of one model, at the sizes of ``ctx.mode``.
 
   Args:
-    ctx: the context (mode, seed, num_seeds, text_file).
+    ctx: the context (mode, seed, num_seeds, text_file, planner).
     rule: the logit-scale rule ("default": the parametrization's own).
     depth: number of blocks.
     width: the width (default: the mode's).
@@ -266,7 +307,13 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
     clip: clip each gradient to this global norm (``ClippedOptimizerConfig``); None: no clipping.
     norm: the blocks' normalization, "layer" or "rms".
     dtype: the model's compute dtype.
-    attn_mults: α of each member's logit scale α/d_head, one per seed and learning rate in order (None: the rule).
+    attn_mults: α of the logit scale α/d_head the grid sweeps at the one learning rate of ``log2_lrs`` (None: the
+      rule's, and the grid sweeps the learning rates).
+    label: the grid in words (default: "depth-{depth} training grids").
+    record: the metrics recorded at every step.
+
+  Returns:
+    The ``GridSpec``.
   """
   s = sizes(ctx)
   width = s["width"] if width is None else width
@@ -283,111 +330,20 @@ def grid_run(ctx: Any, *, rule: str, depth: int, width: int | None = None, param
                 end_factor=0.1 if schedule == "cosine" else 0.0,
                 warmup_steps=max(1, int(s["warmup_fraction"] * steps)) if warmup else None)
   opt_config = optim.OptimizerConfig(**kwargs) if clip is None else ClippedOptimizerConfig(**kwargs, clip=clip)
-  seeds = seeds_of(ctx)
-  mults = None if attn_mults is None else tuple(float(a) for a in attn_mults)
-  key = (getattr(ctx, "text_file", None), int(ctx.seed), seeds, s["seq_len"], s["batch_size"], model_config,
-         opt_config, log2_lrs, mults)
-  lrs, member_seeds = lr_grid(log2_lrs, seeds)
-  if mults is not None:  # members: (multiplier, seed) at one learning rate
-    member_seeds = np.tile(np.asarray(seeds), len(mults))
-    lrs = np.full(len(member_seeds), 2.0 ** log2_lrs[0])
-  if _PLAN is not None:  # planning: record the grid, train nothing
-    if key not in _PLAN:
-      _PLAN[key] = (model_config, steps, len(member_seeds), s["batch_size"], s["seq_len"], opt_config)
-    nan = lambda *shape: np.broadcast_to(np.float64(np.nan), (steps, len(member_seeds), *shape))  # no memory
-    return GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
-                   records={"loss": nan(), "grad_norm": nan(), **{k: nan(depth) for k in RECORD[2:]}},
-                   final_params=None, wall_time=0.0)
-  if key not in _GRIDS:
-    result = train_lib.run_training(model_config, opt_config, dataset, seed=member_seeds, learning_rates=lrs,
-                                    attn_mults=None if mults is None else np.repeat(mults, len(seeds)),
-                                    record=RECORD, stop_on_divergence=False)
-    _GRIDS[key] = GridRun(model_config=model_config, opt_config=opt_config, log2_lrs=log2_lrs, seeds=seeds,
-                          records=result.records, final_params=result.state.params, wall_time=result.wall_time)
-  return _GRIDS[key]
+  return GridSpec(model_config=model_config, opt_config=opt_config, data=data_config(ctx), data_seed=int(ctx.seed),
+                  log2_lrs=log2_lrs, seeds=seeds_of(ctx), attn_mults=attn_mults, record=tuple(record),
+                  label=f"depth-{depth} training grids" if label is None else label)
 
 
-_PLAN: dict[tuple, tuple] | None = None
+def trained(ctx: Any, grids: dict[Any, GridSpec]) -> dict[Any, GridRun]:
+  """The trained grid of each spec of ``grids`` (a claim's declaration), by the same names: each trained once per
+  context (``ctx.planner``)."""
+  return {name: ctx.planner.train(spec) for name, spec in grids.items()}
 
 
-def planned_grids(ctx: Any, claims: Sequence[Any] | None = None) -> list[tuple]:
-  """The grids the training claims (all, or ``claims``) would train, without training them.
-
-  Runs each claim's measurement on untrained grids (NaN records, no parameters) and records every grid it asks for.
-
-  Returns:
-    one (model_config, steps, members, batch_size, seq_len, opt_config) per distinct grid.
-  """
-  global _PLAN
-  _PLAN = {}
-  try:
-    for claim in TRAINING_CLAIMS if claims is None else claims:
-      try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-          warnings.simplefilter("ignore", RuntimeWarning)  # statistics of NaN records
-          claim.measure(ctx)
-      except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError):
-        pass  # a measurement of NaN records may stop early; the grids it asked for are recorded
-    return list(_PLAN.values())
-  finally:
-    _PLAN = None
-
-
-def grid_flops(model_config: model_lib.ModelConfig, steps: int, members: int, batch: int, seq_len: int) -> float:
-  """Floating-point operations of training one planned grid: 6 · parameters · tokens for the weights plus
-  12 · depth · T² · width per sequence for the attention (forward and backward), every member and step."""
-  params = resources.param_count(model_config)
-  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
-  return per_sequence * batch * steps * members
-
-
-def training_flops(grids: Sequence[tuple]) -> float:
-  """Floating-point operations of training ``grids`` (``planned_grids``'s), summed over ``grid_flops``."""
-  return sum(grid_flops(*g[:5]) for g in grids)
-
-
-def training_programs(grids: Sequence[tuple]) -> list[tuple[float, str, int]]:
-  """One (floating-point operations, dtype, steps) per planned grid, for ``resources.accelerator_seconds``."""
-  return [(grid_flops(*g[:5]), str(g[0].dtype), int(g[1])) for g in grids]
-
-
-def compiled_programs(grids: Sequence[tuple]) -> int:
-  """How many distinct training steps the planned ``grids`` compile: grids whose models differ only in a rule that
-  is a logit factor (``model.logit_multiplier``: its α is a value of the state) share one."""
-  keys = set()
-  for model_config, _, members, batch, seq_len, opt_config in grids:
-    if model_lib.logit_multiplier(model_config) is not None:
-      model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
-    keys.add((model_config, opt_config, members, batch, seq_len))
-  return len(keys)
-
-
-def memory_estimate(ctx: Any) -> resources.Estimate:
-  """The largest grid the training claims train: the deepest rule grid and the widest transfer grid."""
-  s = sizes(ctx)
-  dataset = dataset_of(ctx)
-  seeds = max(1, int(s["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1))  # as seeds_of, without the tuple
-  depth = max(s["depth_small"], s["depth_converge"], s["depth_diverge"])
-  grids = [(model_lib.ModelFamily(depth=depth, num_heads=s["num_heads"], head_dim=s["head_dim"], base_width=s["width"]),
-            s["width"], len(s["log2_lrs"]), f"for the depth-{depth} training grids")]
-  widest = max(s["transfer_widths"])
-  grids.append((model_lib.ModelFamily(depth=s["transfer_depth"], num_heads=s["num_heads"], base_width=min(s["transfer_widths"])),
-                widest, len(s["transfer_log2_lrs"]), f"for the width-{widest} transfer grid"))
-  estimates = []
-  for family, width, lrs, label in grids:
-    model_config = family.model_config("mup", width, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-    e = resources.training_program(model_config, optimizer="adam", batch_size=s["batch_size"], seq_len=s["seq_len"],
-                                   members=lrs * seeds)
-    parts = tuple(dataclasses.replace(p, flags=("mode", "num_seeds"), hint="use --mode=quick or fewer --num_seeds, "
-                                      "or leave the training claims out of --ids") for p in e.parts)
-    estimates.append(resources.Estimate(parts, label))
-  return resources.largest(estimates)
-
-
-def clear_cache() -> None:
-  """Forgets every trained grid and dataset."""
-  _GRIDS.clear()
-  _DATASETS.clear()
+def rule_grids(ctx: Any, rules: Sequence[str], depth: int, **options: Any) -> dict[str, GridSpec]:
+  """{rule: its ``grid_spec``} of each rule at ``depth``, with ``options`` (``grid_spec``'s) alike."""
+  return {rule: grid_spec(ctx, rule=rule, depth=depth, **options) for rule in rules}
 
 
 def _lr_label(log2_lr: float) -> str:
@@ -408,17 +364,25 @@ def _depths(ctx: Any) -> tuple[int, ...]:
   return tuple(dict.fromkeys((s["depth_small"], s["depth_converge"], s["depth_diverge"])))
 
 
+def nan_grids(ctx: Any) -> dict[tuple[int, str, str], GridSpec]:
+  """{(depth, dtype, rule): spec}: unscaled and 1/√d_k at every depth and dtype."""
+  s = sizes(ctx)
+  return {(depth, dtype, rule): grid_spec(ctx, rule=rule, depth=depth, dtype=dtype)
+          for depth in _depths(ctx) for dtype in s["dtypes"] for rule in ("none", "sqrt")}
+
+
 def measure_nan_within_100(ctx: Any) -> Measurement:
   """The fraction of unscaled runs whose loss is non-finite within the first 100 steps (at learning rates where the
   1/√d_k runs of the same depth stay finite there), pooled over depths."""
   s = sizes(ctx)
   seeds = seeds_of(ctx)
+  runs = trained(ctx, nan_grids(ctx))
   per_depth, hits, counted = {}, [], []
   per_seed_hits = np.zeros(len(seeds))
   per_seed_counted = np.zeros(len(seeds))
   for depth, dtype in ((d, t) for d in _depths(ctx) for t in s["dtypes"]):
     window = min(s["nan_window"], s["steps"][depth])
-    none, sqrt = (grid_run(ctx, rule=r, depth=depth, dtype=dtype) for r in ("none", "sqrt"))
+    none, sqrt = (runs[(depth, dtype, r)] for r in ("none", "sqrt"))
     bad_none = none.by_lr(nonfinite_within(none.records["loss"], window))  # [L, S]
     bad_sqrt = sqrt.by_lr(nonfinite_within(sqrt.records["loss"], window))
     fair = ~bad_sqrt.any(axis=1)  # learning rates where scaled training stays finite
@@ -437,19 +401,26 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
   fraction = sum(hits) / total if total else float("nan")
   with np.errstate(invalid="ignore", divide="ignore"):
     per_seed = per_seed_hits / per_seed_counted
+  windows = {d: min(s["nan_window"], s["steps"][d]) for d in _depths(ctx)}
   numbers = {
       **_about(ctx),
       "learning_rates": [_lr_label(x) for x in s["log2_lrs"]], "depths": list(_depths(ctx)), "dtypes": s["dtypes"],
+      "steps_checked_by_depth": {str(d): w for d, w in windows.items()},
       "nan_fraction_none": stats.round_finite(fraction) if total else None,
       "nan_fraction_none_per_seed": stats.finite_mean_std(per_seed),
+      **spread("nan_fraction_none", per_seed),
       "runs_counted": total,
       "per_depth": per_depth,
   }
+  steps_words = (f"the first {windows[_depths(ctx)[0]]} steps" if len(set(windows.values())) == 1 else
+                 "the first " + ", ".join(f"{w} steps at depth {d}" for d, w in windows.items()))
+  short = [d for d, w in windows.items() if w < s["nan_window"]]
   finding = (f"On the {data_name(ctx)}, {sum(hits)} of {total} unscaled runs (depths "
              f"{', '.join(map(str, _depths(ctx)))}; {' and '.join(s['dtypes'])}; learning rates where the 1/√d_k runs "
-             f"stay finite) had a "
-             f"non-finite loss within the first {min(s['nan_window'], max(s['steps'].values()))} steps "
-             f"(fraction {_fmt(numbers['nan_fraction_none'])}).")
+             f"stay finite) had a non-finite loss within {steps_words} "
+             f"(fraction {_fmt(numbers['nan_fraction_none'])})"
+             + (f"; depth {', '.join(map(str, short))} ran fewer than {s['nan_window']} steps, so only the steps run "
+                "are judged" if short else "") + ".")
   return Measurement(numbers, finding)
 
 
@@ -457,16 +428,23 @@ def measure_nan_within_100(ctx: Any) -> Measurement:
 # Note 2 §4, follow-up 1: without scaling, gradient norms decay below 1e-6.
 
 
+def depth_grids(ctx: Any) -> dict[tuple[str, int], GridSpec]:
+  """{(rule, depth): spec}: unscaled and 1/√d_k at every depth (float32)."""
+  return {(rule, depth): grid_spec(ctx, rule=rule, depth=depth) for rule in ("none", "sqrt") for depth in _depths(ctx)}
+
+
 def measure_grad_norm_decay(ctx: Any) -> Measurement:
   """The smallest attention-path gradient norm (dL/dW_q, dL/dW_k) of any unscaled run at its initial or final
   parameters (log10), with the 1/√d_k value and the global and per-block norms of every step beside it."""
   seeds = seeds_of(ctx)
+  runs = trained(ctx, depth_grids(ctx))
   out: dict[str, Any] = {}
+  log10_seeds: dict[str, np.ndarray] = {}
   for rule in ("none", "sqrt"):
     attn_min, global_min, layer_min, per_seed = [], [], [], np.full(len(seeds), np.inf)
     by_depth = {}
     for depth in _depths(ctx):
-      run = grid_run(ctx, rule=rule, depth=depth)
+      run = runs[(rule, depth)]
       attn = attention_grad_norms(ctx, run)
       both = np.minimum(attn["init"], attn["final"])  # [L·S]
       attn_min.append(smallest_finite(both))
@@ -475,11 +453,11 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
       layer_min.append(smallest_finite(run.records["layer_grad_norm"]))
       per_seed = np.minimum(per_seed, [smallest_finite(run.by_lr(both)[:, j]) for j in range(len(seeds))])
     smallest = smallest_finite(attn_min)
+    log10_seeds[rule] = np.log10(np.where(per_seed > 0, per_seed, np.nan))
     out[rule] = {
         "min_attention_grad_norm": stats.round_finite(smallest),
         "log10_min_attention_grad_norm": stats.round_finite(math.log10(smallest)) if smallest > 0 else None,
-        "log10_min_attention_grad_norm_per_seed": stats.finite_mean_std(
-            np.log10(np.where(per_seed > 0, per_seed, np.nan))),
+        "log10_min_attention_grad_norm_per_seed": stats.finite_mean_std(log10_seeds[rule]),
         "min_attention_grad_norm_by_depth": by_depth,
         "min_global_grad_norm_any_step": stats.round_finite(smallest_finite(global_min)),
         "min_block_grad_norm_any_step": stats.round_finite(smallest_finite(layer_min)),
@@ -488,6 +466,7 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
              "attention_path": "global norm of dL/dW_q and dL/dW_k over all blocks, on a held-out batch, at the "
                                "initial and the final parameters of every (learning rate, seed)",
              "log10_min_attention_grad_norm_none": out["none"]["log10_min_attention_grad_norm"],
+             **spread("log10_min_attention_grad_norm_none", log10_seeds["none"]),
              "none": out["none"], "sqrt": out["sqrt"]}
   none, sqrt = out["none"], out["sqrt"]
   finding = (f"On the {data_name(ctx)}, the smallest attention-path gradient norm (dL/dW_q, dL/dW_k; initial or "
@@ -503,15 +482,20 @@ def measure_grad_norm_decay(ctx: Any) -> Measurement:
 # Note 2 §4, follow-up 1: 6 layers without scaling converge, but slowly and worse.
 
 
-def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: Any) -> dict[str, Any]:
+def depth6_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: unscaled and 1/√d_k at depth 6 (the mode's ``depth_converge``)."""
+  return rule_grids(ctx, ("none", "sqrt"), sizes(ctx)["depth_converge"])
+
+
+def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference: str, depth: int) -> dict[str, Any]:
   """Final losses of ``rule`` and ``reference`` at ``depth``, each at its own best learning rate, and their gaps.
 
   Args:
     ctx: the context.
+    runs: the trained grids by rule, ``rule`` and ``reference`` among them.
     rule: the rule compared.
     reference: the rule it is compared with.
-    depth: number of blocks.
-    **grid: further options of both grids (``grid_run``'s).
+    depth: number of blocks (the mode's steps at this depth).
 
   Returns:
     the numbers: steps, the window of the final loss, per rule its best learning rate, final loss (mean and std over
@@ -524,7 +508,7 @@ def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: 
   fixed = min(s["fixed_step"], steps - 1)
   rows, finals, fixeds = {}, {}, {}
   for name in (rule, reference):
-    run = grid_run(ctx, rule=name, depth=depth, **grid)
+    run = runs[name]
     loss = run.records["loss"]
     final = run.by_lr(final_losses(loss, last))  # [L, S]
     best = best_index(final)
@@ -541,20 +525,28 @@ def compare_at_best_lr(ctx: Any, rule: str, reference: str, depth: int, **grid: 
         "final_loss_by_lr": {_lr_label(x): stats.finite_mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
     }
   gap = gap_fixed = None
-  gap_seeds: dict[str, Any] = stats.finite_mean_std([])
+  per_seed = np.array([])
   a, b = finals[rule], finals[reference]
   if a is not None and b is not None:
     gap = float(np.mean(a) - np.mean(b)) / float(np.mean(b))
     gap_fixed = float(np.mean(fixeds[rule]) - np.mean(fixeds[reference])) / float(np.mean(fixeds[reference]))
-    gap_seeds = stats.finite_mean_std((a - b) / b)
+    per_seed = (a - b) / b  # paired: seed i of each starts from the same initialization seed
   return {"depth": depth, "steps": steps, "final_loss_mean_of_last": last, "fixed_step": fixed,
-          "relative_final_gap": stats.round_finite(gap), "relative_final_gap_per_seed": gap_seeds,
+          "relative_final_gap": stats.round_finite(gap), "relative_final_gap_per_seed": stats.finite_mean_std(per_seed),
+          **spread("relative_final_gap", per_seed),
           "relative_gap_at_fixed_step": stats.round_finite(gap_fixed), rule: rows[rule], reference: rows[reference]}
+
+
+def edge_words(c: dict[str, Any], names: dict[str, str]) -> str:
+  """" (best learning rate at the grid's edge for ...)" for the rules of a ``compare_at_best_lr`` result whose best
+  rate is the grid's smallest or largest (their optimum may lie outside the grid); "" when none is."""
+  at_edge = [words for rule, words in names.items() if c[rule]["best_at_grid_edge"]]
+  return f" (best learning rate at the grid's edge for {' and '.join(at_edge)})" if at_edge else ""
 
 
 def measure_depth6_converges_worse(ctx: Any) -> Measurement:
   """Final loss of the unscaled model minus the 1/√d_k model at depth 6, each at its best learning rate, relative."""
-  c = compare_at_best_lr(ctx, "none", "sqrt", sizes(ctx)["depth_converge"])
+  c = compare_at_best_lr(ctx, trained(ctx, depth6_grids(ctx)), "none", "sqrt", sizes(ctx)["depth_converge"])
   none, sqrt = c["none"], c["sqrt"]
   none_drop = None
   if none["final_loss"]["mean"] is not None:
@@ -563,8 +555,8 @@ def measure_depth6_converges_worse(ctx: Any) -> Measurement:
   finding = (f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: at its best learning rate the "
              f"unscaled model reached a final loss of {_fmt(none['final_loss']['mean'])} (from "
              f"{_fmt(none['initial_loss']['mean'])}) vs {_fmt(sqrt['final_loss']['mean'])} with 1/√d_k, a relative "
-             f"gap of {_fmt(c['relative_final_gap'])}; at step {c['fixed_step']} the gap was "
-             f"{_fmt(c['relative_gap_at_fixed_step'])}.")
+             f"gap of {_fmt(c['relative_final_gap'])}{edge_words(c, {'none': 'unscaled', 'sqrt': '1/√d_k'})}; at step "
+             f"{c['fixed_step']} the gap was {_fmt(c['relative_gap_at_fixed_step'])}.")
   return Measurement(numbers, finding)
 
 
@@ -572,17 +564,25 @@ def measure_depth6_converges_worse(ctx: Any) -> Measurement:
 # Note 1 §4 ⑤, §5: the division belongs before the softmax; after it, training suffers.
 
 
+def post_softmax_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: the division after the softmax, 1/√d_k and unscaled at the small depth."""
+  return rule_grids(ctx, ("post_softmax", "sqrt", "none"), sizes(ctx)["depth_small"])
+
+
 def measure_post_softmax_training(ctx: Any) -> Measurement:
   """Loss of softmax(q·k)·v/√d_k against softmax(q·k/√d_k)·v after training, each at its best learning rate."""
-  c = compare_at_best_lr(ctx, "post_softmax", "sqrt", sizes(ctx)["depth_small"])
-  unscaled = compare_at_best_lr(ctx, "post_softmax", "none", sizes(ctx)["depth_small"])
+  runs = trained(ctx, post_softmax_grids(ctx))
+  c = compare_at_best_lr(ctx, runs, "post_softmax", "sqrt", sizes(ctx)["depth_small"])
+  unscaled = compare_at_best_lr(ctx, runs, "post_softmax", "none", sizes(ctx)["depth_small"])
   c["relative_final_gap_over_unscaled"] = unscaled["relative_final_gap"]
   c["none"] = unscaled["none"]
   post, sqrt = c["post_softmax"], c["sqrt"]
   finding = (f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: dividing after the softmax reached a "
              f"final loss of {_fmt(post['final_loss']['mean'])} (best learning rate {post['best_learning_rate']}) vs "
              f"{_fmt(sqrt['final_loss']['mean'])} with the division inside the logits (best learning rate "
-             f"{sqrt['best_learning_rate']}): a relative gap of {_fmt(c['relative_final_gap'])}; at step "
+             f"{sqrt['best_learning_rate']}): a relative gap of {_fmt(c['relative_final_gap'])}"
+             f"{edge_words(c, {'post_softmax': 'the division after the softmax', 'sqrt': 'inside the logits'})}; "
+             f"at step "
              f"{c['fixed_step']} the gap was {_fmt(c['relative_gap_at_fixed_step'])}. Its logits are unscaled "
              f"(softmax(q·k)·v/√d_k = the unscaled model with its attention output divided by √d_k), so most of the "
              f"gap is 'no scaling': against the unscaled model ({_fmt(c['none']['final_loss']['mean'])}) the gap is "
@@ -594,15 +594,10 @@ def measure_post_softmax_training(ctx: Any) -> Measurement:
 # Note 1 §3: in training q and k become correlated.
 
 
-_QK_FNS: dict[model_lib.ModelConfig, Any] = {}
-
-
 def qk_alignment_fn(model_config: model_lib.ModelConfig):
   """A jitted (stacked params [M, ...], tokens [B, T]) -> [M, depth, N]: per layer and head, the mean over tokens
   of cos(q_t, k_t), the query and key of the same position (before RoPE, which rotates both alike, and before any
   QK-norm), from the query and key projections of a forward pass."""
-  if model_config in _QK_FNS:
-    return _QK_FNS[model_config]
   model = model_lib.Transformer(model_config)
   n, kv = model_config.num_heads, model_config.kv_heads
 
@@ -618,9 +613,7 @@ def qk_alignment_fn(model_config: model_lib.ModelConfig):
       out.append(jnp.mean(cos, axis=(0, 1)))
     return jnp.stack(out)
 
-  fn = jax.jit(jax.vmap(one, in_axes=(0, None)))
-  _QK_FNS[model_config] = fn
-  return fn
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def qk_alignment(per_head_cos: np.ndarray) -> np.ndarray:
@@ -636,6 +629,20 @@ def max_logit_growth(max_logit: np.ndarray, last: int) -> np.ndarray:
     return np.mean(m[-last:], axis=0) / m[0]
 
 
+def qk_log2_lr(ctx: Any) -> float:
+  """The learning rate of the mode's grid nearest ``qk_lr`` (log2)."""
+  s = sizes(ctx)
+  grid = tuple(float(x) for x in s["log2_lrs"])
+  return grid[int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in grid]))]
+
+
+def qk_grids(ctx: Any) -> dict[tuple[int, str], GridSpec]:
+  """{(width, rule): spec}: each q-k width and rule at the small depth and the one learning rate ``qk_log2_lr``."""
+  s = sizes(ctx)
+  return {(width, rule): grid_spec(ctx, rule=rule, depth=s["depth_small"], width=width, log2_lrs=(qk_log2_lr(ctx),))
+          for width in s["qk_widths"] for rule in s["qk_rules"]}
+
+
 def measure_qk_correlate(ctx: Any) -> Measurement:
   """The increase of the q-k alignment |mean cos(q_t, k_t)| during training with 1/√d_k, and the growth of the
   largest attention logit, per rule and width, at the learning rate nearest ``qk_lr``."""
@@ -643,45 +650,34 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
   depth = s["depth_small"]
   steps = s["steps"][depth]
   last = max(1, steps // 10)
-  seeds = seeds_of(ctx)
-  dataset = dataset_of(ctx)
-  grid = tuple(float(x) for x in s["log2_lrs"])
-  log2_lrs = (grid[int(np.argmin([abs(x - math.log2(s["qk_lr"])) for x in grid]))],)  # one learning rate
-  li = 0
-  members = slice(0, len(seeds))
-  tokens = dataset.eval_batch(0, int(ctx.seed))["inputs"]
+  log2_lr = qk_log2_lr(ctx)
+  tokens = dataset_of(ctx).eval_batch(0, int(ctx.seed))["inputs"]
   table: dict[str, dict[str, Any]] = {}
-  increases = []
-  for width in s["qk_widths"]:
-    for rule in s["qk_rules"]:
-      run = grid_run(ctx, rule=rule, depth=depth, width=width, log2_lrs=log2_lrs)
-      if run.final_params is None:  # a planned grid
-        continue
-      lrs, member_seeds = lr_grid(log2_lrs, seeds)
-      init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(
-          jnp.asarray(member_seeds[members]), jnp.asarray(lrs[members]))
-      fn = qk_alignment_fn(run.model_config)
-      before = qk_alignment(jax.device_get(fn(init.params, tokens)))
-      final = jax.tree.map(lambda a: a[members], run.final_params)
-      after = qk_alignment(jax.device_get(fn(final, tokens)))
-      max_logit = run.records["attn_max_logit"][:, members]
-      growth = max_logit_growth(max_logit, last)
-      entry = {name: stats.finite_mean_std(v) for name, v in (
-          ("alignment_init", before), ("alignment_final", after), ("alignment_increase", after - before),
-          ("max_logit_growth", growth), ("max_logit_init", np.max(max_logit[0], -1)),
-          ("max_logit_final", np.max(np.mean(max_logit[-last:], 0), -1)))}
-      table[f"{rule} width {width}"] = entry
-      if rule == "sqrt":
-        increases.extend(after - before)
+  increases, by_seed = [], []
+  for (width, rule), run in trained(ctx, qk_grids(ctx)).items():
+    fn = qk_alignment_fn(run.model_config)
+    before = qk_alignment(jax.device_get(fn(run.initial_params(), tokens)))
+    after = qk_alignment(jax.device_get(fn(run.final_params, tokens)))
+    max_logit = run.records["attn_max_logit"]
+    growth = max_logit_growth(max_logit, last)
+    entry = {name: stats.finite_mean_std(v) for name, v in (
+        ("alignment_init", before), ("alignment_final", after), ("alignment_increase", after - before),
+        ("max_logit_growth", growth), ("max_logit_init", np.max(max_logit[0], -1)),
+        ("max_logit_final", np.max(np.mean(max_logit[-last:], 0), -1)))}
+    table[f"{rule} width {width}"] = entry
+    if rule == "sqrt":
+      increases.extend(after - before)
+      by_seed.append(after - before)  # [S]: one learning rate
   stat = stats.finite_mean_std(increases)
   numbers = {**_about(ctx), "depth": depth, "steps": steps,
-             "learning_rate": _lr_label(log2_lrs[li]), "widths": list(s["qk_widths"]),
+             "learning_rate": _lr_label(log2_lr), "widths": list(s["qk_widths"]),
              "alignment": "|mean over tokens of cos(q_t, k_t)| per layer and head, averaged (pre-RoPE, pre-norm)",
              "alignment_increase_sqrt": stat["mean"], "alignment_increase_sqrt_std": stat["std"],
+             **spread("alignment_increase_sqrt", np.mean(by_seed, axis=0) if by_seed else []),
              "by_rule_width": table}
   parts = [f"{k}: {_fmt(v['alignment_init']['mean'], '.2f')} -> {_fmt(v['alignment_final']['mean'], '.2f')}, "
            f"max logit x{_fmt(v['max_logit_growth']['mean'], '.2g')}" for k, v in table.items()]
-  finding = (f"Depth {depth}, {steps} steps at learning rate {_lr_label(log2_lrs[li])} on the {data_name(ctx)}: "
+  finding = (f"Depth {depth}, {steps} steps at learning rate {_lr_label(log2_lr)} on the {data_name(ctx)}: "
              f"the q-k alignment |mean cos(q_t, k_t)| rose by {_fmt(stat['mean'])} on average with 1/√d_k "
              f"(init -> final, and growth of the largest |logit|: {'; '.join(parts)}).")
   return Measurement(numbers, finding)
@@ -691,46 +687,173 @@ def measure_qk_correlate(ctx: Any) -> Measurement:
 # Note 1 §4 ②: μP lets hyperparameters transfer across width.
 
 
-def measure_mup_transfer(ctx: Any) -> Measurement:
-  """Spread (max − min) over widths of the optimal log2 learning rate under μP, with SP's for comparison."""
+def transfer_spec(ctx: Any, parametrization: str, width: int, log2_lrs: Sequence[float] | None = None,
+                  label: str | None = None) -> GridSpec:
+  """The transfer grid of one parametrization and width (``log2_lrs``: the mode's transfer learning rates): base
+  width the smallest transfer width, heads of width / heads, cosine-scheduled, the coordinate check's RMS recorded."""
   s = sizes(ctx)
+  return grid_spec(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=parametrization,
+                   log2_lrs=s["transfer_log2_lrs"] if log2_lrs is None else log2_lrs, steps=s["transfer_steps"],
+                   base_width=min(s["transfer_widths"]), fixed_head_dim=False, schedule="cosine",
+                   label=label or f"width-{width} transfer grid", record=RECORD + coord_check.RMS_METRICS)
+
+
+def transfer_grids(ctx: Any) -> dict[tuple[str, int], GridSpec]:
+  """{(parametrization, width): spec}: ``transfer_spec`` at every transfer width."""
+  s = sizes(ctx)
+  return {(name, width): transfer_spec(ctx, name, width) for name in s["transfer_parametrizations"]
+          for width in s["transfer_widths"]}
+
+
+def _axis_rows(parts: Sequence[tuple[Sequence[float], GridRun]], last: int, x: str,
+               seed: int | None = None) -> list[dict[str, Any]]:
+  """``optimum.summarize_grid``'s rows of every (values, grid) part of one swept axis (one seed's, given ``seed``)."""
+  rows = []
+  for values, run in parts:
+    loss, n = run.records["loss"], len(run.seeds)
+    if seed is not None:
+      loss, n = loss[:, seed::n], 1
+    rows += optimum.summarize_grid(loss, values, n, last, x_name=x)
+  return rows
+
+
+def locate_optimum(parts: Sequence[tuple[Sequence[float], GridRun]], *, last: int, x: str = "log2_lr",
+                   widen: Callable[[tuple[float, ...]], GridRun] | None = None,
+                   octaves: float = 2.0) -> dict[str, Any]:
+  """The optimum of a swept axis (learning rates, or logit multipliers) over trained grids, the grid widened once past
+  the edge the optimum sits at.
+
+  Args:
+    parts: (values, trained grid) pairs covering the axis: the grid's rows (``GridRun.by_lr``) are the values.
+    last: the final loss is the mean of the last ``last`` steps.
+    x: the swept value's name in the rows.
+    widen: trains the grid of the values ``widened_values`` adds past the edge (None: no widening).
+    octaves: how far past the edge (``widened_values``).
+
+  Returns:
+    {"optimum": the parabola vertex, else the grid argmin, of the seed-mean final loss (None: every value diverged),
+    "optimum_seeds": each seed's, "at_edge": the optimum still sits at the edge after widening, "widened_by": the
+    values added, "final_loss_by_value": the seed-mean final loss of each value}.
+  """
+  parts = list(parts)
+  top = optimum.find_optimum(_axis_rows(parts, last, x), x=x, keys=())[0]
+  added: tuple[float, ...] = ()
+  if widen is not None and top["at_edge"]:
+    values = sorted(float(v) for vs, _ in parts for v in vs)
+    added = widened_values(values, values.index(top[x]), octaves)
+    parts.append((added, widen(added)))
+  rows = _axis_rows(parts, last, x)
+  top = optimum.find_optimum(rows, x=x, keys=())[0]
+  seeds = []
+  for j in range(len(parts[0][1].seeds)):
+    seeds.append(optimum.optimum_log2_lr(optimum.find_optimum(_axis_rows(parts, last, x, seed=j), x=x, keys=())[0],
+                                         x=x))
+  return {"optimum": optimum.optimum_log2_lr(top, x=x), "optimum_seeds": [np.nan if v is None else v for v in seeds],
+          "at_edge": bool(top["at_edge"]), "widened_by": list(added),
+          "final_loss_by_value": {f"{r[x]:g}": stats.round_finite(r["final_loss"])
+                                  for r in sorted(rows, key=lambda r: r[x])}}
+
+
+def coord_log2_lr(ctx: Any) -> float:
+  """The transfer learning rate nearest ``coord_lr`` (log2): the coordinate check's."""
+  s = sizes(ctx)
+  grid = tuple(float(x) for x in s["transfer_log2_lrs"])
+  return grid[int(np.argmin([abs(x - math.log2(s["coord_lr"])) for x in grid]))]
+
+
+def coord_check_slopes(runs: dict[tuple[str, int], GridRun], log2_lr: float) -> list[dict[str, Any]]:
+  """``scaling.studies.coord_check.slopes`` of the transfer grids at one learning rate: per parametrization, layer
+  and step, the slope of log2 RMS against log2 width of every recorded layer output (with its standard error over
+  seeds)."""
+  rows = []
+  for (name, width), run in runs.items():
+    i = run.log2_lrs.index(log2_lr)
+    rms = coord_check.rms_by_layer(run.records, run.model_config.depth)  # layer -> [steps, M]
+    per_seed = {layer: run.by_lr(v.T)[i].T for layer, v in rms.items()}  # [steps, S]
+    rows += coord_check.coord_rows({"parametrization": name, "width": width}, {"rms": per_seed})
+  return coord_check.slopes(rows)
+
+
+def largest_slope(slope_rows: Sequence[dict[str, Any]], parametrization: str, up_to: int | None = None
+                  ) -> dict[str, Any] | None:
+  """The slope row of ``parametrization`` with the largest slope at steps 0..``up_to`` (all: None), or None."""
+  rows = [r for r in slope_rows if r["parametrization"] == parametrization and r["slope"] is not None
+          and (up_to is None or r["step"] <= up_to)]
+  return max(rows, key=lambda r: r["slope"]) if rows else None
+
+
+def measure_mup_transfer(ctx: Any) -> Measurement:
+  """The coordinate check of μP (the largest slope of log2 RMS against log2 width of any layer output over the first
+  steps, at the learning rate nearest ``coord_lr``), SP's beside it; and the spread over widths of the optimal log2
+  learning rate under μP (each width's grid widened past an edge its optimum sits at), with SP's."""
+  s = sizes(ctx)
+  runs = trained(ctx, transfer_grids(ctx))
+  names = tuple(s["transfer_parametrizations"])
   widths = tuple(s["transfer_widths"])
   log2_lrs = tuple(float(x) for x in s["transfer_log2_lrs"])
   steps = s["transfer_steps"]
   last = max(1, steps // 10)
-  seeds = seeds_of(ctx)
+  # The note's reading: width-consistent initialization and scaling, the coordinate check (Tensor Programs V, §D.1).
+  coord_lr = coord_log2_lr(ctx)
+  upto = min(steps - 1, max(1, runs[(names[0], widths[0])].opt_config.warmup))
+  slope_rows = coord_check_slopes(runs, coord_lr)
+  early = [r for r in slope_rows if r["step"] <= upto]
+  modules = coord_check.verdicts(early, tolerance=coord_check.TOLERANCE)
+  coord: dict[str, Any] = {}
+  for name in ("mup", "sp"):
+    top, whole = largest_slope(slope_rows, name, upto), largest_slope(slope_rows, name)
+    coord[name] = {
+        "max_slope": None if top is None else stats.round_finite(top["slope"]),
+        "max_slope_se": None if top is None else stats.round_finite(top["slope_se"]),
+        "at": None if top is None else f"{top['layer']}, step {top['step']}",
+        "max_slope_all_steps": None if whole is None else stats.round_finite(whole["slope"]),
+        "at_all_steps": None if whole is None else f"{whole['layer']}, step {whole['step']}",
+        "modules_above_tolerance": [m["layer"] for m in modules
+                                    if m["parametrization"] == name and m["verdict"] != "ok"]}
+  # Another reading: the learning rate tuned at one width carries over.
   out: dict[str, Any] = {}
-  out["sp"] = {"optimal_log2_lr": [], "at_edge": [], "spread": None, "spread_per_seed": stats.finite_mean_std([]),
-               "final_loss_by_width_lr": {}}
-  for name in s["transfer_parametrizations"]:
-    optima, per_seed, at_edge, table = [], [[] for _ in seeds], [], {}
-    for width in widths:
-      run = grid_run(ctx, rule="default", depth=s["transfer_depth"], width=width, parametrization=name,
-                     log2_lrs=log2_lrs, steps=steps, base_width=min(widths), fixed_head_dim=False, schedule="cosine")
-      loss = run.records["loss"]
-      rows = optimum.summarize_grid(loss, log2_lrs, len(seeds), last)
-      best = optimum.find_optimum([{"parametrization": name, "width": width, **r} for r in rows])[0]
-      optima.append(optimum.optimum_log2_lr(best))
-      at_edge.append(best["at_edge"])
-      table[str(width)] = {_lr_label(r["log2_lr"]): stats.round_finite(r["final_loss"]) for r in rows}
-      for j in range(len(seeds)):
-        cols = loss[:, j::len(seeds)]
-        seed_rows = optimum.summarize_grid(cols, log2_lrs, 1, last)
-        seed_best = optimum.find_optimum([{"parametrization": name, "width": width, **r} for r in seed_rows])[0]
-        per_seed[j].append(optimum.optimum_log2_lr(seed_best))
-    out[name] = {"optimal_log2_lr": [stats.round_finite(v) for v in optima], "at_edge": at_edge,
+  for name in names:
+    found = {w: locate_optimum([(log2_lrs, runs[(name, w)])], last=last, octaves=s["edge_octaves"],
+                               widen=lambda values, name=name, w=w: ctx.planner.train(
+                                   transfer_spec(ctx, name, w, values, f"width-{w} transfer grid, widened")))
+             for w in widths}
+    optima = [found[w]["optimum"] for w in widths]
+    per_seed = [optimum.spread([found[w]["optimum_seeds"][j] for w in widths]) for j in range(len(seeds_of(ctx)))]
+    per_seed = [np.nan if v is None else v for v in per_seed]
+    out[name] = {"optimal_log2_lr": [stats.round_finite(v) for v in optima],
+                 "at_edge": [found[w]["at_edge"] for w in widths],
+                 "widened_by": {str(w): found[w]["widened_by"] for w in widths if found[w]["widened_by"]},
                  "spread": stats.round_finite(optimum.spread(optima)),
-                 "spread_per_seed": stats.finite_mean_std([optimum.spread(p) or np.nan for p in per_seed]),
-                 "final_loss_by_width_lr": table}
-  numbers = {**_about(ctx), "widths": list(widths),
-             "depth": s["transfer_depth"], "steps": steps, "log2_lrs": list(log2_lrs),
-             "optimum": "parabola vertex through the best grid point and its neighbours, else the grid argmin",
-             "mup_optimal_log2_lr_spread": out["mup"]["spread"], "sp_optimal_log2_lr_spread": out["sp"]["spread"],
-             "mup": out["mup"], "sp": out["sp"]}
+                 "spread_per_seed": stats.finite_mean_std(per_seed), **spread("spread", per_seed),
+                 "final_loss_by_width_lr": {str(w): found[w]["final_loss_by_value"] for w in widths}}
+  mup, sp = out.get("mup"), out.get("sp")
+  numbers = {**_about(ctx), "widths": list(widths), "depth": s["transfer_depth"], "steps": steps,
+             "log2_lrs": list(log2_lrs),
+             "coord_check": f"slope of log2 RMS against log2 width of every layer output (embedding, each block's "
+                            f"attention logits, attention and MLP outputs, readout) at steps 0..{upto} (the warmup, up "
+                            f"to the peak rate) at learning rate {_lr_label(coord_lr)}; its standard error over seeds",
+             "coord_check_learning_rate": _lr_label(coord_lr), "coord_check_steps": upto,
+             "mup_max_coord_slope": coord["mup"]["max_slope"], "mup_max_coord_slope_se": coord["mup"]["max_slope_se"],
+             "sp_max_coord_slope": coord["sp"]["max_slope"], "coord": coord,
+             "optimum": "parabola vertex through the best grid point and its neighbours, else the grid argmin; a "
+                        f"grid whose optimum sits at an edge is widened up to {s['edge_octaves']:g} octaves past it",
+             "mup_optimal_log2_lr_spread": mup["spread"], "mup_optimal_log2_lr_spread_se": mup["spread_se"],
+             "mup_optimum_at_edge": any(mup["at_edge"]),
+             "sp_optimal_log2_lr_spread": None if sp is None else sp["spread"], **out}
   fmt_opt = lambda name: ", ".join(_fmt(v, ".2f") for v in out[name]["optimal_log2_lr"])
-  finding = (f"Widths {', '.join(map(str, widths))}, {steps} steps on the {data_name(ctx)}: the optimal log2 "
-             f"learning rate was {fmt_opt('mup')} under μP (spread {_fmt(out['mup']['spread'], '.2f')} octaves) and "
-             f"{fmt_opt('sp')} under SP (spread {_fmt(out['sp']['spread'], '.2f')}).")
+  widened = "; ".join(f"{name} width {w} widened to 2^{', 2^'.join(f'{v:g}' for v in vs)}"
+                      for name in names for w, vs in out[name]["widened_by"].items())
+  shown = [(label, coord[name]) for name, label in (("mup", "μP"), ("sp", "SP")) if name in names]
+  finding = (f"Widths {', '.join(map(str, widths))}, {steps} steps on the {data_name(ctx)}. Coordinate check (the "
+             f"note's reading) at learning rate {_lr_label(coord_lr)}, steps 0..{upto}: the largest slope of log2 RMS "
+             "against log2 width is " + ", ".join(f"{_pm(c['max_slope'], c['max_slope_se'], '.2f')} under {label} "
+                                                   f"({c['at']})" for label, c in shown)
+             + f"; over all {steps} steps " + ", ".join(f"{_fmt(c['max_slope_all_steps'], '.2f')} under {label} "
+                                                        f"({c['at_all_steps']})" for label, c in shown)
+             + ". Learning-rate transfer (another reading): the optimal log2 learning rate was "
+             + " and ".join(f"{fmt_opt(name)} under {label} (spread {_fmt(out[name]['spread'], '.2f')} octaves)"
+                            for name, label in (("mup", "μP"), ("sp", "SP")) if name in names)
+             + (f" ({widened})" if widened else "") + ".")
   return Measurement(numbers, finding)
 
 
@@ -782,18 +905,27 @@ def _setup_name(pre_ln: bool, warmup: bool) -> str:
   return f"{'pre' if pre_ln else 'post'}-LN, {'with' if warmup else 'no'} warmup"
 
 
+def depth12_grids(ctx: Any) -> dict[tuple[bool, bool, str], GridSpec]:
+  """{(pre_ln, warmup, rule): spec}: unscaled and 1/√d_k at depth 12 (the mode's ``depth_diverge``) in each setup."""
+  s = sizes(ctx)
+  return {(pre_ln, warmup, rule): grid_spec(ctx, rule=rule, depth=s["depth_diverge"], pre_ln=pre_ln, warmup=warmup)
+          for pre_ln, warmup in s.get("depth12_setups", NORM_SETUPS) for rule in ("none", "sqrt")}
+
+
 def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
   """The fraction of unscaled depth-12 runs that diverge or stall, at learning rates where no 1/√d_k run of the same
   norm placement and warmup does either, pooled over pre-/post-LN and with/without warmup."""
   s = sizes(ctx)
+  runs = trained(ctx, depth12_grids(ctx))
   depth, steps = s["depth_diverge"], s["steps"][s["depth_diverge"]]
   last = max(1, steps // 10)
   hits = counted = 0
+  seed_hits, seed_counted = np.zeros(len(seeds_of(ctx))), np.zeros(len(seeds_of(ctx)))
   table = {}
   for pre_ln, warmup in s.get("depth12_setups", NORM_SETUPS):
     failed, div, stall = {}, {}, {}
     for rule in ("none", "sqrt"):
-      run = grid_run(ctx, rule=rule, depth=depth, pre_ln=pre_ln, warmup=warmup)
+      run = runs[(pre_ln, warmup, rule)]
       loss = run.records["loss"]
       div[rule] = run.by_lr(diverged(loss))
       stall[rule] = run.by_lr(stalled(loss, s["stall_fraction"], last))
@@ -802,6 +934,8 @@ def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
     n = int(fair.sum()) * len(seeds_of(ctx))
     hits += int(failed["none"][fair].sum())
     counted += n
+    seed_hits += failed["none"][fair].sum(axis=0)
+    seed_counted += fair.sum()
     table[_setup_name(pre_ln, warmup)] = {
         "none_failed_fraction": stats.round_finite(float(failed["none"][fair].mean())) if n else None,
         "runs_counted": n, "none_diverged_all_lrs": stats.round_finite(float(div["none"].mean())),
@@ -812,6 +946,7 @@ def measure_depth12_cannot_converge(ctx: Any) -> Measurement:
              "cannot_converge": f"diverged (non-finite or > {DIVERGENCE_FACTOR:g}x the step-0 loss) or stalled "
                                 f"(final loss > {s['stall_fraction']:g}x the step-0 loss)",
              "failed_fraction_none": stats.round_finite(fraction) if counted else None, "runs_counted": counted,
+             **spread("failed_fraction_none", seed_hits / np.where(seed_counted > 0, seed_counted, np.nan)),
              "by_setup": table}
   finding = (f"Depth {depth}, {steps} steps on the {data_name(ctx)}: {hits} of {counted} unscaled runs diverged or "
              f"stalled at the learning rates where 1/√d_k did neither; by setup (unscaled failed at fair rates / "
@@ -846,10 +981,10 @@ def steps_to_reach(losses: np.ndarray, target: np.ndarray, width: int) -> np.nda
   return out
 
 
-def _best_runs(ctx: Any, rule: str, depth: int) -> tuple[GridRun, int | None]:
-  run = grid_run(ctx, rule=rule, depth=depth)
+def _best(run: GridRun) -> int | None:
+  """The learning rate (index) with the lowest seed-mean final loss of a trained grid (``best_index``)."""
   last = max(1, run.records["loss"].shape[0] // 10)
-  return run, best_index(run.by_lr(final_losses(run.records["loss"], last)))
+  return best_index(run.by_lr(final_losses(run.records["loss"], last)))
 
 
 def _at_best(run: GridRun, best: int | None, values: np.ndarray) -> np.ndarray:
@@ -861,12 +996,13 @@ def measure_depth6_oscillates(ctx: Any) -> Measurement:
   """Roughness (RMS step-to-step change in the second half) of the unscaled depth-6 loss over 1/√d_k's."""
   depth = sizes(ctx)["depth_converge"]
   rough = {}
-  for rule in ("none", "sqrt"):
-    run, best = _best_runs(ctx, rule, depth)
-    rough[rule] = _at_best(run, best, roughness(run.records["loss"]))
+  for rule, run in trained(ctx, depth6_grids(ctx)).items():
+    rough[rule] = _at_best(run, _best(run), roughness(run.records["loss"]))
   with np.errstate(invalid="ignore", divide="ignore"):
     ratio = float(np.mean(rough["none"]) / np.mean(rough["sqrt"]))
+    per_seed = rough["none"] / rough["sqrt"]  # paired by initialization seed
   numbers = {**_about(ctx), "depth": depth, "roughness_ratio": stats.round_finite(ratio),
+             **spread("roughness_ratio", per_seed),
              "roughness": {r: stats.finite_mean_std(v) for r, v in rough.items()}}
   return Measurement(numbers, (
       f"Depth {depth} on the {data_name(ctx)}, each rule at its best learning rate: the RMS step-to-step loss change "
@@ -880,8 +1016,9 @@ def measure_depth6_slow(ctx: Any) -> Measurement:
   steps = sizes(ctx)["steps"][depth]
   width = max(1, steps // 20)
   quarter = max(width, steps // 4)
-  sqrt, sb = _best_runs(ctx, "sqrt", depth)
-  none, nb = _best_runs(ctx, "none", depth)
+  runs = trained(ctx, depth6_grids(ctx))
+  sqrt, none = runs["sqrt"], runs["none"]
+  sb, nb = _best(sqrt), _best(none)
   target = _at_best(sqrt, sb, window_mean(sqrt.records["loss"], quarter - 1, width))
   reached = np.full(len(none.seeds), np.nan)
   if nb is not None:
@@ -889,7 +1026,8 @@ def measure_depth6_slow(ctx: Any) -> Measurement:
   capped = np.where(np.isfinite(reached), reached + 1, steps)  # never: at least the whole run
   ratio = float(np.mean(capped) / quarter)
   numbers = {**_about(ctx), "depth": depth, "steps": steps, "quarter_steps": quarter,
-             "slowdown": stats.round_finite(ratio), "target_loss": stats.finite_mean_std(target),
+             "slowdown": stats.round_finite(ratio), **spread("slowdown", capped / quarter),
+             "target_loss": stats.finite_mean_std(target),
              "none_steps_to_target": [None if not np.isfinite(x) else int(x) + 1 for x in reached]}
   return Measurement(numbers, (
       f"Depth {depth} on the {data_name(ctx)}: 1/√d_k reaches loss {_fmt(numbers['target_loss']['mean'])} in {quarter} "
@@ -909,32 +1047,55 @@ def tiny_log2_lrs(best_log2_lr: float, octaves_below: Sequence[float]) -> tuple[
   return tuple(float(best_log2_lr) - float(o) for o in sorted(octaves_below))
 
 
+def tiny_grids(ctx: Any, anchor: float | None = None) -> dict[Any, GridSpec]:
+  """The depth-6 grids ({"none", "sqrt"}: ``depth6_grids``) and the tiny-rate grids ({("tiny", rule)}: unscaled and
+  1/√d_k at ``tiny_octaves_below`` octaves below ``anchor``, gradients clipped to the mode's ``clip``).
+
+  ``anchor`` is 1/√d_k's best log2 learning rate of the depth-6 grid, read from its records; None (a plan, before
+  anything is trained): the depth-6 grid's middle rate stands in (what a grid costs does not depend on its rates).
+  """
+  s = sizes(ctx)
+  base = depth6_grids(ctx)
+  if anchor is None:
+    rates = base["sqrt"].log2_lrs
+    anchor = rates[len(rates) // 2]
+  log2_lrs = tiny_log2_lrs(anchor, s["tiny_octaves_below"])
+  return {**base, **{("tiny", rule): grid_spec(ctx, rule=rule, depth=s["depth_converge"], log2_lrs=log2_lrs,
+                                               clip=s["clip"]) for rule in ("none", "sqrt")}}
+
+
 def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
-  """The fraction of unscaled depth-6 runs that converge at tiny learning rates (octaves below 1/√d_k's best rate of
-  the depth-6 grid) with gradients clipped, counted where the 1/√d_k runs of the same rates and clipping converge;
-  beside it, the unscaled model at its own best rate without clipping."""
+  """What a tiny learning rate and clipping add to the convergence of the unscaled depth-6 model: the fraction of
+  its runs that converge at tiny rates (octaves below 1/√d_k's best rate of the depth-6 grid) with gradients clipped,
+  counted where the 1/√d_k runs so trained converge, minus the fraction that converge without them (at 1/√d_k's best
+  rate, unclipped); beside it, the unscaled model at its own best rate without clipping."""
   s = sizes(ctx)
   depth, steps = s["depth_converge"], s["steps"][s["depth_converge"]]
   last = max(1, steps // 10)
-  sqrt_grid, sqrt_best = _best_runs(ctx, "sqrt", depth)
-  none_grid, none_best = _best_runs(ctx, "none", depth)
-  own_ok = _at_best(none_grid, none_best, converged(none_grid.records["loss"], s["stall_fraction"], last))
+  base = trained(ctx, depth6_grids(ctx))
+  sqrt_grid, none_grid = base["sqrt"], base["none"]
+  sqrt_best, none_best = _best(sqrt_grid), _best(none_grid)
+  none_ok = converged(none_grid.records["loss"], s["stall_fraction"], last)
+  own_ok = _at_best(none_grid, none_best, none_ok)
   own = {"best_learning_rate": None if none_best is None else _lr_label(none_grid.log2_lrs[none_best]),
          "converged_fraction": None if none_best is None else stats.round_finite(float(np.mean(own_ok)))}
+  untuned_ok = _at_best(none_grid, sqrt_best, none_ok).astype(np.float64)  # [S]: at 1/√d_k's best rate, unclipped
+  untuned = {"learning_rate": None if sqrt_best is None else _lr_label(sqrt_grid.log2_lrs[sqrt_best]),
+             "converged_fraction": None if sqrt_best is None else stats.round_finite(float(np.mean(untuned_ok)))}
   numbers = {**_about(ctx), "depth": depth, "steps": steps, "clip": s["clip"],
              "octaves_below_best": list(s["tiny_octaves_below"]),
-             "sqrt_best_learning_rate": None if sqrt_best is None else _lr_label(sqrt_grid.log2_lrs[sqrt_best]),
+             "sqrt_best_learning_rate": untuned["learning_rate"],
              "converged": f"finite, never > {DIVERGENCE_FACTOR:g}x and final loss <= {s['stall_fraction']:g}x step 0",
-             "converged_fraction": None, "none_own_best_no_clipping": own}
-  if sqrt_best is None and _PLAN is None:
+             "tuning_gain": None, **spread("tuning_gain", []), "converged_fraction": None,
+             "without_tuning": untuned, "none_own_best_no_clipping": own}
+  if sqrt_best is None:
     return Measurement(numbers, f"Depth {depth}, {steps} steps on the {data_name(ctx)}: no 1/√d_k learning rate "
                        "trained without a NaN seed, so there is no best rate to take the tiny ones from.")
-  # Planning has no losses, so no best rate: the grid's middle stands in (the cost does not depend on the rates).
-  anchor = sqrt_grid.log2_lrs[len(sqrt_grid.log2_lrs) // 2 if sqrt_best is None else sqrt_best]
-  log2_lrs = tiny_log2_lrs(anchor, s["tiny_octaves_below"])
+  runs = trained(ctx, tiny_grids(ctx, sqrt_grid.log2_lrs[sqrt_best]))
+  log2_lrs = runs[("tiny", "sqrt")].log2_lrs
   ok, final, by_lr = {}, {}, {}
   for rule in ("none", "sqrt"):
-    run = grid_run(ctx, rule=rule, depth=depth, log2_lrs=log2_lrs, clip=s["clip"])
+    run = runs[("tiny", rule)]
     loss = run.records["loss"]
     ok[rule] = run.by_lr(converged(loss, s["stall_fraction"], last))  # [L, S]
     final[rule] = stats.finite_mean_std(final_losses(loss, last))
@@ -942,82 +1103,170 @@ def measure_depth6_tiny_lr_clipping(ctx: Any) -> Measurement:
     if rule == "none":
       initial = stats.finite_mean_std(loss[0])
   fair = ok["sqrt"].all(axis=1)
-  fraction = float(ok["none"][fair].mean()) if fair.any() else None
+  tuned = float(ok["none"][fair].mean()) if fair.any() else None
   n_fair = int(ok["none"][fair].size)
+  gain = None if tuned is None else tuned - float(np.mean(untuned_ok))
+  gain_seeds = ok["none"][fair].mean(axis=0) - untuned_ok if fair.any() else []
   numbers.update({
       "learning_rates": [_lr_label(x) for x in log2_lrs],
-      "converged_fraction": stats.round_finite(fraction) if fraction is not None else None, "runs_counted": n_fair,
+      "tuning_gain": stats.round_finite(gain), **spread("tuning_gain", gain_seeds),
+      "converged_fraction": stats.round_finite(tuned), "runs_counted": n_fair,
       "converged_by_lr": by_lr, "converged_fraction_sqrt": stats.round_finite(float(ok["sqrt"].mean())),
       "initial_loss_none": initial, "final_loss": final})
-  if fraction is None:
-    verdict_words = "1/√d_k does not converge there either, so these steps cannot tell"
-  elif own["converged_fraction"] is None:
-    verdict_words = "the unscaled model has no best rate without clipping (every rate had a NaN seed)"
+  if tuned is None:
+    words = "1/√d_k does not converge at the tiny rates either, so these steps cannot tell"
   else:
-    numbers["tiny_lr_clipping_needed"] = bool(fraction > own["converged_fraction"])
-    needed = numbers["tiny_lr_clipping_needed"]
-    verdict_words = (f"at its own best rate {own['best_learning_rate']} without clipping "
-                     f"{_fmt(own['converged_fraction'], '.2f')} of the unscaled runs converge, so "
-                     + ("the tiny rate and clipping are what make it converge" if needed else
-                        "the tiny rate and clipping are not needed for it to converge" if own["converged_fraction"]
-                        else "it converges neither way"))
+    words = (f"without them, at 1/√d_k's best rate {untuned['learning_rate']} unclipped, "
+             f"{int(untuned_ok.sum())} of {untuned_ok.size} unscaled runs converge: the tiny rate and clipping change "
+             f"the fraction that converges by {_fmt(gain, '+.2f')} ({_fmt(tuned, '.2f')} with them, "
+             f"{_fmt(untuned['converged_fraction'], '.2f')} without)")
   return Measurement(numbers, (
       f"Depth {depth}, {steps} steps on the {data_name(ctx)} at learning rates {', '.join(numbers['learning_rates'])} "
       f"({' and '.join(f'{o:g}' for o in s['tiny_octaves_below'])} octaves below 1/√d_k's best, "
       f"{numbers['sqrt_best_learning_rate']}) with gradients clipped to norm {s['clip']:g}: {int(ok['none'].sum())} of "
       f"{ok['none'].size} unscaled runs converged (loss {_fmt(initial['mean'])} -> {_fmt(final['none']['mean'])}; "
       f"{n_fair} at rates where every 1/√d_k run converged) and {int(ok['sqrt'].sum())} of {ok['sqrt'].size} with "
-      f"1/√d_k (-> {_fmt(final['sqrt']['mean'])}); {verdict_words}."))
+      f"1/√d_k (-> {_fmt(final['sqrt']['mean'])}); {words}. At its own best rate {own['best_learning_rate'] or 'n/a'} "
+      f"without clipping, {_fmt(own['converged_fraction'], '.2f')} of the unscaled runs converge."))
 
 
 # ----------------------------------------------------------------------------
 # Note 2 §2.2, §4: dividing by d_k, √d_k optimal, norms beside the scale, stable gradients with the scale.
 
 
+def linear_grids(ctx: Any) -> dict[str, GridSpec]:
+  """{rule: spec}: 1/d_k and 1/√d_k at the small depth."""
+  return rule_grids(ctx, ("linear", "sqrt"), sizes(ctx)["depth_small"])
+
+
 def measure_linear_expressiveness(ctx: Any) -> Measurement:
   """Final loss with 1/d_k against 1/√d_k at the small depth, each at its best learning rate, relative."""
-  c = compare_at_best_lr(ctx, "linear", "sqrt", sizes(ctx)["depth_small"])
+  c = compare_at_best_lr(ctx, trained(ctx, linear_grids(ctx)), "linear", "sqrt", sizes(ctx)["depth_small"])
   return Measurement({**_about(ctx), **c}, (
       f"Depth {c['depth']}, {c['steps']} steps on the {data_name(ctx)}: 1/d_k reached a final loss of "
       f"{_fmt(c['linear']['final_loss']['mean'])} vs {_fmt(c['sqrt']['final_loss']['mean'])} with 1/√d_k (each at its "
-      f"best learning rate): a relative gap of {_fmt(c['relative_final_gap'])}."))
+      f"best learning rate): a relative gap of {_fmt(c['relative_final_gap'])}"
+      f"{edge_words(c, {'linear': '1/d_k', 'sqrt': '1/√d_k'})}."))
+
+
+def multiplier_spec(ctx: Any, log2_lr: float, log2_mults: Sequence[float], label: str | None = None) -> GridSpec:
+  """1/√d_k at the small depth with each logit multiplier c·(1/√d_k), log2 c in ``log2_mults``, at the one learning
+  rate ``log2_lr``."""
+  s = sizes(ctx)
+  alphas = [2.0 ** c * math.sqrt(s["head_dim"]) for c in log2_mults]  # α/d_head = c/√d_head
+  return grid_spec(ctx, rule="sqrt", depth=s["depth_small"], log2_lrs=(log2_lr,), attn_mults=alphas, label=label)
+
+
+def sqrt_optimal_grids(ctx: Any, log2_lr: float | None = None) -> dict[str, GridSpec]:
+  """{"sqrt": 1/√d_k at the small depth, "multipliers": ``multiplier_spec`` of the octaves ``attn_log2_mults`` at the
+  one learning rate ``log2_lr``}.
+
+  ``log2_lr`` is 1/√d_k's best learning rate, read from its grid's records; None (a plan, before anything is
+  trained, or a grid whose every rate had a NaN seed): the grid's first rate.
+  """
+  s = sizes(ctx)
+  sqrt = grid_spec(ctx, rule="sqrt", depth=s["depth_small"])
+  log2_lr = sqrt.log2_lrs[0] if log2_lr is None else log2_lr
+  return {"sqrt": sqrt, "multipliers": multiplier_spec(ctx, log2_lr, s["attn_log2_mults"])}
+
+
+def logit_variance_fn(model_config: model_lib.ModelConfig):
+  """A jitted (stacked params [M, ...], tokens [B, T]) -> [M, depth, N]: per layer and head, the variance of the
+  visible attention logits on ``tokens`` (after RoPE and the rule's scale: the logits the softmax sees), from the
+  query and key projections of a forward pass."""
+  model = model_lib.Transformer(model_config)
+  n, kv = model_config.num_heads, model_config.kv_heads
+
+  def one(params, tokens):
+    _, state = model.apply({"params": params}, tokens, mutable=["intermediates"])
+    out = []
+    for i in range(model_config.depth):
+      attn = state["intermediates"][f"block_{i}"]["attn"]
+      q = attn["q_projected"][0].astype(jnp.float32)  # [B, T, N, H]
+      k = jnp.repeat(attn["k_projected"][0].astype(jnp.float32), n // kv, axis=2)
+      if model_config.positions == "rope":
+        q, k = (rope_lib.apply_rope(x, base=model_config.rope_base) for x in (q, k))
+      _, logits, _, mask = attention_lib.attention_with_aux(q, k, k, rule=model_config.attention_rule,
+                                                            is_causal=model_config.causal,
+                                                            logit_soft_cap=model_config.logit_soft_cap)
+      out.append(metrics_lib.logit_stats_per_head(logits, mask)["var"])
+    return jnp.stack(out)
+
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def measure_sqrt_optimal(ctx: Any) -> Measurement:
-  """The optimal logit multiplier c·(1/√d_k) over c in octaves, at 1/√d_k's best learning rate (log2 c)."""
+  """The note's reading: the variance of the 1/√d_k logits after training at 1/√d_k's best learning rate (|log2 Var|);
+  another reading beside it: the loss-optimal logit multiplier c·(1/√d_k) over c in octaves at that rate (log2 c),
+  the grid widened past an edge its optimum sits at."""
   s = sizes(ctx)
   depth = s["depth_small"]
-  sqrt, best = _best_runs(ctx, "sqrt", depth)
+  steps = s["steps"][depth]
+  last = max(1, steps // 10)
+  sqrt = ctx.planner.train(sqrt_optimal_grids(ctx)["sqrt"])
+  best = _best(sqrt)
   log2_lr = sqrt.log2_lrs[0 if best is None else best]
+  # The note's reading: 1/√d_k normalizes the logits' variance to 1 (here in training).
+  tokens = dataset_of(ctx).eval_batch(0, int(ctx.seed))["inputs"]
+  fn = logit_variance_fn(sqrt.model_config)
+  var = {when: _at_best(sqrt, best, np.mean(np.asarray(jax.device_get(fn(params, tokens)), np.float64), axis=(1, 2)))
+         for when, params in (("init", sqrt.initial_params()), ("final", sqrt.final_params))}  # [S] each
+  with np.errstate(invalid="ignore", divide="ignore"):
+    log2_var = np.log2(var["final"])
+    stat = abs(float(np.log2(np.mean(var["final"]))))
+  # Another reading: the multiplier of 1/√d_k with the lowest final loss.
   log2_c = tuple(float(x) for x in s["attn_log2_mults"])
-  head_dim = s["head_dim"]
-  alphas = [2.0 ** c * math.sqrt(head_dim) for c in log2_c]  # α/d_head = c/√d_head
-  run = grid_run(ctx, rule="sqrt", depth=depth, log2_lrs=(log2_lr,), attn_mults=alphas)
-  steps = run.records["loss"].shape[0]
-  rows = optimum.summarize_grid(run.records["loss"], log2_c, len(run.seeds), max(1, steps // 10))
-  top = optimum.find_optimum([{"parametrization": "sp", "width": s["width"], **r} for r in rows])[0]
-  opt = optimum.optimum_log2_lr(top)
-  numbers = {**_about(ctx), "depth": depth, "learning_rate": _lr_label(log2_lr), "log2_multipliers": list(log2_c),
-             "optimal_log2_multiplier": stats.round_finite(opt), "abs_optimal_log2_multiplier":
-             stats.round_finite(abs(opt)) if opt is not None else None, "at_edge": top["at_edge"],
-             "final_loss_by_log2_multiplier": {f"{r['log2_lr']:g}": stats.round_finite(r["final_loss"]) for r in rows}}
+  run = trained(ctx, sqrt_optimal_grids(ctx, log2_lr))["multipliers"]
+  found = locate_optimum([(log2_c, run)], last=last, x="log2_mult", octaves=s["edge_octaves"],
+                         widen=lambda values: ctx.planner.train(multiplier_spec(
+                             ctx, log2_lr, values, f"depth-{depth} logit multipliers, widened")))
+  opt = found["optimum"]
+  numbers = {**_about(ctx), "depth": depth, "steps": steps, "learning_rate": _lr_label(log2_lr),
+             "logit_variance": "variance of the visible attention logits (after RoPE and 1/√d_k) of a held-out batch, "
+                               "per layer and head, averaged",
+             "logit_variance_init": stats.finite_mean_std(var["init"]),
+             "logit_variance_final": stats.finite_mean_std(var["final"]),
+             "abs_log2_logit_variance": stats.round_finite(stat), **spread("abs_log2_logit_variance", log2_var),
+             "log2_multipliers": list(log2_c), "widened_by": found["widened_by"],
+             "optimal_log2_multiplier": stats.round_finite(opt),
+             "abs_optimal_log2_multiplier": stats.round_finite(abs(opt)) if opt is not None else None,
+             **spread("abs_optimal_log2_multiplier", found["optimum_seeds"]),
+             "multiplier_optimum_at_edge": found["at_edge"],
+             "final_loss_by_log2_multiplier": found["final_loss_by_value"]}
+  init, final = numbers["logit_variance_init"], numbers["logit_variance_final"]
+  widened = (f" (widened to 2^{', 2^'.join(f'{v:g}' for v in found['widened_by'])} past the edge its optimum sat at)"
+             if found["widened_by"] else "")
   return Measurement(numbers, (
-      f"Depth {depth} on the {data_name(ctx)} at learning rate {_lr_label(log2_lr)}: over logit multipliers "
-      f"2^{log2_c[0]:g} .. 2^{log2_c[-1]:g} × 1/√d_k the final loss is lowest at 2^{_fmt(opt, '.2f')} × 1/√d_k "
-      f"(final losses " + ", ".join(f"{_fmt(r['final_loss'])} at 2^{r['log2_lr']:g}" for r in rows) + ")."))
+      f"Depth {depth}, {steps} steps on the {data_name(ctx)} at 1/√d_k's best learning rate {_lr_label(log2_lr)}. "
+      f"Variance normalization (the note's reading): the variance of the 1/√d_k logits of a held-out batch is "
+      f"{_pm(init['mean'], init['std'])} at initialization and {_pm(final['mean'], final['std'])} after training "
+      f"(mean ± std over seeds). Loss-optimal multiplier (another reading): over logit multipliers 2^{log2_c[0]:g} .. "
+      f"2^{log2_c[-1]:g} × 1/√d_k{widened} the final loss is lowest at 2^{_fmt(opt, '.2f')} × 1/√d_k "
+      f"(final losses " + ", ".join(f"{_fmt(v)} at 2^{c}" for c, v in found["final_loss_by_value"].items()) + ")."))
 
 
 NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
 
+def norm_grids(ctx: Any) -> dict[tuple[str, str], GridSpec]:
+  """{(norm, rule): spec}: unscaled and 1/√d_k at the small depth with LayerNorm and with RMSNorm blocks."""
+  depth = sizes(ctx)["depth_small"]
+  return {(norm, rule): grid_spec(ctx, rule=rule, depth=depth, norm=norm) for norm in NORM_NAMES
+          for rule in ("none", "sqrt")}
+
+
 def measure_norms_dont_replace_scaling(ctx: Any) -> Measurement:
   """The relative final-loss gap of unscaled over 1/√d_k with LayerNorm blocks and with RMSNorm blocks (the smaller)."""
   depth = sizes(ctx)["depth_small"]
-  per = {norm: compare_at_best_lr(ctx, "none", "sqrt", depth, norm=norm) for norm in ("layer", "rms")}
+  runs = trained(ctx, norm_grids(ctx))
+  per = {norm: compare_at_best_lr(ctx, {rule: runs[(norm, rule)] for rule in ("none", "sqrt")}, "none", "sqrt", depth)
+         for norm in NORM_NAMES}
   gaps = [c["relative_final_gap"] for c in per.values()]
   stat = min(g for g in gaps if g is not None) if any(g is not None for g in gaps) else None
+  n = len(seeds_of(ctx))
+  per_seed = np.min([_seed_values(c["relative_final_gap_seeds"], n) for c in per.values()], axis=0)
   return Measurement(
-      {**_about(ctx), "depth": depth, "min_relative_final_gap": stat,
+      {**_about(ctx), "depth": depth, "min_relative_final_gap": stat, **spread("min_relative_final_gap", per_seed),
        "by_norm": {n: {k: c[k] for k in ("relative_final_gap", "relative_final_gap_per_seed", "none", "sqrt")}
                    for n, c in per.items()}},
       f"Depth {depth} on the {data_name(ctx)}, each at its best learning rate: removing 1/√d_k raises the final loss "
@@ -1026,55 +1275,60 @@ def measure_norms_dont_replace_scaling(ctx: Any) -> Measurement:
 
 
 def measure_scaled_grads_stable(ctx: Any) -> Measurement:
-  """Decades spanned by the global gradient norm over training with 1/√d_k at its best learning rate, per depth."""
-  spans = {}
-  for depth in _depths(ctx):
-    run, best = _best_runs(ctx, "sqrt", depth)
-    g = run.records["grad_norm"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-      decades = np.log10(np.nanmax(g, axis=0) / np.nanmin(g, axis=0))
-    spans[depth] = _at_best(run, best, decades)
-  stat = max(float(np.mean(v)) for v in spans.values())
-  return Measurement(
-      {**_about(ctx), "max_decades": stats.round_finite(stat),
-       "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans.items()}},
-      f"On the {data_name(ctx)}, with 1/√d_k at its best learning rate, the global gradient norm spans "
-      + ", ".join(f"{_fmt(float(np.mean(v)), '.2f')} decades at depth {d}" for d, v in spans.items())
-      + " over training (max / min over steps, mean over seeds).")
+  """Decades spanned by the global gradient norm over training with 1/√d_k at its best learning rate, per depth
+  (the largest over depths decides), and the same measurement without the scale beside it."""
+  runs = trained(ctx, depth_grids(ctx))
+  spans: dict[str, dict[int, np.ndarray]] = {}
+  for rule in ("sqrt", "none"):
+    spans[rule] = {}
+    for depth in _depths(ctx):
+      run = runs[(rule, depth)]
+      g = run.records["grad_norm"]
+      with np.errstate(invalid="ignore", divide="ignore"):
+        decades = np.log10(np.nanmax(g, axis=0) / np.nanmin(g, axis=0))
+      spans[rule][depth] = _at_best(run, _best(run), decades)  # [S]
+  per_seed = {rule: np.max(np.stack(list(by_depth.values())), axis=0) for rule, by_depth in spans.items()}  # [S]
+  largest = {rule: max(float(np.mean(v)) for v in by_depth.values()) for rule, by_depth in spans.items()}
+  with np.errstate(invalid="ignore"):
+    difference = per_seed["none"] - per_seed["sqrt"]  # paired by initialization seed
+  numbers = {**_about(ctx), "max_decades": stats.round_finite(largest["sqrt"]),
+             **spread("max_decades", per_seed["sqrt"]),
+             "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans["sqrt"].items()},
+             "unscaled": {"max_decades": stats.round_finite(largest["none"]), **spread("max_decades", per_seed["none"]),
+                          "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans["none"].items()}},
+             "max_decades_unscaled_minus_scaled": stats.finite_mean_std(difference),
+             "max_decades_unscaled_minus_scaled_se": stats.round_finite(standard_error(difference))}
+  words = lambda rule: ", ".join(_fmt(float(np.mean(v)), ".2f") for v in spans[rule].values())
+  depths = ", ".join(map(str, spans["sqrt"]))
+  diff = numbers["max_decades_unscaled_minus_scaled"]["mean"]
+  return Measurement(numbers, (
+      f"On the {data_name(ctx)}, each at its best learning rate, the global gradient norm spans {words('sqrt')} "
+      f"decades at depths {depths} with 1/√d_k over training (max / min over steps, mean over seeds); the same "
+      f"measurement without the scale spans {words('none')} decades (the largest over depths, unscaled minus scaled: "
+      f"{_pm(diff, numbers['max_decades_unscaled_minus_scaled_se'], '.2f')} per seed)."))
 
 
 # ----------------------------------------------------------------------------
 # The attention path's gradient (W_q, W_k) of a trained grid, at its initial and final parameters.
 
 
-_ATTN_GRAD_FNS: dict[model_lib.ModelConfig, Any] = {}
-
-
 def attention_grad_norm_fn(model_config: model_lib.ModelConfig):
   """A jitted (stacked params [M, ...], batch) -> [M]: the global norm of dL/dW_q and dL/dW_k over all blocks."""
-  if model_config not in _ATTN_GRAD_FNS:
-    model = model_lib.Transformer(model_config)
+  model = model_lib.Transformer(model_config)
 
-    def one(params, batch):
-      grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
-      return optax.tree.norm([grads[f"block_{i}"]["attn"][n] for i in range(model_config.depth)
-                              for n in ("query", "key")])
+  def one(params, batch):
+    grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
+    return optax.tree.norm([grads[f"block_{i}"]["attn"][n] for i in range(model_config.depth)
+                            for n in ("query", "key")])
 
-    _ATTN_GRAD_FNS[model_config] = jax.jit(jax.vmap(one, in_axes=(0, None)))
-  return _ATTN_GRAD_FNS[model_config]
+  return jax.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def attention_grad_norms(ctx: Any, run: GridRun) -> dict[str, np.ndarray]:
-  """{"init", "final"}: per member [L·S], the attention-path gradient norm on the first held-out batch (NaN for a
-  planned grid, which has no parameters)."""
-  if run.final_params is None:
-    nan = np.full(len(run.log2_lrs) * len(run.seeds), np.nan)
-    return {"init": nan, "final": nan}
+  """{"init", "final"}: per member [M], the attention-path gradient norm on the first held-out batch."""
   batch = dataset_of(ctx).eval_batch(0, int(ctx.seed))
-  lrs, member_seeds = lr_grid(run.log2_lrs, run.seeds)
-  init = train_lib.make_init(run.model_config, run.opt_config, grid=True)(jnp.asarray(member_seeds), jnp.asarray(lrs))
   fn = attention_grad_norm_fn(run.model_config)
-  return {"init": np.asarray(jax.device_get(fn(init.params, batch)), np.float64),
+  return {"init": np.asarray(jax.device_get(fn(run.initial_params(), batch)), np.float64),
           "final": np.asarray(jax.device_get(fn(run.final_params, batch)), np.float64)}
 
 
@@ -1088,7 +1342,7 @@ def _relative_gap_criterion(rule: str, reference: str, denominator: str, depth: 
   """The criterion of ``compare_at_best_lr``'s relative final-loss gap of ``rule`` over ``reference`` at ``depth``."""
   return Criterion("relative_final_gap", f"(final loss {rule} − final loss {reference}) / {denominator} at depth "
                    f"{depth}, each at its best learning rate, mean over seeds", holds=(">=", holds),
-                   fails=("<=", fails), reason=reason)
+                   fails=("<=", fails), reason=reason, noise=True)
 
 
 TRAINING_CLAIMS: tuple[Claim, ...] = (
@@ -1098,107 +1352,138 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         "falls normally).",
         Criterion("nan_fraction_none", "fraction of unscaled (learning rate, seed) runs, pooled over depths and "
                   "dtypes, whose loss is non-finite within the first 100 steps, at learning rates where every 1/√d_k "
-                  "run stays finite", holds=(">=", 0.5), fails=("<=", 0.1),
+                  "run stays finite", holds=(">=", 0.5), fails=("<=", 0.1), noise=True,
                   reason="the note states it as what happens: in most runs to hold, in at most 1 in 10 it does not"),
-        measure_nan_within_100, training=True),
+        measure_nan_within_100, training=True, grids=nan_grids),
     Claim(
         "train_grad_norm_below_1e-6", "note 2 §4, follow-up 1",
         "Without scaling, softmax saturates and the attention gradient norms decay below 1e-6.",
         Criterion("log10_min_attention_grad_norm_none", "log10 of the smallest attention-path gradient norm "
                   "(dL/dW_q, dL/dW_k) of any unscaled run, at its initial or final parameters, any learning rate, "
-                  "seed and depth", holds=("<", -6.0), fails=(">", -4.0),
+                  "seed and depth", holds=("<", -6.0), fails=(">", -4.0), noise=True,
                   reason="the note names 1e-6; two decades above it (1e-4) is not 'below 1e-6' by any rounding"),
-        measure_grad_norm_decay, training=True),
+        measure_grad_norm_decay, training=True, grids=depth_grids),
     Claim(
         "train_depth6_converges_worse", "note 2 §4, follow-up 1",
         "Without scaling a 6-layer model may converge, but to a worse loss.",
         _relative_gap_criterion("unscaled", "1/√d_k", "final loss 1/√d_k", 6),
-        measure_depth6_converges_worse, training=True),
+        measure_depth6_converges_worse, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_oscillates", "note 2 §4, follow-up 1",
         "Without scaling the 6-layer loss curve oscillates strongly.",
         Criterion("roughness_ratio", "RMS of the step-to-step loss change in the second half of training, unscaled "
                   "over 1/√d_k, depth 6, each at its best learning rate", holds=(">=", 2.0), fails=("<=", 1.0),
+                  noise=True,
                   reason="'very oscillating' = at least twice as jagged as the scaled curve; no more jagged is not"),
-        measure_depth6_oscillates, training=True),
+        measure_depth6_oscillates, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_slow", "note 2 §4, follow-up 1",
         "Without scaling the 6-layer model converges very slowly.",
         Criterion("slowdown", "steps the unscaled depth-6 model needs to reach the loss 1/√d_k reaches at a quarter of "
                   "training, over that quarter (never = the whole run; each at its best learning rate)",
-                  holds=(">=", 2.0), fails=("<=", 1.25),
+                  holds=(">=", 2.0), fails=("<=", 1.25), noise=True,
                   reason="'very slow' = at least twice the steps; within 25% more it is not slow"),
-        measure_depth6_slow, training=True),
+        measure_depth6_slow, training=True, grids=depth6_grids),
     Claim(
         "train_depth6_tiny_lr_clipping", "note 2 §4, follow-up 1",
-        "Without scaling a 6-layer model can still converge with a tiny learning rate and gradient clipping.",
-        Criterion("converged_fraction", "fraction of unscaled depth-6 (learning rate, seed) runs that converge "
-                  "(finite, never above 3 × the initial loss, final loss at most 0.9 × the initial) at tiny learning "
-                  "rates, 2 and 4 octaves below 1/√d_k's best rate of the depth-6 grid, with gradients clipped to "
-                  "norm 1, counted at the rates where every 1/√d_k run so trained converges",
-                  holds=(">=", 0.5), fails=("<=", 0.0),
-                  reason="'tiny' is relative to the rate that works (4× and 16× below it), the only reading that "
-                         "applies at every size; 'can converge' holds if at least half such runs do, fails if none "
-                         "does; the unscaled model at its own best rate without clipping is reported beside, to tell "
-                         "whether the tiny rate and clipping are what make it converge"),
-        measure_depth6_tiny_lr_clipping, training=True),
+        "Without scaling a 6-layer model can still converge with careful tuning: a tiny learning rate and gradient "
+        "clipping are what make it converge.",
+        Criterion("tuning_gain", "fraction of unscaled depth-6 (learning rate, seed) runs that converge (finite, never "
+                  "above 3 × the initial loss, final loss at most 0.9 × the initial) with a tiny learning rate and "
+                  "clipping (2 and 4 octaves below 1/√d_k's best rate of the depth-6 grid, gradients clipped to norm "
+                  "1; counted at the rates where every 1/√d_k run so trained converges) minus the fraction that "
+                  "converge without them (at 1/√d_k's best rate, unclipped), paired by seed",
+                  holds=(">=", 0.5), fails=("<=", 0.0), noise=True,
+                  reason="the note offers the tiny rate and clipping as the careful tuning under which the unscaled "
+                         "model can still converge, i.e. what makes it converge: it holds if they turn at least half "
+                         "the runs from not converging into converging, and does not hold if the model converges as "
+                         "often without them (or not with them either); 'tiny' is relative to the rate that works "
+                         "(4× and 16× below it), the only reading that applies at every size"),
+        measure_depth6_tiny_lr_clipping, training=True, grids=tiny_grids),
     Claim(
         "train_post_softmax_worse", "note 1 §4 ⑤, §5",
         "The division belongs inside the logits: applied after the softmax it is a mistake (in training; its logits "
         "are unscaled, so this mostly measures 'no scaling': the gap to the unscaled model is reported beside).",
         _relative_gap_criterion("with softmax(q·k)·v/√d_k", "with softmax(q·k/√d_k)·v", "the latter", 2),
-        measure_post_softmax_training, training=True),
+        measure_post_softmax_training, training=True, grids=post_softmax_grids),
     Claim(
         "train_depth12_cannot_converge", "note 2 §4, follow-up 1; §5",
         "Without scaling, models of 12 or more layers cannot converge (they almost certainly diverge).",
         Criterion("failed_fraction_none", "fraction of unscaled depth-12 (learning rate, seed) runs that diverge or "
                   "stall (final loss > 0.9 × the initial), pooled over pre-/post-LN with and without warmup, at "
                   "learning rates where no 1/√d_k run of the same setup does either", holds=(">=", 0.8),
-                  fails=("<=", 0.2),
+                  fails=("<=", 0.2), noise=True,
                   reason="'almost certainly' = at least 4 runs in 5; at most 1 in 5 contradicts it"),
-        measure_depth12_cannot_converge, training=True),
+        measure_depth12_cannot_converge, training=True, grids=depth12_grids),
     Claim(
         "train_linear_less_expressive", "note 2 §2.2",
         "Dividing by d_k makes attention nearly uniform, so the model loses focus: expressiveness drops severely.",
         _relative_gap_criterion("1/d_k", "1/√d_k", "final loss 1/√d_k", 2, holds=0.05, fails=0.01,
                                 reason="'severely' = at least 5% higher final loss; within 1% is no loss"),
-        measure_linear_expressiveness, training=True),
+        measure_linear_expressiveness, training=True, grids=linear_grids),
     Claim(
         "train_sqrt_optimal", "note 2 §2.2",
-        "Dividing by √d_k is the optimal choice of logit scale.",
-        Criterion("abs_optimal_log2_multiplier", "|log2 c| of the logit multiplier c × 1/√d_k with the lowest final "
-                  "loss (parabola vertex over c in octaves; depth 2, at 1/√d_k's best learning rate)",
-                  holds=("<=", 0.5), fails=(">=", 1.5),
-                  reason="'optimal' = the best multiplier within √2 of 1/√d_k; 2^1.5 away is a different optimum"),
-        measure_sqrt_optimal, training=True),
+        "Dividing by √d_k is the optimal solution for variance normalization: it keeps the logits' variance at 1, "
+        "neither saturated nor uniform.",
+        Criterion("abs_log2_logit_variance", "|log2 Var| of the attention logits with 1/√d_k after training (the "
+                  "note's reading: variance normalization; visible logits of a held-out batch after RoPE and the "
+                  "scale, per layer and head, averaged; depth 2, at 1/√d_k's best learning rate, mean over seeds)",
+                  holds=("<=", 1.0), fails=(">=", 3.0), noise=True,
+                  reason="the note's words: √d_k is the optimal solution for variance normalization, keeping the "
+                         "logits' variance at 1 (std about 1); '~1' = within a factor 2 (std within √2); a factor 8 "
+                         "(std off by 2^1.5, as far as the multiplier the other reading calls a different optimum) is "
+                         "not normalized"),
+        measure_sqrt_optimal, training=True, grids=sqrt_optimal_grids,
+        beside=(Reading("the loss-optimal multiplier (another reading: 'the optimal choice of logit scale', not the "
+                        "note's words)",
+                        Criterion("abs_optimal_log2_multiplier", "|log2 c| of the logit multiplier c × 1/√d_k with "
+                                  "the lowest final loss (parabola vertex over c in octaves; depth 2, at 1/√d_k's "
+                                  "best learning rate)", holds=("<=", 0.5), fails=(">=", 1.5), noise=True,
+                                  edge="multiplier_optimum_at_edge",
+                                  reason="'optimal' = the best multiplier within √2 of 1/√d_k; 2^1.5 away is a "
+                                         "different optimum")),)),
     Claim(
         "train_norms_dont_replace_scaling", "note 2 §2.4, follow-up 2",
         "LayerNorm and RMSNorm do not replace the attention scaling.",
         Criterion("min_relative_final_gap", "the smaller over LayerNorm and RMSNorm blocks of (final loss unscaled − "
                   "final loss 1/√d_k) / final loss 1/√d_k at depth 2, each at its best learning rate",
-                  holds=(">=", 0.02), fails=("<=", 0.0),
+                  holds=(">=", 0.02), fails=("<=", 0.0), noise=True,
                   reason="with either norm, removing the scale must still cost at least 2% loss; no cost = replaced"),
-        measure_norms_dont_replace_scaling, training=True),
+        measure_norms_dont_replace_scaling, training=True, grids=norm_grids),
     Claim(
         "train_scaled_grads_stable", "note 1 §2",
         "With √d_k scaling the gradients are stable.",
         Criterion("max_decades", "largest over depths of log10(max / min over steps) of the global gradient norm with "
-                  "1/√d_k at its best learning rate (mean over seeds)", holds=("<=", 1.0), fails=(">=", 2.0),
+                  "1/√d_k at its best learning rate (mean over seeds; the same without the scale beside it)",
+                  holds=("<=", 1.0), fails=(">=", 2.0), noise=True,
                   reason="'stable' = within one decade over training; two decades is not stable"),
-        measure_scaled_grads_stable, training=True),
+        measure_scaled_grads_stable, training=True, grids=depth_grids),
     Claim(
         "train_qk_correlate", "note 1 §3",
         "In training, q and k become correlated (so the independence behind Var(q·k) = d_k stops holding).",
         Criterion("alignment_increase_sqrt", "increase during training of |mean cos(q_t, k_t)| (same position, per "
                   "layer and head, averaged) with 1/√d_k, mean over widths and seeds", holds=(">=", 0.1),
-                  fails=("<=", 0.02),
+                  fails=("<=", 0.02), noise=True,
                   reason="a rise of 0.1 in cosine is a correlation; 0.02 is within init noise"),
-        measure_qk_correlate, training=True),
+        measure_qk_correlate, training=True, grids=qk_grids),
     Claim(
-        "train_mup_lr_transfer", "note 1 §4 ②",
-        "μP lets hyperparameters (the learning rate) tuned at one width carry over to other widths.",
-        Criterion("mup_optimal_log2_lr_spread", "max − min over widths of μP's optimal log2 learning rate (octaves)",
-                  holds=("<=", 1.0), fails=(">=", 2.0),
-                  reason="'carry over' = the optimum moves at most one octave; two octaves means retuning"),
-        measure_mup_transfer, training=True),
+        "train_mup_lr_transfer", "note 1 §3, §4 ②",
+        "μP gives initialization and scaling rules that are consistent across width (Q/K initialization and the "
+        "scale matched at every width).",
+        Criterion("mup_max_coord_slope", "the coordinate check of μP (the note's reading: width-consistent "
+                  "initialization and scaling): the largest slope of log2 RMS against log2 width of any layer output "
+                  "(embedding, each block's attention logits, attention and MLP outputs, readout) at any step of the "
+                  "warmup, at the learning rate nearest 1e-2 (SP's beside it)", holds=("<=", coord_check.TOLERANCE),
+                  fails=(">=", 0.5), noise=True,
+                  reason="'consistent across width' = every layer's output keeps its size as the width grows: slopes "
+                         f"at most {coord_check.TOLERANCE:g} (the coordinate check's tolerance, Tensor Programs V "
+                         "§D.1); growing like √width (0.5) or faster is not consistent"),
+        measure_mup_transfer, training=True, grids=transfer_grids,
+        beside=(Reading("learning-rate transfer (another reading: what width-consistent rules are for, not the note's "
+                        "words)",
+                        Criterion("mup_optimal_log2_lr_spread", "max − min over widths of μP's optimal log2 learning "
+                                  "rate (octaves; each width's grid widened past an edge its optimum sits at)",
+                                  holds=("<=", 1.0), fails=(">=", 2.0), noise=True, edge="mup_optimum_at_edge",
+                                  reason="'carry over' = the optimum moves at most one octave; two octaves means "
+                                         "retuning")),)),
 )

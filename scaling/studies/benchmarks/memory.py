@@ -1,7 +1,8 @@
 """Peak host memory of one attention forward+backward, each measured in a fresh process.
 
-``measure_memory`` runs in that process (``python -m experiments.attention_memory``,
-so that one measurement's allocations cannot inflate another's): it compiles
+``measure_memory`` runs in that process (``worker``'s ``memory`` job, which prints
+it with ``print_measurement``, as ``python -m experiments.attention_memory`` does;
+so one measurement's allocations cannot inflate another's): it compiles
 the jitted forward+backward first, asks XLA how many bytes of buffers it
 plans, and skips (status "skipped") when that plan exceeds
 ``max_memory_fraction`` of the memory currently available. Otherwise it
@@ -35,8 +36,8 @@ import jax
 from scaling import resources
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies import benchmarks
 from scaling.studies.benchmarks import implementations
+from scaling.studies.benchmarks import worker
 from scaling.validation import ConfigTypeError
 
 MAX_MEMORY_FRACTION = 0.6
@@ -45,7 +46,7 @@ MAX_MEMORY_FRACTION = 0.6
 
 @dataclasses.dataclass(frozen=True)
 class MemoryConfig(Options):
-  """One measurement (the options of ``experiments.attention_memory``)."""
+  """One measurement (the options of ``python -m experiments.attention_memory``)."""
 
   impl: str = option("blockwise", "Attention implementation.", choices=implementations.IMPLEMENTATIONS)
   seq_len: int = option(16384, "Sequence length T (= S).", lower=1)
@@ -138,8 +139,20 @@ def measure_memory(config: MemoryConfig) -> dict:
   return row
 
 
+def print_measurement(config: MemoryConfig, out_dir: None = None) -> None:
+  """Measures ``config`` in this process (``measure_memory``) and prints the row as one JSON line on stdout.
+
+  Args:
+    config: the measurement.
+    out_dir: unused (a measurement writes no files; the run signature of a study).
+  """
+  del out_dir
+  sys.stdout.write(json.dumps(measure_memory(config)) + "\n")
+  sys.stdout.flush()
+
+
 def launch(config: MemoryConfig, timeout_s: float):
-  """Starts ``python -m experiments.attention_memory`` on ``config`` in a fresh process; returns what ``collect`` needs.
+  """Starts the measurement of ``config`` in a fresh process (``worker``); returns what ``collect`` needs.
 
   Args:
     config: the measurement.
@@ -150,16 +163,15 @@ def launch(config: MemoryConfig, timeout_s: float):
   """
   if not isinstance(config, MemoryConfig):
     raise ConfigTypeError(f"config must be a MemoryConfig, got {type(config).__name__}")
-  cmd = [sys.executable, "-m", "experiments.attention_memory",
-         *(f"--{name}={value}" for name, value in dataclasses.asdict(config).items())]
+  cmd = worker.command("memory", config)
   if os.path.exists("/bin/sh"):
     # The shell forks the program instead of exec-ing it from this (large) process, whose peak RSS would
     # otherwise be inherited by the child's ru_maxrss.
     cmd = ["/bin/sh", "-c", shlex.join(cmd) + "; exit $?"]
   base = {"impl": config.impl, "seq_len": config.seq_len, "head_dim": config.head_dim,
           "num_heads": config.num_heads, "timeout_s": timeout_s}
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=benchmarks.ROOT,
-                          env=dict(os.environ), start_new_session=True)
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=worker.environment(),
+                          start_new_session=True)
   return proc, base, time.perf_counter()
 
 

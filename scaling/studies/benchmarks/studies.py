@@ -4,10 +4,11 @@ with depth.
 Two measurements, each side by side in one run:
 
 * The studies end to end. Each study (the quick claims run, the coordinate check and the width transfer on their
-  defaults) runs as ``python -m experiments.<study>`` twice with one fresh, empty compilation-cache folder: cold (every
-  program compiled and written) and warm (read back). Each run writes its wall time split into compilation, compute
-  and the rest (``scaling.timesplit``; ``time_split.json`` in its output folder); the table puts both runs of every
-  study beside the targets (``TARGETS``) and says whether each is met.
+  defaults) runs twice in a fresh process of its own (``worker``, as ``python -m experiments.<study>`` runs it) with
+  one fresh, empty compilation-cache folder: cold (every program compiled and written) and warm (read back). Each
+  run writes its wall time split into compilation, compute and the rest (``scaling.timesplit``; ``time_split.json``
+  in its output folder); the table puts both runs of every study beside the targets (``TARGETS``) and says whether
+  each is met.
 * Compilation against depth. The training step of one model (and of a vmapped grid of ``grid_members`` learning
   rates) compiled at depth 2 and at depth 12, with the blocks unrolled and scanned (``ModelConfig.scan_layers``),
   every variant compiled afresh in interleaved rounds (best of ``rounds``); the ratio depth 12 / depth 2 against the
@@ -21,7 +22,6 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling import config as config_lib
 from scaling import model as model_lib
 from scaling import optim as optim_lib
 from scaling import plotting
@@ -37,16 +38,18 @@ from scaling import report
 from scaling import results as results_lib
 from scaling import timesplit
 from scaling import train as train_lib
+from scaling import validation
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies import benchmarks
+from scaling.studies import claims as claims_lib
+from scaling.studies import coord_check as coord_check_lib
+from scaling.studies import transfer as transfer_lib
 from scaling.studies.benchmarks import timing
+from scaling.studies.benchmarks import worker
 from scaling.validation import ConfigError
 from scaling.validation import ConfigTypeError
 
 STUDIES = ("claims", "coord_check", "transfer")
-DEFAULT_FLAGS = {"claims": ("--mode=quick",), "coord_check": (), "transfer": ()}
-"""The flags each study runs with: its defaults (the claims: quick mode)."""
 TARGETS = {"claims": (240.0, 0.40), "coord_check": (60.0, None), "transfer": (600.0, None)}
 """Study: (most wall seconds of the cold run, largest share of compilation in it or None)."""
 DEPTH_TARGET = 1.3
@@ -55,11 +58,13 @@ DEPTH_TARGET = 1.3
 
 @dataclasses.dataclass(frozen=True)
 class StudiesBenchConfig(Options):
-  """Which studies are timed and with what flags, and the sizes of the depth measurement."""
+  """Which studies are timed and their configs, and the sizes of the depth measurement."""
 
   studies: tuple[str, ...] = option(STUDIES, "Studies run end to end, cold and warm.", choices=STUDIES)
-  flags: tuple[str, ...] | None = option(None, "Extra flags of every study run (None: none).")
-  study_flags: tuple[str, ...] | None = option(None, "Flags per study as study:flag items (None: DEFAULT_FLAGS).")
+  claims: claims_lib.ClaimsConfig = option(claims_lib.ClaimsConfig(mode="quick"), "The claims run (quick mode).")
+  coord_check: coord_check_lib.CoordCheckConfig = option(coord_check_lib.CoordCheckConfig(),
+                                                         "The coordinate check run.")
+  transfer: transfer_lib.TransferConfig = option(transfer_lib.TransferConfig(), "The width transfer run.")
   depths: tuple[int, ...] = option((2, 12), "Depths whose training step is compiled.", lower=1)
   width: int = option(64, "Width of the depth measurement's model.", lower=1)
   grid_members: int = option(15, "Members of the vmapped grid compiled beside the single run.", lower=2)
@@ -69,29 +74,26 @@ class StudiesBenchConfig(Options):
     if len(self.depths) < 2:
       raise ConfigError("depths needs at least two depths")
 
-  def flags_of(self, study: str) -> tuple[str, ...]:
-    """The flags ``study`` runs with."""
-    extra = self.flags or ()
-    if self.study_flags is None:
-      return (*DEFAULT_FLAGS[study], *extra)
-    own = tuple(item.split(":", 1)[1] for item in self.study_flags if item.split(":", 1)[0] == study)
-    return (*own, *extra)
+  def config_of(self, study: str) -> Options:
+    """The config ``study`` runs with."""
+    if study not in STUDIES:
+      raise ConfigError(f"study {validation.must_be_one_of(study, STUDIES)}")
+    return getattr(self, study)
 
 
 QUICK = StudiesBenchConfig(studies=("coord_check",), depths=(1, 2), width=16, grid_members=2, rounds=1,
-                           study_flags=("coord_check:--widths=16,32", "coord_check:--steps=1",
-                                        "coord_check:--num_seeds=1", "coord_check:--depth=1"))
+                           coord_check=config_lib.build(coord_check_lib.CoordCheckConfig,
+                                                        {"widths": (16, 32), "steps": 1, "num_seeds": 1, "depth": 1}))
 """Tiny sizes for a smoke run (one small study, shallow models), not a measurement."""
 
 
-def run_study(study: str, flags: tuple[str, ...], cache: pathlib.Path, out: pathlib.Path) -> dict[str, Any]:
-  """Runs ``python -m experiments.<study>`` once with ``cache`` as its compilation cache; returns its time split
-  with the process's own wall time (``process_s``)."""
-  path = os.pathsep.join(filter(None, [str(benchmarks.ROOT), os.environ.get("PYTHONPATH")]))
+def run_study(study: str, config: Options, cache: pathlib.Path, out: pathlib.Path) -> dict[str, Any]:
+  """Runs ``study`` on ``config`` once in a fresh process (``worker``) with ``cache`` as its compilation cache and
+  ``out`` as its output folder; returns its time split with the process's own wall time (``process_s``)."""
+  job = dataclasses.replace(config, output=dataclasses.replace(config.output, out_dir=str(out)))
   start = time.perf_counter()
-  subprocess.run([sys.executable, "-m", f"experiments.{study}", *flags, f"--compilation_cache_dir={cache}",
-                  f"--out_dir={out}"], cwd=benchmarks.ROOT, env={**os.environ, "PYTHONPATH": path}, check=True,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  subprocess.run(worker.command(study, job, cache), env=worker.environment(), check=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
   split = json.loads((out / timesplit.FILE).read_text())
   return {**split, "process_s": time.perf_counter() - start}
 
@@ -101,9 +103,11 @@ def time_studies(config: StudiesBenchConfig) -> list[dict[str, Any]]:
   rows = []
   for study in dict.fromkeys(config.studies):
     with tempfile.TemporaryDirectory(prefix=f"studies-{study}-") as tmp:
+      study_config = config.config_of(study)
+      flags = list(config_lib.command_line(study_config))
       for cache_state in ("cold", "warm"):
-        split = run_study(study, config.flags_of(study), pathlib.Path(tmp) / "cache", pathlib.Path(tmp) / cache_state)
-        rows.append({"study": study, "cache": cache_state, "flags": list(config.flags_of(study)), **split})
+        split = run_study(study, study_config, pathlib.Path(tmp) / "cache", pathlib.Path(tmp) / cache_state)
+        rows.append({"study": study, "cache": cache_state, "flags": flags, **split})
         print(f"studies: {study} ({cache_state} cache): {split['wall_s']:.1f}s = compilation "
               f"{split['compile_s']:.1f}s + compute {split['compute_s']:.1f}s + rest {split['rest_s']:.1f}s", flush=True)
   return rows

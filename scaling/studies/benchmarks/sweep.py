@@ -1,11 +1,12 @@
 """Benchmark suite `sweep`: the vmapped sweep against the same numbers computed one configuration at a time, and
-a rerun of ``python -m experiments.sweep`` against its first run (JAX's persistent compilation cache).
+the same sweep run twice in fresh processes, as ``python -m experiments.sweep`` runs it, the second run reading
+back what the first wrote to JAX's persistent compilation cache.
 
-The rerun comparison runs the same command twice as separate processes with a
-fresh, empty cache folder (``--compilation_cache_dir``): the first run compiles
-and writes every program, the second reads them back. It reports the wall time
-of each whole process and the in-run time (the sum of the per-head-dimension
-times in timings.jsonl), and their ratios.
+The rerun comparison starts the sweep twice as separate processes (``worker``)
+with one fresh, empty cache folder: the first run compiles and writes every
+program, the second reads them back. It reports the wall time of each whole
+process and the in-run time (the sum of the per-head-dimension times in
+timings.jsonl), and their ratios.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -24,13 +24,14 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from scaling import config as config_lib
 from scaling import plotting
 from scaling import report
 from scaling import results as results_lib
 from scaling.config import option
 from scaling.config import Options
-from scaling.studies import benchmarks
 from scaling.studies.benchmarks import timing
+from scaling.studies.benchmarks import worker
 from scaling.studies import sweep as sweep_lib
 from scaling.validation import ConfigTypeError
 
@@ -74,26 +75,28 @@ def clear_caches() -> None:
   jax.clear_caches()
 
 
-def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
-  """Runs ``python -m experiments.sweep`` twice with one fresh cache folder; times both runs.
+def rerun_with_cache(config: sweep_lib.SweepConfig) -> dict[str, Any]:
+  """Runs the sweep ``config`` twice, each in a fresh process, with one fresh cache folder; times both runs.
 
   Args:
-    flags: the sweep's flags (both runs; each writes its own output folder).
+    config: the sweep (both runs; each writes its own output folder).
 
   Returns:
-    {"runs": [{"wall_s", "in_run_s", "cache_files"} for the first and second run], "wall_ratio",
-    "in_run_ratio"} (ratios: first / second).
+    {"flags" (the command line of ``config``), "runs": [{"wall_s", "in_run_s", "cache_files"} for the first and
+    second run], "wall_ratio", "in_run_ratio"} (ratios: first / second).
   """
-  path = os.pathsep.join(filter(None, [str(benchmarks.ROOT), os.environ.get("PYTHONPATH")]))
-  env = {**os.environ, "PYTHONPATH": path}
+  if not isinstance(config, sweep_lib.SweepConfig):
+    raise ConfigTypeError(f"config must be a SweepConfig, got {type(config).__name__}")
+  flags = config_lib.command_line(config)
   runs = []
   with tempfile.TemporaryDirectory(prefix="sweep-rerun-") as tmp:
     cache = pathlib.Path(tmp) / "cache"
     for i in range(2):
       out = pathlib.Path(tmp) / f"run{i}"
+      job = dataclasses.replace(config, output=dataclasses.replace(config.output, out_dir=str(out)))
       start = time.perf_counter()
-      subprocess.run([sys.executable, "-m", "experiments.sweep", *flags, f"--compilation_cache_dir={cache}",
-                      f"--out_dir={out}"], cwd=benchmarks.ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+      subprocess.run(worker.command("sweep", job, cache), env=worker.environment(), check=True,
+                     stdout=subprocess.DEVNULL)
       wall = time.perf_counter() - start
       in_run = sum(json.loads(line)["seconds"] for line in (out / "timings.jsonl").read_text().splitlines())
       runs.append({"wall_s": wall, "in_run_s": in_run, "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())})
@@ -103,24 +106,22 @@ def rerun_with_cache(flags: tuple[str, ...] = ()) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class SweepBenchConfig(Options):
-  """The sweep timed, and the flags of the rerun of ``python -m experiments.sweep``."""
+  """The sweep timed (vmapped, one at a time, and rerun with the persistent compilation cache)."""
 
-  sweep: sweep_lib.SweepConfig = option(sweep_lib.SweepConfig(), "The sweep timed vmapped and one at a time.")
-  rerun_flags: tuple[str, ...] | None = option(None, "Flags of both runs of python -m experiments.sweep (None: "
-                                               "none, the default sweep).")
+  sweep: sweep_lib.SweepConfig = option(sweep_lib.SweepConfig(), "The sweep timed vmapped, one at a time and "
+                                        "rerun in fresh processes.")
 
 
 QUICK = SweepBenchConfig(sweep=sweep_lib.SweepConfig(d_k=(8,), rules=("sqrt", "qk_norm"), num_seeds=2, seq_len=(16,),
-                                                     batch=1),
-                         rerun_flags=("--d_k=8", "--rules=sqrt,qk_norm", "--num_seeds=2", "--seq_len=16", "--batch=1"))
-"""Tiny sizes for a smoke run (the same sweep in both measurements), not a measurement."""
+                                                     batch=1))
+"""Tiny sizes for a smoke run, not a measurement."""
 
 
 def run(bench: SweepBenchConfig, out_dir: pathlib.Path) -> dict:
   """Times the sweep (cold: compilation included; warm: compiled) vmapped and one at a time, and the rerun.
 
   Args:
-    bench: the sweep and the rerun's flags (``QUICK`` for a smoke run).
+    bench: the sweep (``QUICK`` for a smoke run).
     out_dir: the output folder (it must exist); gets sweep.json, sweep.md and sweep.png.
 
   Returns:
@@ -150,14 +151,14 @@ def run(bench: SweepBenchConfig, out_dir: pathlib.Path) -> dict:
   print(f"sweep: vmapped is {ratio:.1f}x faster cold (compilation included) and {warm_ratio:.1f}x faster warm "
         f"than one configuration at a time "
         f"({len(slow)} configurations x {config.num_seeds} seeds; max relative difference {max_rel:.1e})")
-  rerun = rerun_with_cache(bench.rerun_flags or ())
+  rerun = rerun_with_cache(config)
   results["rerun"] = rerun
   results["load_average"].append(os.getloadavg()[0])
   first, second = rerun["runs"]
   print(report.table([{"run": name, "process_s": r["wall_s"], "in_run_s": r["in_run_s"],
                        "cache_files": r["cache_files"]} for name, r in zip(("first", "second"), rerun["runs"])],
                      ("run", "process_s", "in_run_s", "cache_files"), floatfmt=".2f"))
-  print(f"sweep: with the persistent compilation cache, the second identical `python -m experiments.sweep` is "
+  print(f"sweep: with the persistent compilation cache, the second identical run of the sweep is "
         f"{rerun['wall_ratio']:.1f}x faster than the first (whole process; {rerun['in_run_ratio']:.1f}x in-run)")
   results_lib.write_json(out_dir / "sweep.json", results)
   (out_dir / "sweep.md").write_text(readme_markdown(results))

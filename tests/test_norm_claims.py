@@ -1,0 +1,64 @@
+"""scaling.studies.norm_claims: the on-par criterion on known gaps both ways, and the measurement on tiny sizes."""
+
+import math
+import types
+
+from absl.testing import absltest
+import numpy as np
+
+from scaling.studies import grid_run
+from scaling.studies import norm_claims
+from scaling.studies import training_claims
+from scaling.studies import verdicts
+
+CLAIM = norm_claims.NORM_CLAIMS[0]
+TEST_CTX = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None, planner=grid_run.GridPlanner())
+
+
+class OnParTest(absltest.TestCase):
+
+  def test_gap_known_both_ways(self):
+    layer = np.array([2.0, 2.2, 2.4])
+    for rms, verdict in ((layer * 1.005, verdicts.HOLDS), (layer * 1.1, verdicts.FAILS),
+                         (layer * np.array([1.0, 1.015, 0.985]), verdicts.PARTLY)):
+      got = norm_claims.on_par_gap(layer, rms)
+      gaps = (rms - layer) / layer
+      self.assertAlmostEqual(got["max_abs_gap_within_noise"], abs(gaps.mean()) + 2 * gaps.std(ddof=1))
+      self.assertEqual(CLAIM.criterion.verdict(got["max_abs_gap_within_noise"]), verdict, str(rms))
+
+  def test_one_seed_has_no_noise_bound(self):
+    got = norm_claims.on_par_gap(np.array([2.0]), np.array([2.0]))
+    self.assertTrue(math.isnan(got["max_abs_gap_within_noise"]))
+    self.assertEqual(CLAIM.criterion.verdict(got["max_abs_gap_within_noise"]), verdicts.NOT_MEASURED)
+    with self.assertRaisesRegex(ValueError, "same seeds"):
+      norm_claims.on_par_gap(np.array([2.0, 2.0]), np.array([2.0]))
+
+  def test_every_criterion_reaches_holds_and_fails(self):
+    for claim in norm_claims.NORM_CLAIMS:
+      self.assertTrue(claim.training)
+      reached = {claim.criterion.verdict(p) for p in claim.criterion.probes()}
+      self.assertContainsSubset({verdicts.HOLDS, verdicts.FAILS}, reached, claim.id)
+
+
+class MeasurementTest(absltest.TestCase):
+
+  def test_tiny_run_compares_the_two_norms_at_their_best_learning_rates(self):
+    row = CLAIM.evaluate(TEST_CTX)
+    self.assertIn(row["verdict"], verdicts.VERDICTS)
+    numbers = row["numbers"]
+    self.assertEqual(numbers["depth"], training_claims.SIZES["test"]["depth_small"])
+    finals = {}
+    runs = training_claims.trained(TEST_CTX, training_claims.norm_grids(TEST_CTX))
+    self.assertEqual(len(TEST_CTX.planner.runs), 4)  # the grids of the claim that the norms do not replace the scale
+    for norm in norm_claims.NORMS:
+      run = runs[(norm, "sqrt")]
+      self.assertEqual(run.model_config.norm, norm)
+      final = run.by_lr(training_claims.final_losses(run.records["loss"], numbers["final_loss_mean_of_last"]))
+      finals[norm] = final[training_claims.best_index(final)]
+    want = norm_claims.on_par_gap(finals["layer"], finals["rms"])["max_abs_gap_within_noise"]
+    self.assertAlmostEqual(row["value"], want, places=3)
+    self.assertIn("RMSNorm blocks against", row["finding"])
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,286 @@
+"""The random-input claims' criteria on synthetic cases whose answer is known both ways (holds and does not hold),
+against closed forms, numpy and jax.nn references."""
+
+import math
+from unittest import mock
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scaling import attention
+from scaling import report
+from scaling import rope
+from scaling.studies import claims
+from scaling.studies import random_input_claims as ric
+from scaling.studies import verdicts
+
+HOLDS, PARTLY, FAILS = verdicts.HOLDS, verdicts.PARTLY, verdicts.FAILS
+BY_ID = {c.id: c for c in ric.RANDOM_INPUT_CLAIMS}
+TINY = dict(mode="quick", d_k=(64, 128), num_seeds=2, seq_len=16)
+
+
+def _verdict(claim_id: str, value: float) -> str:
+  """The verdict of ``claim_id``'s criterion for its statistic ``value``."""
+  return BY_ID[claim_id].criterion.verdict(value)
+
+
+def _normal(seed: int, shape: tuple[int, ...], std: float = 1.0) -> np.ndarray:
+  return (std * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def _entropy(p: np.ndarray) -> np.ndarray:
+  """Row entropies of a distribution [..., S] in numpy (0 log 0 = 0)."""
+  return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+  e = np.exp(z - z.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+class PartsTest(absltest.TestCase):
+
+  def test_a_claim_of_parts_holds_only_when_every_part_holds(self):
+    parts = (ric.Part("a", verdicts.Criterion("x", "x", holds=("<", 1.0), fails=(">", 2.0))),
+             ric.Part("b", verdicts.Criterion("y", "y", holds=(">", 5.0), fails=("<", 3.0))))
+    criterion = ric.parts_criterion("score", "parts", parts, reason="r")
+    for values, score, verdict in (({"a": 0.5, "b": 6.0}, 2.0, HOLDS), ({"a": 1.5, "b": 6.0}, 1.5, PARTLY),
+                                   ({"a": 3.0, "b": 6.0}, 1.0, PARTLY), ({"a": 1.5, "b": 2.0}, 0.5, PARTLY),
+                                   ({"a": 3.0, "b": 2.0}, 0.0, FAILS)):
+      got, by_part = ric.score_parts(parts, values)
+      self.assertEqual((got, criterion.verdict(got)), (score, verdict), values)
+      self.assertEqual(set(by_part), {"a", "b"})
+    nan, _ = ric.score_parts(parts, {"a": float("nan"), "b": 6.0})
+    self.assertEqual(criterion.verdict(nan), verdicts.NOT_MEASURED)
+    self.assertIn("a: x: holds if < 1", criterion.text)
+    with self.assertRaisesRegex(KeyError, "b"):
+      ric.score_parts(parts, {"a": 0.5})
+
+  def test_headline_quotes_the_claims_thresholds_not_its_parts(self):
+    claim = BY_ID["fp16_exp_overflow"]
+    row = {"id": claim.id, "claim": claim.text, "verdict": PARTLY, "criterion": claim.criterion.text,
+           "statistic": claim.criterion.statistic, "value": 1.0}
+    text = report.claims_headline([row], {"config": {"mode": "quick", "text_file": None}})
+    self.assertIn("  (`dtypes_overflowing` = 1; holds if > 2.5, does not hold if < 0.5)", text.splitlines())
+
+
+class PostSoftmaxTest(absltest.TestCase):
+
+  def test_rows_sum_to_one_over_sqrt_d_k_after_the_softmax_and_to_one_inside(self):
+    d = 64
+    q, k = _normal(0, (2, 16, 2, d)), _normal(1, (2, 16, 2, d))
+    after = float(ric.row_sum_deviation(attention.attention_weights(q, k, rule="post_softmax")))
+    inside = float(ric.row_sum_deviation(attention.attention_weights(q, k, rule="sqrt")))
+    self.assertAlmostEqual(after, 1 - d**-0.5, places=5)  # every row sums to 1/√d_k
+    self.assertLess(inside, 1e-5)
+    self.assertEqual((_verdict("post_softmax_breaks", after), _verdict("post_softmax_breaks", inside)),
+                     (HOLDS, FAILS))
+
+
+class OverflowTest(absltest.TestCase):
+
+  def test_overflow_in_every_dtype_or_in_none(self):
+    d = 64
+    for std, expected, verdict in ((4.0, 3.0, HOLDS), (0.1, 0.0, FAILS)):
+      q, k, v = (_normal(i, (1, 16, 1, d), std) for i in range(3))
+      z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+      with np.errstate(over="ignore"):  # the reference: float32's exp overflows where float64's exceeds its max
+        f32 = np.mean(np.any(~np.isfinite(np.exp(z).astype(np.float32)), axis=-1))
+      frac = {n: float(x) for n, x in ric.exp_overflow_fractions(q, k, v).items()}
+      self.assertEqual(frac["float32"] > 0, f32 > 0)
+      score, _ = ric.score_parts(ric.OVERFLOW_PARTS, frac)
+      self.assertEqual((score, _verdict("fp16_exp_overflow", score)), (expected, verdict), frac)
+
+
+class WorkingRangeTest(absltest.TestCase):
+
+  def test_bound_of_a_known_curve(self):
+    sigmas = (1.0, 2.0, 4.0, 8.0)
+    self.assertAlmostEqual(ric.working_range_bound(np.array([0.1, 0.3, 0.7, 0.9]), sigmas), 3 * 2**1.5)
+    self.assertTrue(math.isnan(ric.working_range_bound(np.array([0.1, 0.2, 0.3, 0.4]), sigmas)))
+
+  def test_measured_bound_is_where_a_key_takes_half_the_row(self):
+    ctx = claims.Context(**TINY)
+    bound = float(np.mean(ric._working_range(ctx)["bound"]))
+    z = np.random.default_rng(5).standard_normal((4000, ctx.seq_len)) * bound / 3  # numpy, independent draws
+    self.assertAlmostEqual(float(np.mean(np.max(_softmax(z), axis=-1))), ric.DOMINANT_MAX_PROB, delta=0.03)
+
+  def test_parts_both_ways(self):
+    for frac, bound, verdict in ((0.997, 6.0, HOLDS), (0.997, 20.0, PARTLY), (0.5, 20.0, FAILS)):
+      score, _ = ric.score_parts(ric.D512_PARTS, {"3σ in [−68, 68]": frac,
+                                                  "working range [−5, 5]": abs(math.log2(bound / 5))})
+      self.assertEqual(_verdict("d512_range", score), verdict, (frac, bound))
+
+
+class FlatterAt128Test(absltest.TestCase):
+
+  def _row(self, std_128: float, entropy_128: list[float]) -> dict:
+    """The claim's row on a d_k sweep of two seeds with these logit stds and entropies at d_k = 128."""
+    sweep = {}
+    for rule in claims.SWEEP_RULES:
+      for d in (64, 128):
+        sweep[(rule, d)] = {"entropy_normalized": np.array([0.90, 0.9002] if d == 64 else entropy_128),
+                            "max_prob": np.array([0.07, 0.07]),
+                            "logit_std": np.array([8.0, 8.0] if d == 64 else [std_128, std_128])}
+    ctx = claims.Context(d_k=(64, 128), num_seeds=2)
+    with mock.patch.object(ctx, "sweep", return_value=sweep):
+      return BY_ID["sqrt_flatter_at_128"].evaluate(ctx)
+
+  def test_both_ways(self):
+    # Logits growing faster than √d_k lower the temperature relative to them; here entropy also rises (by fiat).
+    row = self._row(std_128=1.2 * 128**0.5, entropy_128=[0.95, 0.9502])
+    self.assertEqual((row["verdict"], row["numbers"]["effective_temperature_ratio"]), (HOLDS, round(1 / 1.2, 4)))
+    row = self._row(std_128=128**0.5, entropy_128=[0.90, 0.9002])  # the iid case: nothing changes
+    self.assertEqual(row["verdict"], FAILS)
+    self.assertEqual(row["numbers"]["part_verdicts"], {"the temperature falls": FAILS, "more uniform": FAILS})
+
+
+class Fp32OrClampTest(absltest.TestCase):
+
+  def _sweep(self, fp32_alone: float, clamp: float) -> dict:
+    """A synthetic outlier sweep (2 seeds × 3 factors) with failures only in float32 without max-subtraction and in
+    the clamp."""
+    names = [ric._sweep_name(t, how, sub) for t in ric.LOW_PRECISION for how in ric.SWEEP_HOWS for sub in (False, True)]
+    names += [ric._sweep_name("float32", "float32", sub) for sub in (False, True)]
+    sweep = {n: np.zeros((2, 3)) for n in names}
+    sweep[ric._sweep_name("float32", "float32", False)][:, -1] = fp32_alone
+    sweep[ric._sweep_name("float16", "clamp", False)][:, -1] = clamp
+    return sweep
+
+  def test_both_readings_both_ways(self):
+    criterion = ric.SOLVES_CRITERION
+    out = ric.fp32_or_clamp_parts(self._sweep(0.0, 0.0))
+    self.assertEqual([criterion.verdict(r["parts_solved"]) for r in out.values()], [HOLDS, HOLDS])
+    out = ric.fp32_or_clamp_parts(self._sweep(0.2, 0.0))  # FP32 needs max-subtraction
+    self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
+                     {"as written": PARTLY, "with max-subtraction": HOLDS})
+    out = ric.fp32_or_clamp_parts(self._sweep(0.2, 0.2))
+    self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
+                     {"as written": FAILS, "with max-subtraction": PARTLY})
+
+
+class OnlineSoftmaxTest(absltest.TestCase):
+
+  def test_online_softmax_matches_jax_in_float32(self):
+    q, k, v = (_normal(i, (2, 16, 2, 8), 2.0) for i in range(3))
+    got = ric.online_softmax_attention(q, k, v, scale=8**-0.5, block=4)
+    np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v), rtol=2e-5, atol=2e-6)
+    with self.assertRaisesRegex(ValueError, "block"):
+      ric.online_softmax_attention(q, k, v, scale=1.0, block=5)
+
+  def test_same_accumulation_dtype_no_mitigation_across_dtypes_mitigation(self):
+    d = 128
+    q, k, v = (_normal(i, (4, 32, 2, d)) for i in range(3))
+    q, k = (ric._with_outliers(jnp.asarray(x), 300.0).astype(jnp.float16) for x in (q, k))
+    v = jnp.asarray(v, jnp.float16)
+    dense16 = float(ric.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt", float32_softmax=False)))
+    online16 = float(ric.nonfinite_rows(ric.online_softmax_attention(q, k, v, scale=d**-0.5, block=8)))
+    online32 = float(ric.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt",
+                                                                        implementation="blockwise")))
+    self.assertGreater(dense16, 0)  # q·k of the two outlier tokens overflows float16
+    self.assertEqual((_verdict("online_softmax_mitigates", online16 / dense16),
+                      _verdict("online_softmax_mitigates", online32 / dense16)), (FAILS, HOLDS))
+
+  def test_ratio_over_a_synthetic_sweep(self):
+    sweep = {ric._sweep_name(t, how, True): np.zeros((2, 3)) for t in ric.LOW_PRECISION for how in ric.SWEEP_HOWS}
+    self.assertTrue(math.isnan(ric.online_over_dense(sweep)["max_ratio"]))  # nothing to mitigate: not measured
+    sweep[ric._sweep_name("float16", "input", True)][:, -1] = 0.1
+    self.assertEqual(ric.online_over_dense(sweep)["max_ratio"], 0.0)
+    sweep[ric._sweep_name("float16", "online_low", True)][:, -1] = 0.1
+    self.assertEqual(ric.online_over_dense(sweep)["max_ratio"], 1.0)
+
+
+class HeadDimConstantTest(absltest.TestCase):
+
+  def test_contrast_only_with_aligned_q_and_k(self):
+    for rho, verdict in ((0.0, FAILS), (0.5, HOLDS)):  # iid: growing d_k keeps the scale as well as fixing it
+      with mock.patch.object(ric, "QK_ALIGNMENT", rho):
+        row = BY_ID["head_dim_constant"].evaluate(claims.Context(**TINY))
+      self.assertEqual(row["verdict"], verdict, row["finding"])
+    # With aligned q, k one head of d_k = width sees its own key at ρ√d_k: the row max grows with the width.
+    grown = row["numbers"]["values"]["grown aligned row max"]
+    self.assertGreater(grown[1024]["mean"], 0.5 * 1024**0.5 * 0.8)
+
+
+class LowerTemperatureTest(absltest.TestCase):
+
+  def test_random_rows_focus_constant_rows_do_not(self):
+    z = _normal(3, (4, 32, 64), 8.0)
+    temps = tuple(f * 8.0 for f in ric.FOCUS_TEMPERATURES)
+    frac = float(ric.entropy_falls_fraction(jnp.asarray(z), temps))
+    ent = np.stack([_entropy(_softmax(z.astype(np.float64) / t)) for t in temps])
+    self.assertAlmostEqual(frac, float(np.mean(np.all(np.diff(ent, axis=0) < 0, axis=0))))
+    flat = float(ric.entropy_falls_fraction(jnp.zeros((4, 32, 64)), temps))
+    self.assertEqual((_verdict("lower_temperature_focuses", frac), _verdict("lower_temperature_focuses", flat)),
+                     (HOLDS, FAILS))
+
+
+class RmsNormFlowTest(absltest.TestCase):
+
+  def test_gradient_norms_match_a_plain_loop(self):
+    rng = np.random.default_rng(0)
+    params = ric._stack_params(rng, 3)
+    x = rng.standard_normal((2, 8, ric.STACK_WIDTH)).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    got = np.asarray(ric.residual_gradient_norms(x, params, g, True))
+
+    def out(x0):
+      h = x0
+      for i in range(3):
+        p = {n: w[i] for n, w in params.items()}
+        b, t, w_ = h.shape
+        q, k, v = ((ric.rules_lib.rms_norm(h) @ p[n]).reshape(b, t, -1, ric.STACK_HEAD_DIM) for n in ("wq", "wk", "wv"))
+        h = h + jax.nn.dot_product_attention(q, k, v).reshape(b, t, w_) @ p["wo"]
+        h = h + jax.nn.gelu(ric.rules_lib.rms_norm(h) @ p["w1"]) @ p["w2"]
+      return jnp.sum(h * g)
+
+    self.assertLen(got, 4)
+    self.assertAlmostEqual(got[0], float(jnp.linalg.norm(jax.grad(out)(jnp.asarray(x)))), delta=1e-3 * got[0])
+    self.assertAlmostEqual(got[-1], float(np.linalg.norm(g)), places=3)
+
+  def test_both_ways(self):
+    ctx = claims.Context(**TINY)
+    row = BY_ID["rmsnorm_stabilizes_gradients"].evaluate(ctx)
+    self.assertEqual(row["verdict"], HOLDS, row["finding"])
+    flat = ric._rmsnorm_flow(ctx, gain=0.0)  # no branch: the gradient passes every block unchanged, with or without
+    removed = float(np.mean(ric.decades(flat["none"]) - ric.decades(flat["rms"])))
+    self.assertAlmostEqual(removed, 0.0, places=5)
+    self.assertEqual(_verdict("rmsnorm_stabilizes_gradients", removed), FAILS)
+
+
+class RopeCompatibleTest(absltest.TestCase):
+
+  def test_rope_holds_a_position_dependent_scale_does_not(self):
+    q, k = _normal(0, (2, 32, 2, 64)), _normal(1, (2, 32, 2, 64))
+    names = [p.name for p in ric.ROPE_PARTS]
+
+    def verdict(rotate):
+      s = ric.rope_offset_stats(jnp.asarray(q), jnp.asarray(k), rotate, ric.ROPE_SHIFT, ric.ROPE_OFFSET_BINS)
+      values = dict(zip(names, (float(s["relative_error"]), float(np.max(np.abs(np.asarray(s["offset_var"]) - 1))))))
+      return _verdict("rope_compatible_with_sqrt", ric.score_parts(ric.ROPE_PARTS, values)[0]), s
+
+    held, s = verdict(rope.apply_rope)
+    z = np.einsum("btnh,bsnh->bnts", np.asarray(rope.apply_rope(q)), np.asarray(rope.apply_rope(k))) / 8
+    self.assertAlmostEqual(float(np.mean(s["offset_var"])), float(np.var(z)), delta=0.1)  # bins pool to the whole
+    grown = lambda x, pos: x * (1.0 + jnp.asarray(pos, jnp.float32) / 32)[None, :, None, None]
+    self.assertEqual((held, verdict(grown)[0]), (HOLDS, FAILS))
+
+
+class RetrievalTest(absltest.TestCase):
+
+  def test_top_mass_against_numpy_and_both_ways(self):
+    q, k = _normal(0, (1, 4, 1, 128)), _normal(1, (1, 512, 1, 128))
+    z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+    for rule, factor in (("none", 1.0), ("sqrt", 128**-0.5)):
+      want = np.mean(np.sum(np.sort(_softmax(factor * z), axis=-1)[..., -5:], axis=-1))
+      self.assertAlmostEqual(float(ric.top_mass(q, k, rule, 5)), want, places=4)
+    moved = float(ric.top_mass(q, k, "none", 5) - ric.top_mass(q, k, "sqrt", 5))
+    still = float(ric.top_mass(0 * q, k, "none", 5) - ric.top_mass(0 * q, k, "sqrt", 5))  # uniform either way
+    self.assertEqual((_verdict("retrieval_not_dominated", moved), _verdict("retrieval_not_dominated", still)),
+                     (HOLDS, FAILS))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,52 @@
+"""scripts/: each one is Python, or a shell script that runs Python as ${PYTHON:-python3} (never whichever python
+is first on PATH), so a virtual environment's interpreter given by path runs everything the script starts."""
+
+import pathlib
+import re
+import subprocess
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+INTERPRETER = re.compile(r"^python=\$\{PYTHON:-python3\}(\s|$)", re.M)
+BARE = re.compile(r"(^|[\s;&|(`])(python3?|python3\.\d+)(?=\s|$)")
+
+
+def bare_python_lines(text: str) -> list[str]:
+  """The lines of a shell script, comments left out, that run an interpreter by name instead of "$python"."""
+  return [line for line in text.splitlines()
+          if not line.lstrip().startswith("#") and not INTERPRETER.match(line) and BARE.search(line.split(" #")[0])]
+
+
+class ScriptsTest(absltest.TestCase):
+
+  def test_every_script_is_python_or_runs_python_through_PYTHON(self):
+    scripts = sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file())
+    self.assertNotEmpty(scripts)
+    for path in scripts:
+      self.assertIn(path.suffix, (".py", ".sh"), path.name)
+      if path.suffix == ".sh":
+        text = path.read_text()
+        self.assertEqual(bare_python_lines(text), [], path.name)
+        if '"$python"' in text:
+          self.assertRegex(text, INTERPRETER, path.name)
+
+  def test_bare_python_is_found(self):
+    script = "#!/usr/bin/env bash\n# python in a comment\npython=${PYTHON:-python3}\n"
+    self.assertEqual(bare_python_lines(script), [])
+    for line in ("python -m experiments.sweep", "  python3 scripts/x.py", "if python -c 'import torch'; then",
+                 "x=$(python -c 1)", "a && python3.11 -m y"):
+      self.assertEqual(bare_python_lines(script + line + "\n"), [line])
+    self.assertEqual(bare_python_lines(script + '"$python" -m experiments.sweep  # python here\n'), [])
+
+  def test_the_variable_picks_the_interpreter(self):
+    # The line a script defines its interpreter with, run by bash with and without PYTHON set.
+    (line,) = [line for line in (ROOT / "scripts" / "device_claims.sh").read_text().splitlines()
+               if INTERPRETER.match(line)]
+    for env, want in (({}, "python3"), ({"PYTHON": "/some/venv/bin/python"}, "/some/venv/bin/python")):
+      done = subprocess.run(["bash", "-c", f'{line}\necho "$python"'], env={"PATH": "/usr/bin:/bin", **env},
+                            capture_output=True, text=True, check=True)
+      self.assertEqual(done.stdout.strip(), want)
+
+if __name__ == "__main__":
+  absltest.main()
