@@ -113,7 +113,7 @@ class ClaimsConfig(Options):
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
-  compile_ahead: bool = option(False, "Compile the training grids' programs in a thread while the claims before "
+  compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
                                "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
@@ -298,7 +298,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       progress.update(f"{row['id']}: {row['verdict']}")
 
     if missing:  # the training grids compile in a thread while the claims before them are measured
-      if config.compile_ahead:  # off by default: under a loaded machine it was slower; not yet measured idle
+      if config.compile_ahead:
         ctx.planner.compile_ahead(planned_grids(ctx, tuple(missing)).grids)
       try:
         run_claims(ctx, tuple(missing), on_result=on_result)
