@@ -228,10 +228,17 @@ def _statistic(value: Any) -> str:
 
 
 def _thresholds(criterion: str) -> str:
-  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2"), or the whole text; the last ones
-  when the text quotes its parts' criteria before its own."""
-  m = re.search(r".*holds if (.+?), does not hold if (.+?), partly otherwise$", criterion)
-  return f"holds if {m.group(1)}, does not hold if {m.group(2)}" if m else criterion
+  """The thresholds of a criterion's text ("holds if < 0.05, does not hold if > 0.2", and when it has them its
+  inconclusive clauses in short), or the whole text; the last ones when the text quotes its parts' criteria first."""
+  m = re.search(r".*holds if (.+?), does not hold if (.+?), partly otherwise((?:; inconclusive if [^;]+)*)$", criterion)
+  if not m:
+    return criterion
+  out = f"holds if {m.group(1)}, does not hold if {m.group(2)}"
+  if "standard errors" in m.group(3):
+    out += "; inconclusive within " + re.search(r"within (\S+ standard errors)", m.group(3)).group(1)
+  if "edge of the grid" in m.group(3):
+    out += "; inconclusive at a grid edge"
+  return out
 
 
 def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]) -> str:

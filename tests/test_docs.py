@@ -306,6 +306,18 @@ class HeadlineTest(absltest.TestCase):
     self.assertIn("  (`stat` = 35.7; holds if < 0.05, does not hold if > 0.2)", lines)
     self.assertTrue(all(len(l) <= 200 for l in lines))
 
+  def test_training_criteria_quoted_in_short_with_their_inconclusive_clauses(self):
+    from scaling.studies import verdicts  # pylint: disable=g-import-not-at-top
+    criterion = verdicts.Criterion("stat", "the statistic at the best rate", (">", 0.8), ("<", 0.2), noise=True,
+                                   edge="at_edge")
+    row = {**_row("variance_is_dk", "holds", 0.9), "criterion": criterion.text}
+    lines = report.claims_headline([row], self.CONFIG).splitlines()
+    self.assertIn("  (`stat` = 0.9; holds if > 0.8, does not hold if < 0.2; inconclusive within 2 standard errors; "
+                  "inconclusive at a grid edge)", lines)
+    plain = {**row, "criterion": verdicts.Criterion("stat", "the statistic", ("<", 1.0), (">", 2.0), noise=True).text}
+    self.assertIn("  (`stat` = 0.9; holds if < 1, does not hold if > 2; inconclusive within 2 standard errors)",
+                  report.claims_headline([plain], self.CONFIG).splitlines())
+
   def test_citations_counted_apart_from_measured_claims(self):
     cited = {**_row("cite_x", "source disagrees", float("nan")), "kind": "checked against the source"}
     text = report.claims_headline([*self.ROWS, cited], self.CONFIG)
