@@ -232,12 +232,14 @@ class ClaimListTest(absltest.TestCase):
     self.assertEqual(by_id["train_depth6_converges_worse"].text,
                      "(final loss unscaled − final loss 1/√d_k) / final loss 1/√d_k at depth 6, each at its best "
                      "learning rate, mean over seeds: holds if >= 0.02, does not hold if <= 0, partly otherwise; "
-                     "inconclusive if a threshold lies within 2 standard errors (over seeds) of the value")
+                     "inconclusive if a threshold lies within 2 standard errors (over seeds) of the value; "
+                     "inconclusive if the optimum stays at the edge of the grid searched (widened up to its bound)")
     self.assertEqual(by_id["train_post_softmax_worse"].text,
                      "(final loss with softmax(q·k)·v/√d_k − final loss with softmax(q·k/√d_k)·v) / the latter at "
                      "depth 2, each at its best learning rate, mean over seeds: holds if >= 0.02, does not hold if <= 0, "
                      "partly otherwise; inconclusive if a threshold lies within 2 standard errors (over seeds) of the "
-                     "value")
+                     "value; inconclusive if the optimum stays at the edge of the grid searched (widened up to its "
+                     "bound)")
 
   def test_readme_tables_split_random_and_training_claims(self):
     train = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0], id="train_x", text="Training helps.", training=True,

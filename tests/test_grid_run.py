@@ -2,10 +2,12 @@
 ones its training runs (it compiles no init or step of its own), and the trained grid is the same."""
 
 import collections
+import dataclasses
 import threading
 from unittest import mock
 
 from absl.testing import absltest
+import chex
 import jax
 import numpy as np
 
@@ -56,6 +58,34 @@ class CompileAheadTest(absltest.TestCase):
       finally:
         planner.close()
     self.assertTrue(np.all(np.isfinite(run.records["loss"])))
+
+
+class JoinRunsTest(absltest.TestCase):
+  """join_runs against the grid of the union of rates trained in one program (members are independent)."""
+
+  def test_a_grid_and_its_widening_are_the_grid_of_all_their_rates(self):
+    spec = _spec(32, "sqrt")
+    data = data_lib.DataConfig(seq_len=8, batch_size=2).make(0)
+    part = lambda rates: grid_run.train_grid(dataclasses.replace(spec, log2_lrs=rates, label="part"), data)
+    joined = grid_run.join_runs(part((-8.0,)), part((-10.0, -6.0)))  # the widening on both sides, in any order
+    whole = grid_run.train_grid(dataclasses.replace(spec, log2_lrs=(-10.0, -8.0, -6.0)), data)
+    self.assertEqual(joined.log2_lrs, (-10.0, -8.0, -6.0))
+    self.assertEqual(joined.spec, whole.spec)
+    for key in whole.records:
+      np.testing.assert_allclose(joined.records[key], whole.records[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    chex.assert_trees_all_close(joined.final_params, whole.final_params, rtol=1e-5, atol=1e-7)
+
+  def test_rejects_grids_that_differ_in_more_than_their_rates(self):
+    spec = _spec(32, "sqrt")
+    run = lambda s: grid_run.GridRun(spec=s, records={"loss": np.zeros((3, s.members))}, final_params=None,
+                                     wall_time=0.0)
+    with self.assertRaisesRegex(ValueError, "differ only in their learning rates"):
+      grid_run.join_runs(run(spec), run(dataclasses.replace(spec, log2_lrs=(-4.0,), data_seed=1)))
+    with self.assertRaisesRegex(ValueError, "share learning rates"):
+      grid_run.join_runs(run(spec), run(dataclasses.replace(spec, log2_lrs=(-6.0, -4.0))))
+    with self.assertRaisesRegex(ValueError, "not grids of logit multipliers"):
+      multipliers = dataclasses.replace(spec, log2_lrs=(-8.0,), attn_mults=(1.0, 2.0))
+      grid_run.join_runs(run(multipliers), run(dataclasses.replace(multipliers, log2_lrs=(-6.0,))))
 
 
 if __name__ == "__main__":

@@ -27,14 +27,18 @@ def _ctx(planner=None):
 
 
 class _Written(grid_run.GridPlanner):
-  """A planner that trains nothing: ``fake(spec)`` is the grid of each spec."""
+  """A planner that trains nothing: ``fake(spec)`` is the grid of each spec, or when given ``widened(spec)`` that of
+  a grid widened past an edge."""
 
-  def __init__(self, fake):
+  def __init__(self, fake, widened=None):
     super().__init__()
     self.fake = fake
+    self.widened = widened
+    self.asked = []
 
   def train(self, spec):
-    return self.fake(spec)
+    self.asked.append(spec)
+    return self.widened(spec) if self.widened and spec.label.endswith(", widened") else self.fake(spec)
 
 
 # ----------------------------------------------------------------------------
@@ -329,9 +333,9 @@ def test_grids_are_shared_between_claims():
 
 
 def _fake_grid(final_by_lr_seed, steps=10, initial=4.0, log2_lrs=(-10.0, -8.0), seeds=(0, 1), attn_mults=None,
-               cls=grid_run.GridRun, spec=None, records=None):
+               cls=grid_run.GridRun, spec=None, records=None, final_params=None):
   """A GridRun whose loss starts at ``initial`` and sits at each member's final value (NaN: diverged); ``spec``
-  (default: one of the rates, seeds and multipliers given) and further ``records`` as given."""
+  (default: one of the rates, seeds and multipliers given), further ``records`` and ``final_params`` as given."""
   final = np.asarray(final_by_lr_seed, np.float64).reshape(1, -1)
   loss = np.repeat(final, steps, axis=0)
   loss[0] = initial
@@ -339,7 +343,7 @@ def _fake_grid(final_by_lr_seed, steps=10, initial=4.0, log2_lrs=(-10.0, -8.0), 
     spec = grid_run.GridSpec(model_config=None, opt_config=None, data=None, data_seed=0, log2_lrs=log2_lrs,
                              seeds=seeds, attn_mults=attn_mults)
   assert spec.members == loss.shape[1]
-  return cls(spec=spec, records={"loss": loss, **(records or {})}, final_params="final", wall_time=0.0)
+  return cls(spec=spec, records={"loss": loss, **(records or {})}, final_params=final_params, wall_time=0.0)
 
 
 def test_compare_at_best_lr_known_answer(monkeypatch):
@@ -349,7 +353,12 @@ def test_compare_at_best_lr_known_answer(monkeypatch):
   grids = {"a": _fake_grid([3.0, 3.2, 2.0, NAN], steps, 5.0),  # lr 2^-8 has a NaN seed: out, so a's best is 2^-10
            "b": _fake_grid([2.4, 2.6, 2.5, 2.5], steps, 5.0)}  # both 2.5 on average: the first (2^-10) wins the tie
   monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], steps={3: steps}, fixed_step=5))
-  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake"), grids, "a", "b", 3)
+  planner = _Written(pytest.fail, widened=lambda spec: _fake_grid([9.0] * spec.members, steps, 5.0, spec=spec))
+  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake", planner=planner), grids, "a", "b", 3)
+  # Both best rates sit at the lower edge: each grid is widened 2 octaves below (2^-12), where the loss is worse.
+  assert [spec.log2_lrs for spec in planner.asked] == [(-12.0,), (-12.0,)]
+  assert out["a"]["widened_by"] == out["b"]["widened_by"] == [f"{2.0 ** -12:.3g}"]
+  assert not out["a"]["best_at_grid_edge"] and not out["best_lr_at_edge"]
   assert out["a"]["best_learning_rate"] == f"{2.0 ** -10:.3g}"
   assert out["a"]["final_loss"]["mean"] == pytest.approx(3.1)
   assert out["b"]["final_loss"]["mean"] == pytest.approx(2.5)
@@ -357,6 +366,41 @@ def test_compare_at_best_lr_known_answer(monkeypatch):
   assert out["relative_final_gap_per_seed"]["mean"] == pytest.approx(np.mean([(3.0 - 2.4) / 2.4, (3.2 - 2.6) / 2.6]),
                                                                      rel=1e-3)
   assert out["a"]["initial_loss"]["mean"] == 5.0
+
+
+def _depth6_worse_row(widened_loss):
+  """train_depth6_converges_worse on written depth-6 grids (rates 2^-12, 2^-10, 2^-8): unscaled best at 2^-10
+  (interior, final loss 2.6), 1/√d_k best at 2^-8 (the grid's upper edge, 2.4), its widening to 2^-6 ending at
+  ``widened_loss``. Returns (the row, the specs the planner was asked for)."""
+  rates = (-12.0, -10.0, -8.0)
+
+  def fake(spec):
+    rule = _rule(spec)
+    finals = [2.6, 2.6, 2.5, 2.5, 2.4, 2.4] if rule == "sqrt" else [3.0, 3.0, 2.6, 2.6, 2.7, 2.7]
+    return _fake_grid(finals, log2_lrs=rates, spec=grid_run.GridSpec(None, None, None, 0, rates, (0, 1), label=rule))
+
+  def widened(spec):
+    assert spec.label == "sqrt, widened", spec.label  # only 1/√d_k's best sits at an edge
+    return _fake_grid([widened_loss] * spec.members, spec=spec)
+
+  planner = _Written(fake, widened)
+  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth6_converges_worse").evaluate(_ctx(planner))
+  return row, planner.asked
+
+
+def test_a_best_rate_at_the_grid_edge_widens_the_grid_or_leaves_the_verdict_inconclusive():
+  # Worse past the edge: 2^-8 is now interior and the comparison is decided, (2.6 − 2.4) / 2.4.
+  row, asked = _depth6_worse_row(2.45)
+  assert [s.log2_lrs for s in asked if s.label.endswith("widened")] == [(-6.0,)]
+  assert row["numbers"]["sqrt"]["widened_by"] == [f"{2.0 ** -6:.3g}"] and not row["numbers"]["best_lr_at_edge"]
+  assert row["value"] == pytest.approx(0.2 / 2.4, rel=1e-3)
+  assert row["verdict"] == verdicts.HOLDS
+  assert "1/√d_k's grid widened to 0.0156" in row["finding"]
+  # Still better past the edge: the optimum may lie further out, so no verdict is read at it.
+  row, _ = _depth6_worse_row(2.3)
+  assert row["numbers"]["sqrt"]["best_learning_rate"] == f"{2.0 ** -6:.3g}" and row["numbers"]["best_lr_at_edge"]
+  assert row["verdict"] == verdicts.INCONCLUSIVE_EDGE
+  assert "best learning rate still at the grid's edge for 1/√d_k" in row["finding"]
 
 
 def test_describe_sizes_reads_the_mode(monkeypatch):
@@ -461,7 +505,7 @@ class _ParamsGrid(grid_run.GridRun):
 
 
 def _sqrt_optimal_row(monkeypatch, loss_of_c, var_final, var_init=(1.0, 1.0)):
-  """train_sqrt_optimal on written grids: the 1/√d_k grid's best rate is its first, its logit variance per seed
+  """train_sqrt_optimal on written grids: the 1/√d_k grid's best rate is its middle one, its logit variance per seed
   ``var_init`` and ``var_final`` there; each multiplier 2^c of 1/√d_k ends at loss ``loss_of_c(c)``. Returns (the row,
   the multipliers (log2 c) of each grid trained)."""
   trained = []
@@ -471,9 +515,10 @@ def _sqrt_optimal_row(monkeypatch, loss_of_c, var_final, var_init=(1.0, 1.0)):
       c = np.log2(np.asarray(spec.attn_mults) / math.sqrt(8))  # α = c·√d_k, d_k 8
       trained.append(tuple(float(x) for x in np.round(c, 9)))
       return _fake_grid(np.repeat([loss_of_c(x) for x in c], 2), log2_lrs=spec.log2_lrs, attn_mults=spec.attn_mults)
-    return _fake_grid([2.0, 2.0, 3.0, 3.0], cls=_ParamsGrid)  # the 1/√d_k grid: the first learning rate is best
+    return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], log2_lrs=(-12.0, -10.0, -8.0), cls=_ParamsGrid,
+                      final_params="final")  # the 1/√d_k grid: the middle learning rate is best (interior)
 
-  per_member = lambda per_seed: np.asarray([*per_seed, 99.0, 99.0])[:, None, None] * np.ones((1, 1, 2))  # [M, 1, N]
+  per_member = lambda per_seed: np.asarray([99.0, 99.0, *per_seed, 99.0, 99.0])[:, None, None] * np.ones((1, 1, 2))
   variance = {"init": per_member(var_init), "final": per_member(var_final)}
   monkeypatch.setattr(tc, "logit_variance_fn", lambda config: lambda params, tokens: variance[params])
   row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(_ctx(_Written(fake)))
@@ -600,9 +645,9 @@ def test_mup_transfer_at_the_widened_edge_is_inconclusive(monkeypatch):
 def test_scaled_grads_stable_reports_the_unscaled_model_beside():
   def fake(spec):
     rule = _rule(spec)
-    grad = np.ones((10, 4))
+    grad = np.ones((10, 6))
     grad[0] = 10.0 ** (0.5 if rule == "sqrt" else 2.5)  # max / min over steps: 0.5 and 2.5 decades
-    return _fake_grid([2.0, 2.0, 3.0, 3.0], records={"grad_norm": grad})
+    return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], log2_lrs=(-12.0, -10.0, -8.0), records={"grad_norm": grad})
   row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_scaled_grads_stable").evaluate(_ctx(_Written(fake)))
   assert (row["value"], row["standard_error"], row["verdict"]) == (0.5, 0.0, verdicts.HOLDS)
   assert row["numbers"]["unscaled"]["max_decades"] == 2.5

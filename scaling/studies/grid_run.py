@@ -269,6 +269,40 @@ class GridRun:
     return values.reshape(self.spec.num_values, len(self.seeds), *values.shape[1:])
 
 
+def join_runs(first: GridRun, second: GridRun) -> GridRun:
+  """One grid of two trained grids of the same model, optimizer, data and seeds over different learning rates (a
+  grid and its widening): its rates in ascending order, each row's records and final parameters from the grid that
+  trained it.
+
+  Args:
+    first: a trained learning-rate grid.
+    second: a grid of the same spec but for ``log2_lrs`` (none shared with ``first``'s) and ``label``.
+
+  Returns:
+    The ``GridRun`` of the union of rates (its wall time the sum of both).
+  """
+  a, b = first.spec, second.spec
+  if a.attn_mults is not None or b.attn_mults is not None:
+    raise ConfigError("join_runs joins learning-rate grids, not grids of logit multipliers")
+  if dataclasses.replace(b, log2_lrs=a.log2_lrs, label=a.label) != a:
+    raise ConfigError(f"join_runs needs grids that differ only in their learning rates; got {a.label!r} and "
+                      f"{b.label!r}")
+  if set(a.log2_lrs) & set(b.log2_lrs):
+    raise ConfigError(f"join_runs: the grids share learning rates {sorted(set(a.log2_lrs) & set(b.log2_lrs))}")
+  rates = a.log2_lrs + b.log2_lrs
+  order = np.argsort(rates, kind="stable")
+  s = len(a.seeds)
+  members = np.concatenate([np.arange(i * s, (i + 1) * s) for i in order])  # member i = (rate i // S, seed i % S)
+
+  def joined(x, y, axis):
+    return np.take(np.concatenate([np.asarray(x), np.asarray(y)], axis=axis), members, axis=axis)
+
+  spec = dataclasses.replace(a, log2_lrs=tuple(rates[i] for i in order))
+  records = {k: joined(first.records[k], second.records[k], 1) for k in first.records}  # [steps, M, ...]
+  params = jax.tree.map(lambda x, y: joined(x, y, 0), first.final_params, second.final_params)
+  return GridRun(spec=spec, records=records, final_params=params, wall_time=first.wall_time + second.wall_time)
+
+
 def train_grid(spec: GridSpec, dataset: data_lib.Dataset) -> GridRun:
   """Trains every member of ``spec`` on ``dataset`` in one vmapped program, every step recorded and no member
   stopped on divergence (``scaling.train.run_training``)."""

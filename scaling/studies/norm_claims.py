@@ -51,14 +51,17 @@ def rmsnorm_grids(ctx: Any) -> dict[str, GridSpec]:
   return {norm: training_claims.grid_spec(ctx, rule="sqrt", depth=depth, norm=norm) for norm in NORMS}
 
 
-def _final_at_best(run: Any) -> dict[str, Any]:
-  """A trained grid's best learning rate and the per-seed final losses there."""
+def _final_at_best(ctx: Any, run: Any) -> dict[str, Any]:
+  """A trained grid's best learning rate (the grid widened past an edge it sits at) and the per-seed final losses
+  there."""
+  grid = run
+  run, best, at_edge = training_claims.widened_at_best(ctx, run)
   last = max(1, run.records["loss"].shape[0] // 10)
   final = run.by_lr(training_claims.final_losses(run.records["loss"], last))  # [L, S]
-  best = training_claims.best_index(final)
   return {"best": best, "final": None if best is None else final[best], "last": last,
           "best_learning_rate": None if best is None else f"{2.0 ** run.log2_lrs[best]:.3g}",
-          "best_at_grid_edge": None if best is None else best in (0, len(run.log2_lrs) - 1),
+          "best_at_grid_edge": None if best is None else at_edge,
+          "widened_by": [f"{2.0 ** x:.3g}" for x in run.log2_lrs if x not in grid.log2_lrs],
           "final_loss_by_lr": {f"{2.0 ** x:.3g}": stats.finite_mean_std(final[i])["mean"]
                                for i, x in enumerate(run.log2_lrs)}}
 
@@ -67,12 +70,14 @@ def measure_rmsnorm_on_par(ctx: Any) -> Measurement:
   """RMSNorm's final loss against LayerNorm's at depth 2 with 1/√d_k, each at its best learning rate: the relative gap
   and its bound within seed noise."""
   depth = training_claims.sizes(ctx)["depth_small"]
-  runs = {norm: _final_at_best(run) for norm, run in training_claims.trained(ctx, rmsnorm_grids(ctx)).items()}
+  runs = {norm: _final_at_best(ctx, run) for norm, run in training_claims.trained(ctx, rmsnorm_grids(ctx)).items()}
   numbers: dict[str, Any] = {"data": training_claims.data_name(ctx), "mode": ctx.mode,
                              "seeds": list(training_claims.seeds_of(ctx)), "depth": depth,
-                             "final_loss_mean_of_last": runs["layer"]["last"], "max_abs_gap_within_noise": None}
+                             "final_loss_mean_of_last": runs["layer"]["last"], "max_abs_gap_within_noise": None,
+                             "best_lr_at_edge": any(r["best_at_grid_edge"] for r in runs.values())}
   for norm, r in runs.items():
     numbers[norm] = {"best_learning_rate": r["best_learning_rate"], "best_at_grid_edge": r["best_at_grid_edge"],
+                     "widened_by": r["widened_by"],
                      "final_loss": stats.finite_mean_std([] if r["final"] is None else r["final"]),
                      "final_loss_by_lr": r["final_loss_by_lr"]}
   where = f"Depth {depth} with 1/√d_k on the {training_claims.data_name(ctx)}"
@@ -86,7 +91,9 @@ def measure_rmsnorm_on_par(ctx: Any) -> Measurement:
                   "relative_gap_sample_std": stats.round_finite(gap["gap_sample_std"])})
   noise = (f"|gap| + twice its sample std over seeds is {gap['max_abs_gap_within_noise']:.3g}"
            if math.isfinite(gap["gap_sample_std"]) else "one seed, so no spread to bound it with")
-  fmt = lambda n: f"{np.mean(runs[n]['final']):.4f} (best learning rate {runs[n]['best_learning_rate']})"
+  fmt = lambda n: (f"{np.mean(runs[n]['final']):.4f} (best learning rate {runs[n]['best_learning_rate']}"
+                   + (f", its grid widened to {', '.join(runs[n]['widened_by'])}" if runs[n]["widened_by"] else "")
+                   + (", still at the grid's edge" if runs[n]["best_at_grid_edge"] else "") + ")")
   return Measurement(numbers, (
       f"{where}, each at its best learning rate: final loss {fmt('rms')} with RMSNorm blocks against {fmt('layer')} "
       f"with LayerNorm blocks (mean of {len(runs['layer']['final'])} seeds): a relative gap of {gap['gap']:+.4f}; "
@@ -99,6 +106,7 @@ NORM_CLAIMS: tuple[Claim, ...] = (
           Criterion("max_abs_gap_within_noise", "|(final loss RMSNorm − final loss LayerNorm) / final loss LayerNorm| "
                     "plus twice the sample std over seeds of that per-seed gap, depth 2, 1/√d_k, each norm at its best "
                     "learning rate (needs 2 or more seeds)", holds=("<=", 0.02), fails=(">", 0.05),
+                    edge="best_lr_at_edge",
                     reason="'on par' = final losses within 2% even at the edge of seed noise; a gap that can reach 5% "
                     "is a visible difference"),
           measure_rmsnorm_on_par, training=True, grids=rmsnorm_grids),

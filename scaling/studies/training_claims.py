@@ -11,9 +11,10 @@ width; the division belongs before the softmax).
 Every verdict carries the seeds' spread: each measurement reports its statistic's standard error over seeds
 (``<statistic>_se``, from the per-seed values ``<statistic>_seeds``), and a threshold within two standard errors
 makes the verdict inconclusive (``scaling.studies.verdicts.Criterion.noise``). An optimum located on a grid (the
-loss-optimal logit multiplier, each width's optimal learning rate) whose argmin sits at the grid's edge widens the
-grid once, up to ``edge_octaves`` past that edge (``locate_optimum``); still at the edge, its verdict is
-inconclusive (``Criterion.edge``). Those widenings are trained when found, so a plan does not count them.
+loss-optimal logit multiplier, each width's optimal learning rate), and the best learning rate a comparison is read at
+("each at its best learning rate"), whose argmin sits at the grid's edge widens the grid once, up to ``edge_octaves``
+past that edge (``locate_optimum``, ``widened_at_best``); still at the edge, its verdict is inconclusive
+(``Criterion.edge``). Those widenings are trained when found, so a plan does not count them.
 
 Every measurement trains on ``ctx.text_file`` (character level, e.g. tiny Shakespeare) or, when it is None, on the
 built-in synthetic recall task; the numbers say which (``data``). Runs are vmapped grids of learning rates × seeds
@@ -55,6 +56,7 @@ from scaling.studies import optimum
 from scaling.studies import stats
 from scaling.studies.grid_run import GridRun
 from scaling.studies.grid_run import GridSpec
+from scaling.studies.grid_run import join_runs
 from scaling.studies.verdicts import Claim
 from scaling.studies.verdicts import Criterion
 from scaling.studies.verdicts import Measurement
@@ -498,9 +500,11 @@ def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference:
     depth: number of blocks (the mode's steps at this depth).
 
   Returns:
-    the numbers: steps, the window of the final loss, per rule its best learning rate, final loss (mean and std over
-    seeds), loss at the mode's fixed step, initial loss and final loss per learning rate; the relative gaps
-    (rule − reference) / reference of the final loss (mean, and per seed) and at the fixed step.
+    the numbers: steps, the window of the final loss, per rule its best learning rate (each grid widened past an
+    edge its best rate sits at, ``widened_at_best``; whether it still sits there, and "best_lr_at_edge" if either
+    does), final loss (mean and std over seeds), loss at the mode's fixed step, initial loss and final loss per
+    learning rate; the relative gaps (rule − reference) / reference of the final loss (mean, and per seed) and at the
+    fixed step.
   """
   s = sizes(ctx)
   steps = s["steps"][depth]
@@ -508,16 +512,16 @@ def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference:
   fixed = min(s["fixed_step"], steps - 1)
   rows, finals, fixeds = {}, {}, {}
   for name in (rule, reference):
-    run = runs[name]
+    run, best, at_edge = widened_at_best(ctx, runs[name])
     loss = run.records["loss"]
     final = run.by_lr(final_losses(loss, last))  # [L, S]
-    best = best_index(final)
     at_fixed = run.by_lr(window_mean(loss, fixed, last))
     finals[name] = None if best is None else final[best]
     fixeds[name] = None if best is None else at_fixed[best]
     rows[name] = {
         "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
-        "best_at_grid_edge": None if best is None else best in (0, len(run.log2_lrs) - 1),
+        "best_at_grid_edge": None if best is None else at_edge,
+        "widened_by": [_lr_label(x) for x in run.log2_lrs if x not in runs[name].log2_lrs],
         "final_loss": stats.finite_mean_std([] if best is None else final[best]),
         "final_loss_seeds": None if best is None else [stats.round_finite(v) for v in final[best]],
         "loss_at_fixed_step": stats.finite_mean_std([] if best is None else at_fixed[best]),
@@ -532,16 +536,21 @@ def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference:
     gap_fixed = float(np.mean(fixeds[rule]) - np.mean(fixeds[reference])) / float(np.mean(fixeds[reference]))
     per_seed = (a - b) / b  # paired: seed i of each starts from the same initialization seed
   return {"depth": depth, "steps": steps, "final_loss_mean_of_last": last, "fixed_step": fixed,
+          "best_lr_at_edge": bool(rows[rule]["best_at_grid_edge"] or rows[reference]["best_at_grid_edge"]),
           "relative_final_gap": stats.round_finite(gap), "relative_final_gap_per_seed": stats.finite_mean_std(per_seed),
           **spread("relative_final_gap", per_seed),
           "relative_gap_at_fixed_step": stats.round_finite(gap_fixed), rule: rows[rule], reference: rows[reference]}
 
 
 def edge_words(c: dict[str, Any], names: dict[str, str]) -> str:
-  """" (best learning rate at the grid's edge for ...)" for the rules of a ``compare_at_best_lr`` result whose best
-  rate is the grid's smallest or largest (their optimum may lie outside the grid); "" when none is."""
+  """" (... grid widened to ...; best learning rate still at the grid's edge for ...)" for the rules of a
+  ``compare_at_best_lr`` result whose grid was widened past an edge, or whose best rate still is the grid's smallest or
+  largest (their optimum may lie outside the grid); "" when neither."""
+  widened = [f"{words}'s grid widened to {', '.join(c[rule]['widened_by'])}" for rule, words in names.items()
+             if c[rule].get("widened_by")]
   at_edge = [words for rule, words in names.items() if c[rule]["best_at_grid_edge"]]
-  return f" (best learning rate at the grid's edge for {' and '.join(at_edge)})" if at_edge else ""
+  parts = widened + ([f"best learning rate still at the grid's edge for {' and '.join(at_edge)}"] if at_edge else [])
+  return f" ({'; '.join(parts)})" if parts else ""
 
 
 def measure_depth6_converges_worse(ctx: Any) -> Measurement:
@@ -987,6 +996,32 @@ def _best(run: GridRun) -> int | None:
   return best_index(run.by_lr(final_losses(run.records["loss"], last)))
 
 
+def widened_at_best(ctx: Any, run: GridRun) -> tuple[GridRun, int | None, bool]:
+  """A learning-rate grid widened past the edge its best rate sits at (up to the mode's ``edge_octaves``,
+  ``widened_values``; the widening trained by ``ctx.planner``), its best rate's index and whether that rate still
+  sits at the grid's edge (the optimum may lie beyond it: a verdict read at it is inconclusive).
+
+  Returns:
+    (the grid, joined with its widening when there is one; ``_best`` of it; at the edge).
+  """
+  best = _best(run)
+  if best is None or len(run.log2_lrs) < 2:
+    return run, best, False
+  if best in (0, len(run.log2_lrs) - 1):
+    added = widened_values(run.log2_lrs, best, sizes(ctx)["edge_octaves"])
+    wider = ctx.planner.train(dataclasses.replace(run.spec, log2_lrs=added, label=f"{run.spec.label}, widened"))
+    run = join_runs(run, wider)
+    best = _best(run)
+  return run, best, best is not None and best in (0, len(run.log2_lrs) - 1)
+
+
+def _still_at_edge(rules: Sequence[str]) -> str:
+  """"; the best learning rate stays at the edge of its widened grid for ..." (those ``rules``), or ""."""
+  names = {"none": "unscaled", "sqrt": "1/√d_k"}
+  words = " and ".join(names.get(r, r) for r in rules)
+  return f"; the best learning rate stays at the edge of its widened grid for {words}" if rules else ""
+
+
 def _at_best(run: GridRun, best: int | None, values: np.ndarray) -> np.ndarray:
   """The per-seed values [S] of a per-member array [L·S] at learning rate ``best`` (NaN when None)."""
   return np.full(len(run.seeds), np.nan) if best is None else run.by_lr(values)[best]
@@ -995,19 +1030,23 @@ def _at_best(run: GridRun, best: int | None, values: np.ndarray) -> np.ndarray:
 def measure_depth6_oscillates(ctx: Any) -> Measurement:
   """Roughness (RMS step-to-step change in the second half) of the unscaled depth-6 loss over 1/√d_k's."""
   depth = sizes(ctx)["depth_converge"]
-  rough = {}
+  rough, edges = {}, []
   for rule, run in trained(ctx, depth6_grids(ctx)).items():
-    rough[rule] = _at_best(run, _best(run), roughness(run.records["loss"]))
+    run, best, at_edge = widened_at_best(ctx, run)
+    edges += [rule] if at_edge else []
+    rough[rule] = _at_best(run, best, roughness(run.records["loss"]))
   with np.errstate(invalid="ignore", divide="ignore"):
     ratio = float(np.mean(rough["none"]) / np.mean(rough["sqrt"]))
     per_seed = rough["none"] / rough["sqrt"]  # paired by initialization seed
   numbers = {**_about(ctx), "depth": depth, "roughness_ratio": stats.round_finite(ratio),
+             "best_lr_at_edge": bool(edges),
              **spread("roughness_ratio", per_seed),
              "roughness": {r: stats.finite_mean_std(v) for r, v in rough.items()}}
   return Measurement(numbers, (
       f"Depth {depth} on the {data_name(ctx)}, each rule at its best learning rate: the RMS step-to-step loss change "
       f"in the second half of training is {_fmt(numbers['roughness']['none']['mean'])} unscaled and "
-      f"{_fmt(numbers['roughness']['sqrt']['mean'])} with 1/√d_k (ratio {_fmt(stats.round_finite(ratio))})."))
+      f"{_fmt(numbers['roughness']['sqrt']['mean'])} with 1/√d_k (ratio {_fmt(stats.round_finite(ratio))})"
+      + _still_at_edge(edges) + "."))
 
 
 def measure_depth6_slow(ctx: Any) -> Measurement:
@@ -1017,8 +1056,7 @@ def measure_depth6_slow(ctx: Any) -> Measurement:
   width = max(1, steps // 20)
   quarter = max(width, steps // 4)
   runs = trained(ctx, depth6_grids(ctx))
-  sqrt, none = runs["sqrt"], runs["none"]
-  sb, nb = _best(sqrt), _best(none)
+  (sqrt, sb, sqrt_edge), (none, nb, none_edge) = (widened_at_best(ctx, runs[r]) for r in ("sqrt", "none"))
   target = _at_best(sqrt, sb, window_mean(sqrt.records["loss"], quarter - 1, width))
   reached = np.full(len(none.seeds), np.nan)
   if nb is not None:
@@ -1027,13 +1065,15 @@ def measure_depth6_slow(ctx: Any) -> Measurement:
   ratio = float(np.mean(capped) / quarter)
   numbers = {**_about(ctx), "depth": depth, "steps": steps, "quarter_steps": quarter,
              "slowdown": stats.round_finite(ratio), **spread("slowdown", capped / quarter),
+             "best_lr_at_edge": bool(sqrt_edge or none_edge),
              "target_loss": stats.finite_mean_std(target),
              "none_steps_to_target": [None if not np.isfinite(x) else int(x) + 1 for x in reached]}
   return Measurement(numbers, (
       f"Depth {depth} on the {data_name(ctx)}: 1/√d_k reaches loss {_fmt(numbers['target_loss']['mean'])} in {quarter} "
       f"steps; the unscaled model (each at its best learning rate) needs "
       f"{', '.join('never' if x is None else str(x) for x in numbers['none_steps_to_target'])} steps "
-      f"(per seed; 'never' counted as {steps}): {_fmt(stats.round_finite(ratio))}× as many."))
+      f"(per seed; 'never' counted as {steps}): {_fmt(stats.round_finite(ratio))}× as many"
+      + _still_at_edge([r for r, e in (("sqrt", sqrt_edge), ("none", none_edge)) if e]) + "."))
 
 
 def converged(losses: np.ndarray, stall_fraction: float, last: int) -> np.ndarray:
@@ -1203,8 +1243,7 @@ def measure_sqrt_optimal(ctx: Any) -> Measurement:
   depth = s["depth_small"]
   steps = s["steps"][depth]
   last = max(1, steps // 10)
-  sqrt = ctx.planner.train(sqrt_optimal_grids(ctx)["sqrt"])
-  best = _best(sqrt)
+  sqrt, best, best_at_edge = widened_at_best(ctx, ctx.planner.train(sqrt_optimal_grids(ctx)["sqrt"]))
   log2_lr = sqrt.log2_lrs[0 if best is None else best]
   # The note's reading: 1/√d_k normalizes the logits' variance to 1 (here in training).
   tokens = dataset_of(ctx).eval_batch(0, int(ctx.seed))["inputs"]
@@ -1222,6 +1261,7 @@ def measure_sqrt_optimal(ctx: Any) -> Measurement:
                              ctx, log2_lr, values, f"depth-{depth} logit multipliers, widened")))
   opt = found["optimum"]
   numbers = {**_about(ctx), "depth": depth, "steps": steps, "learning_rate": _lr_label(log2_lr),
+             "best_lr_at_edge": best_at_edge,
              "logit_variance": "variance of the visible attention logits (after RoPE and 1/√d_k) of a held-out batch, "
                                "per layer and head, averaged",
              "logit_variance_init": stats.finite_mean_std(var["init"]),
@@ -1267,32 +1307,41 @@ def measure_norms_dont_replace_scaling(ctx: Any) -> Measurement:
   per_seed = np.min([_seed_values(c["relative_final_gap_seeds"], n) for c in per.values()], axis=0)
   return Measurement(
       {**_about(ctx), "depth": depth, "min_relative_final_gap": stat, **spread("min_relative_final_gap", per_seed),
+       "best_lr_at_edge": any(c["best_lr_at_edge"] for c in per.values()),
        "by_norm": {n: {k: c[k] for k in ("relative_final_gap", "relative_final_gap_per_seed", "none", "sqrt")}
                    for n, c in per.items()}},
       f"Depth {depth} on the {data_name(ctx)}, each at its best learning rate: removing 1/√d_k raises the final loss "
       "by " + " and ".join(f"{_fmt(c['relative_final_gap'])} (relative) with {NORM_NAMES[n]}" for n, c in per.items())
-      + " blocks.")
+      + " blocks" + "".join(edge_words(c, {"none": f"unscaled {NORM_NAMES[n]}", "sqrt": f"1/√d_k {NORM_NAMES[n]}"})
+                            for n, c in per.items()) + ".")
 
 
 def measure_scaled_grads_stable(ctx: Any) -> Measurement:
-  """Decades spanned by the global gradient norm over training with 1/√d_k at its best learning rate, per depth
-  (the largest over depths decides), and the same measurement without the scale beside it."""
+  """Decades spanned by the global gradient norm over training with 1/√d_k at its best learning rate (its grid widened
+  past an edge that rate sits at), per depth (the largest over depths decides), and the same measurement without the
+  scale beside it (at the best rate of its grid)."""
   runs = trained(ctx, depth_grids(ctx))
   spans: dict[str, dict[int, np.ndarray]] = {}
+  edges = []
   for rule in ("sqrt", "none"):
     spans[rule] = {}
     for depth in _depths(ctx):
       run = runs[(rule, depth)]
+      if rule == "sqrt":  # the verdict reads 1/√d_k's spans (its grid widened); the unscaled ones are beside them
+        run, best, at_edge = widened_at_best(ctx, run)
+        edges += [f"depth {depth}"] if at_edge else []
+      else:
+        best = _best(run)
       g = run.records["grad_norm"]
       with np.errstate(invalid="ignore", divide="ignore"):
         decades = np.log10(np.nanmax(g, axis=0) / np.nanmin(g, axis=0))
-      spans[rule][depth] = _at_best(run, _best(run), decades)  # [S]
+      spans[rule][depth] = _at_best(run, best, decades)  # [S]
   per_seed = {rule: np.max(np.stack(list(by_depth.values())), axis=0) for rule, by_depth in spans.items()}  # [S]
   largest = {rule: max(float(np.mean(v)) for v in by_depth.values()) for rule, by_depth in spans.items()}
   with np.errstate(invalid="ignore"):
     difference = per_seed["none"] - per_seed["sqrt"]  # paired by initialization seed
   numbers = {**_about(ctx), "max_decades": stats.round_finite(largest["sqrt"]),
-             **spread("max_decades", per_seed["sqrt"]),
+             **spread("max_decades", per_seed["sqrt"]), "best_lr_at_edge": bool(edges),
              "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans["sqrt"].items()},
              "unscaled": {"max_decades": stats.round_finite(largest["none"]), **spread("max_decades", per_seed["none"]),
                           "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans["none"].items()}},
@@ -1305,7 +1354,9 @@ def measure_scaled_grads_stable(ctx: Any) -> Measurement:
       f"On the {data_name(ctx)}, each at its best learning rate, the global gradient norm spans {words('sqrt')} "
       f"decades at depths {depths} with 1/√d_k over training (max / min over steps, mean over seeds); the same "
       f"measurement without the scale spans {words('none')} decades (the largest over depths, unscaled minus scaled: "
-      f"{_pm(diff, numbers['max_decades_unscaled_minus_scaled_se'], '.2f')} per seed)."))
+      f"{_pm(diff, numbers['max_decades_unscaled_minus_scaled_se'], '.2f')} per seed)"
+      + (f"; 1/√d_k's best learning rate stays at the edge of its widened grid at {', '.join(edges)}" if edges else "")
+      + "."))
 
 
 # ----------------------------------------------------------------------------
@@ -1342,7 +1393,7 @@ def _relative_gap_criterion(rule: str, reference: str, denominator: str, depth: 
   """The criterion of ``compare_at_best_lr``'s relative final-loss gap of ``rule`` over ``reference`` at ``depth``."""
   return Criterion("relative_final_gap", f"(final loss {rule} − final loss {reference}) / {denominator} at depth "
                    f"{depth}, each at its best learning rate, mean over seeds", holds=(">=", holds),
-                   fails=("<=", fails), reason=reason, noise=True)
+                   fails=("<=", fails), reason=reason, noise=True, edge="best_lr_at_edge")
 
 
 TRAINING_CLAIMS: tuple[Claim, ...] = (
@@ -1373,7 +1424,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         "Without scaling the 6-layer loss curve oscillates strongly.",
         Criterion("roughness_ratio", "RMS of the step-to-step loss change in the second half of training, unscaled "
                   "over 1/√d_k, depth 6, each at its best learning rate", holds=(">=", 2.0), fails=("<=", 1.0),
-                  noise=True,
+                  noise=True, edge="best_lr_at_edge",
                   reason="'very oscillating' = at least twice as jagged as the scaled curve; no more jagged is not"),
         measure_depth6_oscillates, training=True, grids=depth6_grids),
     Claim(
@@ -1381,7 +1432,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         "Without scaling the 6-layer model converges very slowly.",
         Criterion("slowdown", "steps the unscaled depth-6 model needs to reach the loss 1/√d_k reaches at a quarter of "
                   "training, over that quarter (never = the whole run; each at its best learning rate)",
-                  holds=(">=", 2.0), fails=("<=", 1.25), noise=True,
+                  holds=(">=", 2.0), fails=("<=", 1.25), noise=True, edge="best_lr_at_edge",
                   reason="'very slow' = at least twice the steps; within 25% more it is not slow"),
         measure_depth6_slow, training=True, grids=depth6_grids),
     Claim(
@@ -1428,7 +1479,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         Criterion("abs_log2_logit_variance", "|log2 Var| of the attention logits with 1/√d_k after training (the "
                   "note's reading: variance normalization; visible logits of a held-out batch after RoPE and the "
                   "scale, per layer and head, averaged; depth 2, at 1/√d_k's best learning rate, mean over seeds)",
-                  holds=("<=", 1.0), fails=(">=", 3.0), noise=True,
+                  holds=("<=", 1.0), fails=(">=", 3.0), noise=True, edge="best_lr_at_edge",
                   reason="the note's words: √d_k is the optimal solution for variance normalization, keeping the "
                          "logits' variance at 1 (std about 1); '~1' = within a factor 2 (std within √2); a factor 8 "
                          "(std off by 2^1.5, as far as the multiplier the other reading calls a different optimum) is "
@@ -1447,7 +1498,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         "LayerNorm and RMSNorm do not replace the attention scaling.",
         Criterion("min_relative_final_gap", "the smaller over LayerNorm and RMSNorm blocks of (final loss unscaled − "
                   "final loss 1/√d_k) / final loss 1/√d_k at depth 2, each at its best learning rate",
-                  holds=(">=", 0.02), fails=("<=", 0.0), noise=True,
+                  holds=(">=", 0.02), fails=("<=", 0.0), noise=True, edge="best_lr_at_edge",
                   reason="with either norm, removing the scale must still cost at least 2% loss; no cost = replaced"),
         measure_norms_dont_replace_scaling, training=True, grids=norm_grids),
     Claim(
@@ -1455,7 +1506,7 @@ TRAINING_CLAIMS: tuple[Claim, ...] = (
         "With √d_k scaling the gradients are stable.",
         Criterion("max_decades", "largest over depths of log10(max / min over steps) of the global gradient norm with "
                   "1/√d_k at its best learning rate (mean over seeds; the same without the scale beside it)",
-                  holds=("<=", 1.0), fails=(">=", 2.0), noise=True,
+                  holds=("<=", 1.0), fails=(">=", 2.0), noise=True, edge="best_lr_at_edge",
                   reason="'stable' = within one decade over training; two decades is not stable"),
         measure_scaled_grads_stable, training=True, grids=depth_grids),
     Claim(
