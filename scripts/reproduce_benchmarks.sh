@@ -7,7 +7,7 @@ python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a v
 cd "$(dirname "$0")/.."
 out="${1:-runs}/benchmark"
 "$python" -m experiments.benchmark --suite=sweep,attention,train,attention_profile,attention_rule,studies \
-  --rule_max_gflop=100 --out_dir="$out"
+  --out_dir="$out"
 # suite's Markdown -> its section of docs/benchmarks.md
 for pair in sweep:bench_sweep train:bench_train attention:attention attention_profile:bench_attention_profile \
     attention_rule:bench_attention_rule studies:bench_studies; do
