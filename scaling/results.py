@@ -61,17 +61,19 @@ def write_text(path: str | os.PathLike, text: str) -> None:
   _atomic_write(path, text)
 
 
-def code_version() -> dict[str, str]:
+def code_version(root: str | os.PathLike | None = None) -> dict[str, str]:
   """The code a run runs and when: {"code": the git commit of the checkout it is imported from (short hash, with
-  "+changes" when tracked files differ from it), else the installed distribution's version; "date": UTC day}."""
+  "+changes" when tracked files other than Markdown pages differ from it: the pages are what runs write, e.g. the
+  generated sections a reproduce script fills in between its runs), else the installed distribution's version;
+  "date": UTC day}. ``root``: the checkout (default: the one this package sits in)."""
   date = time.strftime("%Y-%m-%d", time.gmtime())
-  root = pathlib.Path(__file__).resolve().parents[1]
+  root = pathlib.Path(__file__).resolve().parents[1] if root is None else pathlib.Path(root).resolve()
   try:
     git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
                                        check=True).stdout.strip()
     if pathlib.Path(git("rev-parse", "--show-toplevel")).resolve() == root:
       commit = git("rev-parse", "--short=12", "HEAD")
-      changed = git("status", "--porcelain", "--untracked-files=no")
+      changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.md")
       return {"code": f"commit {commit}" + ("+changes" if changed else ""), "date": date}
   except (OSError, subprocess.SubprocessError):
     pass

@@ -133,6 +133,21 @@ class CodeVersionTest(absltest.TestCase):
     self.assertTrue(head.startswith(version["code"].split()[1].removesuffix("+changes")))
     self.assertEqual(version["date"], time.strftime("%Y-%m-%d", time.gmtime()))
 
+  def test_changed_pages_are_not_changed_code(self):
+    repo = pathlib.Path(self.create_tempdir().full_path)
+    git = lambda *args: subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    git("init", "-q")
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "page.md").write_text("old\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    self.assertRegex(results.code_version(repo)["code"], r"^commit [0-9a-f]{12}$")
+    (repo / "docs" / "page.md").write_text("a generated table\n")
+    self.assertRegex(results.code_version(repo)["code"], r"^commit [0-9a-f]{12}$")
+    (repo / "code.py").write_text("x = 2\n")
+    self.assertRegex(results.code_version(repo)["code"], r"^commit [0-9a-f]{12}\+changes$")
+
   def test_installed_version_without_git(self):
     with mock.patch.object(results.subprocess, "run", side_effect=OSError("no git")):
       self.assertRegex(results.code_version()["code"], r"^(version \S+|unknown version)$")
