@@ -2,7 +2,7 @@
 
   python -m experiments.benchmark                      # every suite but studies and attention_rule
   python -m experiments.benchmark --suite=studies      # the studies' time split (about an hour on 2 cores)
-  python -m experiments.benchmark --suite=attention_rule   # the attention rule's timings (about 25 min on 2 cores)
+  python -m experiments.benchmark --suite=attention_rule   # the attention rule's timings (about 20 min on 2 cores)
   python -m experiments.benchmark --suite=sweep --quick
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
