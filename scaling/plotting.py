@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Mapping, Sequence
 
@@ -34,6 +35,7 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
       ax.fill_between(x, lo, hi, alpha=0.2)
   if logx2:
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(power_of_two_label))
   if logy:
     ax.set_yscale("log")
     label_log_y(ax)
@@ -50,6 +52,20 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, tuple[Sequence[float
 MARKERS = ("o", "s", "^", "v", "D", "x", "+", "P")
 LINESTYLES = ("-", "--", "-.", ":")
 """The markers and dash patterns of a figure's lines, in order (8 and 4: 8 lines differ in both)."""
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_of_two_label(value: float, _position=None) -> str:
+  """A tick of a log2 axis in plain text: a whole number below 10⁵ as itself ("64"), another power of two as "2⁻¹⁰"
+  (Unicode superscripts: matplotlib's default log labels are math text, parsed for every tick of every figure)."""
+  if 1 <= value < 1e5 and float(value).is_integer():
+    return f"{int(value)}"
+  exponent = math.log2(value) if value > 0 else math.nan
+  if math.isfinite(exponent) and exponent.is_integer():
+    return "2" + str(int(exponent)).translate(_SUPERSCRIPT)
+  return f"{value:g}"
 
 
 def label_log_y(ax) -> None:

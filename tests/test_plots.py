@@ -36,6 +36,19 @@ def _labels_in_view(ax):
 
 class PlotTest(chex.TestCase):
 
+  def test_log2_ticks_are_plain_text(self):
+    cases = {16.0: "16", 1024.0: "1024", 1.0: "1", 2.0 ** -10: "2⁻¹⁰", 2.0 ** 20: "2²⁰", 0.375: "0.375", 3.0: "3"}
+    for value, text in cases.items():
+      self.assertEqual(plotting.power_of_two_label(value), text, value)
+    fig, ax = plotting.grid_figure(1, 1)
+    plotting.line_plot(None, {"a": ([16, 64, 256], [1.0, 2.0, 3.0])}, xlabel="d_k", ylabel="y", logx2=True,
+                       ax=ax[0][0])
+    fig.canvas.draw()
+    shown = [t.get_text() for t in ax[0][0].get_xticklabels() if t.get_text()]
+    self.assertIn("64", shown)
+    self.assertFalse([t for t in shown if "$" in t], shown)  # no math text to parse
+    plotting.save_figure(fig, pathlib.Path(self.create_tempdir()) / "x.png")
+
   def test_loss_png_log_axis_has_number_labels(self):
     figures = _capture(self)
     losses = [4.2, 3.9, 3.6, 3.4, 3.2, 3.05, 2.95, 2.9]  # less than a decade, as a short run's loss
