@@ -88,5 +88,72 @@ class JoinRunsTest(absltest.TestCase):
       grid_run.join_runs(run(multipliers), run(dataclasses.replace(multipliers, log2_lrs=(-6.0,))))
 
 
+class TrainLikeTest(absltest.TestCase):
+  """GridPlanner.train(spec, like=grid): the widening runs the grid's compiled step, with the unpadded results."""
+
+  def test_a_widening_runs_its_grids_step_with_its_own_results(self):
+    grid = dataclasses.replace(_spec(48, "sqrt"), log2_lrs=(-16.0, -14.0, -12.0))  # width 48: no other test's
+    widening = dataclasses.replace(grid, log2_lrs=(-10.0,), label="widening")
+    planner = grid_run.GridPlanner()
+    planner.train(grid)
+    compiled = []
+
+    def listen(event, duration, fun_name="?", **_):
+      if event == "/jax/core/compile/backend_compile_duration":
+        compiled.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+      wider = planner.train(widening, like=grid)
+    finally:
+      jax.monitoring.unregister_event_duration_listener(listen)
+    self.assertFalse([n for n in compiled if "grid_step" in n], compiled)  # the grid's step, not a new one
+    self.assertIs(planner.train(widening), wider)  # trained once
+    alone = grid_run.train_grid(widening, planner.dataset(grid.data, grid.data_seed))
+    self.assertEqual(wider.spec, widening)
+    self.assertEqual(wider.records["loss"].shape, alone.records["loss"].shape)
+    for key in alone.records:
+      np.testing.assert_allclose(wider.records[key], alone.records[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    # Adam moves a coordinate by up to its rate per step whatever the gradient's size, so rounding in a near-zero
+    # gradient can move it by 2 × rate × steps; another member's parameters (another seed) differ by ~0.1.
+    chex.assert_trees_all_close(wider.final_params, alone.final_params, rtol=0, atol=2 * 2.0 ** -10 * grid.steps)
+    self.assertGreater(float(np.abs(wider.final_params["readout"]["kernel"][0]
+                                    - alone.final_params["readout"]["kernel"][1]).max()), 2 * 2.0 ** -10 * grid.steps)
+
+  def test_padding_repeats_the_last_value_and_refuses_another_program(self):
+    grid = _spec(32, "sqrt")
+    one = dataclasses.replace(grid, log2_lrs=(-4.0,))
+    self.assertEqual(one.padded(3).log2_lrs, (-4.0, -4.0, -4.0))
+    self.assertEqual(one.padded(1), one)
+    mults = dataclasses.replace(grid, log2_lrs=(-8.0,), attn_mults=(1.0, 2.0))
+    self.assertEqual(mults.padded(3).attn_mults, (1.0, 2.0, 2.0))
+    self.assertEqual(mults.padded(3).log2_lrs, (-8.0,))
+    planner = grid_run.GridPlanner()
+    with self.assertRaisesRegex(ValueError, "differ in more than their swept values"):
+      planner.train(dataclasses.replace(one, opt_config=optim.OptimizerConfig(steps=4)), like=dataclasses.replace(grid, log2_lrs=(-8.0, -6.0, -5.0)))
+    with self.assertRaisesRegex(TypeError, "like must be a GridSpec"):
+      planner.train(one, like="grid")
+    with self.assertRaisesRegex(ValueError, "is not the start of"):
+      run = grid_run.GridRun(spec=grid, records={"loss": np.zeros((3, grid.members))}, final_params=None,
+                             wall_time=0.0)
+      run.first(dataclasses.replace(grid, log2_lrs=(-6.0,)))
+
+
+class ScannedGridTest(absltest.TestCase):
+
+  def test_a_scanned_grid_trains_as_the_unrolled_one_and_returns_its_layout(self):
+    spec = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
+    deep = dataclasses.replace(spec, model_config=dataclasses.replace(spec.model_config, depth=4))
+    scanned = dataclasses.replace(deep, model_config=dataclasses.replace(deep.model_config, scan_layers=True))
+    data = data_lib.DataConfig(seq_len=8, batch_size=2).make(0)
+    a, b = grid_run.train_grid(deep, data), grid_run.train_grid(scanned, data)
+    for key in a.records:
+      np.testing.assert_allclose(b.records[key], a.records[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    self.assertEqual(set(b.final_params), set(a.final_params))  # block_0 .. block_3, each [M, ...]
+    # Adam moves a coordinate by up to its rate per step whatever the gradient's size (see TrainLikeTest).
+    chex.assert_trees_all_close(b.final_params, a.final_params, rtol=0, atol=2 * 2.0 ** -12 * spec.steps)
+    chex.assert_trees_all_close(b.initial_params(), a.initial_params(), rtol=0, atol=0)
+
+
 if __name__ == "__main__":
   absltest.main()

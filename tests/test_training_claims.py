@@ -1,5 +1,6 @@
 """Tests of scaling.studies.training_claims: criteria, post-processing helpers and each measurement on tiny sizes."""
 
+import dataclasses
 import math
 import types
 
@@ -11,6 +12,7 @@ from scaling import model as model_lib
 from scaling import resources
 from scaling import rules
 from scaling import timesplit
+from scaling import train as train_lib
 from scaling.studies import grid_run
 from scaling.studies import optimum as optimum_lib
 from scaling.studies import stats
@@ -36,7 +38,7 @@ class _Written(grid_run.GridPlanner):
     self.widened = widened
     self.asked = []
 
-  def train(self, spec):
+  def train(self, spec, like=None):
     self.asked.append(spec)
     return self.widened(spec) if self.widened and spec.label.endswith(", widened") else self.fake(spec)
 
@@ -733,3 +735,23 @@ def test_training_flops_closed_form_and_bad_input():
       (6 * p * 8 + 12 * 2 * 8**2 * 16) * 2 * 3 * 5)
   with pytest.raises(ValueError, match="members"):
     resources.training_flops(config, steps=3, members=0, batch_size=2, seq_len=8)
+
+
+@pytest.mark.parametrize("rule", ["none", "sqrt", "qk_norm"])
+def test_attention_grad_norm_is_the_norm_of_dl_dwq_and_dl_dwk(rule):
+  """attention_grad_norm_fn (a shared program for logit-factor rules, α passed in) against jax.grad of each member's
+  loss under its own unrolled model, and the norm taken by hand."""
+  ctx = _ctx()
+  spec = tc.grid_spec(ctx, rule=rule, depth=tc.SCAN_FROM_DEPTH, steps=2)
+  assert spec.model_config.scan_layers  # the claims' deep grids run scanned
+  run = ctx.planner.train(spec)
+  batch = tc.dataset_of(ctx).eval_batch(0, 0)
+  got = np.asarray(tc.attention_grad_norm_fn(spec.model_config)(run.final_params, batch))
+  config = dataclasses.replace(spec.model_config, scan_layers=False)
+  model = model_lib.Transformer(config)
+  for m in range(spec.members):
+    params = jax.tree.map(lambda a: a[m], run.final_params)
+    grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
+    squares = sum(float(np.sum(np.square(np.asarray(grads[f"block_{i}"]["attn"][n]["kernel"], np.float64))))
+                  for i in range(config.depth) for n in ("query", "key"))
+    np.testing.assert_allclose(got[m], math.sqrt(squares), rtol=1e-4)

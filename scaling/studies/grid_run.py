@@ -212,6 +212,17 @@ class GridSpec:
     return resources.training_flops(self.model_config, steps=self.steps, members=self.members,
                                     batch_size=self.data.batch_size, seq_len=self.data.seq_len)
 
+  def padded(self, num_values: int) -> GridSpec:
+    """The grid with its swept values padded to ``num_values`` by repeating the last one: its members then number
+    those of a grid of ``num_values`` values, so it runs that grid's compiled step (``program_key``); itself when
+    it already sweeps that many or more."""
+    extra = int(num_values) - self.num_values
+    if extra <= 0:
+      return self
+    if self.attn_mults is None:
+      return dataclasses.replace(self, log2_lrs=self.log2_lrs + self.log2_lrs[-1:] * extra)
+    return dataclasses.replace(self, attn_mults=self.attn_mults + self.attn_mults[-1:] * extra)
+
   def program_key(self) -> tuple[Any, ...]:
     """What the grid's compiled training step depends on: models whose rule is only a logit factor
     (``scaling.model.logit_multiplier``: α is a value of the training state) share one step."""
@@ -228,7 +239,8 @@ class GridRun:
   Attributes:
     spec: what was trained.
     records: the spec's ``record`` metrics, float64 [steps, M, ...].
-    final_params: the parameters after the last step, stacked [M, ...].
+    final_params: the parameters after the last step, stacked [M, ...], one ``block_{i}`` per block
+      (``unrolled_params``).
     wall_time: seconds of training, compilation included.
   """
 
@@ -261,7 +273,17 @@ class GridRun:
     """The members' parameters before the first step, stacked [M, ...] (as ``train_grid`` initialized them)."""
     lrs, seeds, _ = self.spec.member_arrays()
     init = train_lib.make_init(self.model_config, self.opt_config, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
-    return init.params
+    return unrolled_params(init.params, self.model_config)
+
+  def first(self, spec: GridSpec) -> GridRun:
+    """This run's first ``spec.num_values`` swept values (the rest padding, ``GridSpec.padded``), as the run of
+    ``spec``."""
+    if spec.padded(self.spec.num_values) != self.spec:
+      raise ConfigError(f"first: the {spec.label or 'grid'} is not the start of the {self.spec.label or 'grid'}")
+    members = spec.members
+    records = {k: np.asarray(v)[:, :members] for k, v in self.records.items()}
+    params = jax.tree.map(lambda x: x[:members], self.final_params)
+    return GridRun(spec=spec, records=records, final_params=params, wall_time=self.wall_time)
 
   def by_lr(self, values: np.ndarray) -> np.ndarray:
     """A per-member array [M, ...] reshaped to [swept values, S, ...] (rows: the learning rates, or multipliers)."""
@@ -309,7 +331,19 @@ def train_grid(spec: GridSpec, dataset: data_lib.Dataset) -> GridRun:
   lrs, seeds, mults = spec.member_arrays()
   result = train_lib.run_training(spec.model_config, spec.opt_config, dataset, seed=seeds, learning_rates=lrs,
                                   attn_mults=mults, record=spec.record, stop_on_divergence=False)
-  return GridRun(spec=spec, records=result.records, final_params=result.state.params, wall_time=result.wall_time)
+  return GridRun(spec=spec, records=result.records, final_params=unrolled_params(result.state.params,
+                                                                                 spec.model_config),
+                 wall_time=result.wall_time)
+
+
+def unrolled_params(params: Any, model_config: Any) -> Any:
+  """Members' parameters [M, ...] with one ``block_{i}`` per block, as ``model.init_params`` lays them out (a scanned
+  model trains them stacked, ``scaling.model.stack_blocks``); as given for any other model."""
+  if not (isinstance(model_config, model_lib.ModelConfig) and model_lib.trains_stacked(model_config)):
+    return params
+  stacked = jax.device_get(params)  # sliced on the host: no compiled slice per shape
+  return {**{k: v for k, v in stacked.items() if k != "block_0"},
+          **{f"block_{i}": jax.tree.map(lambda a, i=i: a[:, i], stacked["block_0"]) for i in range(model_config.depth)}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,13 +448,27 @@ class GridPlanner:
       self._datasets[key] = config.make(key[1])
     return self._datasets[key]
 
-  def train(self, spec: GridSpec) -> GridRun:
-    """The trained grid of ``spec`` (``train_grid`` on its data, the first time it is asked for)."""
-    if not isinstance(spec, GridSpec):
-      raise TypeError(f"spec must be a GridSpec, got {type(spec).__name__}")
+  def train(self, spec: GridSpec, *, like: GridSpec | None = None) -> GridRun:
+    """The trained grid of ``spec`` (``train_grid`` on its data, the first time it is asked for).
+
+    Args:
+      spec: the grid.
+      like: a grid of the same program but more swept values (e.g. the grid ``spec`` widens): ``spec`` is trained
+        padded to its values (``GridSpec.padded``), so it runs ``like``'s compiled step instead of compiling its
+        own, and the padding is dropped (each member trains alone: the same records as unpadded, up to float
+        rounding).
+    """
+    if not isinstance(spec, GridSpec) or not isinstance(like, (GridSpec, type(None))):
+      bad, value = ("spec", spec) if not isinstance(spec, GridSpec) else ("like", like)
+      raise TypeError(f"{bad} must be a GridSpec, got {type(value).__name__}")
     if spec not in self._runs:
-      self._wait_for_programs(spec)
-      self._runs[spec] = train_grid(spec, self.dataset(spec.data, spec.data_seed))
+      padded = spec if like is None else spec.padded(like.num_values)
+      if padded != spec and padded.program_key() != like.program_key():
+        raise ConfigError(f"train: the {spec.label or 'grid'} padded to the {like.label or 'grid'}'s values does "
+                          "not run its program (they differ in more than their swept values)")
+      self._wait_for_programs(padded)
+      run = train_grid(padded, self.dataset(spec.data, spec.data_seed))
+      self._runs[spec] = run if padded == spec else run.first(spec)
     return self._runs[spec]
 
   @property
