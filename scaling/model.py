@@ -720,12 +720,14 @@ def stack_blocks(params: Any, depth: int) -> dict[str, Any]:
   return {**rest, "block_0": jax.tree.map(lambda *leaves: jnp.stack(leaves), *(params[n] for n in names))}
 
 
-def unstack_blocks(params: Any, depth: int) -> dict[str, Any]:
-  """The parameters with one ``block_{i}`` per block (the inverse of ``stack_blocks``); as given if not stacked."""
+def unstack_blocks(params: Any, depth: int, *, leading: int = 0) -> dict[str, Any]:
+  """The parameters with one ``block_{i}`` per block (the inverse of ``stack_blocks``); as given if not stacked.
+  ``leading``: axes before the depth axis (1 for a grid's members [M, depth, ...])."""
   if not is_stacked(params, depth):
     return dict(params)
   rest = {k: v for k, v in params.items() if k != "block_0"}
-  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: a[i], params["block_0"]) for i in range(depth)}}
+  at = lambda i: (slice(None),) * leading + (i,)
+  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: a[at(i)], params["block_0"]) for i in range(depth)}}
 
 
 def gather_aux(sown: dict[str, Any], depth: int) -> dict[str, Any]:

@@ -746,7 +746,7 @@ def test_attention_grad_norm_is_the_norm_of_dl_dwq_and_dl_dwk(rule):
   assert spec.model_config.scan_layers  # the claims' deep grids run scanned
   run = ctx.planner.train(spec)
   batch = tc.dataset_of(ctx).eval_batch(0, 0)
-  got = np.asarray(tc.attention_grad_norm_fn(spec.model_config)(run.final_params, batch))
+  got = np.asarray(tc.attention_grad_norm_fn(spec.model_config, spec.opt_config)(run.final_params, batch))
   config = dataclasses.replace(spec.model_config, scan_layers=False)
   model = model_lib.Transformer(config)
   for m in range(spec.members):

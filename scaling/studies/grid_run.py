@@ -341,9 +341,8 @@ def unrolled_params(params: Any, model_config: Any) -> Any:
   model trains them stacked, ``scaling.model.stack_blocks``); as given for any other model."""
   if not (isinstance(model_config, model_lib.ModelConfig) and model_lib.trains_stacked(model_config)):
     return params
-  stacked = jax.device_get(params)  # sliced on the host: no compiled slice per shape
-  return {**{k: v for k, v in stacked.items() if k != "block_0"},
-          **{f"block_{i}": jax.tree.map(lambda a, i=i: a[:, i], stacked["block_0"]) for i in range(model_config.depth)}}
+  # Sliced on the host: no compiled slice per shape.
+  return model_lib.unstack_blocks(jax.device_get(params), model_config.depth, leading=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,9 +457,10 @@ class GridPlanner:
         own, and the padding is dropped (each member trains alone: the same records as unpadded, up to float
         rounding).
     """
-    if not isinstance(spec, GridSpec) or not isinstance(like, (GridSpec, type(None))):
-      bad, value = ("spec", spec) if not isinstance(spec, GridSpec) else ("like", like)
-      raise TypeError(f"{bad} must be a GridSpec, got {type(value).__name__}")
+    if not isinstance(spec, GridSpec):
+      raise TypeError(f"spec must be a GridSpec, got {type(spec).__name__}")
+    if like is not None and not isinstance(like, GridSpec):
+      raise TypeError(f"like must be a GridSpec, got {type(like).__name__}")
     if spec not in self._runs:
       padded = spec if like is None else spec.padded(like.num_values)
       if padded != spec and padded.program_key() != like.program_key():

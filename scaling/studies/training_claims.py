@@ -1372,15 +1372,13 @@ def measure_scaled_grads_stable(ctx: Any) -> Measurement:
 # The attention path's gradient (W_q, W_k) of a trained grid, at its initial and final parameters.
 
 
-def attention_grad_norm_fn(model_config: model_lib.ModelConfig):
+def attention_grad_norm_fn(model_config: model_lib.ModelConfig, opt_config: optim.OptimizerConfig):
   """A (stacked params [M, ...] with one ``block_{i}`` per block, batch) -> [M]: the global norm of dL/dW_q and
   dL/dW_k over all blocks. Models whose rule is only a logit factor share one compiled function, their α passed as a
-  value (as their training step does, ``scaling.train.as_program``)."""
-  alpha = model_lib.logit_multiplier(model_config)
-  if alpha is None:
-    fn = _attention_grad_norm(model_config)
-  else:
-    fn, alpha = _attention_grad_norm(dataclasses.replace(model_config, rule=train_lib.SHARED_RULE)), np.float32(alpha)
+  value, as in their training program (``scaling.train.as_program``)."""
+  program = train_lib.as_program(model_config, opt_config)
+  fn = _attention_grad_norm(program.model_config)
+  alpha = None if program.logit_alpha is None else np.float32(program.logit_alpha)
   return lambda params, batch: fn(params, batch, alpha)
 
 
@@ -1401,7 +1399,7 @@ def _attention_grad_norm(model_config: model_lib.ModelConfig):
 def attention_grad_norms(ctx: Any, run: GridRun) -> dict[str, np.ndarray]:
   """{"init", "final"}: per member [M], the attention-path gradient norm on the first held-out batch."""
   batch = dataset_of(ctx).eval_batch(0, int(ctx.seed))
-  fn = attention_grad_norm_fn(run.model_config)
+  fn = attention_grad_norm_fn(run.model_config, run.opt_config)
   return {"init": np.asarray(jax.device_get(fn(run.initial_params(), batch)), np.float64),
           "final": np.asarray(jax.device_get(fn(run.final_params, batch)), np.float64)}
 
