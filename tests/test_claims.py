@@ -72,8 +72,11 @@ DECISIONS = {
 
 
 def _measuring(claim: verdicts.Claim, value: float, **numbers) -> verdicts.Claim:
-  """``claim`` with a measurement that reports ``value`` as its statistic."""
-  measure = lambda ctx: verdicts.Measurement({claim.criterion.statistic: value, **numbers}, f"measured {value}")
+  """``claim`` with a measurement that reports ``value`` as its statistic (and no standard error, where its
+  criterion reads one)."""
+  spread = {f"{claim.criterion.statistic}_se": None} if claim.criterion.noise else {}
+  measure = lambda ctx: verdicts.Measurement({claim.criterion.statistic: value, **spread, **numbers},
+                                             f"measured {value}")
   return dataclasses.replace(claim, measure=measure)
 
 
@@ -119,6 +122,36 @@ class CriteriaTest(absltest.TestCase):
     self.assertEqual(rows[0]["command"], "python -m experiments.claims --mode=cpu_hour --ids=gradients_vanish")
     rope = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "rope_changes_norms")
     self.assertEqual(rows[1]["criterion"], rope.criterion.text)
+
+  def test_timed_claims_are_measured_last_with_nothing_compiling_ahead(self):
+    ctx = claims.Context()
+    seen = []
+
+    def recording(claim):
+      def measure(c):
+        seen.append((claim.id, c.planner._executor is None))  # pylint: disable=protected-access
+        return verdicts.Measurement({claim.criterion.statistic: DECISIONS[claim.id][0],
+                                     **({f"{claim.criterion.statistic}_se": None} if claim.criterion.noise else {})},
+                                    "x")
+      return dataclasses.replace(claim, measure=measure)
+
+    patched = tuple(recording(c) for c in claims.RANDOM_INPUT_CLAIMS)
+    ids = ("d64_std_8", "rmsnorm_cheaper", "head_dim_constant")
+    ctx.planner.compile_ahead([])  # an executor, as a run that compiles ahead has one
+    with mock.patch.object(claim_table, "RANDOM_INPUT_CLAIMS", patched):
+      rows = claims.run_claims(ctx, ids)
+    self.assertEqual(seen, [("d64_std_8", False), ("head_dim_constant", False), ("rmsnorm_cheaper", True)])
+    self.assertEqual([r["id"] for r in rows], list(ids))  # table order
+    self.assertEqual([c.id for c in claims.all_claims() if c.timed], ["rmsnorm_cheaper"])
+
+  def test_timing_within_two_standard_errors_of_a_threshold_is_inconclusive(self):
+    (claim,) = [c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "rmsnorm_cheaper"]
+    row = _measuring(claim, 0.9, rms_over_layer_time_se=0.05).evaluate(claims.Context())  # 0.95 within 0.1
+    self.assertEqual(row["verdict"], verdicts.INCONCLUSIVE)
+    self.assertIn("standard error over timing rounds", row["finding"])
+    self.assertIn("over timing rounds", row["criterion"])
+    row = _measuring(claim, 0.8, rms_over_layer_time_se=0.05).evaluate(claims.Context())
+    self.assertEqual(row["verdict"], claims.HOLDS)
 
   def test_missing_statistic_is_an_error(self):
     claim = dataclasses.replace(claims.RANDOM_INPUT_CLAIMS[0],
@@ -418,7 +451,8 @@ class TinyRunTest(absltest.TestCase):
     self.assertEqual(config["sizes"]["d_k"], [64, 128])
     table = (self.out / "claims.md").read_text()
     self.assertIn("| claim | source | criterion | verdict | what we measured | reproduce |", table)
-    self.assertLen(table.strip().splitlines(), 2 + len(RANDOM_IDS))
+    # Header, rule and one row per claim (a legend of the inconclusive verdicts precedes it when one is reached).
+    self.assertLen([line for line in table.splitlines() if line.startswith("|")], 2 + len(RANDOM_IDS))
     readme = (self.out / "claims_readme.md").read_text()
     self.assertIn("Random-input claims (mode quick: d_k 64, 128; 16 tokens", readme)
     self.assertNotIn("Training claims", readme)

@@ -144,9 +144,9 @@ def test_evaluate_reads_the_standard_error_and_the_edge_flag():
 
 
 def test_standard_error_and_spread():
-  assert tc.standard_error([1.0, 3.0]) == pytest.approx(1.0)  # sample std √2 over √2
-  assert tc.standard_error([2.0, 4.0, 9.0]) == pytest.approx(np.std([2.0, 4.0, 9.0], ddof=1) / math.sqrt(3))
-  assert tc.standard_error([1.0, NAN]) is None and tc.standard_error([]) is None
+  assert stats.standard_error([1.0, 3.0]) == pytest.approx(1.0)  # sample std √2 over √2
+  assert stats.standard_error([2.0, 4.0, 9.0]) == pytest.approx(np.std([2.0, 4.0, 9.0], ddof=1) / math.sqrt(3))
+  assert stats.standard_error([1.0, NAN]) is None and stats.standard_error([]) is None
   assert tc.spread("g", [1.0, NAN, 3.0]) == {"g_se": 1.0, "g_seeds": [1.0, None, 3.0]}
 
 

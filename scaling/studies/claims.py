@@ -74,22 +74,24 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
   """Measures the claims of ``all_claims()`` (all, or those in ``ids``); returns one JSON-ready row per claim.
 
   Each row is ``Claim.evaluate``'s (id, source, claim, criterion, statistic, value, verdict, finding, numbers)
-  with ``command``, the command line that reproduces it alone.
+  with ``command``, the command line that reproduces it alone. Timed claims (``Claim.timed``) are measured last,
+  once compiling ahead has stopped (nothing is left to train then), so that no compilation runs beside their clocks;
+  the rows come back in table order.
   """
   ctx = ctx or Context()
   claims = all_claims()
   unknown = sorted(set(ids or ()) - {c.id for c in claims})
   if unknown:
     raise ConfigError(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(c.id for c in claims)}")
-  rows = []
-  for claim in claims:
-    if ids and claim.id not in ids:
-      continue
-    row = {**claim.evaluate(ctx), "command": command(ctx, claim.id)}
-    rows.append(row)
+  selected = [c for c in claims if not ids or c.id in ids]
+  rows = {}
+  for claim in sorted(selected, key=lambda c: c.timed):
+    if claim.timed:
+      ctx.planner.close()
+    rows[claim.id] = {**claim.evaluate(ctx), "command": command(ctx, claim.id)}
     if on_result:
-      on_result(row)
-  return rows
+      on_result(rows[claim.id])
+  return [rows[c.id] for c in selected]
 
 
 @dataclasses.dataclass(frozen=True)

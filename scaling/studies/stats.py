@@ -72,6 +72,16 @@ def finite_mean_std(values: Sequence[float] | np.ndarray, digits: int = 4) -> di
   return {k: finite_or_none(x) for k, x in mean_std(v, digits).items()}
 
 
+def standard_error(values: Sequence[float] | np.ndarray) -> float | None:
+  """The standard error of the mean of repeated values (per seed, per timing round): their sample standard deviation
+  (ddof 1) over √n, over the finite values (None with fewer than two)."""
+  v = np.asarray(values, np.float64).ravel()
+  v = v[np.isfinite(v)]
+  if v.size < 2:
+    return None
+  return float(np.std(v, ddof=1) / math.sqrt(v.size))
+
+
 def format_mean_std(mean: float, std: float, spec: str = ".3g") -> str:
   """"mean ± std", each formatted with ``spec``."""
   return f"{format(mean, spec)} ± {format(std, spec)}"

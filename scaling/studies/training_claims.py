@@ -179,21 +179,11 @@ def best_index(per_lr_seed: np.ndarray) -> int | None:
   return int(np.argmin(means)) if np.isfinite(means).any() else None
 
 
-def standard_error(values: Sequence[float] | np.ndarray) -> float | None:
-  """The standard error of the mean of per-seed values: their sample standard deviation (ddof 1) over √n, over the
-  finite values (None with fewer than two)."""
-  v = np.asarray(values, np.float64).ravel()
-  v = v[np.isfinite(v)]
-  if v.size < 2:
-    return None
-  return float(np.std(v, ddof=1) / math.sqrt(v.size))
-
-
 def spread(statistic: str, per_seed: Sequence[float] | np.ndarray) -> dict[str, Any]:
   """The numbers of a statistic's spread over seeds: ``<statistic>_se`` (``standard_error``, what a criterion with
   ``noise`` reads) and ``<statistic>_seeds`` (the per-seed values, None for a non-finite one)."""
   values = np.asarray(per_seed, np.float64).ravel()
-  return {f"{statistic}_se": stats.round_finite(standard_error(values)),
+  return {f"{statistic}_se": stats.round_finite(stats.standard_error(values)),
           f"{statistic}_seeds": [stats.round_finite(v) for v in values]}
 
 
@@ -1355,7 +1345,7 @@ def measure_scaled_grads_stable(ctx: Any) -> Measurement:
              "unscaled": {"max_decades": stats.round_finite(largest["none"]), **spread("max_decades", per_seed["none"]),
                           "decades_by_depth": {str(d): stats.finite_mean_std(v) for d, v in spans["none"].items()}},
              "max_decades_unscaled_minus_scaled": stats.finite_mean_std(difference),
-             "max_decades_unscaled_minus_scaled_se": stats.round_finite(standard_error(difference))}
+             "max_decades_unscaled_minus_scaled_se": stats.round_finite(stats.standard_error(difference))}
   words = lambda rule: ", ".join(_fmt(float(np.mean(v)), ".2f") for v in spans[rule].values())
   depths = ", ".join(map(str, spans["sqrt"]))
   diff = numbers["max_decades_unscaled_minus_scaled"]["mean"]

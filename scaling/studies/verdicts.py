@@ -65,6 +65,7 @@ class Criterion:
     noise: the verdict takes the statistic's standard error over seeds (the numbers' ``<statistic>_se``; None
       there: fewer than two seeds, nothing to take): ``INCONCLUSIVE`` when a threshold lies within ``NOISE_SES``
       standard errors of the value.
+    repeats: what that standard error is over, in words ("seeds"; a timing's "timing rounds").
     edge: the key of a boolean in the numbers, true when the optimum the statistic is made of stays at the edge of
       the grid searched (after any widening): the verdict is then ``INCONCLUSIVE_EDGE``.
   """
@@ -76,6 +77,7 @@ class Criterion:
   reason: str = ""
   noise: bool = False
   edge: str | None = None
+  repeats: str = "seeds"
 
   def __post_init__(self):
     for name, (op, threshold) in (("holds", self.holds), ("fails", self.fails)):
@@ -124,7 +126,8 @@ class Criterion:
     out = (f"{self.description}: holds if {self.holds[0]} {self.holds[1]:g}, does not hold if "
            f"{self.fails[0]} {self.fails[1]:g}, partly otherwise")
     if self.noise:
-      out += f"; inconclusive if a threshold lies within {NOISE_SES:g} standard errors (over seeds) of the value"
+      out += (f"; inconclusive if a threshold lies within {NOISE_SES:g} standard errors (over {self.repeats}) of the "
+              "value")
     if self.edge:
       out += "; inconclusive if the optimum stays at the edge of the grid searched (widened up to its bound)"
     return out
@@ -181,7 +184,7 @@ def decide(criterion: Criterion, numbers: dict[str, Any], where: str = "the meas
     where: what measured them, for the error message.
 
   Returns:
-    {"statistic", "value", "standard_error", "at_edge", "verdict", "margin"}.
+    {"statistic", "value", "standard_error", "repeats", "at_edge", "verdict", "margin"}.
 
   Raises:
     KeyError: the numbers lack the statistic, its standard error (``noise``) or the edge flag (``edge``).
@@ -194,12 +197,12 @@ def decide(criterion: Criterion, numbers: dict[str, Any], where: str = "the meas
   missing = [k for k in needed if k not in numbers]
   if missing:
     raise KeyError(f"{where} lacks {', '.join(map(repr, missing))} (its criterion's statistic, the statistic's "
-                   f"standard error over seeds, or its grid-edge flag)")
+                   f"standard error over {criterion.repeats}, or its grid-edge flag)")
   value = numbers[criterion.statistic]
   se = numbers[f"{criterion.statistic}_se"] if criterion.noise else None
   at_edge = bool(numbers[criterion.edge]) if criterion.edge else False
-  return {"statistic": criterion.statistic, "value": value, "standard_error": se, "at_edge": at_edge,
-          "verdict": criterion.verdict(value, se, at_edge), "margin": criterion.margin(value)}
+  return {"statistic": criterion.statistic, "value": value, "standard_error": se, "repeats": criterion.repeats,
+          "at_edge": at_edge, "verdict": criterion.verdict(value, se, at_edge), "margin": criterion.margin(value)}
 
 
 def _decision_words(decision: dict[str, Any]) -> str:
@@ -210,7 +213,7 @@ def _decision_words(decision: dict[str, Any]) -> str:
     return ""
   words = []
   if se is not None:
-    words.append(f"{stat} = {float(value):.4g} ± {float(se):.2g} (standard error over seeds).")
+    words.append(f"{stat} = {float(value):.4g} ± {float(se):.2g} (standard error over {decision['repeats']}).")
   if decision["verdict"] == INCONCLUSIVE:
     words.append(f"Inconclusive: the threshold {decision['margin']['threshold']:g} lies within {NOISE_SES:g} "
                  "standard errors of the value.")
@@ -226,7 +229,8 @@ class Claim:
   A training claim (``training``) declares the grids it trains in ``grids``: ``grids(ctx)`` maps names to
   ``scaling.studies.grid_run.GridSpec`` s, read without training anything to plan a run. ``beside`` holds other
   readings of the claim's words, each decided by its own criterion from the same numbers and reported in the row
-  beside the verdict, which answers ``criterion``.
+  beside the verdict, which answers ``criterion``. A ``timed`` claim's statistic is a wall-clock time: it is measured
+  after every other claim, with nothing compiling beside it (``scaling.studies.claims.run_claims``).
   """
 
   id: str
@@ -237,6 +241,7 @@ class Claim:
   training: bool = False
   grids: Callable[[Any], dict[Any, Any]] | None = None
   beside: tuple[Reading, ...] = ()
+  timed: bool = False
   kind = MEASURED
 
   def __post_init__(self):
@@ -351,6 +356,7 @@ class CitationClaim:
   parts: tuple[CitationPart, ...] = ()
   training = False
   kind = CITATION
+  timed = False  # nothing is timed
 
   def __post_init__(self):
     if self.verdict not in CITATION_VERDICTS:
@@ -410,6 +416,7 @@ class UnmeasurableClaim:
   related: tuple[str, ...] = ()
   training = False
   kind = NOT_MEASURABLE
+  timed = False  # nothing is timed
 
   def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
     """The JSON-ready row: verdict ``NOT_MEASURABLE``, no statistic, the reason as its finding."""
