@@ -204,9 +204,10 @@ class TransformerProgram:
 
   def init_state(self, seed: Any, learning_rate: Any) -> TrainState:
     """The state without the values ``with_constants`` adds (so the init program is the same for every rule)."""
-    params = model_lib.init_params(jax.random.PRNGKey(seed), self.model_config)
-    if model_lib.trains_stacked(self.model_config):
-      params = model_lib.stack_blocks(params, self.model_config.depth)
+    return self.state_from_params(_transformer_params(self.model_config, seed), learning_rate)
+
+  def state_from_params(self, params: Any, learning_rate: Any) -> TrainState:
+    """The state of freshly initialized ``params`` (``init_state`` after the parameters are drawn)."""
     opt_state = make_optimizer(self.model_config, self.opt_config).init(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optim_lib.set_learning_rate(opt_state, learning_rate))
@@ -227,6 +228,14 @@ class TransformerProgram:
     return train_step(state, batch, model=model_lib.Transformer(self.model_config),
                       optimizer=make_optimizer(self.model_config, self.opt_config), opt_config=self.opt_config,
                       metrics=metrics)
+
+
+def _transformer_params(model_config: model_lib.ModelConfig, seed: Any) -> Any:
+  """The parameters of ``model_config`` from ``PRNGKey(seed)``, stacked where the model trains them stacked."""
+  params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
+  if model_lib.trains_stacked(model_config):
+    params = model_lib.stack_blocks(params, model_config.depth)
+  return params
 
 
 class FunctionalProgram:
@@ -476,7 +485,8 @@ def make_train_step(model_config: Any, opt_config: optim_lib.OptimizerConfig | N
 def clear_caches() -> None:
   """Forgets the cached jitted steps and inits and the optimizers (``make_train_step``, ``make_init``): the next
   call builds and compiles them anew."""
-  for cached in (_jitted_train_step, _make_init, _single_init, _sharded_init_of, _sharded_step, make_optimizer):
+  for cached in (_jitted_train_step, _make_init, _single_init, _params_init, _sharded_init_of, _sharded_step,
+                 make_optimizer):
     cached.cache_clear()
 
 
@@ -501,8 +511,29 @@ def make_init(model_config: Any, opt_config: optim_lib.OptimizerConfig | None = 
 
 @functools.lru_cache(maxsize=64)
 def _single_init(program: Program) -> Callable[[Any, Any], TrainState]:
-  """The jitted init of one member (shared by every α of a program)."""
+  """The init of one member (shared by every α of a program). The built-in Transformer's parameters come from one
+  jitted program per model (``_params_init``: the same for every optimizer, so grids that differ only in their
+  optimizer share it) and its optimizer state from the optimizer's init run op by op (zeros and counters: nothing
+  worth a program of its own); any other program's init is one jitted program."""
+  if isinstance(program, TransformerProgram):
+    params = _params_init(program.model_config)
+    return lambda seed, learning_rate: program.state_from_params(params(seed), learning_rate)
   return jax.jit(program.init_state)
+
+
+@functools.lru_cache(maxsize=64)
+def _params_init(model_config: model_lib.ModelConfig) -> Callable[[Any], Any]:
+  """The jitted seed -> parameters of a model (``_transformer_params``)."""
+  return jax.jit(functools.partial(_transformer_params, model_config))
+
+
+def _compile_init(program: Program) -> None:
+  """Compiles, without running it, the init program of one member (``_single_init``)."""
+  seed = jax.ShapeDtypeStruct((), jnp.int32)
+  if isinstance(program, TransformerProgram):
+    _params_init(program.model_config).lower(seed).compile()
+  else:
+    _single_init(program).lower(seed, jax.ShapeDtypeStruct((), jnp.float32)).compile()
 
 
 @functools.lru_cache(maxsize=64)
@@ -556,7 +587,7 @@ def compile_grid(model_config: Any, opt_config: optim_lib.OptimizerConfig, datas
   lead = sharding_lib.leading(mesh)
   placed = lambda tree: jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=lead, weak_type=a.weak_type), tree)
-  _single_init(program).lower(jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.float32)).compile()
+  _compile_init(program)
   state = placed(jax.eval_shape(make_init(program, grid=True), jax.ShapeDtypeStruct((members,), jnp.int32),
                                 jax.ShapeDtypeStruct((members,), jnp.float32)))
   batch = placed(jax.tree.map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype),

@@ -282,6 +282,27 @@ class GridTest(chex.TestCase):
     self.assertFalse(np.allclose(states.params["embed"]["embedding"][0], states.params["embed"]["embedding"][1]))
     chex.assert_trees_all_equal(_member(states.params, 1), train_lib.make_init(cfg, opt)(4, 0.25).params)
 
+  def test_optimizers_of_one_model_share_its_parameter_init(self):
+    cfg = _config(width=24, head_dim=12)  # a shape no other test compiles
+    OPTIMIZERS = {"adam": _adam(), "cosine": COSINE,  # pylint: disable=invalid-name
+                  "sgd": optim_lib.OptimizerConfig(optimizer="sgd", momentum=0.9, steps=STEPS)}
+    compiled = []
+    listen = lambda event, duration, fun_name="?", **_: compiled.append(fun_name) if event.endswith(
+        "backend_compile_duration") else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+      states = {name: train_lib.make_init(cfg, opt, grid=True)(np.asarray([3, 4]), np.asarray([0.5, 0.25]))
+                for name, opt in OPTIMIZERS.items()}
+    finally:
+      jax.monitoring.unregister_event_duration_listener(listen)
+    self.assertEqual(sum("params" in name for name in compiled), 1, compiled)
+    # Each state is the one a single jitted program of the whole init gives (parameters and optimizer state).
+    for name, opt in OPTIMIZERS.items():
+      whole = jax.jit(train_lib.as_program(cfg, opt).init_state)
+      for j, (seed, lr) in enumerate(((3, 0.5), (4, 0.25))):
+        chex.assert_trees_all_equal(_member(states[name].params, j), whole(seed, lr).params)
+        chex.assert_trees_all_equal(_member(states[name].opt_state, j), whole(seed, lr).opt_state)
+
   @parameterized.parameters(1, 2)
   def test_grid_in_chunks_equals_all_at_once(self, chunk):
     cfg, opt = _config(), _adam()
