@@ -129,8 +129,9 @@ class AttentionBenchConfig(Options):
   causal: tuple[bool, ...] = option((True, False), "Maskings timed (causal or not).")
   extra_shapes: tuple[tuple[int, int, int, int], ...] = ((4, 512, 8, 64), (1, 1024, 8, 64), (4, 1024, 8, 64),
                                                          (1, 2048, 8, 64), (1, 1536, 4, 128), (8, 256, 8, 64))
-  """(B, T, N, d_k) cases timed besides the grid of ``seq_lens`` × ``head_dims`` (both maskings); the last two are
-  off the tables the attention rule was tuned on (``attention_rule``)."""
+  """(B, T, N, d_k) cases timed besides the grid of ``seq_lens`` × ``head_dims`` (both maskings); the last two check
+  the default path where it has been slowest relative to the fastest forced configuration: d_k 128 at a T between
+  the grid's, and a batch of 8 at T 256, where the rule's step cap decides the tile."""
   gqa_groups: tuple[int, ...] = option((1, 4, 8), "Attention suite: GQA groups N/K of the GQA grid.", lower=1)
   gqa_seq_lens: tuple[int, ...] = option((256, 1024, 4096, 8192), "Attention suite: T of the GQA grid.", lower=1)
   gqa_batch: int = option(2, "Batch of the GQA grid.", lower=1)
