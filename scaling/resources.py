@@ -475,10 +475,13 @@ def accelerator_seconds(programs: Sequence[tuple[float, str, int]], device_kind:
       None: every one.
 
   Returns:
-    {"compute", "compile", "steps", "fixed", "total"}: seconds.
+    {"compute", "compile", "steps", "fixed", "total"}: seconds; and "compute_at_peak", the compute at the full
+    datasheet peak (the least any program or overhead could leave; not part of the total).
   """
-  compute = sum(flops / (model.efficiency * accelerator_peak(device_kind, dtype)) for flops, dtype, _ in programs)
-  out = {"compute": compute, "compile": model.compile_seconds * (len(programs) if compiled is None else compiled),
+  at_peak = sum(flops / accelerator_peak(device_kind, dtype) for flops, dtype, _ in programs)
+  out = {"compute": at_peak / model.efficiency,
+         "compile": model.compile_seconds * (len(programs) if compiled is None else compiled),
          "steps": model.step_seconds * sum(steps for _, _, steps in programs), "fixed": model.fixed_seconds}
   out["total"] = sum(out.values())
+  out["compute_at_peak"] = at_peak
   return out

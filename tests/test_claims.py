@@ -560,7 +560,8 @@ class AcceleratorPlanTest(absltest.TestCase):
     model = resources.TimeModel(efficiency=0.5, compile_seconds=10.0, step_seconds=0.01, fixed_seconds=7.0)
     out = resources.accelerator_seconds([(989.5e12, "bfloat16", 100), (494.5e12, "float32", 50)], "H200", model)
     self.assertEqual({k: round(v, 9) for k, v in out.items()},
-                     {"compute": 4.0, "compile": 20.0, "steps": 1.5, "fixed": 7.0, "total": 32.5})
+                     {"compute": 4.0, "compile": 20.0, "steps": 1.5, "fixed": 7.0, "total": 32.5,
+                      "compute_at_peak": 2.0})
 
   def test_device_script_fits_8_minutes_on_an_h200_and_paper_mode_does_not(self):
     ids = self._script_ids()
@@ -571,6 +572,10 @@ class AcceleratorPlanTest(absltest.TestCase):
     self.assertEqual(short["fixed"], 0.0)  # training claims only
     full = claims.accelerator_plan(claims.Context(mode="paper", text_file=None), None, "NVIDIA H200")
     self.assertGreater(full["total"], 8 * 60)
+    words = claims.describe_accelerator_plan(full)
+    self.assertIn(f"its compute alone at the full datasheet peak would take {full['compute_at_peak'] / 60:.1f} min",
+                  words)
+    self.assertAlmostEqual(full["compute_at_peak"], full["compute"] * claims.DEVICE_TIME_MODEL.efficiency)
 
   def test_paper_8min_keeps_the_notes_model(self):
     s, paper = training_claims.SIZES["paper_8min"], training_claims.SIZES["paper"]

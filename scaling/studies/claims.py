@@ -219,7 +219,8 @@ def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_
   return (f"on one {device_kind} (datasheet peak × {model.efficiency:g}): about {plan['total'] / 60:.1f} min "
           f"({plan['compute'] / 60:.1f} min of compute, {plan['compile'] / 60:.1f} of compilation, "
           f"{plan['steps'] / 60:.1f} of per-step overhead, {plan['fixed'] / 60:.1f} outside training), which {fits} "
-          f"{budget / 60:g} min")
+          f"{budget / 60:g} min; its compute alone at the full datasheet peak would take "
+          f"{plan['compute_at_peak'] / 60:.1f} min")
 
 
 def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
