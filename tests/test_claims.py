@@ -589,6 +589,18 @@ class AcceleratorPlanTest(absltest.TestCase):
 
 class ClaimsFlagsTest(absltest.TestCase):
 
+  def test_memory_hint_names_num_seeds_only_where_the_training_grids_follow_it(self):
+    training = tuple(sorted(TRAINING_IDS))
+    for mode, follows in (("quick", True), ("paper", False), ("cpu_hour", False)):
+      ctx = claims.Context(mode=mode, text_file=None)
+      estimate = claims.memory_estimate(ctx, training)
+      for part in estimate.parts:
+        self.assertEqual("num_seeds" in part.flags, follows, mode)
+        self.assertEqual("num_seeds" in part.hint, follows, mode)
+    # Where the mode fixes them, --num_seeds leaves the training grids' seeds alone.
+    paper = claims.Context(mode="paper", num_seeds=9, text_file=None)
+    self.assertLen(training_claims.seeds_of(paper), training_claims.SIZES["paper"]["num_seeds"])
+
   def test_d_k_must_include_64_and_128(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
     code, stdout, err = experiment_main.run_main(claims_experiment, d_k=[16, 64], out_dir=str(out))

@@ -39,6 +39,7 @@ from scaling import results
 from scaling.config import option
 from scaling.config import Options
 from scaling.studies import grid_run
+from scaling.studies import training_claims
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claim_table import all_claims
 from scaling.studies.claim_table import markdown_table
@@ -163,8 +164,11 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
     estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    estimates.append(planned_grids(ctx, ids).estimate(("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, "
-                                                      "or leave the training claims out of ids"))
+    if training_claims.sizes(ctx)["num_seeds"] is None:  # the grids train num_seeds seeds
+      flags, hint = ("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, or leave the training claims out of ids"
+    else:  # the mode fixes the grids' seeds: num_seeds changes only the random-input claims
+      flags, hint = ("mode",), "use mode='quick', or leave the training claims out of ids"
+    estimates.append(planned_grids(ctx, ids).estimate(flags, hint))
   return resources.largest(estimates)
 
 
