@@ -514,10 +514,13 @@ def _single_init(program: Program) -> Callable[[Any, Any], TrainState]:
   """The init of one member (shared by every α of a program). The built-in Transformer's parameters come from one
   jitted program per model (``_params_init``: the same for every optimizer, so grids that differ only in their
   optimizer share it) and its optimizer state from the optimizer's init run op by op (zeros and counters: nothing
-  worth a program of its own); any other program's init is one jitted program."""
+  worth a program of its own); any other program's init is one jitted program. ``lower(seed, learning_rate)``
+  lowers the one program either way."""
   if isinstance(program, TransformerProgram):
     params = _params_init(program.model_config)
-    return lambda seed, learning_rate: program.state_from_params(params(seed), learning_rate)
+    init = lambda seed, learning_rate: program.state_from_params(params(seed), learning_rate)
+    init.lower = lambda seed, learning_rate: params.lower(seed)  # its one program, lowered (as jax.jit's ``lower``)
+    return init
   return jax.jit(program.init_state)
 
 
@@ -525,15 +528,6 @@ def _single_init(program: Program) -> Callable[[Any, Any], TrainState]:
 def _params_init(model_config: model_lib.ModelConfig) -> Callable[[Any], Any]:
   """The jitted seed -> parameters of a model (``_transformer_params``)."""
   return jax.jit(functools.partial(_transformer_params, model_config))
-
-
-def _compile_init(program: Program) -> None:
-  """Compiles, without running it, the init program of one member (``_single_init``)."""
-  seed = jax.ShapeDtypeStruct((), jnp.int32)
-  if isinstance(program, TransformerProgram):
-    _params_init(program.model_config).lower(seed).compile()
-  else:
-    _single_init(program).lower(seed, jax.ShapeDtypeStruct((), jnp.float32)).compile()
 
 
 @functools.lru_cache(maxsize=64)
@@ -587,7 +581,7 @@ def compile_grid(model_config: Any, opt_config: optim_lib.OptimizerConfig, datas
   lead = sharding_lib.leading(mesh)
   placed = lambda tree: jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=lead, weak_type=a.weak_type), tree)
-  _compile_init(program)
+  _single_init(program).lower(jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.float32)).compile()
   state = placed(jax.eval_shape(make_init(program, grid=True), jax.ShapeDtypeStruct((members,), jnp.int32),
                                 jax.ShapeDtypeStruct((members,), jnp.float32)))
   batch = placed(jax.tree.map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype),

@@ -164,7 +164,7 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
     estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    if training_claims.sizes(ctx)["num_seeds"] is None:  # the grids train num_seeds seeds
+    if training_claims.follows_num_seeds(ctx):
       flags, hint = ("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, or leave the training claims out of ids"
     else:  # the mode fixes the grids' seeds: num_seeds changes only the random-input claims
       flags, hint = ("mode",), "use mode='quick', or leave the training claims out of ids"

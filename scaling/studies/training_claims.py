@@ -237,10 +237,15 @@ def sizes(ctx: Any) -> dict[str, Any]:
     raise KeyError(f"no training sizes for mode {ctx.mode!r}; known: {', '.join(SIZES)}") from None
 
 
+def follows_num_seeds(ctx: Any) -> bool:
+  """Whether the grids train ``ctx.num_seeds`` seeds (the mode sets none of its own)."""
+  return sizes(ctx)["num_seeds"] is None
+
+
 def seeds_of(ctx: Any) -> range:
   """The seeds of the grids: ctx.seed .. (the mode's num_seeds, else ctx.num_seeds, at least 1); a range, so that
   planning grids of too many seeds (refused for their memory) holds no list of them."""
-  n = sizes(ctx)["num_seeds"] or getattr(ctx, "num_seeds", 2) or 1
+  n = (getattr(ctx, "num_seeds", 2) if follows_num_seeds(ctx) else sizes(ctx)["num_seeds"]) or 1
   return range(int(ctx.seed), int(ctx.seed) + max(1, int(n)))
 
 
