@@ -30,7 +30,7 @@ from scaling.metrics import attention_metrics_per_head
 from scaling.metrics import average_heads
 from scaling.metrics import logit_stats_per_head
 from scaling.metrics import weight_stats_per_head
-# μP for your model (coord_check and transfer: see __getattr__)
+# μP for your model (coord_check, transfer and ReadoutLinear: see __getattr__)
 from scaling.parametrization import available_parametrizations
 from scaling.parametrization import get_parametrization
 from scaling.roles import FLAX_ATTENTION
@@ -38,7 +38,6 @@ from scaling.roles import infer_kinds
 from scaling.user_model import PureModel
 from scaling.user_parametrization import parametrize
 from scaling.user_parametrization import ReadoutDense
-from scaling.user_parametrization import ReadoutLinear
 from scaling.width_parametrization import WidthParametrization
 # Errors
 from scaling.validation import ConfigError
@@ -59,9 +58,11 @@ __all__ = [
     "ConfigError", "ConfigTypeError",
 ]
 
-# The coordinate check and learning-rate transfer of any model live in scaling.studies (they plot and tabulate):
-# imported on first use, so that ``import scaling`` imports no study.
-_STUDIES = {"coord_check": "scaling.studies.coord_check", "transfer": "scaling.studies.transfer"}
+# Imported on first use: the coordinate check and learning-rate transfer of any model live in scaling.studies (they
+# plot and tabulate), so that ``import scaling`` imports no study; ReadoutLinear subclasses flax.nnx's Linear, so
+# that ``import scaling`` does not load flax.nnx.
+_ON_FIRST_USE = {"coord_check": "scaling.studies.coord_check", "transfer": "scaling.studies.transfer",
+                 "ReadoutLinear": "scaling.nnx_readout"}
 
 # Names that left the top level (the harness and internals), each with its module: they resolve there, with a
 # DeprecationWarning, for one release.
@@ -88,8 +89,8 @@ _MOVED = {
 
 def __getattr__(name):
   import importlib  # pylint: disable=g-import-not-at-top
-  if name in _STUDIES:
-    return getattr(importlib.import_module(_STUDIES[name]), name)
+  if name in _ON_FIRST_USE:
+    return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
   if name in _MOVED:
     import warnings  # pylint: disable=g-import-not-at-top
     warnings.warn(f"the top-level scaling.{name} is deprecated and will be removed in the next release; use "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from typing import Any, Callable, Iterator, Mapping
 
 import flax.linen as nn
@@ -31,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 from flax import struct
 
 from scaling import usage
@@ -110,7 +110,7 @@ def _walk(tree: Any, path: tuple[str, ...], out: dict[str, list[Array]]) -> None
   elif isinstance(tree, (tuple, list)):
     for value in tree:
       _walk(value, path, out)
-  elif isinstance(tree, nnx.Variable):
+  elif "flax.nnx" in sys.modules and isinstance(tree, sys.modules["flax.nnx"].Variable):
     _walk(tree.get_value() if hasattr(tree, "get_value") else tree.value, path, out)
   elif hasattr(tree, "dtype") and jnp.issubdtype(tree.dtype, jnp.inexact):
     *module, method = path if path else ("__call__",)
@@ -156,6 +156,7 @@ def _linen(model: nn.Module, loss_fn: LossFn, width: int, example: Any) -> Funct
 
 def _nnx(factory: ModelFactory, loss_fn: LossFn, width: int) -> FunctionalModel:
   """The nnx form: the graph of the module once, its ``nnx.Param`` state as a pure dict."""
+  from flax import nnx  # imported here: flax.nnx (and the IPython it loads) costs every start-up half a second
   abstract = nnx.eval_shape(lambda: factory(width, nnx.Rngs(0)))
   if not isinstance(abstract, nnx.Module):
     raise ConfigTypeError(f"model(width, rngs) must return a flax.nnx.Module, got {type(abstract).__name__}")

@@ -16,7 +16,7 @@ Forward multipliers, by ``forward``:
   Adam LR A·C, with Adam's ε divided by A. The model is used as written. This is exact for SGD (with or
   without momentum) and for Adam-atan2 (scale-invariant, no ε); for Adam it is exact because ε is divided by A
   too (with one ε for every parameter it would be exact only up to ε).
-* ``"readout"``: the readout's multiplier is applied by the model (``ReadoutDense``/``ReadoutLinear``, like
+* ``"readout"``: the readout's multiplier is applied by the model (``ReadoutDense``/``scaling.ReadoutLinear``, like
   mup's ``MuReadout``; ``multiplier(path)`` gives it); every other A is folded.
 * ``"model"``: the model applies every A itself, e.g. built from ``scaling.unit_scaling``'s ops (u-μP, whose
   multipliers are its ops' forward scales and whose backward scales the SGD column assumes).
@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
-from flax import nnx
 import jax
 import jax.numpy as jnp
 import optax
@@ -289,16 +288,3 @@ class ReadoutDense(nn.Dense):
   def __call__(self, inputs: jax.Array) -> jax.Array:
     """inputs [..., fan_in] -> [..., features]."""
     return super().__call__(inputs * jnp.asarray(self.multiplier, inputs.dtype))
-
-
-class ReadoutLinear(nnx.Linear):
-  """``flax.nnx.Linear`` whose product is multiplied by ``multiplier`` (mup's ``MuReadout``; see ``ReadoutDense``)."""
-
-  def __init__(self, in_features: int, out_features: int, *, multiplier: float = 1.0, **kwargs: Any):
-    super().__init__(in_features, out_features, **kwargs)
-    self.multiplier = float(multiplier)
-
-  def __call__(self, inputs: jax.Array) -> jax.Array:
-    """inputs [..., in_features] -> [..., out_features]."""
-    return super().__call__(inputs * jnp.asarray(self.multiplier, inputs.dtype))
-

@@ -118,16 +118,20 @@ class PublicApiTest(parameterized.TestCase):
     self.assertIs(scaling.coord_check, importlib.import_module("scaling.studies.coord_check").coord_check)
     self.assertIs(scaling.transfer, importlib.import_module("scaling.studies.transfer").transfer)
 
-  def test_import_scaling_imports_no_study_and_star_gives_all(self):
+  def test_import_scaling_imports_no_study_nor_flax_nnx_and_star_gives_all(self):
     code = ("import sys, warnings\nwarnings.simplefilter('error')\nimport scaling\n"
             "print(sorted(m for m in sys.modules if m.startswith('scaling.studies')))\n"
-            "ns = {}\nexec('from scaling import *', ns)\nprint(sorted(k for k in ns if not k.startswith('__')))\n")
+            "print('flax.nnx' in sys.modules)\n"
+            "ns = {}\nexec('from scaling import *', ns)\nprint(sorted(k for k in ns if not k.startswith('__')))\n"
+            "print('flax.nnx' in sys.modules, issubclass(ns['ReadoutLinear'], sys.modules['flax.nnx'].Linear))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "PATH": ""}, check=False)
     self.assertEqual(proc.returncode, 0, proc.stderr)
-    studies, star = proc.stdout.splitlines()
+    studies, nnx_at_import, star, nnx_after_star = proc.stdout.splitlines()
     self.assertEqual(studies, "[]")
+    self.assertEqual(nnx_at_import, "False")  # flax.nnx (with IPython) costs every start-up about half a second
     self.assertEqual(star, str(sorted(scaling.__all__)))
+    self.assertEqual(nnx_after_star, "True True")  # ReadoutLinear, asked for, is flax.nnx's Linear
 
   @parameterized.parameters(*sorted(MOVED))
   def test_a_moved_name_warns_and_is_its_module_name(self, name):
