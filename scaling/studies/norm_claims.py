@@ -52,18 +52,11 @@ def rmsnorm_grids(ctx: Any) -> dict[str, GridSpec]:
 
 
 def _final_at_best(ctx: Any, run: Any) -> dict[str, Any]:
-  """A trained grid's best learning rate (the grid widened past an edge it sits at) and the per-seed final losses
-  there."""
-  grid = run
-  run, best, at_edge = training_claims.widened_at_best(ctx, run)
+  """A trained grid at its best learning rate (``training_claims.at_best_lr``, the final loss the mean of the last
+  tenth of the steps), with "final" the per-seed final losses [S] at that rate and "last" the steps averaged."""
   last = max(1, run.records["loss"].shape[0] // 10)
-  final = run.by_lr(training_claims.final_losses(run.records["loss"], last))  # [L, S]
-  return {"best": best, "final": None if best is None else final[best], "last": last,
-          "best_learning_rate": None if best is None else f"{2.0 ** run.log2_lrs[best]:.3g}",
-          "best_at_grid_edge": None if best is None else at_edge,
-          "widened_by": [f"{2.0 ** x:.3g}" for x in run.log2_lrs if x not in grid.log2_lrs],
-          "final_loss_by_lr": {f"{2.0 ** x:.3g}": stats.finite_mean_std(final[i])["mean"]
-                               for i, x in enumerate(run.log2_lrs)}}
+  found = training_claims.at_best_lr(ctx, run, last)
+  return {**found, "final": None if found["best"] is None else found["final"][found["best"]], "last": last}
 
 
 def measure_rmsnorm_on_par(ctx: Any) -> Measurement:

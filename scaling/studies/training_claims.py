@@ -514,21 +514,20 @@ def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference:
   fixed = min(s["fixed_step"], steps - 1)
   rows, finals, fixeds = {}, {}, {}
   for name in (rule, reference):
-    run, best, at_edge = widened_at_best(ctx, runs[name])
+    found = at_best_lr(ctx, runs[name], last)
+    run, best, final = found["run"], found["best"], found["final"]
     loss = run.records["loss"]
-    final = run.by_lr(final_losses(loss, last))  # [L, S]
     at_fixed = run.by_lr(window_mean(loss, fixed, last))
     finals[name] = None if best is None else final[best]
     fixeds[name] = None if best is None else at_fixed[best]
     rows[name] = {
-        "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
-        "best_at_grid_edge": None if best is None else at_edge,
-        "widened_by": [_lr_label(x) for x in run.log2_lrs if x not in runs[name].log2_lrs],
+        "best_learning_rate": found["best_learning_rate"], "best_at_grid_edge": found["best_at_grid_edge"],
+        "widened_by": found["widened_by"],
         "final_loss": stats.finite_mean_std([] if best is None else final[best]),
         "final_loss_seeds": None if best is None else [stats.round_finite(v) for v in final[best]],
         "loss_at_fixed_step": stats.finite_mean_std([] if best is None else at_fixed[best]),
         "initial_loss": stats.finite_mean_std(run.by_lr(loss[0]).ravel()),
-        "final_loss_by_lr": {_lr_label(x): stats.finite_mean_std(final[i])["mean"] for i, x in enumerate(run.log2_lrs)},
+        "final_loss_by_lr": found["final_loss_by_lr"],
     }
   gap = gap_fixed = None
   per_seed = np.array([])
@@ -1017,6 +1016,31 @@ def widened_at_best(ctx: Any, run: GridRun) -> tuple[GridRun, int | None, bool]:
     run = join_runs(run, wider)
     best = _best(run)
   return run, best, best is not None and best in (0, len(run.log2_lrs) - 1)
+
+
+def at_best_lr(ctx: Any, grid: GridRun, last: int) -> dict[str, Any]:
+  """A trained grid read at its best learning rate, the grid widened past an edge its best rate sits at
+  (``widened_at_best``).
+
+  Args:
+    ctx: the context (its planner trains the widening).
+    grid: the trained grid.
+    last: the final loss is the mean of the last ``last`` steps.
+
+  Returns:
+    {"run": the grid joined with its widening, "best": the best rate's index (None: no rate kept every seed
+    finite), "final": final losses [L, S], "best_learning_rate", "best_at_grid_edge" (None when there is no best),
+    "widened_by" (the rates the widening added), "final_loss_by_lr" (the seed mean at each rate)}; rates as
+    ``_lr_label`` writes them.
+  """
+  run, best, at_edge = widened_at_best(ctx, grid)
+  final = run.by_lr(final_losses(run.records["loss"], last))
+  return {"run": run, "best": best, "final": final,
+          "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
+          "best_at_grid_edge": None if best is None else at_edge,
+          "widened_by": [_lr_label(x) for x in run.log2_lrs if x not in grid.log2_lrs],
+          "final_loss_by_lr": {_lr_label(x): stats.finite_mean_std(final[i])["mean"]
+                               for i, x in enumerate(run.log2_lrs)}}
 
 
 def _still_at_edge(rules: Sequence[str]) -> str:
