@@ -102,6 +102,12 @@ def model_kind(model: ModelFactory) -> str:
                   f"model(width, rngs)); it takes {len(required)} required arguments")
 
 
+def _is_nnx_variable(tree: Any) -> bool:
+  """Whether ``tree`` is a ``flax.nnx.Variable`` (only once flax.nnx is loaded can there be one)."""
+  nnx = sys.modules.get("flax.nnx")
+  return nnx is not None and isinstance(tree, nnx.Variable)
+
+
 def _walk(tree: Any, path: tuple[str, ...], out: dict[str, list[Array]]) -> None:
   """Collects the array leaves of captured outputs per module name, in the order the module wrote them."""
   if isinstance(tree, Mapping) or hasattr(tree, "items") and not isinstance(tree, (jax.Array, np.ndarray)):
@@ -110,7 +116,7 @@ def _walk(tree: Any, path: tuple[str, ...], out: dict[str, list[Array]]) -> None
   elif isinstance(tree, (tuple, list)):
     for value in tree:
       _walk(value, path, out)
-  elif "flax.nnx" in sys.modules and isinstance(tree, sys.modules["flax.nnx"].Variable):
+  elif _is_nnx_variable(tree):
     _walk(tree.get_value() if hasattr(tree, "get_value") else tree.value, path, out)
   elif hasattr(tree, "dtype") and jnp.issubdtype(tree.dtype, jnp.inexact):
     *module, method = path if path else ("__call__",)

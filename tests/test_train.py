@@ -284,7 +284,7 @@ class GridTest(chex.TestCase):
 
   def test_optimizers_of_one_model_share_its_parameter_init(self):
     cfg = _config(width=24, head_dim=12)  # a shape no other test compiles
-    OPTIMIZERS = {"adam": _adam(), "cosine": COSINE,  # pylint: disable=invalid-name
+    optimizers = {"adam": _adam(), "cosine": COSINE,
                   "sgd": optim_lib.OptimizerConfig(optimizer="sgd", momentum=0.9, steps=STEPS)}
     compiled = []
     listen = lambda event, duration, fun_name="?", **_: compiled.append(fun_name) if event.endswith(
@@ -292,12 +292,12 @@ class GridTest(chex.TestCase):
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
       states = {name: train_lib.make_init(cfg, opt, grid=True)(np.asarray([3, 4]), np.asarray([0.5, 0.25]))
-                for name, opt in OPTIMIZERS.items()}
+                for name, opt in optimizers.items()}
     finally:
       jax.monitoring.unregister_event_duration_listener(listen)
     self.assertEqual(sum("params" in name for name in compiled), 1, compiled)
     # Each state is the one a single jitted program of the whole init gives (parameters and optimizer state).
-    for name, opt in OPTIMIZERS.items():
+    for name, opt in optimizers.items():
       whole = jax.jit(train_lib.as_program(cfg, opt).init_state)
       for j, (seed, lr) in enumerate(((3, 0.5), (4, 0.25))):
         chex.assert_trees_all_equal(_member(states[name].params, j), whole(seed, lr).params)

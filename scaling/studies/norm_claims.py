@@ -53,10 +53,9 @@ def rmsnorm_grids(ctx: Any) -> dict[str, GridSpec]:
 
 def _final_at_best(ctx: Any, run: Any) -> dict[str, Any]:
   """A trained grid at its best learning rate (``training_claims.at_best_lr``, the final loss the mean of the last
-  tenth of the steps), with "final" the per-seed final losses [S] at that rate and "last" the steps averaged."""
+  tenth of the steps), with "last" the steps averaged."""
   last = max(1, run.records["loss"].shape[0] // 10)
-  found = training_claims.at_best_lr(ctx, run, last)
-  return {**found, "final": None if found["best"] is None else found["final"][found["best"]], "last": last}
+  return {**training_claims.at_best_lr(ctx, run, last), "last": last}
 
 
 def measure_rmsnorm_on_par(ctx: Any) -> Measurement:
@@ -71,26 +70,26 @@ def measure_rmsnorm_on_par(ctx: Any) -> Measurement:
   for norm, r in runs.items():
     numbers[norm] = {"best_learning_rate": r["best_learning_rate"], "best_at_grid_edge": r["best_at_grid_edge"],
                      "widened_by": r["widened_by"],
-                     "final_loss": stats.finite_mean_std([] if r["final"] is None else r["final"]),
+                     "final_loss": stats.finite_mean_std([] if r["final_at_best"] is None else r["final_at_best"]),
                      "final_loss_by_lr": r["final_loss_by_lr"]}
   where = f"Depth {depth} with 1/√d_k on the {training_claims.data_name(ctx)}"
-  if any(r["final"] is None for r in runs.values()):
-    failed = " and ".join(NORM_NAMES[n] for n, r in runs.items() if r["final"] is None)
+  if any(r["final_at_best"] is None for r in runs.values()):
+    failed = " and ".join(NORM_NAMES[n] for n, r in runs.items() if r["final_at_best"] is None)
     return Measurement(numbers, f"{where}: no learning rate of the {failed} grid kept every seed finite, so there "
                        "is no best run to compare.")
-  gap = on_par_gap(runs["layer"]["final"], runs["rms"]["final"])
+  gap = on_par_gap(runs["layer"]["final_at_best"], runs["rms"]["final_at_best"])
   numbers.update({"max_abs_gap_within_noise": stats.round_finite(gap["max_abs_gap_within_noise"]),
                   "relative_gap": stats.round_finite(gap["gap"]),
                   "relative_gap_sample_std": stats.round_finite(gap["gap_sample_std"])})
   noise = (f"|gap| + twice its sample std over seeds is {gap['max_abs_gap_within_noise']:.3g}"
            if math.isfinite(gap["gap_sample_std"]) else "one seed, so no spread to bound it with")
-  fmt = lambda n: (f"{np.mean(runs[n]['final']):.4f} (best learning rate {runs[n]['best_learning_rate']}"
+  fmt = lambda n: (f"{np.mean(runs[n]['final_at_best']):.4f} (best learning rate {runs[n]['best_learning_rate']}"
                    + (f", its grid widened to {', '.join(runs[n]['widened_by'])}" if runs[n]["widened_by"] else "")
                    + (", still at the grid's edge" if runs[n]["best_at_grid_edge"] else "") + ")")
   return Measurement(numbers, (
       f"{where}, each at its best learning rate: final loss {fmt('rms')} with RMSNorm blocks against {fmt('layer')} "
-      f"with LayerNorm blocks (mean of {len(runs['layer']['final'])} seeds): a relative gap of {gap['gap']:+.4f}; "
-      f"{noise}."))
+      f"with LayerNorm blocks (mean of {len(runs['layer']['final_at_best'])} seeds): a relative gap of "
+      f"{gap['gap']:+.4f}; {noise}."))
 
 
 NORM_CLAIMS: tuple[Claim, ...] = (

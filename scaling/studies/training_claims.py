@@ -515,16 +515,16 @@ def compare_at_best_lr(ctx: Any, runs: dict[str, GridRun], rule: str, reference:
   rows, finals, fixeds = {}, {}, {}
   for name in (rule, reference):
     found = at_best_lr(ctx, runs[name], last)
-    run, best, final = found["run"], found["best"], found["final"]
+    run, best, final = found["run"], found["best"], found["final_at_best"]
     loss = run.records["loss"]
     at_fixed = run.by_lr(window_mean(loss, fixed, last))
-    finals[name] = None if best is None else final[best]
+    finals[name] = final
     fixeds[name] = None if best is None else at_fixed[best]
     rows[name] = {
         "best_learning_rate": found["best_learning_rate"], "best_at_grid_edge": found["best_at_grid_edge"],
         "widened_by": found["widened_by"],
-        "final_loss": stats.finite_mean_std([] if best is None else final[best]),
-        "final_loss_seeds": None if best is None else [stats.round_finite(v) for v in final[best]],
+        "final_loss": stats.finite_mean_std([] if final is None else final),
+        "final_loss_seeds": None if final is None else [stats.round_finite(v) for v in final],
         "loss_at_fixed_step": stats.finite_mean_std([] if best is None else at_fixed[best]),
         "initial_loss": stats.finite_mean_std(run.by_lr(loss[0]).ravel()),
         "final_loss_by_lr": found["final_loss_by_lr"],
@@ -1029,13 +1029,13 @@ def at_best_lr(ctx: Any, grid: GridRun, last: int) -> dict[str, Any]:
 
   Returns:
     {"run": the grid joined with its widening, "best": the best rate's index (None: no rate kept every seed
-    finite), "final": final losses [L, S], "best_learning_rate", "best_at_grid_edge" (None when there is no best),
-    "widened_by" (the rates the widening added), "final_loss_by_lr" (the seed mean at each rate)}; rates as
-    ``_lr_label`` writes them.
+    finite), "final_at_best": the final losses [S] at the best rate (None when there is none), "best_learning_rate",
+    "best_at_grid_edge" (None when there is no best), "widened_by" (the rates the widening added),
+    "final_loss_by_lr" (the seed mean at each rate)}; rates as ``_lr_label`` writes them.
   """
   run, best, at_edge = widened_at_best(ctx, grid)
-  final = run.by_lr(final_losses(run.records["loss"], last))
-  return {"run": run, "best": best, "final": final,
+  final = run.by_lr(final_losses(run.records["loss"], last))  # [L, S]
+  return {"run": run, "best": best, "final_at_best": None if best is None else final[best],
           "best_learning_rate": None if best is None else _lr_label(run.log2_lrs[best]),
           "best_at_grid_edge": None if best is None else at_edge,
           "widened_by": [_lr_label(x) for x in run.log2_lrs if x not in grid.log2_lrs],
