@@ -17,7 +17,8 @@ setuptools.setup(
     name="attention-logit-scaling",
     version=read_version(),
     description="Attention logit scaling: rules, metrics, parametrizations and experiments.",
-    packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*"]),
+    packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*", "benchmarks",
+                                               "benchmarks.*"]),
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import jax
 
 import scaling
-from scaling import results
-from scaling.studies import coord_check as coord_check_lib
-from scaling.studies import transfer as transfer_lib
+from scaling.runs import results
+from scaling.studies.coord_check import study as coord_check_lib
+from scaling.studies.transfer import study as transfer_lib
 
 
 def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: int = 200,
@@ -34,7 +34,7 @@ def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: 
   p.add_argument("--widths", default=widths, type=ints, help="Widths of the coordinate check (and of the transfer).")
   p.add_argument("--transfer_widths", default=None, type=ints, help="Widths of the transfer (default --widths).")
   p.add_argument("--base_width", default=64, type=int, help="Base width (μP equals SP there); delta = 2x base.")
-  p.add_argument("--init", default="base", choices=scaling.width_parametrization.INIT_MODES,
+  p.add_argument("--init", default="base", choices=scaling.mup.width_family.INIT_MODES,
                  help="Init: base (the model's own initializers, scaled by the scheme's law from the base width), "
                       "paper (the paper's constants) or rescale (the model's distributions at the paper's stds).")
   p.add_argument("--batch_size", default=batch_size, type=int, help="Batch size.")
@@ -76,7 +76,7 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
     the folder holds coord_check.png, coord_check_delta.png, coord_check.md, coord_check.jsonl (the rows) and
     (with --transfer_steps) transfer.png, transfer.md and transfer.jsonl.
   """
-  scaling.user_model.check_widths(args.widths)
+  scaling.mup.user_model.check_widths(args.widths)
   out = pathlib.Path(args.out_dir or f"runs/examples/{name}")
   out.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()

@@ -3,7 +3,7 @@ shapes, coordinate-checked and transferred.
 
   python -m examples.linen_transformer --text_file=../shared/data/tinyshakespeare.txt
 
-Character-level language modelling (``scaling.data``); pre-LayerNorm blocks of Flax's attention (causal, a fixed
+Character-level language modelling (``scaling.training.data``); pre-LayerNorm blocks of Flax's attention (causal, a fixed
 number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the attention
 takes ``scaling.make_attention_fn`` with the linear rule α/d_head, α = √(base head dim) so that μP equals SP at the
 base width; under SP 1/√d_head (Flax's default).
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 import scaling
 from examples import common
-from scaling import train as train_lib
+from scaling.training import train as train_lib
 
 
 class Block(nn.Module):
@@ -80,7 +80,7 @@ def main(argv=None):
   p.add_argument("--depth", default=2, type=int, help="Blocks.")
   p.add_argument("--num_heads", default=4, type=int, help="Attention heads (fixed; the head dim grows).")
   args = p.parse_args(argv)
-  data = scaling.data.load_text_dataset(args.text_file, seq_len=args.seq_len, batch_size=args.batch_size)
+  data = scaling.training.data.load_text_dataset(args.text_file, seq_len=args.seq_len, batch_size=args.batch_size)
 
   def model_for(scheme):
     attention_fn = attention_for(scheme, args.base_width, args.num_heads)

@@ -1,4 +1,4 @@
-"""u-μP for your own model: a flax.linen MLP built from scaling.unit_scaling's ops, its roles inferred from shapes.
+"""u-μP for your own model: a flax.linen MLP built from scaling.mup.unit_scaling's ops, its roles inferred from shapes.
 
   python -m examples.umup_mlp --widths=64,128,256,512 --steps=200
 
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 import scaling
-from scaling import unit_scaling as unit
+from scaling.mup import unit_scaling as unit
 
 D_IN, CLASSES = 16, 10
 

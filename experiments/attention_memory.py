@@ -4,7 +4,7 @@
 
 The attention benchmark runs the same measurement (one fresh process per
 measurement, so that one measurement's allocations cannot inflate another's;
-``scaling.studies.benchmarks.worker``). The program compiles the
+``benchmarks.worker``). The program compiles the
 jitted forward+backward first, asks XLA how many bytes of buffers it plans,
 and skips (status "skipped") when that plan exceeds ``--max_memory_fraction``
 of the memory currently available. Otherwise it resets the kernel's peak-RSS
@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 
 from experiments import cli
-from scaling.studies.benchmarks import memory
+from benchmarks import memory
 
 
 def main(argv=None) -> int:

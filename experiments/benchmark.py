@@ -6,7 +6,7 @@
   python -m experiments.benchmark --suite=sweep --quick
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
-The suites live in scaling/studies/benchmarks/ (sweep.py, attention.py,
+The suites live in benchmarks/ (sweep.py, attention.py,
 train.py, attention_profile.py, attention_rule.py, studies.py). Each prints a
 table and writes <suite>.json and <suite>.png (and
 <suite>.md, for the generated sections of docs/benchmarks.md) into --out_dir; --quick runs
@@ -27,19 +27,19 @@ import time
 from typing import Any, Callable, Collection
 
 from experiments import cli
-from scaling import config as config_lib
-from scaling import process
-from scaling import report
-from scaling import results
-from scaling.config import option
-from scaling.config import Options
-from scaling.studies.benchmarks import attention as attention_bench
-from scaling.studies.benchmarks import attention_profile as attention_profile_bench
-from scaling.studies.benchmarks import attention_rule as attention_rule_bench
-from scaling.studies.benchmarks import studies as studies_bench
-from scaling.studies.benchmarks import sweep as sweep_bench
-from scaling.studies.benchmarks import train as train_bench
-from scaling.validation import ConfigError
+from scaling.base import config as config_lib
+from scaling.studies import process
+from scaling.runs import report
+from scaling.runs import results
+from scaling.base.config import option
+from scaling.base.config import Options
+from benchmarks import attention as attention_bench
+from benchmarks import attention_profile as attention_profile_bench
+from benchmarks import attention_rule as attention_rule_bench
+from benchmarks import studies as studies_bench
+from benchmarks import sweep as sweep_bench
+from benchmarks import train as train_bench
+from scaling.base.validation import ConfigError
 
 SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] = {
     "sweep": (sweep_bench.run, sweep_bench.SweepBenchConfig(), sweep_bench.QUICK),

@@ -25,8 +25,8 @@ shows) and config.json.
 import sys
 
 from experiments import cli
-from scaling import distributed
-from scaling.studies import claims
+from scaling.runs import distributed
+from scaling.studies.claims import study as claims
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-"""Command lines derived from the library's config declarations: one flag per ``scaling.config.option``.
+"""Command lines derived from the library's config declarations: one flag per ``scaling.base.config.option``.
 
 ``main(ConfigClass, run, argv, doc)`` defines one absl flag for every leaf
 option of the config (nested option groups flattened; their ``HIDDEN`` options
@@ -6,11 +6,11 @@ left out) in a flag namespace of its own, parses ``argv`` (``--flagfile``
 included), builds the config, so that every check the declaration and the
 config's ``validate`` make runs before any work, and calls
 ``run(config, out_dir)``; a study checks what needs its data (dataset, model
-shapes) before it creates ``out_dir`` (``scaling.results.make_dir``), so bad
+shapes) before it creates ``out_dir`` (``scaling.runs.results.make_dir``), so bad
 input leaves nothing behind. Bad input (a flag, or a ``scaling.ConfigError`` raised
 by the library or a study, whose message names options by their fields: ``flag_text``
 writes them as the flags the user typed) ends with one line ``error: ...`` on stderr and exit
-status 2, while any other exception, a bug, keeps its traceback; so does a configuration that ``scaling.resources`` estimates
+status 2, while any other exception, a bug, keeps its traceback; so does a configuration that ``scaling.training.resources`` estimates
 to need more memory than is available (checked by each study before it writes).
 An allocation that fails anyway (XLA's RESOURCE_EXHAUSTED, or MemoryError)
 ends with one line ``error: out of memory ...`` and exit status 1, after the
@@ -24,8 +24,8 @@ options start a new run, and ``runs/<experiment>/latest`` links the one used las
 An ``--out_dir`` given keeps one folder per run: other options are refused there
 unless ``--overwrite``.
 
-Every entry point also has the options of the process (``scaling.process.ProcessOptions``),
-applied around the run by ``scaling.process.run`` (the path a benchmark's fresh
+Every entry point also has the options of the process (``scaling.studies.process.ProcessOptions``),
+applied around the run by ``scaling.studies.process.run`` (the path a benchmark's fresh
 process takes too): ``--compilation_cache_dir`` is JAX's persistent compilation
 cache (on by default, under the user's cache folder), so a rerun reads the
 programs an earlier run compiled instead of compiling them; the run's time split
@@ -46,12 +46,12 @@ from typing import Any, Callable, Sequence
 from absl import flags
 import jax
 
-from scaling import config as config_lib
-from scaling import data as data_lib
-from scaling import process as process_lib
-from scaling import results
-from scaling import validation
-from scaling.process import ProcessOptions
+from scaling.base import config as config_lib
+from scaling.training import data as data_lib
+from scaling.studies import process as process_lib
+from scaling.runs import results
+from scaling.base import validation
+from scaling.studies.process import ProcessOptions
 
 
 class ListParser(flags.ArgumentParser):
@@ -197,7 +197,7 @@ def flag_text(error: BaseException, cls: type) -> str:
   user typed flags, so the options with a flag are rewritten: every ``name=value`` (a quoted string unquoted, a
   tuple as a comma-separated list, a boolean's ``name=True`` and ``name=False`` as ``--name`` and ``--noname``),
   the name the message starts with, and each bare name the error lists in its ``fields``
-  (``scaling.validation.ConfigError``). Other words, and names that are not flags, are left as they are.
+  (``scaling.base.validation.ConfigError``). Other words, and names that are not flags, are left as they are.
 
   Args:
     error: the exception (a ``ConfigError``, or any ValueError a config raised).
@@ -290,7 +290,7 @@ def _first_line(error: BaseException) -> str:
 
 def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequence[str] | None = None,
          doc: str | None = None, *, needs_out_dir: bool = True) -> int:
-  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)`` (``scaling.process.run``); returns the
+  """Parses ``argv`` into a ``cls`` config and calls ``run(config, out_dir)`` (``scaling.studies.process.run``); returns the
   exit status.
 
   With ``needs_out_dir=False`` the config has no output group and ``run`` gets None.
@@ -338,7 +338,7 @@ def run_directory(config: Any, given: bool) -> tuple[Any, bool]:
 
   An ``--out_dir`` given is used as it is. Without one, the study's default folder
   (``runs/<experiment>``) holds one directory per configuration, named by
-  ``scaling.results.run_name``: the same options find their earlier run (resumed, its
+  ``scaling.runs.results.run_name``: the same options find their earlier run (resumed, its
   finished results reused) and changed ones start a new directory.
   """
   if given:

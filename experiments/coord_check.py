@@ -24,8 +24,8 @@ the slopes are against log2 depth.
 import sys
 
 from experiments import cli
-from scaling import distributed
-from scaling.studies import coord_check
+from scaling.runs import distributed
+from scaling.studies.coord_check import study as coord_check
 
 
 def main(argv=None) -> int:

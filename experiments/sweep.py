@@ -11,7 +11,7 @@ prints a table. Each head dimension compiles once (rules and seeds vmapped).
 import sys
 
 from experiments import cli
-from scaling import distributed
+from scaling.runs import distributed
 from scaling.studies import sweep
 
 

@@ -20,8 +20,8 @@ interrupted run resumes from the newest one (--overwrite starts afresh).
 import sys
 
 from experiments import cli
-from scaling import distributed
-from scaling.studies import training
+from scaling.runs import distributed
+from scaling.studies import train as training
 
 
 def main(argv=None) -> int:

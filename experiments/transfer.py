@@ -43,8 +43,8 @@ still compiles once; optimum.jsonl then holds the optimal log2 alpha per point.
 import sys
 
 from experiments import cli
-from scaling import distributed
-from scaling.studies import transfer
+from scaling.runs import distributed
+from scaling.studies.transfer import study as transfer
 
 
 def main(argv=None) -> int:

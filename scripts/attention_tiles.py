@@ -8,9 +8,9 @@ For every case B x T x N x K x S (batch, query length, query heads, key/value he
 does) and blockwise attention at each tile of --tiles (capped at T and S, so the largest ones become one T x S
 tile), the forward pass alone and forward+backward (value and gradients w.r.t. q, k, v of the output's sum), and
 times them side by side: --repeats rounds, each timed call right after an untimed call of the same path
-(``scaling.autotune.interleaved_times``), the fastest call counting.
+(``scaling.attention.autotune.interleaved_times``), the fastest call counting.
 The table gives, per case and pass, each path's time over the fastest path's (1.00 marks the fastest), and what
-``scaling.attention.select_implementation`` runs there (under differentiation, and alone) with its own ratio.
+``scaling.attention.dispatch.select_implementation`` runs there (under differentiation, and alone) with its own ratio.
 The measurements go to OUT.json.
 """
 
@@ -23,12 +23,12 @@ import jax
 import jax.numpy as jnp
 
 from experiments import cli
-from scaling import attention
-from scaling import autotune
-from scaling import config as config_lib
-from scaling import report
-from scaling.config import option
-from scaling.validation import ConfigError
+from scaling.attention import dispatch as attention
+from scaling.attention import autotune
+from scaling.base import config as config_lib
+from scaling.runs import report
+from scaling.base.config import option
+from scaling.base.validation import ConfigError
 
 CASES = ("2x256x8x8x256", "2x256x8x2x256", "2x256x8x1x256", "1x512x4x4x512", "1x512x4x1x512", "1x1024x1x1x1024",
          "1x1024x2x2x1024", "1x1x8x8x4096", "2x1024x8x8x1024", "1x1024x4x4x1024", "4x512x8x8x512",

@@ -12,7 +12,7 @@ on one batch, under the default ``init="base"`` and under ``init="paper"`` (the 
 
 Init modes: the coordinate check of the tied and untied GPT-2 (widths 64 to 512; 3 Adam steps at lr 0.01 on one
 fixed batch, 8 seeds) under each init mode, and each mode's initial loss at the base width; the criterion of a
-module breaking μP is ``scaling.studies.coord_check``'s (a slope above 0.1).
+module breaking μP is ``scaling.studies.coord_check.study``'s (a slope above 0.1).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import scaling  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scaling import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scaling.runs import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 import external_models as em  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 BASE = 64
@@ -76,7 +76,7 @@ def init_modes(out: pathlib.Path, widths=(64, 128, 256, 512), seeds=tuple(range(
   cells = []
   for name in ("gpt2_tied", "gpt2_untied"):
     factory = em.MODELS[name][0]
-    for init in scaling.width_parametrization.INIT_MODES:
+    for init in scaling.mup.width_family.INIT_MODES:
       result = scaling.coord_check(factory, em.lm_loss, batch, schemes=("mup",), widths=widths, steps=3,
                                    learning_rate=1e-2, seeds=seeds, init=init, progress=False)
       wp = scaling.WidthParametrization(factory, em.lm_loss, batch, "mup", base_width=widths[0], init=init)

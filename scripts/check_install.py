@@ -123,13 +123,13 @@ def inside(root: pathlib.Path) -> int:
     return 1
   print(f"install check: import scaling {scaling.__version__} from {where.parent}", flush=True)
   # pylint: disable=import-outside-toplevel
-  from scaling import config as config_lib
-  from scaling.studies import claims
-  from scaling.studies import coord_check
+  from scaling.base import config as config_lib
+  from scaling.studies.claims import study as claims
+  from scaling.studies.coord_check import study as coord_check
   from scaling.studies import sweep
-  from scaling.studies import transfer
-  from scaling.studies.benchmarks import memory
-  from scaling.studies.benchmarks import sweep as sweep_bench
+  from scaling.studies.transfer import study as transfer
+  from benchmarks import memory
+  from benchmarks import sweep as sweep_bench
 
   out = pathlib.Path.cwd() / "runs"
   tiny_sweep = sweep.SweepConfig(d_k=(4, 8), rules=("sqrt", "qk_norm"), seq_len=(8,), batch=1, num_seeds=2)

@@ -14,8 +14,8 @@ Three parts, each printed and written to OUT/device_check.json and OUT/device_ch
 * Attention throughput. Forward+backward of causal attention at ``bench_shapes``, in bfloat16 and float32: ours
   (the default dispatch), blockwise, Pallas, jax.nn's XLA and cuDNN paths (median of ``repeats`` interleaved calls,
   compilation excluded), each as a fraction of the chip's matmul peak in the same dtype, measured in this run as the
-  best of several [``matmul_size``]² ``jnp.dot`` calls. FLOPs as in ``scaling.studies.benchmarks.implementations``.
-* Train-step throughput: ``scaling.studies.benchmarks.train.throughput`` at ``train_width`` / ``train_depth`` /
+  best of several [``matmul_size``]² ``jnp.dot`` calls. FLOPs as in ``benchmarks.implementations``.
+* Train-step throughput: ``benchmarks.train.throughput`` at ``train_width`` / ``train_depth`` /
   ``train_seq_len`` / ``train_batch_size``, against the float32 matmul peak timed in the same rounds.
 
 --dry_run runs it all on the default backend (CPU) at tiny sizes, with the Pallas kernel interpreted and the cuDNN
@@ -34,16 +34,16 @@ import jax
 import jax.numpy as jnp
 
 from experiments import cli
-from scaling import attention as attention_lib
-from scaling import config as config_lib
-from scaling import pallas_attention as pallas_lib
-from scaling import report
-from scaling import results as results_lib
-from scaling import rules as rules_lib
-from scaling.config import option
-from scaling.studies.benchmarks import timing
-from scaling.studies.benchmarks import train as train_bench
-from scaling.studies.benchmarks.implementations import attention_flops
+from scaling.attention import dispatch as attention_lib
+from scaling.base import config as config_lib
+from scaling.attention import pallas as pallas_lib
+from scaling.runs import report
+from scaling.runs import results as results_lib
+from scaling.attention import rules as rules_lib
+from scaling.base.config import option
+from benchmarks import timing
+from benchmarks import train as train_bench
+from benchmarks.implementations import attention_flops
 
 RULES = ("sqrt", "linear", "quadratic", "temperature", "qk_norm")
 """The rules that are a plain scale once ``rule.prepare`` has run: those the Pallas and cuDNN kernels compute."""

@@ -107,7 +107,7 @@ def patch_flax_defaults(attention_fn) -> list[str]:
 def pytest_configure(config):
   """Patches Flax's defaults before any test module is imported."""
   del config
-  from scaling import flax_attention  # pylint: disable=g-import-not-at-top
+  from scaling.attention import flax_adapter as flax_attention  # pylint: disable=g-import-not-at-top
 
   _patched[:] = patch_flax_defaults(counted(flax_attention.make_attention_fn(rule=os.environ.get(RULE_ENV, "sqrt"))))
 

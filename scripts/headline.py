@@ -5,15 +5,15 @@
   python scripts/update_readme.py headline runs/claims/headline.md
 
 Reads CLAIMS_DIR/claims.jsonl and CLAIMS_DIR/config.json; the text comes from
-``scaling.report.claims_headline``.
+``scaling.runs.report.claims_headline``.
 """
 
 import json
 import pathlib
 import sys
 
-from scaling import report
-from scaling import results
+from scaling.runs import report
+from scaling.runs import results
 
 
 def main(argv: list[str]) -> int:

@@ -23,12 +23,12 @@ import re
 import sys
 
 from experiments import cli
-from scaling import config as config_lib
-from scaling import model as model_lib
-from scaling import parametrization as param_lib
-from scaling import report
-from scaling.config import option
-from scaling.validation import ConfigError
+from scaling.base import config as config_lib
+from scaling.training import model as model_lib
+from scaling.mup import schemes as param_lib
+from scaling.runs import report
+from scaling.base.config import option
+from scaling.base.validation import ConfigError
 
 VOCAB = 65
 _UMUP_SCALES = {f.name: f for f in dataclasses.fields(model_lib.ModelFamily)}["umup_scales"]

@@ -4,14 +4,14 @@
   python scripts/update_readme.py NAME FILE [TARGET]
 
 The section sits between ``<!-- BEGIN generated: NAME -->`` and
-``<!-- END generated: NAME -->`` in the file that ``scaling.report.GENERATED_SECTIONS``
+``<!-- END generated: NAME -->`` in the file that ``scaling.runs.report.GENERATED_SECTIONS``
 names for it (or in TARGET when given); nothing outside the markers changes.
 """
 
 import pathlib
 import sys
 
-from scaling import report
+from scaling.runs import report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 USAGE = "usage: python scripts/update_readme.py NAME FILE [TARGET]"

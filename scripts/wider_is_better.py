@@ -4,15 +4,15 @@
 
 Each RUN_DIR is the --out_dir of an ``experiments.transfer`` run at two or more widths; the table holds each
 width at its best learning rate, and one line per run says whether the wider model is worse beyond the seed
-spread (``scaling.studies.transfer_report.width_comparison_markdown`` states the criterion).
+spread (``scaling.studies.transfer.report.width_comparison_markdown`` states the criterion).
 """
 
 import json
 import pathlib
 import sys
 
-from scaling import results
-from scaling.studies import transfer_report
+from scaling.runs import results
+from scaling.studies.transfer import report as transfer_report
 
 
 def main(argv: list[str]) -> int:

@@ -3,12 +3,12 @@
   python tests/claims_job.py --mode=test --ids=... --out_dir=...
 
 The random-input sizes of "test" are small too; the training claims read theirs from
-``scaling.studies.training_claims.SIZES["test"]``. Used by test_claims_kill.py in subprocesses.
+``scaling.studies.claims.training.SIZES["test"]``. Used by test_claims_kill.py in subprocesses.
 """
 
 import sys
 
-from scaling.studies import claims_context
+from scaling.studies.claims import context as claims_context
 
 claims_context.MODES["test"] = {"d_k": (64, 128), "seq_len": 8, "num_seeds": 2, "widths": (16,)}
 

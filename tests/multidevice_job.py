@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from scaling import data
-from scaling import model as model_lib
-from scaling import optim
-from scaling import train
-from scaling import user_model
+from scaling.training import data
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.training import train
+from scaling.mup import user_model
 from scaling.studies import sweep
 
 SWEEP = dict(d_k=(4,), rules=("sqrt", "qk_norm"), seq_len=(8,), qk_std=(0.5, 2.0), num_seeds=3, batch=1)

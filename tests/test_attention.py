@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling import masking
-from scaling import resources
-from scaling import rules
+from scaling.attention import masking
+from scaling.training import resources
+from scaling.attention import rules
 
 
 def _qkv(seed=0, b=2, t=7, s=9, n=4, k=2, h=16, dtype=jnp.float32, std=1.0):
@@ -255,7 +255,7 @@ class MaskingAndOptionsTest(chex.TestCase, parameterized.TestCase):
 
 def _opts(**kwargs):
   base = dict(scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True)
-  return scaling.attention.resolve_logit_options(16, **{**base, **kwargs})
+  return scaling.attention.dispatch.resolve_logit_options(16, **{**base, **kwargs})
 
 
 # Shapes (B, T, N, K, S, H) and masking on which the dispatcher's paths are checked. As the rule stands they reach
@@ -290,7 +290,7 @@ def _draw_case(data, max_len=600):
 
 def _choice(shape, masking):
   b, t, n, k, s, h = shape
-  return scaling.attention.select_implementation(
+  return scaling.attention.dispatch.select_implementation(
       (b, t, n, h), (b, s, k, h), _opts(), is_causal=masking.get("is_causal", False),
       has_local_window=masking.get("local_window_size") is not None)
 
@@ -346,13 +346,13 @@ class DispatchTest(parameterized.TestCase):
     want_dv = np.einsum("ts,btkgh->bskh", weights, ct64)
     skips = masking.get("is_causal", False) or masking.get("local_window_size") is not None
     query_shape, key_shape = (b, t, n, h), (b, s, k, h)
-    tiles = {*scaling.attention.fixed_tiles(_choice(shape, masking)),
-             *(scaling.attention.blockwise_blocks(query_shape, key_shape, is_causal=skips, differentiated=d)
+    tiles = {*scaling.attention.dispatch.fixed_tiles(_choice(shape, masking)),
+             *(scaling.attention.dispatch.blockwise_blocks(query_shape, key_shape, is_causal=skips, differentiated=d)
                for d in (True, False))}
 
     @functools.partial(jax.jit, static_argnums=(4, 5))
     def attend(q, key, value, ct, block_q, block_k):
-      (out, lse), vjp = jax.vjp(lambda v: scaling.blockwise.blockwise_attention(
+      (out, lse), vjp = jax.vjp(lambda v: scaling.attention.blockwise.blockwise_attention(
           q, key, v, block_q=block_q, block_k=block_k, return_residual=True, **masking), value)
       return out, lse, vjp((ct, jnp.zeros_like(lse)))[0]
 
@@ -392,7 +392,7 @@ class DispatchTest(parameterized.TestCase):
     choice = _choice((b, t, k * groups, k, s, 16), {"is_causal": causal, "local_window_size": (4, 0) if window
                                                     else None})
     self.assertIn(choice.implementation, ("dense", "blockwise"))
-    for block_q, block_k in scaling.attention.fixed_tiles(choice):
+    for block_q, block_k in scaling.attention.dispatch.fixed_tiles(choice):
       self.assertTrue(1 <= block_q <= t and 1 <= block_k <= s, (choice, t, s))
     if choice.forward is not None:
       self.assertEqual(choice.implementation, "blockwise")  # only a blockwise choice has a forward of its own
@@ -403,13 +403,13 @@ class DispatchTest(parameterized.TestCase):
       ((2, 1024, 16, 1, 1024, 32), True), ((4, 512, 8, 8, 512, 64), True), ((8, 128, 4, 4, 128, 64), False))
   def test_chosen_path_plans_no_more_memory_than_the_model(self, shape, causal):
     # XLA's buffer plan for the chosen paths (both passes; compiled from shapes alone, nothing is run; T = S) against
-    # the library's memory model of that path, ``scaling.resources.sweep_program`` (dense: its T x S logits;
+    # the library's memory model of that path, ``scaling.training.resources.sweep_program`` (dense: its T x S logits;
     # blockwise: T x block_k per head), which the sweep checks before it runs.
     b, t, n, k, s, h = shape
     query, keys = jax.ShapeDtypeStruct((b, t, n, h), jnp.float32), jax.ShapeDtypeStruct((b, s, k, h), jnp.float32)
     choice = _choice(shape, {"is_causal": causal})
     for path, differentiated in ((choice, True), (choice.forward or choice, False)):
-      attend = scaling.autotune.path_function(path, is_causal=causal)
+      attend = scaling.attention.autotune.path_function(path, is_causal=causal)
       step = (jax.value_and_grad(lambda q, key, v: jnp.sum(attend(q, key, v)), argnums=(0, 1, 2)) if differentiated
               else attend)
       analysis = jax.jit(step).lower(query, keys, keys).compile().memory_analysis()
@@ -418,13 +418,13 @@ class DispatchTest(parameterized.TestCase):
       planned = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
       bound = resources.sweep_program(batch=b, heads=n, seq_len=t, d_k=h, num_seeds=1, num_rules=1,
                                       attention=path.implementation, block=path.block_k or s).total
-      self.assertLessEqual(planned, bound, f"{scaling.autotune.choice_name(path)} for {shape}, causal={causal}")
+      self.assertLessEqual(planned, bound, f"{scaling.attention.autotune.choice_name(path)} for {shape}, causal={causal}")
 
   def test_options_decide_which_paths_may_run(self):
     # What the rule may choose is set by what each path computes, not by timings: options blockwise lacks run dense,
     # and cuDNN's kernel runs only on GPU, in half precision, with a plain scale and no bias or window.
-    select = scaling.attention.select_implementation
-    long = ((1, 4 * scaling.attention.BLOCKWISE_MIN_KV_LEN, 4, 16),) * 2
+    select = scaling.attention.dispatch.select_implementation
+    long = ((1, 4 * scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN, 4, 16),) * 2
     for opts, kwargs in ((_opts(float32_softmax=False), {}), (_opts(subtract_max=False), {}),
                          (_opts(), {"return_weights": True})):
       for backend in ("cpu", "gpu"):
@@ -437,7 +437,7 @@ class DispatchTest(parameterized.TestCase):
       self.assertNotEqual(select(*long, opts, dtype=dtype, backend=backend, **kwargs).implementation, "cudnn")
     self.assertEqual(select((1, 0, 4, 16), long[1], _opts(), backend="cpu").implementation, "dense")  # T = 0
 
-  @parameterized.parameters(scaling.attention.BLOCKWISE_MIN_KV_LEN // 2, 2 * scaling.attention.BLOCKWISE_MIN_KV_LEN)
+  @parameterized.parameters(scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN // 2, 2 * scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN)
   def test_a_split_choice_runs_its_forward_alone_and_its_own_path_differentiated(self, kv_len):
     # Whatever the rule picks: a choice with a forward of its own runs that path's very program when not
     # differentiated, and its own path forward and backward under differentiation; a call that cannot split (a mask
@@ -445,11 +445,11 @@ class DispatchTest(parameterized.TestCase):
     q, k, v = _qkv(seed=5, b=2, t=48, s=kv_len, n=4, k=2, h=8)
     ct = jax.random.normal(jax.random.key(6), q.shape)
     mask = jnp.tril(jnp.ones((48, kv_len), bool))[None, None]
-    dense = scaling.autotune.Choice("dense")
-    for forward in (dense, scaling.autotune.Choice("blockwise", 32, 64)):
-      choice = scaling.autotune.Choice("blockwise", 16, 32, forward=forward)
-      run = lambda c: scaling.autotune.path_function(c)
-      with mock.patch.object(scaling.attention, "select_implementation", return_value=choice):
+    dense = scaling.attention.autotune.Choice("dense")
+    for forward in (dense, scaling.attention.autotune.Choice("blockwise", 32, 64)):
+      choice = scaling.attention.autotune.Choice("blockwise", 16, 32, forward=forward)
+      run = lambda c: scaling.attention.autotune.path_function(c)
+      with mock.patch.object(scaling.attention.dispatch, "select_implementation", return_value=choice):
 
         def value_and_grads(fn, **kw):
           return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
@@ -458,7 +458,7 @@ class DispatchTest(parameterized.TestCase):
         chex.assert_trees_all_close(out, want, rtol=0, atol=0)
         got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention), value_and_grads(run(choice))))()
         chex.assert_trees_all_close(got, want, rtol=0, atol=0)
-        unsplit = dense if forward == dense and kv_len < scaling.attention.BLOCKWISE_MIN_KV_LEN else choice
+        unsplit = dense if forward == dense and kv_len < scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN else choice
         got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention, mask=mask),
                                      value_and_grads(run(unsplit), mask=mask)))()
         chex.assert_trees_all_close(got, want, rtol=0, atol=0)
@@ -475,7 +475,7 @@ class DispatchTest(parameterized.TestCase):
       ("low_precision_softmax", {"float32_softmax": False}),
   )
   def test_unsupported_options_fall_back_to_dense(self, kwargs):
-    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    t = scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN
     q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
     if "return_weights" not in kwargs:  # forcing blockwise shows what the fallback avoids
       with self.assertRaisesRegex(ValueError, "dense path"):
@@ -486,7 +486,7 @@ class DispatchTest(parameterized.TestCase):
     np.testing.assert_allclose(out, _reference(q, k, v, logit_scale=8**-0.5, mask=causal), rtol=2e-5, atol=2e-5)
 
   def test_traced_scale_falls_back_to_dense(self):
-    t = scaling.attention.BLOCKWISE_MIN_KV_LEN
+    t = scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN
     q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
     scales = jnp.array([0.1, 0.4])
     out = jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0),
@@ -536,7 +536,7 @@ class LowPrecisionTest(parameterized.TestCase):
 
 
 class MaskingModuleTest(parameterized.TestCase):
-  """scaling.masking against masks built from numpy positions."""
+  """scaling.attention.masking against masks built from numpy positions."""
 
   @parameterized.named_parameters(
       ("causal", dict(is_causal=True)),

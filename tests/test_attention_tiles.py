@@ -6,8 +6,8 @@ import pathlib
 from absl.testing import absltest
 
 import experiment_main
-from scaling import attention
-from scaling import autotune
+from scaling.attention import dispatch as attention
+from scaling.attention import autotune
 
 
 def _script():

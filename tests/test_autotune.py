@@ -10,9 +10,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from scaling import attention
-from scaling import autotune
-from scaling import blockwise
+from scaling.attention import dispatch as attention
+from scaling.attention import autotune
+from scaling.attention import blockwise
 
 Q_SHAPE, K_SHAPE = (1, 256, 2, 16), (1, 256, 1, 16)  # S = BLOCKWISE_MIN_KV_LEN: the smallest tuned case
 

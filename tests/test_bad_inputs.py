@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct as flax_struct
 import scaling
-from scaling import blockwise as blockwise_lib
-from scaling import data as data_lib
-from scaling import metrics as metrics_lib
-from scaling import model as model_lib
-from scaling import optim as optim_lib
-from scaling import resources
-from scaling import train as train_lib
+from scaling.attention import blockwise as blockwise_lib
+from scaling.training import data as data_lib
+from scaling.attention import metrics as metrics_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim as optim_lib
+from scaling.training import resources
+from scaling.training import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -252,11 +252,11 @@ LIBRARY_CASES = (
     ("model_config_rule_name", lambda: model_lib.ModelConfig(**_CFG, rule="sqrt"), ValueError,
      "rule must be a ScaleRule object"),
     ("model_config_gqa", lambda: model_lib.ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
-    ("param_kinds_config", lambda: model_lib.param_kinds(3), TypeError, "config must be a scaling.model.ModelConfig"),
+    ("param_kinds_config", lambda: model_lib.param_kinds(3), TypeError, "config must be a scaling.training.model.ModelConfig"),
     ("transformer_config", lambda: model_lib.Transformer("gpt2"), TypeError,
-     "config must be a scaling.model.ModelConfig"),
+     "config must be a scaling.training.model.ModelConfig"),
     ("apply_with_aux_model", lambda: model_lib.apply_with_aux(3, {}, jnp.ones((1, 8), jnp.int32)), TypeError,
-     "model must be a scaling.model.Transformer"),
+     "model must be a scaling.training.model.Transformer"),
     ("make_dataset_name", lambda: data_lib.make_dataset("recal", seq_len=8, batch_size=2), ValueError,
      "unknown dataset 'recal' (did you mean 'recall'?)"),
     ("model_config_dtype", lambda: model_lib.ModelConfig(**_CFG, dtype="bfloat61"), ValueError,
@@ -268,7 +268,7 @@ LIBRARY_CASES = (
     ("z_loss_coefficient", lambda: train_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
      "coefficient must be >= 0"),
     ("run_training_model", lambda: train_lib.run_training("m", optim_lib.OptimizerConfig(), None), TypeError,
-     "model_config must be a scaling.model.ModelConfig or a training program"),
+     "model_config must be a scaling.training.model.ModelConfig or a training program"),
     ("run_training_dataset",
      lambda: train_lib.run_training(model_lib.ModelConfig(**_CFG), optim_lib.OptimizerConfig(), "d"), TypeError,
      "dataset must be"),

@@ -9,10 +9,10 @@ import statistics
 
 from absl.testing import absltest
 
-from scaling import attention as attention_lib
-from scaling import autotune
-from scaling.studies.benchmarks import attention
-from scaling.studies.benchmarks import implementations
+from scaling.attention import dispatch as attention_lib
+from scaling.attention import autotune
+from benchmarks import attention
+from benchmarks import implementations
 
 
 def _rule(b, t, n, k, h, causal=True):

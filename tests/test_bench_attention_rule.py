@@ -8,10 +8,10 @@ import pathlib
 
 from absl.testing import absltest
 
-from scaling import attention as attention_lib
-from scaling import autotune
-from scaling.studies.benchmarks import attention_rule
-from scaling.validation import ConfigError
+from scaling.attention import dispatch as attention_lib
+from scaling.attention import autotune
+from benchmarks import attention_rule
+from scaling.base.validation import ConfigError
 
 Row, Table = attention_rule.Row, attention_rule.Table
 

@@ -9,9 +9,9 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from experiments import cli
-from scaling import config as config_lib
-from scaling.studies import claims
-from scaling.studies.benchmarks import studies
+from scaling.base import config as config_lib
+from scaling.studies.claims import study as claims
+from benchmarks import studies
 
 
 def _row(study, cache, wall, compile_s):

@@ -11,10 +11,10 @@ from unittest import mock
 from absl.testing import absltest
 import jax
 
-from scaling import model as model_lib
-from scaling import train as train_lib
-from scaling.studies.benchmarks import profile
-from scaling.studies.benchmarks import train as bench_train
+from scaling.training import model as model_lib
+from scaling.training import train as train_lib
+from benchmarks import profile
+from benchmarks import train as bench_train
 
 
 class ProfileCategoryTest(absltest.TestCase):

@@ -9,11 +9,11 @@ import sys
 
 from absl.testing import absltest
 
-from scaling import config as config_lib
-from scaling import timesplit
+from scaling.base import config as config_lib
+from scaling.runs import timesplit
 from scaling.studies import sweep
-from scaling.studies.benchmarks import memory
-from scaling.studies.benchmarks import worker
+from benchmarks import memory
+from benchmarks import worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = sweep.SweepConfig(d_k=(4, 8), rules=("sqrt", "qk_norm"), seq_len=(8,), batch=1, num_seeds=2)

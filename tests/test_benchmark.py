@@ -8,11 +8,11 @@ from absl.testing import absltest
 from experiments import benchmark
 from experiments import cli
 import experiment_main
-from scaling import attention as attention_lib
-from scaling.studies.benchmarks import attention
-from scaling.studies.benchmarks import attention_rule
-from scaling.studies.benchmarks import sweep
-from scaling.studies.benchmarks import train
+from scaling.attention import dispatch as attention_lib
+from benchmarks import attention
+from benchmarks import attention_rule
+from benchmarks import sweep
+from benchmarks import train
 
 
 class BenchmarkMainTest(absltest.TestCase):

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import attention
-from scaling import blockwise
-from scaling import masking
-from scaling import rules
+from scaling.attention import dispatch as attention
+from scaling.attention import blockwise
+from scaling.attention import masking
+from scaling.attention import rules
 
 blockwise_attention = blockwise.blockwise_attention
 

@@ -13,14 +13,14 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import train as train_lib
-from scaling.config import Seeds
-from scaling.studies import coord_check
-from scaling.studies import grid as grid_lib
-from scaling.studies import transfer
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.training import train as train_lib
+from scaling.base.config import Seeds
+from scaling.studies.coord_check import study as coord_check
+from scaling.studies.grid import points as grid_lib
+from scaling.studies.transfer import study as transfer
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 TRAINING = json.loads((FIXTURES / "builtin_training.json").read_text())

@@ -5,10 +5,10 @@ import itertools
 
 from absl.testing import absltest
 
-from scaling.studies import citation_claims
-from scaling.studies import claim_table
-from scaling.studies import verdicts
-from scaling.validation import ConfigError
+from scaling.studies.claims import citations as citation_claims
+from scaling.studies.claims import table as claim_table
+from scaling.studies.claims import verdicts
+from scaling.base.validation import ConfigError
 
 AGREES, DISAGREES, NOT_FOUND = verdicts.SOURCE_AGREES, verdicts.SOURCE_DISAGREES, verdicts.NOT_IN_PASSAGE
 BY_ID = {c.id: c for c in citation_claims.CITATION_CLAIMS}

@@ -17,15 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import claims as claims_experiment
-from scaling import resources
-from scaling import results
-from scaling import rules
-from scaling.studies import claim_table
-from scaling.studies import claims
-from scaling.studies import norm_claims
-from scaling.studies import random_input_claims
-from scaling.studies import training_claims
-from scaling.studies import verdicts
+from scaling.training import resources
+from scaling.runs import results
+from scaling.attention import rules
+from scaling.studies.claims import table as claim_table
+from scaling.studies.claims import study as claims
+from scaling.studies.claims import norm as norm_claims
+from scaling.studies.claims import random_input as random_input_claims
+from scaling.studies.claims import training as training_claims
+from scaling.studies.claims import verdicts
 import experiment_main
 
 RANDOM_IDS = [c.id for c in claims.RANDOM_INPUT_CLAIMS]

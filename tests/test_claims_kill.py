@@ -18,7 +18,7 @@ import time
 from absl.testing import absltest
 import chex
 
-from scaling import results
+from scaling.runs import results
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IDS = ("train_nan_within_100_steps", "train_post_softmax_worse")

@@ -11,17 +11,17 @@ from absl.testing import parameterized
 from experiments import cli
 from experiments import train as train_main
 import experiment_main
-from scaling import config as config_lib
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim as optim_lib
-from scaling import validation
-from scaling.studies import claims
-from scaling.studies import coord_check
+from scaling.base import config as config_lib
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim as optim_lib
+from scaling.base import validation
+from scaling.studies.claims import study as claims
+from scaling.studies.coord_check import study as coord_check
 from scaling.studies import sweep
-from scaling.studies import training
-from scaling.studies import transfer
-from scaling.studies.benchmarks import memory
+from scaling.studies import train as training
+from scaling.studies.transfer import study as transfer
+from benchmarks import memory
 
 TRAINING_STUDIES = (training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)
 SHARED_GROUPS = (data_lib.DataConfig, model_lib.ModelFamily, optim_lib.OptimizerConfig)

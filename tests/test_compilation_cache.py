@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 
 from experiments import cli
-from scaling import config as config_lib
-from scaling import process
-from scaling import results
-from scaling.config import option
-from scaling.studies import coord_check
+from scaling.base import config as config_lib
+from scaling.studies import process
+from scaling.runs import results
+from scaling.base.config import option
+from scaling.studies.coord_check import study as coord_check
 from scaling.studies import sweep
-from scaling.studies import training
-from scaling.studies import transfer
+from scaling.studies import train as training
+from scaling.studies.transfer import study as transfer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STUDIES = (sweep.SweepConfig, training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)

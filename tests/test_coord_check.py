@@ -19,14 +19,14 @@ import numpy as np
 
 import experiment_main
 from experiments import coord_check as coord_exp
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import results
-from scaling import train as train_lib
-from scaling.config import Seeds
-from scaling.studies import coord_check
-from scaling.studies import grid as grid_lib
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.runs import results
+from scaling.training import train as train_lib
+from scaling.base.config import Seeds
+from scaling.studies.coord_check import study as coord_check
+from scaling.studies.grid import points as grid_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Tests for scaling.data: synthetic tasks checked by plain-Python oracles, text loading and errors."""
+"""Tests for scaling.training.data: synthetic tasks checked by plain-Python oracles, text loading and errors."""
 
 import json
 import os
@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import data
-from scaling import resources
+from scaling.training import data
+from scaling.training import resources
 
 SHAKESPEARE = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
 

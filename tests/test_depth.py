@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling import model as model_lib
-from scaling import optim
-from scaling import parametrization as P
-from scaling import train as train_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.mup import schemes as P
+from scaling.training import train as train_lib
 
 # ---------------------------------------------------------------------------------------------------------------
 # CompleteP (Dey et al. 2025, "Don't be lazy: CompleteP enables compute-efficient deep transformers", Table 1;
@@ -216,7 +216,7 @@ class EpsScalingTest(parameterized.TestCase):
     p = P.get_parametrization("mup", base_width=8)
     kinds = {"w": "hidden"}
     cfg = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling="mup", learning_rate=1.0)
-    roles = scaling.roles.from_kinds({"w": jnp.zeros((32, 4))}, kinds, p.width_mult(32))
+    roles = scaling.mup.roles.from_kinds({"w": jnp.zeros((32, 4))}, kinds, p.width_mult(32))
     opt = cfg.build(scaling.parametrize(roles, p, forward="model"))
     g = {"w": jnp.full((32, 4), 1e-8)}
     updates, _ = opt.update(g, opt.init(g), g)

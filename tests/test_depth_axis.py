@@ -14,17 +14,17 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling import data as data_lib
-from scaling import layers as layers_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import results
-from scaling.config import Seeds
-from scaling.studies import coord_check
-from scaling.studies import grid as grid_lib
-from scaling.studies import grid_run
-from scaling.studies import optimum as optimum_lib
-from scaling.studies import transfer
+from scaling.training import data as data_lib
+from scaling.mup import layers as layers_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.runs import results
+from scaling.base.config import Seeds
+from scaling.studies.coord_check import study as coord_check
+from scaling.studies.grid import points as grid_lib
+from scaling.studies.grid import run as grid_run
+from scaling.studies.grid import optimum as optimum_lib
+from scaling.studies.transfer import study as transfer
 
 # One tiny configuration shared by the coordinate check (library and experiment) and the transfer experiment: the
 # same models, optimizer and number of vmapped members (6 seeds; 3 learning rates x 2 seeds), so each (alpha, depth)

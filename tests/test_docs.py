@@ -12,7 +12,7 @@ import textwrap
 
 from absl.testing import absltest
 
-from scaling import report
+from scaling.runs import report
 
 import experiment_main
 
@@ -164,7 +164,7 @@ class LayoutTest(absltest.TestCase):
     root = pathlib.Path(self.create_tempdir().full_path)
     for folder in LAYOUT_DIRS:
       (root / folder).mkdir(parents=True, exist_ok=True)
-    for name in ("scaling/__init__.py", "scaling/rules.py", "scaling/train.py", "scaling/studies/train.py",
+    for name in ("scaling/__init__.py", "scaling/attention/rules.py", "scaling/training/train.py", "scaling/studies/train.py",
                  "scripts/run.sh", "scaling/notes.txt"):
       (root / name).write_text("")
     page = textwrap.dedent("""\
@@ -307,7 +307,7 @@ class HeadlineTest(absltest.TestCase):
     self.assertTrue(all(len(l) <= 200 for l in lines))
 
   def test_training_criteria_quoted_in_short_with_their_inconclusive_clauses(self):
-    from scaling.studies import verdicts  # pylint: disable=g-import-not-at-top
+    from scaling.studies.claims import verdicts  # pylint: disable=g-import-not-at-top
     criterion = verdicts.Criterion("stat", "the statistic at the best rate", (">", 0.8), ("<", 0.2), noise=True,
                                    edge="at_edge")
     row = {**_row("variance_is_dk", "holds", 0.9), "criterion": criterion.text}

@@ -14,7 +14,7 @@ import numpy as np
 import experiment_main
 import tracker_files
 from experiments import train
-from scaling import train as train_lib
+from scaling.training import train as train_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACK = {"log_to": "tensorboard"} if importlib.util.find_spec("tensorboardX") else {}

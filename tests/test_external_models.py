@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling import user_model
+from scaling.mup import user_model
 import external_models as em
 
 BASE = 16
@@ -135,11 +135,11 @@ if __name__ == "__main__":
 
 class BuiltinAsUserModelTest(absltest.TestCase):
   """The built-in Transformer is one model factory among others: the engine reads the same roles from it as a user
-  model (its computation, its Kinded kinds as overrides) as ``scaling.model.parametrized`` does from its shapes."""
+  model (its computation, its Kinded kinds as overrides) as ``scaling.training.model.parametrized`` does from its shapes."""
 
   def test_same_roles_and_multipliers(self):
-    from scaling import model as model_lib  # pylint: disable=g-import-not-at-top
-    from scaling import train as train_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training import model as model_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training import train as train_lib  # pylint: disable=g-import-not-at-top
     family = model_lib.ModelFamily(depth=2, head_dim=8, base_width=16, positions="learned")
     config = lambda w: family.model_config("mup", w, vocab_size=em.VOCAB, max_len=em.SEQ)
     batch = em.lm_batch(jax.random.key(0))

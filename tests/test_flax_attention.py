@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling import flax_attention
-from scaling import rules
-from scaling import validation
+from scaling.attention import flax_adapter as flax_attention
+from scaling.attention import rules
+from scaling.base import validation
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 FEATURES, HEADS = 32, 4  # head_dim 8

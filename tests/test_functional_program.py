@@ -1,4 +1,4 @@
-"""One training program for every model: ``scaling.train.run_training`` of a ``FunctionalProgram`` (any model and
+"""One training program for every model: ``scaling.training.train.run_training`` of a ``FunctionalProgram`` (any model and
 its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
 resumed from a mid-run state equals one in one go; the studies of any model resume what a killed run left."""
 
@@ -17,11 +17,11 @@ import numpy as np
 import optax
 
 import scaling
-from scaling import optim
-from scaling import train as train_lib
-from scaling import user_model
-from scaling.studies import coord_check
-from scaling.studies import transfer
+from scaling.mup import optim
+from scaling.training import train as train_lib
+from scaling.mup import user_model
+from scaling.studies.coord_check import study as coord_check
+from scaling.studies.transfer import study as transfer
 
 D_IN, D_OUT = 6, 3
 

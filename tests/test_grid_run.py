@@ -1,4 +1,4 @@
-"""scaling.studies.grid_run.GridPlanner.compile_ahead: a grid's programs compiled in a thread beforehand are the
+"""scaling.studies.grid.run.GridPlanner.compile_ahead: a grid's programs compiled in a thread beforehand are the
 ones its training runs (it compiles no init or step of its own), and the trained grid is the same."""
 
 import collections
@@ -11,11 +11,11 @@ import chex
 import jax
 import numpy as np
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import timesplit
-from scaling.studies import grid_run
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.runs import timesplit
+from scaling.studies.grid import run as grid_run
 
 
 def _spec(width: int, rule: str) -> grid_run.GridSpec:

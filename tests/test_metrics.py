@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import dense_attention
-from scaling import metrics
+from scaling.attention import dense as dense_attention
+from scaling.attention import metrics
 
 # Each rule written out from its definition: (normalize q and k by their RMS, logit scale, weight scale) at head dim h.
 _RULES = {

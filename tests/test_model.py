@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling import layers as layers_lib
-from scaling import model as model_lib
-from scaling import parametrization as param_lib
-from scaling import rules
+from scaling.mup import layers as layers_lib
+from scaling.training import model as model_lib
+from scaling.mup import schemes as param_lib
+from scaling.attention import rules
 
 V = 13
 

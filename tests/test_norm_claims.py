@@ -1,4 +1,4 @@
-"""scaling.studies.norm_claims: the on-par criterion on known gaps both ways, and the measurement on tiny sizes."""
+"""scaling.studies.claims.norm: the on-par criterion on known gaps both ways, and the measurement on tiny sizes."""
 
 import dataclasses
 import math
@@ -7,10 +7,10 @@ import types
 from absl.testing import absltest
 import numpy as np
 
-from scaling.studies import grid_run
-from scaling.studies import norm_claims
-from scaling.studies import training_claims
-from scaling.studies import verdicts
+from scaling.studies.grid import run as grid_run
+from scaling.studies.claims import norm as norm_claims
+from scaling.studies.claims import training as training_claims
+from scaling.studies.claims import verdicts
 
 CLAIM = norm_claims.NORM_CLAIMS[0]
 TEST_CTX = types.SimpleNamespace(mode="test", seed=0, num_seeds=2, text_file=None, planner=grid_run.GridPlanner())

@@ -1,4 +1,4 @@
-"""Tests for scaling.optim: per-layer LRs against hand computations, kinds not names, schedules, vmap over LRs."""
+"""Tests for scaling.mup.optim: per-layer LRs against hand computations, kinds not names, schedules, vmap over LRs."""
 
 import math
 
@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scaling import adam_atan2
-from scaling import layers
-from scaling import optim
-from scaling import parametrization as P
-from scaling import roles as roles_lib
-from scaling import user_parametrization
+from scaling.mup import adam_atan2
+from scaling.mup import layers
+from scaling.mup import optim
+from scaling.mup import schemes as P
+from scaling.mup import roles as roles_lib
+from scaling.mup import parametrize as parametrize_lib
 
 _D, _V, _F = 8, 8, 16  # width 8 with base width 2: m = 4; V = D so only kinds tell embed from readout
 _MUP = P.get_parametrization("mup", base_width=2)
@@ -53,7 +53,7 @@ def _tree(fn):
 
 
 def _kinds():
-  """The layer kind of every parameter of _random_tree (as scaling.model.param_kinds gives them)."""
+  """The layer kind of every parameter of _random_tree (as scaling.training.model.param_kinds gives them)."""
   return _tree(lambda path, shape: _PATHS[path][1])
 
 
@@ -62,7 +62,7 @@ _KINDS = _kinds()
 
 def _parametrized(scheme, kinds=None):
   """``scaling.parametrize`` of _random_tree's roles at one global width (what the built-in model's come to)."""
-  return user_parametrization.parametrize(roles_lib.from_kinds(_random_tree(0), _KINDS if kinds is None else kinds,
+  return parametrize_lib.parametrize(roles_lib.from_kinds(_random_tree(0), _KINDS if kinds is None else kinds,
                                                                 scheme.width_mult(_D)), scheme, forward="model")
 
 
@@ -383,7 +383,7 @@ class DecayMaskTest(absltest.TestCase):
 class _ThreeLayers(nn.Module):
   """x -> Dense(attn_q, with bias) -> · gain(norm) -> Dense(hidden) -> Dense(readout), under names given by the test.
 
-  The kinds are set where the parameters are made (``scaling.layers``); the names are free.
+  The kinds are set where the parameters are made (``scaling.mup.layers``); the names are free.
   """
 
   names: tuple[str, str, str, str]  # (attn_q layer, norm gain, hidden layer, readout layer)

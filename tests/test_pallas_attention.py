@@ -6,9 +6,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from scaling import attention
-from scaling import pallas_attention
-from scaling import rules
+from scaling.attention import dispatch as attention
+from scaling.attention import pallas as pallas_attention
+from scaling.attention import rules
 
 
 def _inputs(seed, b, t, s, n, k, h):

@@ -1,4 +1,4 @@
-"""Tests for scaling.parametrization: effective quantities against the paper tables, μP = SP at m = 1, fans and
+"""Tests for scaling.mup.schemes: effective quantities against the paper tables, μP = SP at m = 1, fans and
 param_specs."""
 
 import itertools
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 
-from scaling import parametrization as P
-from scaling import rules
+from scaling.mup import schemes as P
+from scaling.attention import rules
 
 _S = P.LayerSpec
 

@@ -7,9 +7,9 @@ from unittest import mock
 from absl.testing import absltest
 import chex
 
-from scaling import plotting
-from scaling.studies import training
-from scaling.studies import transfer_report
+from scaling.runs import plotting
+from scaling.studies import train as training
+from scaling.studies.transfer import report as transfer_report
 
 
 def _capture(test):

@@ -92,7 +92,7 @@ class ReadersTest(absltest.TestCase):
 
   def test_moved_uses(self):
     source = ("import scaling\nimport scaling as sc\nfrom scaling import model\nfrom scaling import Old, New\n"
-              "scaling.Old(); sc.Old; scaling.New; model.Old; scaling.model.Old\n")
+              "scaling.Old(); sc.Old; scaling.New; model.Old; scaling.training.model.Old\n")
     self.assertEqual(moved_uses(source, {"Old"}),
                      ["<source>:4: from scaling import Old", "<source>:5: scaling.Old", "<source>:5: sc.Old"])
 
@@ -115,8 +115,8 @@ class PublicApiTest(parameterized.TestCase):
       warnings.simplefilter("error")
       for name in scaling.__all__:
         self.assertIsNotNone(getattr(importlib.import_module("scaling"), name), name)
-    self.assertIs(scaling.coord_check, importlib.import_module("scaling.studies.coord_check").coord_check)
-    self.assertIs(scaling.transfer, importlib.import_module("scaling.studies.transfer").transfer)
+    self.assertIs(scaling.coord_check, importlib.import_module("scaling.studies.coord_check.study").coord_check)
+    self.assertIs(scaling.transfer, importlib.import_module("scaling.studies.transfer.study").transfer)
 
   def test_import_scaling_imports_no_study_nor_flax_nnx_and_star_gives_all(self):
     code = ("import sys, warnings\nwarnings.simplefilter('error')\nimport scaling\n"

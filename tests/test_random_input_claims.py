@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import attention
-from scaling import report
-from scaling import rope
-from scaling.studies import claims
-from scaling.studies import random_input_claims as ric
-from scaling.studies import verdicts
+from scaling.attention import dispatch as attention
+from scaling.runs import report
+from scaling.attention import rope
+from scaling.studies.claims import study as claims
+from scaling.studies.claims import random_input as ric
+from scaling.studies.claims import verdicts
 
 HOLDS, PARTLY, FAILS = verdicts.HOLDS, verdicts.PARTLY, verdicts.FAILS
 BY_ID = {c.id: c for c in ric.RANDOM_INPUT_CLAIMS}

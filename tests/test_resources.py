@@ -8,11 +8,11 @@ import jax.numpy as jnp
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from scaling import attention as attention_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import resources
-from scaling import train as train_lib
+from scaling.attention import dispatch as attention_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.training import resources
+from scaling.training import train as train_lib
 from scaling.studies import sweep
 
 

@@ -9,8 +9,8 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from scaling import report
-from scaling import results
+from scaling.runs import report
+from scaling.runs import results
 
 
 class RowStreamTest(absltest.TestCase):

@@ -25,7 +25,7 @@ from experiments import claims
 from experiments import coord_check
 from experiments import sweep
 from experiments import train
-from scaling import results
+from scaling.runs import results
 from scaling.studies import sweep as sweep_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -153,10 +153,10 @@ class GroupedRowsTest(chex.TestCase):
 class CheckpointTest(chex.TestCase):
 
   def test_round_trip_keeps_every_leaf_and_the_record(self):
-    from scaling import checkpoint  # pylint: disable=g-import-not-at-top
-    from scaling import model as model_lib  # pylint: disable=g-import-not-at-top
-    from scaling import optim  # pylint: disable=g-import-not-at-top
-    from scaling import train as train_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling.training import model as model_lib  # pylint: disable=g-import-not-at-top
+    from scaling.mup import optim  # pylint: disable=g-import-not-at-top
+    from scaling.training import train as train_lib  # pylint: disable=g-import-not-at-top
     cfg = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16).model_config("sp", 16, vocab_size=8, max_len=4)
     opt = optim.OptimizerConfig(steps=3)
     state = train_lib.make_init(cfg, opt)(3, 1e-2).replace(step=jax.numpy.asarray(7, jax.numpy.int32))

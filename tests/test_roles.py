@@ -1,4 +1,4 @@
-"""Tests for scaling.roles: roles inferred from shapes against the built-in Transformer's Kinded metadata, tables
+"""Tests for scaling.mup.roles: roles inferred from shapes against the built-in Transformer's Kinded metadata, tables
 written here for Flax's layers (linen and nnx), overrides, and the errors for roles that shapes cannot decide."""
 
 import dataclasses
@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 import scaling
-from scaling import model as model_lib
-from scaling import roles as roles_lib
-from scaling import usage as usage_lib
+from scaling.training import model as model_lib
+from scaling.mup import roles as roles_lib
+from scaling.mup import usage as usage_lib
 
 
 def _shapes(module, *inputs):

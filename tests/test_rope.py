@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import rope
+from scaling.attention import rope
 
 
 class RopeTest(chex.TestCase):

@@ -13,9 +13,9 @@ import chex
 
 import experiment_main
 from experiments import cli
-from scaling import results
+from scaling.runs import results
 from scaling.studies import sweep as sweep_lib
-from scaling.studies import training
+from scaling.studies import train as training
 
 
 class RunNameTest(chex.TestCase):

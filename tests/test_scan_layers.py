@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim as optim_lib
-from scaling import parametrization as param_lib
-from scaling import rules
-from scaling import train as train_lib
-from scaling import unit_scaling as unit
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim as optim_lib
+from scaling.mup import schemes as param_lib
+from scaling.attention import rules
+from scaling.training import train as train_lib
+from scaling.mup import unit_scaling as unit
 
 V = 29
 

@@ -14,13 +14,13 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import rules as rules_lib
-from scaling import train as train_lib
-from scaling.studies import optimum as optimum_lib
-from scaling.studies import transfer_report
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.attention import rules as rules_lib
+from scaling.training import train as train_lib
+from scaling.studies.grid import optimum as optimum_lib
+from scaling.studies.transfer import report as transfer_report
 
 TASK = dict(seq_len=8, batch_size=2)
 FAMILY = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)

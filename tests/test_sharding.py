@@ -15,14 +15,14 @@ from absl.testing import parameterized
 import numpy as np
 
 from experiments import cli
-from scaling import config as config_lib
-from scaling import distributed
-from scaling import sharding
-from scaling.studies import claims
-from scaling.studies import coord_check
+from scaling.base import config as config_lib
+from scaling.runs import distributed
+from scaling.training import sharding
+from scaling.studies.claims import study as claims
+from scaling.studies.coord_check import study as coord_check
 from scaling.studies import sweep as sweep_lib
-from scaling.studies import training
-from scaling.studies import transfer
+from scaling.studies import train as training
+from scaling.studies.transfer import study as transfer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -7,7 +7,7 @@ from absl.testing import parameterized
 import numpy as np
 
 from scaling.studies import sweep
-from scaling.studies.benchmarks import sweep as bench_sweep
+from benchmarks import sweep as bench_sweep
 
 
 def _rows(**kwargs):

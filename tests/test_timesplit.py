@@ -1,4 +1,4 @@
-"""scaling.timesplit: compilation, compute and the rest measured while a run goes, against what the run did (how
+"""scaling.runs.timesplit: compilation, compute and the rest measured while a run goes, against what the run did (how
 many new programs it compiled, how long its compute regions took by a clock read here)."""
 
 import threading
@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import timesplit
-from scaling import train as train_lib
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.runs import timesplit
+from scaling.training import train as train_lib
 
 
 class TimeSplitTest(absltest.TestCase):

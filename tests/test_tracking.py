@@ -11,7 +11,7 @@ import chex
 import experiment_main
 import tracker_files
 from experiments import train
-from scaling import tracking
+from scaling.runs import tracking
 
 ROWS = [{"step": 0, "loss": 2.5, "accuracy": 0.25, "attn_entropy": [1.0, 0.5], "diverged": False, "grad_norm": None},
         {"step": 5, "loss": 1.5, "accuracy": 0.5, "attn_entropy": [0.75, None], "diverged": True, "grad_norm": 3.0}]

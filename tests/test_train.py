@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim as optim_lib
-from scaling import resources
-from scaling import train as train_lib
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim as optim_lib
+from scaling.training import resources
+from scaling.training import train as train_lib
 
 T = 12
 STEPS = 40  # every run takes the same steps, so the tests share their compiled steps

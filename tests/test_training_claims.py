@@ -1,4 +1,4 @@
-"""Tests of scaling.studies.training_claims: criteria, post-processing helpers and each measurement on tiny sizes."""
+"""Tests of scaling.studies.claims.training: criteria, post-processing helpers and each measurement on tiny sizes."""
 
 import dataclasses
 import math
@@ -8,16 +8,16 @@ import jax
 import numpy as np
 import pytest
 
-from scaling import model as model_lib
-from scaling import resources
-from scaling import rules
-from scaling import timesplit
-from scaling import train as train_lib
-from scaling.studies import grid_run
-from scaling.studies import optimum as optimum_lib
+from scaling.training import model as model_lib
+from scaling.training import resources
+from scaling.attention import rules
+from scaling.runs import timesplit
+from scaling.training import train as train_lib
+from scaling.studies.grid import run as grid_run
+from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies import stats
-from scaling.studies import training_claims as tc
-from scaling.studies import verdicts
+from scaling.studies.claims import training as tc
+from scaling.studies.claims import verdicts
 
 NAN = float("nan")
 
@@ -685,7 +685,7 @@ def test_planned_grids_train_nothing_and_count_the_setups():
 
 
 # ----------------------------------------------------------------------------
-# The grid engine the claims declare their grids to (``scaling.studies.grid_run``): members, plan, costs.
+# The grid engine the claims declare their grids to (``scaling.studies.grid.run``): members, plan, costs.
 
 
 def test_grid_spec_members_are_laid_out_rate_major():

@@ -16,16 +16,16 @@ import numpy as np
 
 import experiment_main
 from experiments import transfer as transfer_exp
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import results
-from scaling import train as train_lib
-from scaling.config import Seeds
-from scaling.studies import grid as grid_lib
-from scaling.studies import optimum as optimum_lib
-from scaling.studies import transfer
-from scaling.studies import transfer_report
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.runs import results
+from scaling.training import train as train_lib
+from scaling.base.config import Seeds
+from scaling.studies.grid import points as grid_lib
+from scaling.studies.grid import optimum as optimum_lib
+from scaling.studies.transfer import study as transfer
+from scaling.studies.transfer import report as transfer_report
 
 # One tiny configuration shared by the grid test and the experiment's smoke test (compiled once per width).
 TASK = dict(seq_len=8, batch_size=2)
@@ -76,7 +76,7 @@ class GridTest(chex.TestCase):
     step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
                                      chunk=train_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
-    # Reference: scaling.train's own step, one run at a time, optimizer built with the run's learning rate.
+    # Reference: scaling.training.train's own step, one run at a time, optimizer built with the run's learning rate.
     ref_opt = dataclasses.replace(OPT, learning_rate=2.0**-6)
     step = train_lib.make_train_step(cfg, ref_opt)
     for member, (log2_lr, seed) in ((2, (-6.0, 0)), (5, (-3.0, 1))):

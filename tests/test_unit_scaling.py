@@ -17,15 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scaling import layers
-from scaling import roles as roles_lib
-from scaling import model as model_lib
-from scaling import parametrization as P
-from scaling import rope as rope_lib
-from scaling import optim
-from scaling import train
-from scaling import unit_scaling as U
-from scaling import unit_scaling_covariance as C
+from scaling.mup import layers
+from scaling.mup import roles as roles_lib
+from scaling.training import model as model_lib
+from scaling.mup import schemes as P
+from scaling.attention import rope as rope_lib
+from scaling.mup import optim
+from scaling.training import train
+from scaling.mup import unit_scaling as U
+from scaling.mup import unit_scaling_covariance as C
 
 import experiment_main
 

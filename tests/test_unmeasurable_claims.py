@@ -2,11 +2,11 @@
 
 from absl.testing import absltest
 
-from scaling import report
-from scaling.studies import claim_table
-from scaling.studies import claims
-from scaling.studies import unmeasurable_claims
-from scaling.studies import verdicts
+from scaling.runs import report
+from scaling.studies.claims import table as claim_table
+from scaling.studies.claims import study as claims
+from scaling.studies.claims import unmeasurable as unmeasurable_claims
+from scaling.studies.claims import verdicts
 
 
 class UnmeasurableTest(absltest.TestCase):

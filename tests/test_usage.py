@@ -1,4 +1,4 @@
-"""scaling.usage: how a computation uses each parameter, against hand-written tables of layouts; the readout's
+"""scaling.mup.usage: how a computation uses each parameter, against hand-written tables of layouts; the readout's
 product scaled by the library against a model that scales its own logits; products recorded from a plain function
 against the products computed by hand."""
 
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import usage
+from scaling.mup import usage
 
 
 class _Layouts(nn.Module):

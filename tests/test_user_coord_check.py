@@ -19,8 +19,8 @@ import numpy as np
 import optax
 
 import scaling
-from scaling import user_model
-from scaling.studies import coord_check as user_coord_check
+from scaling.mup import user_model
+from scaling.studies.coord_check import study as user_coord_check
 
 D_IN, D_OUT, BASE = 8, 4, 32
 WIDTHS = (32, 64, 128)

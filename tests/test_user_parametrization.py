@@ -17,7 +17,7 @@ import numpy as np
 import optax
 
 import scaling
-from scaling import parametrization as param_lib
+from scaling.mup import schemes as param_lib
 
 D_IN, D_OUT = 5, 10
 BASE, DELTA, TARGET = 32, 64, 256  # m = 8

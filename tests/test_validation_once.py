@@ -1,7 +1,7 @@
 """Each public attention and metrics function checks its arguments once, at its start; what it calls trusts them.
 
-The checks are counted by wrapping the check functions of ``scaling.validation``, ``scaling.logits``,
-``scaling.metrics`` and ``scaling.blockwise`` (modules call them through the module, so the wrappers see every call).
+The checks are counted by wrapping the check functions of ``scaling.base.validation``, ``scaling.attention.logits``,
+``scaling.attention.metrics`` and ``scaling.attention.blockwise`` (modules call them through the module, so the wrappers see every call).
 A call is traced with ``jax.eval_shape``: the checks run while tracing, so nothing is computed.
 """
 
@@ -17,13 +17,13 @@ from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
 
-from scaling import attention
-from scaling import blockwise
-from scaling import dense_attention
-from scaling import logits
-from scaling import metrics
-from scaling import pallas_attention
-from scaling import validation
+from scaling.attention import dispatch as attention
+from scaling.attention import blockwise
+from scaling.attention import dense as dense_attention
+from scaling.attention import logits
+from scaling.attention import metrics
+from scaling.attention import pallas as pallas_attention
+from scaling.base import validation
 from scaling.studies import sweep
 
 CHECKS = {
@@ -40,7 +40,7 @@ users call them too): the one check that may run twice while the options are res
 
 @contextlib.contextmanager
 def counted() -> Iterator[collections.Counter]:
-  """Counts the calls of every check while the block runs: (module.function,) or, for ``scaling.validation``'s
+  """Counts the calls of every check while the block runs: (module.function,) or, for ``scaling.base.validation``'s
   checks, (module.function, the argument's name)."""
   counts = collections.Counter()
   originals = []

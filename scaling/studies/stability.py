@@ -13,17 +13,17 @@ import pathlib
 
 import numpy as np
 
-from scaling import data as data_lib
-from scaling import model as model_lib
-from scaling import optim
-from scaling import parametrization as param_lib
-from scaling import report
-from scaling import results
-from scaling import train as train_lib
-from scaling.config import option
-from scaling.config import Options
-from scaling.validation import ConfigError
-from scaling.validation import ConfigTypeError
+from scaling.training import data as data_lib
+from scaling.training import model as model_lib
+from scaling.mup import optim
+from scaling.mup import schemes as param_lib
+from scaling.runs import report
+from scaling.runs import results
+from scaling.training import train as train_lib
+from scaling.base.config import option
+from scaling.base.config import Options
+from scaling.base.validation import ConfigError
+from scaling.base.validation import ConfigTypeError
 
 OPTIMIZERS = (("adam", "adam", "none"), ("adam, eps_scaling=mup", "adam", "mup"), ("adam_atan2", "adam_atan2", "none"))
 """(label, --optimizer, --eps_scaling) of the compared optimizers."""

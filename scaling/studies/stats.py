@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scaling.validation import ConfigError
+from scaling.base.validation import ConfigError
 
 
 def finite_or_none(x: float | None) -> float | None:

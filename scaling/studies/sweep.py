@@ -10,7 +10,7 @@ into one ``FixedScale`` pytree and vmapped over, rules that transform q and k
 (qk_norm) are evaluated beside them, and the input stds and the seeds are
 vmapped too. So each shape compiles once. The seeds are the program's leading
 axis of independent work: they are split over every device
-(``scaling.sharding``), padded to a multiple of the device count.
+(``scaling.training.sharding``), padded to a multiple of the device count.
 
 q and k come either iid from N(0, qk_std²) (the textbook assumption behind
 1/√d_k, Vaswani et al. 2017 §3.2.1) or, in width mode, from projecting
@@ -30,21 +30,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling import metrics as metrics_lib
-from scaling import model as model_lib
-from scaling import parametrization as parametrization_lib
-from scaling import plotting
-from scaling import report
-from scaling import distributed
-from scaling import resources
-from scaling import results
-from scaling import rules as rules_lib
-from scaling import timesplit
-from scaling import sharding as sharding_lib
-from scaling.config import option
-from scaling.config import Options
+from scaling.attention import metrics as metrics_lib
+from scaling.training import model as model_lib
+from scaling.mup import schemes as parametrization_lib
+from scaling.runs import plotting
+from scaling.runs import report
+from scaling.runs import distributed
+from scaling.training import resources
+from scaling.runs import results
+from scaling.attention import rules as rules_lib
+from scaling.runs import timesplit
+from scaling.training import sharding as sharding_lib
+from scaling.base.config import option
+from scaling.base.config import Options
 from scaling.studies import stats
-from scaling.validation import ConfigError
+from scaling.base.validation import ConfigError
 
 Array = jax.Array
 
