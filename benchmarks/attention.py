@@ -81,6 +81,7 @@ import flax
 import jax
 
 from scaling.attention import dispatch as attention_lib
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from scaling.runs import plotting
 from scaling.runs import report
@@ -201,8 +202,8 @@ def _time_size(config: AttentionBenchConfig, shape: tuple[int, int, int, int, in
   batch, seq_len, num_heads, num_kv_heads, head_dim = shape
   args = make_inputs(batch, seq_len, num_heads, head_dim, config.seed, num_kv_heads=num_kv_heads)
   flops = attention_flops(batch, seq_len, num_heads, head_dim, causal=causal, mode=mode)
-  opts = attention_lib.resolve_logit_options(head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
-                                            float32_softmax=True, subtract_max=True)
+  opts = logits_lib.resolve_logit_options(head_dim, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                          float32_softmax=True, subtract_max=True)
   choice = attention_lib.select_implementation(args[0].shape, args[1].shape, opts, is_causal=causal)
   block_q, block_k = ((choice.block_q, choice.block_k) if choice.implementation == "blockwise"
                       else attention_lib.blockwise_blocks(args[0].shape, args[1].shape, is_causal=causal))
@@ -310,7 +311,7 @@ TUNED_MODE = "fwd+bwd"
 
 
 def _tune(config: AttentionBenchConfig, query_shape: tuple[int, ...], key_shape: tuple[int, ...],
-          opts: attention_lib.LogitOptions, causal: bool, may_tune: bool = True) -> dict[str, Any]:
+          opts: logits_lib.LogitOptions, causal: bool, may_tune: bool = True) -> dict[str, Any]:
   """Tunes the case (unless the cache has it) by the autotune's own measurements; its choice and wall time.
 
   With ``may_tune=False`` a case missing from the cache is not tuned: its ``chosen`` is None.

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from scaling.attention import dispatch as attention_lib
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from scaling.base import config as config_lib
 from scaling.runs import report
@@ -219,8 +220,8 @@ def resolve(path: str, q_len: int, kv_len: int) -> str:
 
 def rule_path(row: Row, mode: str) -> str:
   """The path ``select_implementation`` runs for the row in the pass ``mode`` (its forward's, undifferentiated)."""
-  opts = attention_lib.resolve_logit_options(row.head_dim, scale=None, rule=None, logit_soft_cap=None,
-                                             logit_clamp=None, float32_softmax=True, subtract_max=True)
+  opts = logits_lib.resolve_logit_options(row.head_dim, scale=None, rule=None, logit_soft_cap=None,
+                                          logit_clamp=None, float32_softmax=True, subtract_max=True)
   choice = attention_lib.select_implementation(_query_shape(row), _key_shape(row), opts, is_causal=row.causal)
   if mode == "fwd" and choice.forward is not None:
     choice = choice.forward

@@ -31,13 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling.base import config as config_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import results as results_lib
 from scaling.runs import timesplit
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
+from scaling.training import programs as programs_lib
+from scaling.training import step as step_lib
 from scaling.base import validation
 from scaling.base.config import option
 from scaling.base.config import Options
@@ -116,21 +118,21 @@ def time_studies(config: StudiesBenchConfig) -> list[dict[str, Any]]:
 def step_compile_seconds(depth: int, width: int, members: int, scan: bool) -> float:
   """Seconds to lower and compile the training step (every metric) of an SP model of ``depth`` blocks (4 heads,
   batch 8 × 64 tokens), a single run or a vmapped grid of ``members``; nothing is cached between calls."""
-  family = model_lib.ModelFamily(depth=depth, num_heads=4, base_width=width, scan_layers=scan)
+  family = ModelFamily(depth=depth, num_heads=4, base_width=width, scan_layers=scan)
   config = family.model_config("sp", width, vocab_size=65, max_len=64)
-  opt = optim_lib.OptimizerConfig(steps=10)
+  opt = OptimizerConfig(steps=10)
   grid = members > 1
-  program = train_lib.as_program(config, opt)
+  program = programs_lib.as_program(config, opt)
   init = jax.vmap(program.init_state) if grid else program.init_state
   state = jax.eval_shape(lambda *args: program.with_constants(init(*args)),
                          *(jnp.zeros((members,) if grid else (), d) for d in (jnp.int32, jnp.float32)))
   shape = (members, 8, 64) if grid else (8, 64)
   batch = {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32), "targets": jax.ShapeDtypeStruct(shape, jnp.int32),
            "weights": jax.ShapeDtypeStruct(shape, jnp.float32)}
-  chunk = train_lib.default_grid_chunk(config, members) if grid else None
-  train_lib.clear_caches()
+  chunk = step_lib.default_grid_chunk(config, members) if grid else None
+  loop_lib.clear_caches()
   jax.clear_caches()
-  step = train_lib.make_train_step(config, opt, grid=grid, chunk=chunk)
+  step = step_lib.make_train_step(config, opt, grid=grid, chunk=chunk)
   start = time.perf_counter()
   step.lower(state, batch).compile()
   return time.perf_counter() - start

@@ -11,7 +11,7 @@ Two measurements, each side by side in one run:
   interleaved rounds (best round each): the step that returns every metric
   (what a logged step runs) and the step that returns only the loss and takes
   over the old state's buffers (``donate_argnums``; what
-  ``scaling.training.train.run_training`` runs between logged steps). Model FLOPs per
+  ``scaling.training.loop.run_training`` runs between logged steps). Model FLOPs per
   step (forward + backward):
 
       6 · P_matmul · B · T  +  12 · depth · B · T² · N · H
@@ -31,7 +31,7 @@ Two measurements, each side by side in one run:
   source ops: where the FLOP/s short of the matmul peak go.
 
 * The learning-rate grid. The same runs (learning rates × seeds, same steps,
-  same data) trained as one vmapped program (``scaling.training.train.run_training`` with a grid, its members in
+  same data) trained as one vmapped program (``scaling.training.loop.run_training`` with a grid, its members in
   chunks by ``default_grid_chunk``; where that makes chunks, the grid vmapped all at once is timed too)
   and one at a time, each with its own jitted init and step, as separate
   scripts would: cold (compilation included) and warm (compiled functions
@@ -59,13 +59,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import results as results_lib
-from scaling.training import train as train_lib
+from scaling.training import initialization as init_lib
+from scaling.training import loop as loop_lib
+from scaling.training import programs as programs_lib
+from scaling.training import step as step_lib
+from scaling.training import transformer_step
 from scaling.base.config import option
 from scaling.base.config import Options
 from benchmarks import profile as profile_lib
@@ -116,7 +122,7 @@ def matmul_params(params: Any) -> int:
   return sum(int(v.size) for k, v in params.items() if k not in EMBEDDING_TABLES for v in jax.tree.leaves(v))
 
 
-def flops_per_step(config: model_lib.ModelConfig, params: Any, batch_size: int, seq_len: int) -> dict[str, float]:
+def flops_per_step(config: ModelConfig, params: Any, batch_size: int, seq_len: int) -> dict[str, float]:
   """Model FLOPs of one training step (module docstring): dense, attention and total."""
   tokens = batch_size * seq_len
   dense = 6.0 * matmul_params(params) * tokens
@@ -126,15 +132,15 @@ def flops_per_step(config: model_lib.ModelConfig, params: Any, batch_size: int, 
 
 STEP_VARIANTS = {"every_metric": dict(metrics=None, donate=False), "loss_only_donated": dict(metrics=("loss",),
                                                                                            donate=True)}
-"""The train steps timed by ``throughput``: ``scaling.training.train.make_train_step`` options."""
+"""The train steps timed by ``throughput``: ``scaling.training.step.make_train_step`` options."""
 
 
 def _throughput_model(config: TrainBenchConfig):
   """(model config, optimizer config, the fixed batch) of the throughput measurement."""
-  family = model_lib.ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
-  dataset = data_lib.make_dataset("induction", seq_len=config.seq_len, batch_size=config.batch_size)
+  family = ModelFamily(depth=config.depth, num_heads=config.num_heads, base_width=config.width)
+  dataset = DataConfig(task="induction", seq_len=config.seq_len, batch_size=config.batch_size).make()
   model_config = family.model_config("sp", config.width, vocab_size=dataset.vocab_size, max_len=config.seq_len)
-  return model_config, optim_lib.OptimizerConfig(learning_rate=1e-3), dataset.batch(0)
+  return model_config, OptimizerConfig(learning_rate=1e-3), dataset.batch(0)
 
 
 def throughput(config: TrainBenchConfig) -> dict[str, Any]:
@@ -153,9 +159,9 @@ def throughput(config: TrainBenchConfig) -> dict[str, Any]:
   dot, dot_args = timing.matmul_call(config.matmul_size)
   steps, states, first_step_s = {}, {}, {}
   for name, options in STEP_VARIANTS.items():
-    steps[name] = train_lib.make_train_step(model_config, opt, **options)
+    steps[name] = step_lib.make_train_step(model_config, opt, **options)
     start = time.perf_counter()
-    states[name], metrics = steps[name](train_lib.make_init(model_config, opt)(0, 1e-3), batch)
+    states[name], metrics = steps[name](init_lib.make_init(model_config, opt)(0, 1e-3), batch)
     jax.block_until_ready(metrics)
     first_step_s[name] = time.perf_counter() - start
   params = states["every_metric"].params
@@ -193,9 +199,9 @@ def profile(config: TrainBenchConfig, trace_dir: pathlib.Path) -> dict[str, Any]
   The step is compiled without donation, so that the traced calls can reuse one state.
   """
   model_config, opt, batch = _throughput_model(config)
-  state = train_lib.make_init(model_config, opt)(0, 1e-3)
-  step = jax.jit(functools.partial(train_lib.train_step, model=model_lib.Transformer(model_config),
-                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt,
+  state = init_lib.make_init(model_config, opt)(0, 1e-3)
+  step = jax.jit(functools.partial(transformer_step.train_step, model=model_lib.Transformer(model_config),
+                                   optimizer=programs_lib.optimizer_for(model_config, opt), opt_config=opt,
                                    metrics=("loss",))).lower(state, batch).compile()
   jax.block_until_ready(step(state, batch))
   return profile_lib.profile_ops(step, (state, batch), config.profile_calls, trace_dir)
@@ -203,9 +209,9 @@ def profile(config: TrainBenchConfig, trace_dir: pathlib.Path) -> dict[str, Any]
 
 def _fresh_fns(model_config, opt):
   """A newly jitted (init, step) pair of one run, as a separate script would compile it (loss-only, donating step)."""
-  init = jax.jit(lambda seed, lr: train_lib.init_train_state(seed, model_config, opt, lr))
-  step = jax.jit(functools.partial(train_lib.train_step, model=model_lib.Transformer(model_config),
-                                   optimizer=train_lib.make_optimizer(model_config, opt), opt_config=opt,
+  init = jax.jit(lambda seed, lr: init_lib.init_train_state(seed, model_config, opt, lr))
+  step = jax.jit(functools.partial(transformer_step.train_step, model=model_lib.Transformer(model_config),
+                                   optimizer=programs_lib.optimizer_for(model_config, opt), opt_config=opt,
                                    metrics=("loss",)), donate_argnums=0)
   return init, step
 
@@ -231,25 +237,26 @@ def _one_at_a_time(model_config, opt, dataset, lrs, seeds, steps, fns=None):
 
 def grid_comparison(config: TrainBenchConfig) -> dict[str, Any]:
   """The vmapped grid against the same runs one at a time, cold and warm."""
-  family = model_lib.ModelFamily(depth=config.grid_depth, base_width=config.grid_width, num_heads=2)
-  dataset = data_lib.make_dataset("recall", seq_len=config.grid_seq_len, batch_size=config.grid_batch_size)
+  family = ModelFamily(depth=config.grid_depth, base_width=config.grid_width, num_heads=2)
+  dataset = DataConfig(task="recall", seq_len=config.grid_seq_len, batch_size=config.grid_batch_size).make()
   model_config = family.model_config("mup", config.grid_width, vocab_size=dataset.vocab_size,
                                      max_len=config.grid_seq_len)
   steps = config.grid_steps
-  opt = optim_lib.OptimizerConfig(steps=steps)
+  opt = OptimizerConfig(steps=steps)
   lrs, seeds = lr_grid(config.grid_log2_lrs, config.grid_seeds)
-  chunk = train_lib.default_grid_chunk(model_config, len(lrs), devices=jax.device_count())
+  chunk = step_lib.default_grid_chunk(model_config, len(lrs), devices=jax.device_count())
 
   def vmapped(grid_chunk=None):
-    return train_lib.run_training(model_config, opt, dataset, seed=seeds, learning_rates=lrs, record=("loss",),
-                                  log_every=steps, stop_on_divergence=False, grid_chunk=grid_chunk).records["loss"]
+    runs = loop_lib.Runs(seed=seeds, learning_rates=lrs, chunk=grid_chunk)
+    options = loop_lib.RunOptions(record=("loss",), log_every=steps, stop_on_divergence=False)
+    return loop_lib.run_training(model_config, opt, dataset, runs, options).records["loss"]
 
   timings = {}
-  train_lib.clear_caches()
+  loop_lib.clear_caches()
   jax.clear_caches()
   # Both methods' data samplers are compiled outside the timings (they are shared by every width).
   dataset.batch(0)
-  train_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
+  step_lib.grid_batches(dataset, 0, jnp.asarray(seeds))
   fast, cold = timing.timed(vmapped)
   timings["vmapped"] = {"cold_s": cold}
   all_at_once = functools.partial(vmapped, len(lrs))

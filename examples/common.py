@@ -18,8 +18,8 @@ import jax
 
 import scaling
 from scaling.runs import results
-from scaling.studies.coord_check import study as coord_check_lib
-from scaling.studies.transfer import study as transfer_lib
+from scaling.studies.coord_check import verdicts as coord_verdicts
+from scaling.studies.transfer import any_model as transfer_lib
 
 
 def parser(description: str, *, widths: str = "64,128,256,512", transfer_steps: int = 200,
@@ -96,7 +96,7 @@ def run(name: str, args: argparse.Namespace, model_for: Callable[[str], Callable
       transfers.append(scaling.transfer(model, loss_fn, batches, schemes=(param,),
                                         widths=args.transfer_widths or args.widths, log2_lrs=args.log2_lrs,
                                         steps=args.transfer_steps, seeds=range(args.seeds)))
-  check = coord_check_lib.combine(*checks)
+  check = coord_verdicts.combine(*checks)
   check.write_figure(out / "coord_check.png")
   check.write_figure(out / "coord_check_delta.png", delta=True)
   widths = ", ".join(map(str, args.widths))

@@ -3,10 +3,10 @@ shapes, coordinate-checked and transferred.
 
   python -m examples.linen_transformer --text_file=../shared/data/tinyshakespeare.txt
 
-Character-level language modelling (``scaling.training.data``); pre-LayerNorm blocks of Flax's attention (causal, a fixed
-number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the attention
-takes ``scaling.make_attention_fn`` with the linear rule α/d_head, α = √(base head dim) so that μP equals SP at the
-base width; under SP 1/√d_head (Flax's default).
+Character-level language modelling (``scaling.training.text_corpus``); pre-LayerNorm blocks of Flax's attention
+(causal, a fixed number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the
+attention takes ``scaling.make_attention_fn`` with the linear rule α/d_head, α = √(base head dim) so that μP equals
+SP at the base width; under SP 1/√d_head (Flax's default).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 import scaling
 from examples import common
-from scaling.training import train as train_lib
+from scaling.training import losses as losses_lib
+from scaling.training.data_config import DataConfig
 
 
 class Block(nn.Module):
@@ -61,7 +62,7 @@ class TinyLM(nn.Module):
 
 def loss_fn(model, batch):
   """Next-character cross-entropy over the scored positions."""
-  return train_lib.weighted_cross_entropy(model(batch["inputs"]), batch["targets"], batch["weights"])[0]
+  return losses_lib.weighted_cross_entropy(model(batch["inputs"]), batch["targets"], batch["weights"])[0]
 
 
 def attention_for(scheme: str, base_width: int, num_heads: int) -> Callable[..., Any]:
@@ -80,7 +81,7 @@ def main(argv=None):
   p.add_argument("--depth", default=2, type=int, help="Blocks.")
   p.add_argument("--num_heads", default=4, type=int, help="Attention heads (fixed; the head dim grows).")
   args = p.parse_args(argv)
-  data = scaling.training.data.load_text_dataset(args.text_file, seq_len=args.seq_len, batch_size=args.batch_size)
+  data = DataConfig(text_file=args.text_file, seq_len=args.seq_len, batch_size=args.batch_size).make()
 
   def model_for(scheme):
     attention_fn = attention_for(scheme, args.base_width, args.num_heads)

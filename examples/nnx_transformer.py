@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import scaling
 from examples import common
 from examples import linen_transformer
+from scaling.training.data_config import DataConfig
 
 
 class Block(nnx.Module):
@@ -60,7 +61,7 @@ def main(argv=None):
   p.add_argument("--depth", default=2, type=int, help="Blocks.")
   p.add_argument("--num_heads", default=4, type=int, help="Attention heads (fixed; the head dim grows).")
   args = p.parse_args(argv)
-  data = scaling.training.data.load_text_dataset(args.text_file, seq_len=args.seq_len, batch_size=args.batch_size)
+  data = DataConfig(text_file=args.text_file, seq_len=args.seq_len, batch_size=args.batch_size).make()
 
   def model_for(scheme):
     attention_fn = linen_transformer.attention_for(scheme, args.base_width, args.num_heads)

@@ -35,6 +35,7 @@ is printed and written to its ``time_split.json``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import pathlib
@@ -47,7 +48,7 @@ from absl import flags
 import jax
 
 from scaling.base import config as config_lib
-from scaling.training import data as data_lib
+from scaling.training import text_corpus
 from scaling.studies import process as process_lib
 from scaling.runs import results
 from scaling.base import validation
@@ -128,6 +129,8 @@ def define_flags(cls: type) -> tuple[flags.FlagValues, list[config_lib.OptionSpe
     name, help_text, default = spec.name, spec.help, spec.default
     common = dict(flag_values=fv, module_name=" / ".join(path) or cls.__name__)  # --help groups flags by this
     if spec.is_list:
+      if spec.allowed() is not None:  # absl's help shows an enum's choices but not a list's
+        help_text = f"{help_text} Any of: {', '.join(map(str, spec.allowed()))}."
       flags.DEFINE(ListParser(spec), name, None if default is None else list(default), help_text,
                    serializer=flags.CsvListSerializer(","), **common)
     elif spec.base_type is bool:
@@ -160,6 +163,8 @@ def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str
   fv, specs = define_flags(cls)
   try:
     rest = fv(list(argv))
+  except flags.UnrecognizedFlagError as e:
+    raise UsageError(f"unknown flag --{e.flagname}{_did_you_mean(e.flagname, list(fv))}") from None
   except flags.Error as e:  # the first line, and the wrapped list of choices indented below it
     lines = str(e).splitlines()
     raise UsageError("\n".join(lines[:1] + [line for line in lines[1:] if line.startswith("  ")])) from None
@@ -180,6 +185,17 @@ def _parse(cls: type, argv: Sequence[str]) -> tuple[Any, ProcessOptions, set[str
   except ValueError as e:
     raise UsageError(flag_text(e, cls)) from None
   return built[0], built[1], {spec.name for spec in specs if fv[spec.name].present}
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+  """``"; did you mean --x?"`` for the flags closest to ``name``: spelled alike, or abbreviated by their words'
+  initials (``lr`` for ``learning_rate``); empty when none is close."""
+  bare = name[2:] if name.startswith("no") and name[2:] in known else name
+  initials = [k for k in known if "_" in k and "".join(word[0] for word in k.split("_")) == bare]
+  close = initials + [k for k in difflib.get_close_matches(bare, known, n=3, cutoff=0.75) if k not in initials]
+  if not close:
+    return ""
+  return f"; did you mean {' or '.join(f'--{k}' for k in close[:3])}?"
 
 
 class UsageError(Exception):
@@ -316,7 +332,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
       results.link_latest(out_dir)
   except UsageError as e:
     return fail(str(e))
-  except data_lib.DataError as e:
+  except text_corpus.DataError as e:
     return fail(f"--text_file: {e}")
   except validation.ConfigError as e:  # bad input; any other exception is a bug and keeps its traceback
     return fail(flag_text(e, cls))

@@ -3,7 +3,7 @@
   python -m experiments.coord_check                                   # sp and mup, widths 64..1024, 4 steps
   python -m experiments.coord_check --parametrizations=sp,mup,umup --widths=32,64,128 --steps=8
   python -m experiments.coord_check --text_file=data.txt --optimizer=sgd --learning_rate=0.1
-  python -m experiments.coord_check --axis=depth --depths=2,4,8,16,32 --parametrizations=mup \
+  python -m experiments.coord_check --axis=depth --depths=2,4,8,16,32 --parametrizations=mup \\
       --depth_alphas=0,0.5,1                                          # depth at width 128 (CompleteP)
 
 For each parametrization and width, trains --num_seeds models (vmapped) for

@@ -67,7 +67,8 @@ __all__ = [
 # Imported on first use: the coordinate check and learning-rate transfer of any model live in scaling.studies (they
 # plot and tabulate), so that ``import scaling`` imports no study; ReadoutLinear subclasses flax.nnx's Linear, so
 # that ``import scaling`` does not load flax.nnx.
-_ON_FIRST_USE = {"coord_check": "scaling.studies.coord_check.study", "transfer": "scaling.studies.transfer.study",
+_ON_FIRST_USE = {"coord_check": "scaling.studies.coord_check.any_model",
+                 "transfer": "scaling.studies.transfer.any_model",
                  "ReadoutLinear": "scaling.mup.nnx_readout"}
 
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from experiments import cli
 from scaling.attention import dispatch as attention
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from scaling.base import config as config_lib
 from scaling.runs import report
@@ -64,8 +65,8 @@ def measure_case(case: str, causal: bool, options: Options) -> list[dict]:
   """One row per pass: the fastest ms of every path and the default's choice in that pass."""
   b, t, n, k, s = map(int, case.split("x"))
   query_shape, key_shape = (b, t, n, options.head_dim), (b, s, k, options.head_dim)
-  opts = attention.resolve_logit_options(options.head_dim, scale=None, rule=None, logit_soft_cap=None,
-                                         logit_clamp=None, float32_softmax=True, subtract_max=True)
+  opts = logits_lib.resolve_logit_options(options.head_dim, scale=None, rule=None, logit_soft_cap=None,
+                                          logit_clamp=None, float32_softmax=True, subtract_max=True)
   keys = jax.random.split(jax.random.PRNGKey(options.seed), 3)
   args = tuple(jax.random.normal(key, shape) for key, shape in zip(keys, (query_shape, key_shape, key_shape)))
   choice = attention.select_implementation(query_shape, key_shape, opts, is_causal=causal)

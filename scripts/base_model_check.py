@@ -12,7 +12,7 @@ on one batch, under the default ``init="base"`` and under ``init="paper"`` (the 
 
 Init modes: the coordinate check of the tied and untied GPT-2 (widths 64 to 512; 3 Adam steps at lr 0.01 on one
 fixed batch, 8 seeds) under each init mode, and each mode's initial loss at the base width; the criterion of a
-module breaking μP is ``scaling.studies.coord_check.study``'s (a slope above 0.1).
+module breaking μP is ``scaling.studies.coord_check.verdicts``'s (a slope above 0.1).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGE_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "scaling", "experiments")
+PACKAGE_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "scaling", "experiments",
+                 "benchmarks")
 """What building the package reads (those that exist)."""
 CANNOT_RUN = 3
 """Exit status when this machine cannot make the virtual environment (nothing was checked)."""
@@ -169,6 +170,9 @@ def inside(root: pathlib.Path) -> int:
 
 
 if __name__ == "__main__":
+  if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+    print(__doc__.strip())
+    sys.exit(0)
   if sys.argv[1:2] == ["--inside"]:
     sys.exit(inside(pathlib.Path(sys.argv[2]).resolve()))
   sys.exit(main())

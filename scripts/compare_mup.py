@@ -9,7 +9,7 @@ an MLP's learning-rate transfer. Writes Markdown tables for docs/your_model.md.
 Tied readout (``--part=tied``): GPT-2 as Hugging Face's Flax code writes it (tests/external_models.py: Conv1D
 kernels stored (out, in), a fused q/k/v kernel, GPT-2's 0.02 init, the token table also the readout) and its
 PyTorch twin (the same layers, ``mup.MuSharedReadout(wte.weight)``, ``mup.set_base_shapes(model, base,
-delta=delta)``, ``mup.MuAdam``), both coordinate-checked with one criterion (``scaling.studies.coord_check.study``):
+delta=delta)``, ``mup.MuAdam``), both coordinate-checked with one criterion (``scaling.studies.coord_check.verdicts``):
 the slope of log2 RMS against log2 width of every module's output at initialization and of its change since
 initialization after 1..k Adam steps on one fixed batch; a module breaks μP when a slope exceeds 0.1. mup three
 ways: GPT-2's init as written; every Linear weight redrawn by ``mup.init.normal_(std=0.02)`` after
@@ -46,7 +46,7 @@ import scaling  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling.runs import results  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling.runs import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scaling.studies.grid import optimum as optimum_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scaling.studies.coord_check import study as coord_check_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scaling.studies.coord_check import verdicts as coord_check_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from examples import linen_mlp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import external_models as em  # pylint: disable=g-import-not-at-top,wrong-import-position
 

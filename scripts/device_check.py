@@ -35,6 +35,7 @@ import jax.numpy as jnp
 
 from experiments import cli
 from scaling.attention import dispatch as attention_lib
+from scaling.attention import logits as logits_lib
 from scaling.base import config as config_lib
 from scaling.attention import pallas as pallas_lib
 from scaling.runs import report
@@ -151,7 +152,7 @@ def exactness(config: Options, *, gpu: bool) -> list[dict[str, Any]]:
             continue
           if path == "default":
             row["chosen"] = attention_lib.select_implementation(
-                q.shape, k.shape, attention_lib.resolve_logit_options(
+                q.shape, k.shape, logits_lib.resolve_logit_options(
                     q.shape[-1], scale=None, rule=rule, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
                     subtract_max=True), dtype=q.dtype, is_causal=causal).implementation
           try:

@@ -24,14 +24,16 @@ import sys
 
 from experiments import cli
 from scaling.base import config as config_lib
-from scaling.training import model as model_lib
+from scaling.training.model_family import ModelFamily
+from scaling.training.model_config import ModelConfig
+from scaling.training import init_rms as init_rms_lib
 from scaling.mup import schemes as param_lib
 from scaling.runs import report
 from scaling.base.config import option
 from scaling.base.validation import ConfigError
 
 VOCAB = 65
-_UMUP_SCALES = {f.name: f for f in dataclasses.fields(model_lib.ModelFamily)}["umup_scales"]
+_UMUP_SCALES = {f.name: f for f in dataclasses.fields(ModelFamily)}["umup_scales"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +56,10 @@ class Options(config_lib.Options):
 
 def model_scales(width: int, depth: int, seq_len: int, seed: int = 0, umup_scales: str = "paper") -> dict[str, float]:
   """{"activation/NAME" | "gradient/NAME" | "weight gradient/NAME": RMS} of one u-μP model at init (per block)."""
-  cfg = model_lib.ModelConfig(vocab_size=VOCAB, width=width, depth=depth, num_heads=4, head_dim=width // 4,
+  cfg = ModelConfig(vocab_size=VOCAB, width=width, depth=depth, num_heads=4, head_dim=width // 4,
                               max_len=seq_len,
                               parametrization=param_lib.get_parametrization("umup", umup_scales=umup_scales))
-  return model_lib.rms_at_init(cfg, seq_len, seed)
+  return init_rms_lib.rms_at_init(cfg, seq_len, seed)
 
 
 def _load(paths: tuple[str, ...], umup_scales: str) -> dict[str, dict[str, float]]:

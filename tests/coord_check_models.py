@@ -3,7 +3,6 @@
 import jax
 
 import scaling
-from scaling.studies.coord_check import study as coord_check
 import external_models as em
 
 WIDTHS = (32, 64, 128)

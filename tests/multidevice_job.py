@@ -13,10 +13,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from scaling.training import data
-from scaling.training import model as model_lib
-from scaling.mup import optim
-from scaling.training import train
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
+from scaling.training import loop as loop_lib
+from scaling.training import programs as programs_lib
 from scaling.mup import user_model
 from scaling.studies import sweep
 
@@ -32,18 +33,19 @@ def _specs(tree):
 
 def main(path: str) -> None:
   out = {"devices": jax.device_count(), "sweep": sweep.run_sweep(sweep.SweepConfig(**SWEEP))}
-  dataset = data.DataConfig(seq_len=8, batch_size=4).make(0)
-  family = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)
+  dataset = DataConfig(seq_len=8, batch_size=4).make(0)
+  family = ModelFamily(depth=1, num_heads=2, base_width=16)
   model_config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-  opt = optim.OptimizerConfig(steps=3, learning_rate=1e-2)
-  grid = train.run_training(model_config, opt, dataset, seed=[0, 1, 2], learning_rates=[1e-3, 1e-2, 3e-2],
-                            record=("loss",))
+  opt = OptimizerConfig(steps=3, learning_rate=1e-2)
+  grid_runs = loop_lib.Runs(seed=[0, 1, 2], learning_rates=[1e-3, 1e-2, 3e-2])
+  grid = loop_lib.run_training(model_config, opt, dataset, grid_runs, loop_lib.RunOptions(record=("loss",)))
   out["grid_loss"] = grid.records["loss"].tolist()
   out["grid_final_loss"] = grid.final_loss.tolist()
   out["grid_members"] = [x.shape[0] for x in jax.tree.leaves(grid.state.params)]
   out["grid_state_devices"] = [len(x.sharding.device_set) for x in jax.tree.leaves(grid.state.params)]
   for shard_params in (False, True):
-    run = train.run_training(model_config, opt, dataset, seed=0, record=("loss",), shard_params=shard_params)
+    run = loop_lib.run_training(model_config, opt, dataset, loop_lib.Runs(seed=0),
+                                loop_lib.RunOptions(record=("loss",), shard_params=shard_params))
     out[f"single_loss_{shard_params}"] = run.records["loss"].tolist()
     out[f"single_specs_{shard_params}"] = _specs(run.state.params)
   # A user's model (a plain Flax MLP and its optax factory) through the same loop: members over the devices, FSDP.
@@ -52,11 +54,12 @@ def main(path: str) -> None:
   x = jax.random.normal(jax.random.key(0), (3, 8, 4))
   batches = user_model.Batches({"x": x, "y": jnp.tanh(x[..., :3])})
   fm = user_model.functional_model(mlp, loss, 16, batches.example)
-  program = train.FunctionalProgram(fm, lambda width, params, lr: optax.adam(lr))
-  user = train.run_training(program, opt, batches, seed=[0, 1, 2], learning_rates=[1e-3, 1e-2, 3e-2], record=("loss",))
+  program = programs_lib.FunctionalProgram(fm, lambda width, params, lr: optax.adam(lr))
+  user = loop_lib.run_training(program, opt, batches, grid_runs, loop_lib.RunOptions(record=("loss",)))
   out["user_grid_loss"] = user.records["loss"].tolist()
   out["user_grid_state_devices"] = [len(x.sharding.device_set) for x in jax.tree.leaves(user.state.params)]
-  user_fsdp = train.run_training(program, opt, batches, seed=0, record=("loss",), shard_params=True)
+  user_fsdp = loop_lib.run_training(program, opt, batches, loop_lib.Runs(seed=0),
+                                    loop_lib.RunOptions(record=("loss",), shard_params=True))
   out["user_single_loss"] = user_fsdp.records["loss"].tolist()
   with open(path, "w") as f:
     json.dump(out, f)

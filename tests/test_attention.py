@@ -16,7 +16,7 @@ import numpy as np
 
 import scaling
 from scaling.attention import masking
-from scaling.training import resources
+from scaling.studies import sweep_memory
 from scaling.attention import rules
 
 
@@ -255,7 +255,7 @@ class MaskingAndOptionsTest(chex.TestCase, parameterized.TestCase):
 
 def _opts(**kwargs):
   base = dict(scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True, subtract_max=True)
-  return scaling.attention.dispatch.resolve_logit_options(16, **{**base, **kwargs})
+  return scaling.attention.logits.resolve_logit_options(16, **{**base, **kwargs})
 
 
 # Shapes (B, T, N, K, S, H) and masking on which the dispatcher's paths are checked. As the rule stands they reach
@@ -403,7 +403,7 @@ class DispatchTest(parameterized.TestCase):
       ((2, 1024, 16, 1, 1024, 32), True), ((4, 512, 8, 8, 512, 64), True), ((8, 128, 4, 4, 128, 64), False))
   def test_chosen_path_plans_no_more_memory_than_the_model(self, shape, causal):
     # XLA's buffer plan for the chosen paths (both passes; compiled from shapes alone, nothing is run; T = S) against
-    # the library's memory model of that path, ``scaling.training.resources.sweep_program`` (dense: its T x S logits;
+    # the library's memory model of that path, ``scaling.studies.sweep_memory.sweep_program`` (dense: its T x S logits;
     # blockwise: T x block_k per head), which the sweep checks before it runs.
     b, t, n, k, s, h = shape
     query, keys = jax.ShapeDtypeStruct((b, t, n, h), jnp.float32), jax.ShapeDtypeStruct((b, s, k, h), jnp.float32)
@@ -416,7 +416,7 @@ class DispatchTest(parameterized.TestCase):
       if analysis is None:
         self.skipTest("no memory analysis on this backend")
       planned = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
-      bound = resources.sweep_program(batch=b, heads=n, seq_len=t, d_k=h, num_seeds=1, num_rules=1,
+      bound = sweep_memory.sweep_program(batch=b, heads=n, seq_len=t, d_k=h, num_seeds=1, num_rules=1,
                                       attention=path.implementation, block=path.block_k or s).total
       self.assertLessEqual(planned, bound, f"{scaling.attention.autotune.choice_name(path)} for {shape}, causal={causal}")
 

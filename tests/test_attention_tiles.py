@@ -7,6 +7,7 @@ from absl.testing import absltest
 
 import experiment_main
 from scaling.attention import dispatch as attention
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 
 
@@ -24,8 +25,8 @@ class AttentionTilesTest(absltest.TestCase):
     self.assertEqual(status, 0)
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     self.assertEqual([r["mode"] for r in rows], ["fwd+bwd", "fwd"])
-    opts = attention.resolve_logit_options(8, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
-                                           float32_softmax=True, subtract_max=True)
+    opts = logits_lib.resolve_logit_options(8, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                            float32_softmax=True, subtract_max=True)
     choice = attention.select_implementation((1, 256, 2, 8), (1, 256, 1, 8), opts, is_causal=True)
     # what the default runs in each pass, timed though not among --tiles
     default = {"fwd+bwd": autotune.choice_name(choice), "fwd": autotune.choice_name(choice.forward or choice)}

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from scaling.attention import dispatch as attention
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from scaling.attention import blockwise
 
@@ -20,7 +21,7 @@ Q_SHAPE, K_SHAPE = (1, 256, 2, 16), (1, 256, 1, 16)  # S = BLOCKWISE_MIN_KV_LEN:
 def _opts(**kwargs):
   options = dict(scale=None, rule=None, logit_soft_cap=None, logit_clamp=None, float32_softmax=True,
                  subtract_max=True)
-  return attention.resolve_logit_options(16, **{**options, **kwargs})
+  return logits_lib.resolve_logit_options(16, **{**options, **kwargs})
 
 
 FIXED_CHOICE = attention.select_implementation(Q_SHAPE, K_SHAPE, _opts(), is_causal=True)

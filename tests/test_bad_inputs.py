@@ -24,12 +24,16 @@ import numpy as np
 from flax import struct as flax_struct
 import scaling
 from scaling.attention import blockwise as blockwise_lib
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.attention import metrics as metrics_lib
 from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.model_family import ModelFamily
+from scaling.training.model_config import ModelConfig
+from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
+from scaling.training import losses as losses_lib
+from scaling.training import transformer_step
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -170,6 +174,11 @@ def _attention_cases():
       yield (f"{fn_name}_{name}", fn, arrays, kwargs, kind, needle)
 
 
+def _no_params_parametrized():
+  """SP applied to a model without parameters: enough to build its optimizers."""
+  return scaling.parametrize(scaling.mup.roles.from_kinds({}, {}, 1.0), "sp")
+
+
 _CFG = dict(vocab_size=16, width=32, depth=1, num_heads=2, head_dim=16)
 @flax_struct.dataclass
 class _UserRule(scaling.ScaleRule):
@@ -228,52 +237,47 @@ LIBRARY_CASES = (
     ("get_parametrization_typo", lambda: scaling.get_parametrization("mupp"), ValueError,
      "unknown parametrization 'mupp' (did you mean 'mup'?)"),
     ("get_parametrization_option", lambda: scaling.get_parametrization("mup", foo=1), ValueError, "foo"),
-    ("make_optimizer_name",
-     lambda: optim_lib.make_optimizer("adamm", 1e-3, scaling.get_parametrization("sp"), 32, {}), ValueError,
+    ("parametrize_optimizer_name", lambda: _no_params_parametrized().optimizer("adamm", 1e-3), ValueError,
      "unknown optimizer 'adamm' (did you mean 'adam'?)"),
-    ("make_optimizer_nesterov",
-     lambda: optim_lib.make_optimizer("sgd", 1e-3, scaling.get_parametrization("sp"), 32, {}, momentum=0.9,
-                                      nesterov="yes"), TypeError, "nesterov"),
-    ("make_optimizer_parametrization", lambda: optim_lib.make_optimizer("adam", 1e-3, "mup", 32, {}), ValueError,
-     "parametrization must be a Parametrization object"),
-    ("scale_by_parametrization_optimizer",
-     lambda: optim_lib.scale_by_parametrization(scaling.get_parametrization("sp"), 32, {}, optimizer="adamm"),
-     ValueError, "unknown optimizer 'adamm'"),
-    ("optimizer_config_typo", lambda: optim_lib.OptimizerConfig(optimizer="adamm"), ValueError,
+    ("parametrize_optimizer_nesterov",
+     lambda: _no_params_parametrized().optimizer("sgd", 1e-3, momentum=0.9, nesterov="yes"), TypeError, "nesterov"),
+    ("parametrize_scheme", lambda: scaling.parametrize(scaling.mup.roles.from_kinds({}, {}, 1.0), 3), TypeError,
+     "parametrization must be a name or a Parametrization"),
+    ("parametrize_scale_lr_optimizer", lambda: _no_params_parametrized().scale_lr("adamm"), ValueError,
+     "unknown optimizer 'adamm'"),
+    ("optimizer_config_typo", lambda: OptimizerConfig(optimizer="adamm"), ValueError,
      "optimizer must be one of adam, adamw, sgd, adam_atan2; got 'adamm' (did you mean 'adam'?)"),
-    ("optimizer_config_lr", lambda: optim_lib.OptimizerConfig(learning_rate=-1.0), ValueError, "learning_rate"),
-    ("optimizer_config_steps", lambda: optim_lib.OptimizerConfig(steps=2.5), ValueError, "steps must be an integer"),
-    ("data_config_task", lambda: data_lib.DataConfig(task="recal"), ValueError, "(did you mean 'recall'?)"),
-    ("data_config_seq_len", lambda: data_lib.DataConfig(seq_len=0), ValueError, "seq_len"),
-    ("model_family_rule", lambda: model_lib.ModelFamily(rule="lineer"), ValueError,
+    ("optimizer_config_lr", lambda: OptimizerConfig(learning_rate=-1.0), ValueError, "learning_rate"),
+    ("optimizer_config_steps", lambda: OptimizerConfig(steps=2.5), ValueError, "steps must be an integer"),
+    ("data_config_task", lambda: DataConfig(task="recal"), ValueError, "(did you mean 'recall'?)"),
+    ("data_config_seq_len", lambda: DataConfig(seq_len=0), ValueError, "seq_len"),
+    ("model_family_rule", lambda: ModelFamily(rule="lineer"), ValueError,
      "got 'lineer' (did you mean 'linear'?)"),
-    ("model_config_width", lambda: model_lib.ModelConfig(**{**_CFG, "width": 0}), ValueError, "width"),
-    ("model_config_causal", lambda: model_lib.ModelConfig(**_CFG, causal="yes"), TypeError, "causal must be True"),
-    ("model_config_rule_name", lambda: model_lib.ModelConfig(**_CFG, rule="sqrt"), ValueError,
+    ("model_config_width", lambda: ModelConfig(**{**_CFG, "width": 0}), ValueError, "width"),
+    ("model_config_causal", lambda: ModelConfig(**_CFG, causal="yes"), TypeError, "causal must be True"),
+    ("model_config_rule_name", lambda: ModelConfig(**_CFG, rule="sqrt"), ValueError,
      "rule must be a ScaleRule object"),
-    ("model_config_gqa", lambda: model_lib.ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
-    ("param_kinds_config", lambda: model_lib.param_kinds(3), TypeError, "config must be a scaling.training.model.ModelConfig"),
+    ("model_config_gqa", lambda: ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
+    ("param_kinds_config", lambda: model_lib.param_kinds(3), TypeError,
+     "config must be a scaling.training.model_config.ModelConfig"),
     ("transformer_config", lambda: model_lib.Transformer("gpt2"), TypeError,
-     "config must be a scaling.training.model.ModelConfig"),
+     "config must be a scaling.training.model_config.ModelConfig"),
     ("apply_with_aux_model", lambda: model_lib.apply_with_aux(3, {}, jnp.ones((1, 8), jnp.int32)), TypeError,
      "model must be a scaling.training.model.Transformer"),
-    ("make_dataset_name", lambda: data_lib.make_dataset("recal", seq_len=8, batch_size=2), ValueError,
-     "unknown dataset 'recal' (did you mean 'recall'?)"),
-    ("model_config_dtype", lambda: model_lib.ModelConfig(**_CFG, dtype="bfloat61"), ValueError,
+    ("model_config_dtype", lambda: ModelConfig(**_CFG, dtype="bfloat61"), ValueError,
      "dtype must be one of float32, bfloat16, float16; got 'bfloat61' (did you mean 'bfloat16'?)"),
-    ("make_dataset_batch_size", lambda: data_lib.make_dataset("recall", seq_len=8, batch_size="2"), ValueError,
-     "batch_size"),
-    ("z_loss_weights", lambda: train_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 4)), 0.1), ValueError,
+    ("data_config_batch_size", lambda: DataConfig(batch_size="2"), ValueError, "batch_size"),
+    ("z_loss_weights", lambda: losses_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 4)), 0.1), ValueError,
      "weights must be [B, T]"),
-    ("z_loss_coefficient", lambda: train_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
+    ("z_loss_coefficient", lambda: losses_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
      "coefficient must be >= 0"),
-    ("run_training_model", lambda: train_lib.run_training("m", optim_lib.OptimizerConfig(), None), TypeError,
-     "model_config must be a scaling.training.model.ModelConfig or a training program"),
+    ("run_training_model", lambda: loop_lib.run_training("m", OptimizerConfig(), None), TypeError,
+     "model must be a scaling.training.model_config.ModelConfig or a training program"),
     ("run_training_dataset",
-     lambda: train_lib.run_training(model_lib.ModelConfig(**_CFG), optim_lib.OptimizerConfig(), "d"), TypeError,
+     lambda: loop_lib.run_training(ModelConfig(**_CFG), OptimizerConfig(), "d"), TypeError,
      "dataset must be"),
-    ("train_step_state", lambda: train_lib.train_step(3, {}, model=None, optimizer=None, opt_config=None), TypeError,
-     "state must be a TrainState"),
+    ("train_step_state", lambda: transformer_step.train_step(3, {}, model=None, optimizer=None, opt_config=None),
+     TypeError, "state must be a TrainState"),
     ("make_attention_fn_rule", lambda: scaling.make_attention_fn(rule="lineer"), ValueError, "did you mean 'linear'"),
     ("rule_logit_scale_zero", lambda: scaling.get_rule("sqrt").logit_scale(0), ValueError,
      "head_dim must be a positive integer, got 0"),

@@ -10,6 +10,7 @@ import statistics
 from absl.testing import absltest
 
 from scaling.attention import dispatch as attention_lib
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from benchmarks import attention
 from benchmarks import implementations
@@ -17,8 +18,8 @@ from benchmarks import implementations
 
 def _rule(b, t, n, k, h, causal=True):
   """What the dispatcher's fixed rule runs for the case (T = S), by name."""
-  opts = attention_lib.resolve_logit_options(h, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
-                                             float32_softmax=True, subtract_max=True)
+  opts = logits_lib.resolve_logit_options(h, scale=None, rule=None, logit_soft_cap=None, logit_clamp=None,
+                                          float32_softmax=True, subtract_max=True)
   return attention_lib.select_implementation((b, t, n, h), (b, t, k, h), opts, is_causal=causal)
 
 

@@ -9,6 +9,7 @@ import pathlib
 from absl.testing import absltest
 
 from scaling.attention import dispatch as attention_lib
+from scaling.attention import logits as logits_lib
 from scaling.attention import autotune
 from benchmarks import attention_rule
 from scaling.base.validation import ConfigError
@@ -18,8 +19,8 @@ Row, Table = attention_rule.Row, attention_rule.Table
 
 def _rule_name(row: Row, mode: str) -> str:
   """The path the dispatcher runs for the row in the pass, from ``select_implementation`` itself."""
-  opts = attention_lib.resolve_logit_options(row.head_dim, scale=None, rule=None, logit_soft_cap=None,
-                                             logit_clamp=None, float32_softmax=True, subtract_max=True)
+  opts = logits_lib.resolve_logit_options(row.head_dim, scale=None, rule=None, logit_soft_cap=None,
+                                          logit_clamp=None, float32_softmax=True, subtract_max=True)
   choice = attention_lib.select_implementation((row.batch, row.q_len, row.num_heads, row.head_dim),
                                                (row.batch, row.kv_len, row.num_kv_heads, row.head_dim), opts,
                                                is_causal=row.causal)

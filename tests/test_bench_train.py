@@ -12,7 +12,8 @@ from absl.testing import absltest
 import jax
 
 from scaling.training import model as model_lib
-from scaling.training import train as train_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training import step as step_lib
 from benchmarks import profile
 from benchmarks import train as bench_train
 
@@ -40,7 +41,7 @@ class ProfileCategoryTest(absltest.TestCase):
 class FlopsTest(absltest.TestCase):
 
   def test_flops_by_hand(self):
-    cfg = model_lib.ModelConfig(vocab_size=11, width=8, depth=2, num_heads=2, head_dim=4, mlp_ratio=4,
+    cfg = ModelConfig(vocab_size=11, width=8, depth=2, num_heads=2, head_dim=4, mlp_ratio=4,
                                 max_len=16, positions="learned")
     params = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), cfg))
     # Per block: q, k, v, out 4·8·8, MLP 2·8·32, two norm gains 2·8; final norm 8; readout 8·11.
@@ -61,7 +62,7 @@ class QuickSuiteTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, out, ignore_errors=True)
     buf = std_io.StringIO()
     # One member per chunk, so that the grid's default (chunks) and all members at once are both timed.
-    with contextlib.redirect_stdout(buf), mock.patch.object(train_lib, "GRID_CHUNK", 1):
+    with contextlib.redirect_stdout(buf), mock.patch.object(step_lib, "GRID_CHUNK", 1):
       summary = bench_train.run(bench_train.QUICK, out)
     self.assertIn("faster", buf.getvalue())
     # The throughput table has a fraction-of-peak column (a narrow console may truncate the header with '…').

@@ -87,7 +87,7 @@ class BenchmarkFlagsTest(absltest.TestCase):
     for flags, needle in ((dict(suite=["sweep"], seq_lens=[128]), "--seq_lens sizes the attention suite, but --suite"),
                           (dict(quick=True, repeats=2), "--repeats sizes the attention suite, but --quick"),
                           (dict(suite=["attention"], repeats=0), "--repeats"),
-                          (dict(memory_seq_lens=[128]), "Unknown command line flag 'memory_seq_lens'"),
+                          (dict(memory_seq_lens=[128]), "unknown flag --memory_seq_lens"),
                           (dict(suite=["attention"], rule_tables=["small"]),
                            "--rule_tables sizes the attention_rule suite, but --suite"),
                           (dict(suite=["attention_rule"], rule_tables=["nope"]), "rule_tables must name tables")):

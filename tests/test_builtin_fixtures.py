@@ -13,11 +13,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
-from scaling.training import train as train_lib
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
+from scaling.training import loop as loop_lib
 from scaling.base.config import Seeds
+from scaling.studies.coord_check import slopes as coord_slopes
 from scaling.studies.coord_check import study as coord_check
 from scaling.studies.grid import points as grid_lib
 from scaling.studies.transfer import study as transfer
@@ -41,15 +42,16 @@ class TrainingFixtureTest(parameterized.TestCase):
   @parameterized.parameters(*REPLAYED)
   def test_training_numbers_unchanged(self, name):
     case = TRAINING[name]["case"]
-    data = data_lib.DataConfig(seq_len=8, batch_size=4).make(0)
-    family = model_lib.ModelFamily(**{**dict(depth=2, num_heads=2, base_width=16), **case["family"]})
+    data = DataConfig(seq_len=8, batch_size=4).make(0)
+    family = ModelFamily(**{**dict(depth=2, num_heads=2, base_width=16), **case["family"]})
     cfg = family.model_config(case["scheme"], 32, vocab_size=data.vocab_size, max_len=data.seq_len)
     if case.get("use_bias"):
       cfg = dataclasses.replace(cfg, use_bias=True)
-    opt = optim.OptimizerConfig(steps=4, learning_rate=1e-2, **case["opt"])
+    opt = OptimizerConfig(steps=4, learning_rate=1e-2, **case["opt"])
     want = TRAINING[name]["records"]["32"]
-    res = train_lib.run_training(cfg, opt, data, seed=[0, 1, 0, 1], learning_rates=[1e-2, 1e-2, 3e-3, 3e-3],
-                                 record=tuple(want), stop_on_divergence=False)
+    runs = loop_lib.Runs(seed=[0, 1, 0, 1], learning_rates=[1e-2, 1e-2, 3e-3, 3e-3])
+    res = loop_lib.run_training(cfg, opt, data, runs,
+                                loop_lib.RunOptions(record=tuple(want), stop_on_divergence=False))
     for key, values in want.items():
       _close(self, res.records[key], values, f"{name}: {key}")
 
@@ -57,24 +59,24 @@ class TrainingFixtureTest(parameterized.TestCase):
 class StudyFixtureTest(absltest.TestCase):
 
   def test_coord_check_rows_and_slopes_unchanged(self):
-    task = data_lib.DataConfig(seq_len=8, batch_size=4)
+    task = DataConfig(seq_len=8, batch_size=4)
     cfg = coord_check.CoordCheckConfig(
         grid=grid_lib.WidthGrid(parametrizations=("sp", "mup"), widths=(16, 32, 64)), seeds=Seeds(num_seeds=2),
-        data=task, model=model_lib.ModelFamily(depth=1, num_heads=2),
-        optim=optim.OptimizerConfig(steps=2, learning_rate=0.03))
+        data=task, model=ModelFamily(depth=1, num_heads=2),
+        optim=OptimizerConfig(steps=2, learning_rate=0.03))
     rows = coord_check.run_coord_check(cfg, task.make(0))
     self.assertEqual([(r["parametrization"], r["width"], r["step"], r["layer"]) for r in rows],
                      [(r["parametrization"], r["width"], r["step"], r["layer"]) for r in STUDIES["coord_rows"]])
     _close(self, [r["rms_seeds"] for r in rows], [r["rms_seeds"] for r in STUDIES["coord_rows"]], "rms")
-    slopes = coord_check.slopes(rows)
+    slopes = coord_slopes.slopes(rows)
     _close(self, [s["slope"] for s in slopes], [s["slope"] for s in STUDIES["coord_slopes"]], "slopes")
 
   def test_transfer_rows_unchanged(self):
-    task = data_lib.DataConfig(seq_len=8, batch_size=4)
+    task = DataConfig(seq_len=8, batch_size=4)
     cfg = transfer.TransferConfig(
         grid=grid_lib.WidthGrid(parametrizations=("sp", "mup"), widths=(16, 32)), log2_lrs=(-9.0, -6.0, -3.0),
-        seeds=Seeds(num_seeds=2), data=task, model=model_lib.ModelFamily(depth=1, num_heads=2, base_width=16),
-        optim=optim.OptimizerConfig(steps=6, schedule="cosine", warmup_steps=2, end_factor=0.1))
+        seeds=Seeds(num_seeds=2), data=task, model=ModelFamily(depth=1, num_heads=2, base_width=16),
+        optim=OptimizerConfig(steps=6, schedule="cosine", warmup_steps=2, end_factor=0.1))
     rows = [row for point in cfg.grid.points(cfg.model) for row in transfer.run_point(cfg, point, task.make(0))]
     want = STUDIES["transfer_rows"]
     self.assertEqual(len(rows), len(want))

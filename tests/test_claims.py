@@ -17,14 +17,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import claims as claims_experiment
-from scaling.training import resources
+from scaling.studies import device_time
 from scaling.runs import results
 from scaling.attention import rules
 from scaling.studies.claims import table as claim_table
 from scaling.studies.claims import study as claims
+from scaling.studies.claims import attention_variants
+from scaling.studies.claims import depth_claims
+from scaling.studies.claims import exp_overflow_claims
+from scaling.studies.claims import head_dim_and_retrieval_claims
+from scaling.studies.claims import logit_variance_claims
+from scaling.studies.claims import mup_transfer_claims
+from scaling.studies.claims import nan_and_gradient_claims
 from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import random_input as random_input_claims
-from scaling.studies.claims import training as training_claims
+from scaling.studies.claims import norms_and_temperature_claims
+from scaling.studies.claims import outlier_overflow_claims
+from scaling.studies.claims import qk_correlation_claims
+from scaling.studies.claims import rope_claims
+from scaling.studies.claims import scale_rule_claims
+from scaling.studies.claims import softmax_saturation_claims
+from scaling.studies.claims import training_claims
+from scaling.studies.claims import training_sizes
 from scaling.studies.claims import verdicts
 import experiment_main
 
@@ -198,7 +211,10 @@ class ClaimListTest(absltest.TestCase):
   def test_every_claim_is_measured_by_its_own_function(self):
     names = [c.measure.__name__ for c in MEASURED]
     self.assertLen(set(names), len(names))
-    homes = {True: (training_claims, norm_claims), False: (random_input_claims,)}
+    homes = {True: (nan_and_gradient_claims, depth_claims, scale_rule_claims, qk_correlation_claims,
+                    mup_transfer_claims, norm_claims),
+             False: (logit_variance_claims, softmax_saturation_claims, exp_overflow_claims, outlier_overflow_claims,
+                     rope_claims, norms_and_temperature_claims, head_dim_and_retrieval_claims)}
     for claim in MEASURED:
       (home,) = [m for m in homes[claim.training] if m.__name__ == claim.measure.__module__]
       self.assertIs(getattr(home, claim.measure.__name__), claim.measure, claim.id)
@@ -323,11 +339,9 @@ class ContextTest(absltest.TestCase):
     self.assertEqual(claims.ClaimsConfig().context().mode, "quick")
     with self.assertRaisesRegex(ValueError, "unknown mode"):
       claims.Context(mode="slow")
-    with self.assertRaisesRegex(ValueError, "^mode='full' is now mode='cpu_hour'"):
-      claims.Context(mode="full")
 
   def test_paper_mode_is_the_notes_setting(self):
-    s = training_claims.SIZES["paper"]
+    s = training_sizes.SIZES["paper"]
     self.assertEqual((s["head_dim"], s["width"], s["num_heads"], s["seq_len"]), (64, 512, 8, 256))
     self.assertEqual((s["depth_small"], s["depth_converge"], s["depth_diverge"]), (2, 6, 12))
     self.assertEqual((s["num_seeds"], set(s["steps"].values()), s["dtypes"]), (3, {2000}, ("float32", "bfloat16")))
@@ -358,7 +372,7 @@ class MeasureFunctionTest(absltest.TestCase):
   def test_row_jacobian_norms_match_jax_jacobian(self):
     rng = np.random.default_rng(0)
     q, k = (rng.standard_normal((1, 3, 1, 4)).astype(np.float32) * 3 for _ in range(2))
-    got = np.asarray(random_input_claims.row_jacobian_norms(q, k, "none"))  # [B, N, T]
+    got = np.asarray(softmax_saturation_claims.row_jacobian_norms(q, k, "none"))  # [B, N, T]
     z = np.einsum("btnh,bsnh->bnts", q, k)
     for t in range(3):
       jac = jax.jacobian(jax.nn.softmax)(jnp.asarray(z[0, 0, t]))
@@ -368,7 +382,7 @@ class MeasureFunctionTest(absltest.TestCase):
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, 4, 1, 8)).astype(np.float32) * 6 for _ in range(3))
     sqrt = rules.as_fixed_scale(rules.get_rule("sqrt"), 8)
-    got = np.asarray(random_input_claims.clamped_attention(q, k, v, rule=sqrt, clamp=10.0, subtract_max=True))
+    got = np.asarray(attention_variants.clamped_attention(q, k, v, rule=sqrt, clamp=10.0, subtract_max=True))
     z = np.clip(np.einsum("btnh,bsnh->bnts", q, k).astype(np.float64), -10, 10) / np.sqrt(8)
     p = np.exp(z - z.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -377,17 +391,17 @@ class MeasureFunctionTest(absltest.TestCase):
   def test_nonfinite_rows_and_smallest_factor(self):
     out = np.ones((1, 2, 2, 3), np.float32)
     out[0, 1, 0, 2] = np.nan
-    self.assertEqual(float(random_input_claims.nonfinite_rows(jnp.asarray(out))), 0.25)
+    self.assertEqual(float(attention_variants.nonfinite_rows(jnp.asarray(out))), 0.25)
     fractions = np.array([[0.0, 0.0, 0.1, 0.2], [0.0, 0.0, 0.0, 0.3]])  # [seeds, factors]
-    self.assertEqual(random_input_claims.smallest_factor(fractions, (1.0, 2.0, 5.0, 9.0)), 5.0)
-    self.assertIsNone(random_input_claims.smallest_factor(np.zeros((2, 4)), (1.0, 2.0, 5.0, 9.0)))
+    self.assertEqual(outlier_overflow_claims.smallest_factor(fractions, (1.0, 2.0, 5.0, 9.0)), 5.0)
+    self.assertIsNone(outlier_overflow_claims.smallest_factor(np.zeros((2, 4)), (1.0, 2.0, 5.0, 9.0)))
 
   def test_temperature_to_match(self):
     taus = (0.5, 1.0, 2.0)
     entropies = np.array([0.9, 0.8, 0.6])  # falling in τ
-    self.assertAlmostEqual(random_input_claims.temperature_to_match(entropies, 0.8, taus), 1.0)
-    self.assertAlmostEqual(random_input_claims.temperature_to_match(entropies, 0.7, taus), 2.0**0.5)
-    self.assertTrue(np.isnan(random_input_claims.temperature_to_match(entropies, 0.95, taus)))
+    self.assertAlmostEqual(softmax_saturation_claims.temperature_to_match(entropies, 0.8, taus), 1.0)
+    self.assertAlmostEqual(softmax_saturation_claims.temperature_to_match(entropies, 0.7, taus), 2.0**0.5)
+    self.assertTrue(np.isnan(softmax_saturation_claims.temperature_to_match(entropies, 0.95, taus)))
 
 
 class CitationTest(absltest.TestCase):
@@ -549,16 +563,16 @@ class AcceleratorPlanTest(absltest.TestCase):
     return tuple(",".join(parts).split(","))
 
   def test_datasheet_peaks(self):
-    self.assertEqual(resources.accelerator_peak("NVIDIA H200", "bfloat16"), 989.5e12)  # 1,979 with sparsity / 2
-    self.assertEqual(resources.accelerator_peak("NVIDIA H100 80GB HBM3", "float32"), 494.5e12)  # as TF32
-    self.assertEqual(resources.accelerator_peak("NVIDIA H100 80GB HBM3", "float32", tf32=False), 67e12)
-    self.assertEqual(resources.accelerator_peak("NVIDIA A100-SXM4-80GB", "bfloat16"), 312e12)
+    self.assertEqual(device_time.accelerator_peak("NVIDIA H200", "bfloat16"), 989.5e12)  # 1,979 with sparsity / 2
+    self.assertEqual(device_time.accelerator_peak("NVIDIA H100 80GB HBM3", "float32"), 494.5e12)  # as TF32
+    self.assertEqual(device_time.accelerator_peak("NVIDIA H100 80GB HBM3", "float32", tf32=False), 67e12)
+    self.assertEqual(device_time.accelerator_peak("NVIDIA A100-SXM4-80GB", "bfloat16"), 312e12)
     with self.assertRaisesRegex(ValueError, "device_kind"):
-      resources.accelerator_peak("TPU v4", "float32")
+      device_time.accelerator_peak("TPU v4", "float32")
 
   def test_accelerator_seconds_closed_form(self):
-    model = resources.TimeModel(efficiency=0.5, compile_seconds=10.0, step_seconds=0.01, fixed_seconds=7.0)
-    out = resources.accelerator_seconds([(989.5e12, "bfloat16", 100), (494.5e12, "float32", 50)], "H200", model)
+    model = device_time.TimeModel(efficiency=0.5, compile_seconds=10.0, step_seconds=0.01, fixed_seconds=7.0)
+    out = device_time.accelerator_seconds([(989.5e12, "bfloat16", 100), (494.5e12, "float32", 50)], "H200", model)
     self.assertEqual({k: round(v, 9) for k, v in out.items()},
                      {"compute": 4.0, "compile": 20.0, "steps": 1.5, "fixed": 7.0, "total": 32.5,
                       "compute_at_peak": 2.0})
@@ -578,7 +592,7 @@ class AcceleratorPlanTest(absltest.TestCase):
     self.assertAlmostEqual(full["compute_at_peak"], full["compute"] * claims.DEVICE_TIME_MODEL.efficiency)
 
   def test_paper_8min_keeps_the_notes_model(self):
-    s, paper = training_claims.SIZES["paper_8min"], training_claims.SIZES["paper"]
+    s, paper = training_sizes.SIZES["paper_8min"], training_sizes.SIZES["paper"]
     for key in ("head_dim", "width", "num_heads", "seq_len", "batch_size", "num_seeds", "depth_small",
                 "depth_converge", "depth_diverge"):
       self.assertEqual(s[key], paper[key], key)
@@ -599,7 +613,7 @@ class ClaimsFlagsTest(absltest.TestCase):
         self.assertEqual("num_seeds" in part.hint, follows, mode)
     # Where the mode fixes them, --num_seeds leaves the training grids' seeds alone.
     paper = claims.Context(mode="paper", num_seeds=9, text_file=None)
-    self.assertLen(training_claims.seeds_of(paper), training_claims.SIZES["paper"]["num_seeds"])
+    self.assertLen(training_sizes.seeds_of(paper), training_sizes.SIZES["paper"]["num_seeds"])
 
   def test_d_k_must_include_64_and_128(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
@@ -608,7 +622,7 @@ class ClaimsFlagsTest(absltest.TestCase):
 
   def test_unknown_mode_and_id(self):
     out = pathlib.Path(self.create_tempdir().full_path) / "never"
-    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(mode="full"), "--mode=full is now --mode=cpu_hour")):
+    for flags, needle in ((dict(mode="slow"), "--mode"), (dict(mode="full"), "--mode=full: 'full': must be one of quick, cpu_hour, paper")):
       code, stdout, err = experiment_main.run_main(claims_experiment, out_dir=str(out), **flags)
       experiment_main.assert_one_line_error(self, code, stdout, err, needle, out)
     # every id: the error line names the value once, the ids follow on wrapped, indented lines

@@ -12,9 +12,9 @@ from experiments import cli
 from experiments import train as train_main
 import experiment_main
 from scaling.base import config as config_lib
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.base import validation
 from scaling.studies.claims import study as claims
 from scaling.studies.coord_check import study as coord_check
@@ -24,7 +24,7 @@ from scaling.studies.transfer import study as transfer
 from benchmarks import memory
 
 TRAINING_STUDIES = (training.TrainConfig, coord_check.CoordCheckConfig, transfer.TransferConfig)
-SHARED_GROUPS = (data_lib.DataConfig, model_lib.ModelFamily, optim_lib.OptimizerConfig)
+SHARED_GROUPS = (DataConfig, ModelFamily, OptimizerConfig)
 
 
 def _names(cls):
@@ -49,9 +49,9 @@ class SharedOptionsTest(parameterized.TestCase):
     configs = [cli.parse(cls, argv + ([] if cls is transfer.TransferConfig else ["--learning_rate=0.1"]))
                for cls in TRAINING_STUDIES]
     for c in configs:
-      self.assertEqual(c.data, data_lib.DataConfig(text_file="/tmp/some.txt", seq_len=16, batch_size=3))
+      self.assertEqual(c.data, DataConfig(text_file="/tmp/some.txt", seq_len=16, batch_size=3))
       self.assertEqual(c.data.name, "text")  # --text_file alone selects text, everywhere
-      self.assertEqual(c.model, model_lib.ModelFamily(depth=3, head_dim=8, rule="qk_norm", zero_query=True))
+      self.assertEqual(c.model, ModelFamily(depth=3, head_dim=8, rule="qk_norm", zero_query=True))
       self.assertEqual((c.optim.optimizer, c.optim.momentum, c.optim.steps, c.optim.schedule, c.optim.warmup),
                        ("sgd", 0.5, 7, "cosine", 2))
       self.assertEqual(c.seeds.seed, 5)
@@ -95,7 +95,8 @@ class EpsScalingFlagTest(parameterized.TestCase):
                              "'mup'?)"),
                             (["--eps_scaling"], "Missing value for flag --eps_scaling"),
                             (["-eps_scaling"], "Missing value for flag -eps_scaling"),
-                            (["--noeps_scaling"], "Unknown command line flag 'noeps_scaling'"))
+                            (["--noeps_scaling"], "unknown flag --noeps_scaling; did you mean --eps_scaling?"),
+                            (["--lr=0.1"], "unknown flag --lr; did you mean --learning_rate?"))
   def test_boolean_spellings_are_refused(self, args, message):
     with self.assertRaises(cli.UsageError) as ctx:
       cli.parse(training.TrainConfig, ["prog", *args])
@@ -105,7 +106,7 @@ class EpsScalingFlagTest(parameterized.TestCase):
   def test_boolean_value_in_python_names_the_choices(self):
     for value in (True, False):
       with self.assertRaisesRegex(ValueError, f"eps_scaling must be one of none, mup; got {value}"):
-        optim_lib.OptimizerConfig(eps_scaling=value)
+        OptimizerConfig(eps_scaling=value)
 
   def test_positionals_are_refused(self):
     with self.assertRaisesRegex(cli.UsageError, "unexpected positional arguments: --eps_scaling=mup"):
@@ -131,9 +132,9 @@ class DerivedValuesTest(absltest.TestCase):
     self.assertAlmostEqual(sp.attention_rule.logit_scale(16), 0.25)
 
   def test_base_head_dim_follows_base_width_and_heads(self):
-    self.assertEqual(model_lib.ModelFamily(base_width=64).base_head_dim, 16)
-    self.assertEqual(model_lib.ModelFamily(base_width=64, num_heads=2).base_head_dim, 32)
-    self.assertEqual(model_lib.ModelFamily(base_width=64, head_dim=8).base_head_dim, 8)
+    self.assertEqual(ModelFamily(base_width=64).base_head_dim, 16)
+    self.assertEqual(ModelFamily(base_width=64, num_heads=2).base_head_dim, 32)
+    self.assertEqual(ModelFamily(base_width=64, head_dim=8).base_head_dim, 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,17 +185,17 @@ class OptionTest(parameterized.TestCase):
     self.assertEqual(str(ctx.exception), "--count only applies with --flag")
 
   @parameterized.parameters(
-      (data_lib.DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),
-      (data_lib.DataConfig, {"task": "text"}, "^task='text' needs text_file$"),
-      (data_lib.DataConfig, {"task": "recall", "text_file": "x"}, "^text_file selects task='text', but task='recall'"),
-      (data_lib.DataConfig, {"task": "induction", "num_pairs": 2}, "^num_pairs and num_queries only apply"),
-      (optim_lib.OptimizerConfig, {"weight_decay": 0.1}, "^weight_decay needs optimizer='adamw'"),
-      (optim_lib.OptimizerConfig, {"momentum": 1.0, "optimizer": "sgd"}, "momentum must be below 1"),
-      (optim_lib.OptimizerConfig, {"warmup_steps": 5, "steps": 5}, "^warmup_steps=5 must be smaller than steps=5$"),
-      (optim_lib.OptimizerConfig, {"learning_rate": float("nan")}, "finite"),
-      (optim_lib.OptimizerConfig, {"optimizer": "lamb"}, "optimizer must be one of"),
-      (model_lib.ModelFamily, {"tau": 2.0}, "^tau only applies to rule='temperature'$"),
-      (model_lib.ModelFamily, {"num_heads": 4, "num_kv_heads": 3}, "^num_heads=4 must be a multiple of num_kv_heads=3$"),
+      (DataConfig, {"seq_len": 0}, "seq_len must be at least 1"),
+      (DataConfig, {"task": "text"}, "^task='text' needs text_file$"),
+      (DataConfig, {"task": "recall", "text_file": "x"}, "^text_file selects task='text', but task='recall'"),
+      (DataConfig, {"task": "induction", "num_pairs": 2}, "^num_pairs and num_queries only apply"),
+      (OptimizerConfig, {"weight_decay": 0.1}, "^weight_decay needs optimizer='adamw'"),
+      (OptimizerConfig, {"momentum": 1.0, "optimizer": "sgd"}, "momentum must be below 1"),
+      (OptimizerConfig, {"warmup_steps": 5, "steps": 5}, "^warmup_steps=5 must be smaller than steps=5$"),
+      (OptimizerConfig, {"learning_rate": float("nan")}, "finite"),
+      (OptimizerConfig, {"optimizer": "lamb"}, "optimizer must be one of"),
+      (ModelFamily, {"tau": 2.0}, "^tau only applies to rule='temperature'$"),
+      (ModelFamily, {"num_heads": 4, "num_kv_heads": 3}, "^num_heads=4 must be a multiple of num_kv_heads=3$"),
   )
   def test_bad_values_name_the_option_as_a_field(self, cls, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
@@ -284,7 +285,7 @@ class DictAndCommandLineTest(parameterized.TestCase):
   def test_what_no_flag_gives_is_refused(self):
     with self.assertRaisesRegex(ValueError, "level is None"):
       config_lib.command_line(_Optional(level=None))
-    hidden = dataclasses.replace(transfer.TransferConfig(), optim=optim_lib.OptimizerConfig(learning_rate=0.5))
+    hidden = dataclasses.replace(transfer.TransferConfig(), optim=OptimizerConfig(learning_rate=0.5))
     with self.assertRaisesRegex(ValueError, "optim.learning_rate is changed, but it has no flag"):
       config_lib.command_line(hidden)
     with self.assertRaisesRegex(TypeError, "config must be an Options config"):

@@ -19,12 +19,15 @@ import numpy as np
 
 import experiment_main
 from experiments import coord_check as coord_exp
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
-from scaling.training import train as train_lib
+from scaling.training import step as step_lib
 from scaling.base.config import Seeds
+from scaling.studies.coord_check import layers as coord_layers
+from scaling.studies.coord_check import slopes as coord_slopes
 from scaling.studies.coord_check import study as coord_check
 from scaling.studies.grid import points as grid_lib
 
@@ -35,7 +38,7 @@ WIDTHS = (16, 64)
 STEPS = 2
 LR = 0.03
 TASK = dict(seq_len=8, batch_size=4)
-FAMILY = model_lib.ModelFamily(depth=1, num_heads=2)
+FAMILY = ModelFamily(depth=1, num_heads=2)
 FLAGS_TINY = dict(widths=list(WIDTHS), steps=STEPS, depth=1, num_heads=2, learning_rate=LR, num_seeds=2, **TASK)
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
 
@@ -47,8 +50,8 @@ def _tempdir(test) -> pathlib.Path:
 
 
 def _config(**kw):
-  base = dict(grid=grid_lib.WidthGrid(widths=WIDTHS), seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK),
-              model=FAMILY, optim=optim.OptimizerConfig(steps=STEPS, learning_rate=LR))
+  base = dict(grid=grid_lib.WidthGrid(widths=WIDTHS), seeds=Seeds(num_seeds=2), data=DataConfig(**TASK),
+              model=FAMILY, optim=OptimizerConfig(steps=STEPS, learning_rate=LR))
   base.update(kw)
   return coord_check.CoordCheckConfig(**base)
 
@@ -59,21 +62,21 @@ class FitSlopeTest(parameterized.TestCase):
          st.lists(st.integers(1, 14), min_size=2, max_size=6, unique=True))
   def test_power_law_gives_its_exponent(self, a, c, log2_widths):
     widths = [2**k for k in log2_widths]
-    slope, intercept = coord_check.fit_slope(widths, [c * w**a for w in widths])
+    slope, intercept = coord_slopes.fit_slope(widths, [c * w**a for w in widths])
     self.assertAlmostEqual(slope, a, places=6)
     self.assertAlmostEqual(intercept, np.log2(c), places=5)
 
   def test_least_squares_of_noisy_points(self):
     # Three points off a line: the slope is the least-squares one, (sum dx dy) / (sum dx^2) in log2.
     widths, values = [2, 4, 8], [1.0, 4.0, 8.0]  # log2: (1, 0), (2, 2), (3, 3)
-    slope, intercept = coord_check.fit_slope(widths, values)
+    slope, intercept = coord_slopes.fit_slope(widths, values)
     self.assertAlmostEqual(slope, 1.5)
     self.assertAlmostEqual(intercept, 5 / 3 - 1.5 * 2)
 
   @parameterized.parameters(([16], [1.0]), ([16, 16], [1.0, 2.0]), ([16, 32], [0.0, 1.0]),
                             ([16, 32], [float("nan"), 1.0]), ([16, 32], [-1.0, 1.0]))
   def test_undefined_slopes_are_nan(self, widths, values):
-    self.assertTrue(all(np.isnan(coord_check.fit_slope(widths, values))))
+    self.assertTrue(all(np.isnan(coord_slopes.fit_slope(widths, values))))
 
   def test_slopes_group_rows(self):
     rows = []
@@ -84,7 +87,7 @@ class FitSlopeTest(parameterized.TestCase):
                        "rms": 3.0 * width**(a * step)})
           rows.append({"parametrization": name, "width": width, "step": step, "layer": "embed",
                        "rms": 0.0 if step == 0 else 1.0})
-    got = {(s["parametrization"], s["layer"], s["step"]): s for s in coord_check.slopes(rows)}
+    got = {(s["parametrization"], s["layer"], s["step"]): s for s in coord_slopes.slopes(rows)}
     self.assertLen(got, 8)
     self.assertAlmostEqual(got[("sp", "readout", 1)]["slope"], 0.5)
     self.assertAlmostEqual(got[("mup", "readout", 1)]["slope"], 0.0)
@@ -97,7 +100,7 @@ class FitSlopeTest(parameterized.TestCase):
     metrics = {"embed_rms": np.array([1.0]), "readout_rms": np.array([2.0])}
     for j, key in enumerate(("attn_logits_rms", "attn_out_rms", "mlp_out_rms")):
       metrics[key] = np.array([[10.0 * j + i for i in range(depth)]])
-    got = coord_check.rms_by_layer(metrics, depth)
+    got = coord_layers.rms_by_layer(metrics, depth)
     self.assertEqual(list(got), ["embed", "block_0/attn_logits", "block_0/attn_out", "block_0/mlp_out",
                                  "block_1/attn_logits", "block_1/attn_out", "block_1/mlp_out", "readout"])
     self.assertEqual(got["block_1/attn_out"][0], 11.0)
@@ -110,13 +113,13 @@ class CoordCheckTest(chex.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.dataset = data_lib.DataConfig(**TASK).make(0)
+    cls.dataset = DataConfig(**TASK).make(0)
     cls.config = _config()
     cls.rows = coord_check.run_coord_check(cls.config, cls.dataset)
-    cls.slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in coord_check.slopes(cls.rows)}
+    cls.slope = {(s["parametrization"], s["layer"], s["step"]): s["slope"] for s in coord_slopes.slopes(cls.rows)}
 
   def test_rows(self):
-    layers = coord_check.layer_names(1)
+    layers = coord_layers.layer_names(1)
     self.assertLen(self.rows, 2 * len(WIDTHS) * (STEPS + 1) * len(layers))
     for r in self.rows:
       self.assertContainsSubset({"parametrization", "width", "step", "layer", "rms"}, set(r))
@@ -141,13 +144,13 @@ class CoordCheckTest(chex.TestCase):
       np.testing.assert_allclose(got["block_0/mlp_out"], aux["layers"]["mlp_out_rms"][0], rtol=1e-5)
 
   def test_sp_is_width_independent_at_init_and_grows_after_training(self):
-    for layer in coord_check.layer_names(1):
+    for layer in coord_layers.layer_names(1):
       self.assertLess(abs(self.slope[("sp", layer, 0)]), 0.15, layer)
     for layer in ("block_0/attn_logits", "block_0/attn_out", "block_0/mlp_out"):
       self.assertGreater(self.slope[("sp", layer, STEPS)], 0.3, layer)
 
   def test_mup_never_grows_with_width(self):
-    for layer in coord_check.layer_names(1):
+    for layer in coord_layers.layer_names(1):
       for step in range(STEPS + 1):
         self.assertLess(self.slope[("mup", layer, step)], 0.15, (layer, step))
 
@@ -166,13 +169,13 @@ class CoordCheckTest(chex.TestCase):
     for width in WIDTHS:
       cfg = self.config.family.model_config("sp", width, vocab_size=self.dataset.vocab_size,
                                             max_len=TASK["seq_len"])
-      step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
+      step = step_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
       self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
 
   def test_coord_data_is_the_grid_of_seeds(self):
     data = coord_check.coord_data(self.config, {"parametrization": "sp", "width": WIDTHS[0]}, self.dataset)
     chex.assert_shape(data["loss"], (STEPS + 1, 2))
-    self.assertEqual(list(data["rms"]), list(coord_check.layer_names(1)))
+    self.assertEqual(list(data["rms"]), list(coord_layers.layer_names(1)))
     for values in data["rms"].values():
       chex.assert_shape(values, (STEPS + 1, 2))
     # With a fixed batch, both seeds see their own batch 0 at every step.
@@ -181,10 +184,10 @@ class CoordCheckTest(chex.TestCase):
   def test_bad_configs(self):
     for make, text in ((lambda: grid_lib.WidthGrid(widths=()), "empty"),
                        (lambda: grid_lib.WidthGrid(widths=(0,)), "width"),
-                       (lambda: optim.OptimizerConfig(steps=0), "steps"),
-                       (lambda: optim.OptimizerConfig(learning_rate=0.0), "learning_rate"),
+                       (lambda: OptimizerConfig(steps=0), "steps"),
+                       (lambda: OptimizerConfig(learning_rate=0.0), "learning_rate"),
                        (lambda: grid_lib.WidthGrid(parametrizations=("xp",)), "xp"),
-                       (lambda: optim.OptimizerConfig(optimizer="lion"), "lion"),
+                       (lambda: OptimizerConfig(optimizer="lion"), "lion"),
                        (lambda: Seeds(num_seeds=0), "num_seeds"),
                        (lambda: _config(fixed_batch=1), "fixed_batch"),
                        (lambda: _config(grid=(16, 32)), "grid")):
@@ -297,7 +300,7 @@ class SlopeMarkdownTest(absltest.TestCase):
   def test_table_of_known_slopes(self):
     rows = [{"parametrization": "mup", "depth_alpha": a, "layer": "resid_final", "step": t, "slope": v}
             for a, values in ((0.0, (0.5, None)), (1.0, (-0.125, 0.0))) for t, v in enumerate(values)]
-    text = coord_check.slope_markdown(rows, 1, "Heading:")
+    text = coord_slopes.slope_markdown(rows, 1, "Heading:")
     self.assertEqual(text.splitlines(), [
         "Heading:", "",
         "| parametrization | α | layer | step 0 | step 1 |",
@@ -314,7 +317,7 @@ class SlopeMarkdownTest(absltest.TestCase):
     slopes = {("sp", "a", 0): 0.0, ("sp", "b", 0): 0.25, ("sp", "a", 1): 1.5, ("sp", "b", 1): -2.0,
               ("mup", "a", 0): -1.0, ("mup", "b", 0): -0.5, ("mup", "a", 1): 0.125, ("mup", "b", 1): None}
     rows = [{"parametrization": p, "layer": l, "step": t, "slope": v} for (p, l, t), v in slopes.items()]
-    lines = coord_check.slope_markdown(rows, 1, "H").splitlines()
+    lines = coord_slopes.slope_markdown(rows, 1, "H").splitlines()
     self.assertEqual(lines[-2:], [
         "- sp: largest slope at step 0 +0.25 (b, step 0); largest slope after step 0 +1.50 (a, step 1).",
         "- mup: largest slope at step 0 -0.50 (b, step 0); largest slope after step 0 +0.12 (a, step 1)."])

@@ -1,4 +1,4 @@
-"""Tests for scaling.training.data: synthetic tasks checked by plain-Python oracles, text loading and errors."""
+"""Tests of the training data (DataConfig, the synthetic tasks, text): oracles in plain Python, text loading, errors."""
 
 import json
 import os
@@ -17,8 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import data
+from scaling.training import dataset as dataset_lib
 from scaling.training import resources
+from scaling.training import synthetic_tasks as tasks_lib
+from scaling.training import text_corpus
+from scaling.training.data_config import DataConfig
 
 SHAKESPEARE = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -26,6 +29,11 @@ B, T = 4, 16
 # A few fixed configurations, shared by the tests so that each compiles once.
 RECALL = dict(seq_len=T, batch_size=8, vocab_size=32, num_pairs=5, num_queries=2)
 INDUCTION = dict(seq_len=T, batch_size=B, vocab_size=12, prefix_len=5)
+
+
+def _make(task, seed=0, **options):
+  """The dataset of ``DataConfig(task=task, **options)``."""
+  return DataConfig(task=task, **options).make(seed)
 
 
 def _np(batch):
@@ -59,7 +67,7 @@ def _check_recall_oracle(test, batch, vocab_size, num_pairs, num_queries):
       test.assertEqual(int(seq[pos + 1]), pairs[query])
       expected_weights[pos] = 1.0
     for t in range(2 * (num_pairs + num_queries), len(seq)):
-      test.assertEqual(int(seq[t]), data.PAD_TOKEN)
+      test.assertEqual(int(seq[t]), tasks_lib.PAD_TOKEN)
     np.testing.assert_array_equal(weights[row], np.array(expected_weights, np.float32))
 
 
@@ -85,24 +93,24 @@ def _check_induction_oracle(test, batch, vocab_size, prefix_len, distinct):
 class SyntheticTest(chex.TestCase, parameterized.TestCase):
 
   def test_recall_answers_match_oracle(self):
-    ds = data.make_dataset("recall", **RECALL)
+    ds = _make("recall", **RECALL)
     for step in range(3):
       _check_recall_oracle(self, _np(ds.batch(step, seed=1)), 32, 5, 2)
     _check_recall_oracle(self, _np(ds.eval_batch(0)), 32, 5, 2)
 
   def test_recall_default_fills_sequence(self):
-    ds = data.make_dataset("recall", seq_len=T, batch_size=B)
+    ds = _make("recall", seq_len=T, batch_size=B)
     # The (T + 1) // 2 slots are shared evenly between pairs and queries.
     slots = (T + 1) // 2
     self.assertEqual((ds.num_pairs, ds.num_queries, ds.vocab_size), (slots - slots // 2, slots // 2, 64))
-    summary = json.loads(json.dumps(data.describe(ds)))
+    summary = json.loads(json.dumps(dataset_lib.describe(ds)))
     self.assertEqual(summary, {"name": "recall", "seq_len": T, "batch_size": B, "vocab_size": 64,
                                "seed": 0, "num_pairs": 4, "num_queries": 4,
                                "chance_accuracy": 1 / 32})
     _check_recall_oracle(self, _np(ds.batch(0)), 64, ds.num_pairs, ds.num_queries)
 
   def test_recall_query_spread_and_chance(self):
-    ds = data.make_dataset("recall", **RECALL)
+    ds = _make("recall", **RECALL)
     b = _np(jax.tree.map(lambda *x: jnp.concatenate(x), *[ds.batch(s) for s in range(128)]))
     self.assertLen(b["inputs"], 1024)
     context = list(range(0, 10, 2))
@@ -116,13 +124,13 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
     self.assertLess(best_constant, 1.5 * ds.chance_accuracy)
 
   def test_induction_second_copy_matches_oracle(self):
-    ds = data.make_dataset("induction", **INDUCTION)
+    ds = _make("induction", **INDUCTION)
     for step in range(2):
       _check_induction_oracle(self, _np(ds.batch(step)), 12, 5, True)
     _check_induction_oracle(self, _np(ds.eval_batch(0)), 12, 5, True)
 
   def test_induction_default(self):
-    ds = data.make_dataset("induction", seq_len=T, batch_size=B)
+    ds = _make("induction", seq_len=T, batch_size=B)
     self.assertEqual((ds.prefix_len, ds.vocab_size, ds.distinct), ((T + 1) // 2, 64, True))
     b = _np(ds.batch(3))
     seq = _full_sequences(b)
@@ -132,7 +140,7 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
 
   @parameterized.parameters("recall", "induction")
   def test_shapes_dtypes_and_shift(self, name):
-    ds = data.make_dataset(name, seq_len=T, batch_size=B)
+    ds = _make(name, seq_len=T, batch_size=B)
     for b in (ds.batch(0), ds.eval_batch(0)):
       chex.assert_shape([b["inputs"], b["targets"], b["weights"]], (B, T))
       self.assertEqual(b["inputs"].dtype, jnp.int32)
@@ -144,8 +152,8 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
 
   @parameterized.parameters("recall", "induction")
   def test_determinism(self, name):
-    a = data.make_dataset(name, seq_len=T, batch_size=B, seed=3)
-    b = data.make_dataset(name, seq_len=T, batch_size=B, seed=3)
+    a = _make(name, seq_len=T, batch_size=B, seed=3)
+    b = _make(name, seq_len=T, batch_size=B, seed=3)
     later = a.batch(5)  # order of calls does not matter
     chex.assert_trees_all_equal(a.batch(2), b.batch(2))
     chex.assert_trees_all_equal(later, b.batch(5))
@@ -156,15 +164,15 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
     chex.assert_trees_all_equal(a.eval_batch(1), b.eval_batch(1))
 
   def test_key_contract(self):
-    ds = data.make_dataset("induction", **INDUCTION)
-    sample = jax.jit(lambda k: data.induction_batch(k, **INDUCTION))
+    ds = _make("induction", **INDUCTION)
+    sample = jax.jit(lambda k: tasks_lib.induction_batch(k, **INDUCTION))
     base = jax.random.key(9)
     chex.assert_trees_all_equal(ds.batch(4, 9), sample(jax.random.fold_in(base, 4)))
     chex.assert_trees_all_equal(ds.eval_batch(4, 9),
                                 sample(jax.random.fold_in(base, np.uint32(2**32 - 1 - 4))))
 
   def test_vmap_over_seeds_and_scan_over_steps(self):
-    ds = data.make_dataset("induction", **INDUCTION)
+    ds = _make("induction", **INDUCTION)
 
     @jax.jit
     def both(seeds, steps):
@@ -180,7 +188,7 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
     _check_induction_oracle(self, _np(jax.tree.map(lambda x: x[1], per_seed)), 12, 5, True)
 
   def test_dataset_as_jit_argument_no_retrace(self):
-    ds = data.make_dataset("recall", **RECALL)
+    ds = _make("recall", **RECALL)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -195,7 +203,7 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
   @settings(max_examples=15, deadline=None)
   @given(seed=st.integers(0, 2**31 - 1), step=st.integers(0, 10**6))
   def test_recall_oracle_property(self, seed, step):
-    ds = data.make_dataset("recall", **RECALL)
+    ds = _make("recall", **RECALL)
     _check_recall_oracle(self, _np(ds.batch(step, seed)), 32, 5, 2)
 
   @parameterized.named_parameters(
@@ -208,22 +216,22 @@ class SyntheticTest(chex.TestCase, parameterized.TestCase):
       ("recall_vocab", "recall", dict(seq_len=T, batch_size=B, vocab_size=10, num_pairs=6),
        "vocab_size >= 13"),
       ("induction_short", "induction", dict(seq_len=T, batch_size=B, prefix_len=T), "seq_len >= .* = 17"),
-      ("induction_prefix", "induction", dict(seq_len=T, batch_size=B, prefix_len=1), "prefix_len >= 2"),
+      ("induction_prefix", "induction", dict(seq_len=T, batch_size=B, prefix_len=1), "prefix_len must be at least 2"),
+      ("induction_default_prefix", "induction", dict(seq_len=2, batch_size=B), "prefix_len >= 2"),
       ("induction_vocab", "induction", dict(seq_len=T, batch_size=B, vocab_size=6, prefix_len=8),
        "vocab_size >= 8"),
-      ("unknown_name", "copy", dict(seq_len=T, batch_size=B), "unknown dataset"),
-      ("unknown_opt", "recall", dict(seq_len=T, batch_size=B, prefix_len=3), "prefix_len"),
-      ("text_no_file", "text", dict(seq_len=T, batch_size=B), "text_file"),
-      ("file_for_recall", "recall", dict(seq_len=T, batch_size=B, text_file="x.txt"), "text_file"),
+      ("unknown_name", "copy", dict(seq_len=T, batch_size=B), "task must be one of recall, induction, text"),
+      ("unknown_opt", "recall", dict(seq_len=T, batch_size=B, prefix_len=3), "prefix_len only applies"),
+      ("text_no_file", "text", dict(seq_len=T, batch_size=B), "needs text_file"),
+      ("file_for_recall", "recall", dict(seq_len=T, batch_size=B, text_file="x.txt"), "text_file selects"),
       ("seed_float", "recall", dict(seq_len=T, batch_size=B, seed=1.5), "seed"),
   )
   def test_bad_sizes(self, name, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
-      data.make_dataset(name, **kwargs)
+      _make(name, **kwargs)
 
   def test_induction_vocab_ok_without_distinct(self):
-    ds = data.make_dataset("induction", seq_len=T, batch_size=B, vocab_size=3, prefix_len=6,
-                           distinct=False)
+    ds = tasks_lib.induction_task(seq_len=T, batch_size=B, vocab_size=3, seed=0, prefix_len=6, distinct=False)
     b = _np(ds.batch(0))
     _check_induction_oracle(self, b, 3, 6, False)
     self.assertLess(len(set(b["inputs"][0, :6].tolist())), 6)  # repeats within the prefix occur
@@ -248,7 +256,7 @@ class TextTest(chex.TestCase, parameterized.TestCase):
     return path
 
   def test_vocab_and_round_trip(self):
-    ds = data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path)
+    ds = _make("text", seq_len=T, batch_size=B, text_file=self.path)
     expected = sorted(set(self.train_text + self.val_text))
     self.assertEqual(list(ds.chars), expected)
     self.assertEqual(ds.vocab_size, len(expected))
@@ -259,10 +267,10 @@ class TextTest(chex.TestCase, parameterized.TestCase):
     self.assertEqual(ds.decode(jnp.asarray(ids)), self.val_text)
     with self.assertRaisesRegex(ValueError, "'q'"):
       ds.encode("abq")
-    self.assertEqual(data.build_vocab("cab\na"), ("\n", "a", "b", "c"))
+    self.assertEqual(text_corpus.build_vocab("cab\na"), ("\n", "a", "b", "c"))
 
   def test_split_and_windows(self):
-    ds = data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path)
+    ds = _make("text", seq_len=T, batch_size=B, text_file=self.path)
     self.assertEqual((ds.train_tokens.shape[0], ds.val_tokens.shape[0]), (900, 100))
     for step in range(4):
       b = _np(ds.batch(step))
@@ -280,19 +288,19 @@ class TextTest(chex.TestCase, parameterized.TestCase):
 
   def test_window_starts_cover_range(self):
     path = self._write("short.txt", "abcdefghijklmnopqrst".encode())  # 18 train, 2 validation chars
-    ds = data.make_dataset("text", seq_len=1, batch_size=64, text_file=path)
+    ds = _make("text", seq_len=1, batch_size=64, text_file=path)
     firsts = set()
     for step in range(4):
       firsts |= set(ds.decode(ds.batch(step)["inputs"][:, 0]))
     self.assertEqual(firsts, set("abcdefghijklmnopq"))  # starts 0..16, all reachable, none past
     exact = self._write("exact.txt", "abcdefghijklmnopqrABCDEFGHIJKLMNOPQR".encode())
-    ds = data.make_dataset("text", seq_len=17, batch_size=2, text_file=exact, val_fraction=0.5)
+    ds = text_corpus.load_text_dataset(exact, seq_len=17, batch_size=2, val_fraction=0.5)
     self.assertEqual(ds.decode(_full_sequences(_np(ds.batch(0)))[1]), "abcdefghijklmnopqr")
     self.assertEqual(ds.decode(_full_sequences(_np(ds.eval_batch(3)))[0]), "ABCDEFGHIJKLMNOPQR")
 
   def test_determinism(self):
-    a = data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path, seed=1)
-    b = data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path, seed=1)
+    a = _make("text", seq_len=T, batch_size=B, text_file=self.path, seed=1)
+    b = _make("text", seq_len=T, batch_size=B, text_file=self.path, seed=1)
     chex.assert_trees_all_equal(a.batch(3), b.batch(3))
     chex.assert_trees_all_equal(a.batch(3, 5), b.batch(3, 5))
     self.assertFalse(np.array_equal(a.batch(3)["inputs"], a.batch(4)["inputs"]))
@@ -302,12 +310,12 @@ class TextTest(chex.TestCase, parameterized.TestCase):
 
   def test_larger_vocab_allowed_smaller_rejected(self):
     n = len(set(self.train_text + self.val_text))
-    ds = data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path, vocab_size=n + 7)
+    ds = _make("text", seq_len=T, batch_size=B, text_file=self.path, vocab_size=n + 7)
     self.assertEqual(ds.vocab_size, n + 7)
     with self.assertRaisesRegex(ValueError, "smaller than"):
-      data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path, vocab_size=n - 1)
+      _make("text", seq_len=T, batch_size=B, text_file=self.path, vocab_size=n - 1)
     with self.assertRaisesRegex(ValueError, "val_fraction"):
-      data.make_dataset("text", seq_len=T, batch_size=B, text_file=self.path, val_fraction=1.0)
+      text_corpus.load_text_dataset(self.path, seq_len=T, batch_size=B, val_fraction=1.0)
 
   @parameterized.named_parameters(
       ("missing", None, "does not exist"),
@@ -333,25 +341,25 @@ class TextTest(chex.TestCase, parameterized.TestCase):
       path = ""
     else:
       path = self._write("bad.txt", raw)
-    with self.assertRaisesRegex(data.DataError, message) as ctx:
-      data.make_dataset("text", seq_len=T, batch_size=B, text_file=path)
+    with self.assertRaisesRegex(text_corpus.DataError, message) as ctx:
+      _make("text", seq_len=T, batch_size=B, text_file=path)
     self.assertIn(path, str(ctx.exception))
     self.assertNotIn("\n", str(ctx.exception))
     self.assertIsInstance(ctx.exception, ValueError)
 
   def test_file_larger_than_memory(self):
     path = self._write("big.txt", b"abcdefgh" * 64)  # 512 bytes
-    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * data.TEXT_BYTES_PER_CHAR - 1):
-      with self.assertRaisesRegex(data.DataError, "has 512 bytes; encoding it needs"):
-        data.load_text(path)
-    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * data.TEXT_BYTES_PER_CHAR):
-      self.assertLen(data.load_text(path), 512)
+    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * text_corpus.TEXT_BYTES_PER_CHAR - 1):
+      with self.assertRaisesRegex(text_corpus.DataError, "has 512 bytes; encoding it needs"):
+        text_corpus.load_text(path)
+    with mock.patch.object(resources, "host_available_bytes", lambda: 512 * text_corpus.TEXT_BYTES_PER_CHAR):
+      self.assertLen(text_corpus.load_text(path), 512)
 
   @absltest.skipUnless(SHAKESPEARE.exists(), "tinyshakespeare.txt not present")
   def test_tinyshakespeare(self):
-    ds = data.make_dataset("text", seq_len=64, batch_size=B, text_file=str(SHAKESPEARE))
+    ds = _make("text", seq_len=64, batch_size=B, text_file=str(SHAKESPEARE))
     self.assertEqual(ds.vocab_size, 65)
-    self.assertEqual(data.describe(ds)["num_tokens"], 1115394)
+    self.assertEqual(dataset_lib.describe(ds)["num_tokens"], 1115394)
     text = SHAKESPEARE.read_text(encoding="utf-8")
     self.assertEqual(ds.train_tokens.shape[0] + ds.val_tokens.shape[0], len(text))
     self.assertEqual(ds.decode(ds.val_tokens[:50]), text[-ds.val_tokens.shape[0]:][:50])

@@ -13,9 +13,13 @@ import numpy as np
 
 import scaling
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.model_family import ModelFamily
+from scaling.training.model_config import ModelConfig
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as P
-from scaling.training import train as train_lib
+from scaling.mup import shapes as shapes_lib
+from scaling.training import initialization as init_lib
+from scaling.training import step as step_lib
 
 # ---------------------------------------------------------------------------------------------------------------
 # CompleteP (Dey et al. 2025, "Don't be lazy: CompleteP enables compute-efficient deep transformers", Table 1;
@@ -111,7 +115,7 @@ class TableTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "depth_alpha must be 0"):
       P.get_parametrization("mup", depth_alpha=alpha)
     with self.assertRaisesRegex(ValueError, "depth_alpha"):
-      model_lib.ModelFamily(depth_alpha=alpha)
+      ModelFamily(depth_alpha=alpha)
 
   def test_umup_rejects_alpha(self):
     with self.assertRaisesRegex(ValueError, "τ rule"):
@@ -128,8 +132,8 @@ def _batch(seed):
 
 
 def _train(cfg, opt, steps=3):
-  state = train_lib.init_train_state(0, cfg, opt)
-  step = train_lib.make_train_step(cfg, opt)
+  state = init_lib.init_train_state(0, cfg, opt)
+  step = step_lib.make_train_step(cfg, opt)
   losses = []
   for i in range(steps):
     state, metrics = step(state, _batch(i))
@@ -142,12 +146,12 @@ class AlphaZeroTest(parameterized.TestCase):
 
   @parameterized.parameters(("mup", "adamw"), ("sp", "sgd"))
   def test_training_is_bit_identical(self, scheme, optimizer):
-    base = model_lib.ModelConfig(vocab_size=_V, width=32, depth=2, num_heads=2, head_dim=16, max_len=_T,
+    base = ModelConfig(vocab_size=_V, width=32, depth=2, num_heads=2, head_dim=16, max_len=_T,
                                  parametrization=P.get_parametrization(scheme, base_width=16, base_head_dim=8))
-    family = model_lib.ModelFamily(depth=2, num_heads=2, base_width=16, depth_alpha=0.0, base_depth=1)
+    family = ModelFamily(depth=2, num_heads=2, base_width=16, depth_alpha=0.0, base_depth=1)
     off = family.model_config(scheme, 32, vocab_size=_V, max_len=_T)
     self.assertNotEqual(off.parametrization.depth, None)
-    opt = optim.OptimizerConfig(optimizer=optimizer, learning_rate=1e-2, steps=3,
+    opt = OptimizerConfig(optimizer=optimizer, learning_rate=1e-2, steps=3,
                                 weight_decay=0.1 if optimizer == "adamw" else 0.0)
     params_a, losses_a = _train(base, opt)
     params_b, losses_b = _train(off, opt)
@@ -162,14 +166,15 @@ class ModelTest(parameterized.TestCase):
     # Independent reference: a branch's output is linear in its last kernel (attn/out, mlp/fc_out; no biases), so
     # the depth-scaled model equals the unscaled model with those kernels multiplied by m_L^-α.
     mup = P.get_parametrization("mup", base_width=16, base_head_dim=8)
-    flat = model_lib.ModelConfig(vocab_size=_V, width=32, depth=depth, num_heads=2, head_dim=16, max_len=_T,
+    flat = ModelConfig(vocab_size=_V, width=32, depth=depth, num_heads=2, head_dim=16, max_len=_T,
                                  parametrization=mup, pre_ln=pre_ln)
     deep = dataclasses.replace(flat, parametrization=dataclasses.replace(mup, depth_alpha=alpha,
                                                                          base_depth=base_depth))
     params = model_lib.init_params(jax.random.PRNGKey(1), deep)
     s = (depth / base_depth) ** -alpha
     scaled = jax.tree_util.tree_map_with_path(
-        lambda path, x: x * s if P.path_names(path)[-2:] in (("out", "kernel"), ("fc_out", "kernel")) else x, params)
+        lambda path, x: x * s if shapes_lib.path_names(path)[-2:] in (("out", "kernel"), ("fc_out", "kernel")) else x,
+        params)
     tokens = _batch(0)["inputs"]
     got = model_lib.Transformer(deep).apply({"params": params}, tokens)
     want = model_lib.Transformer(flat).apply({"params": scaled}, tokens)
@@ -178,15 +183,15 @@ class ModelTest(parameterized.TestCase):
                        1e-3)
 
   def test_family_flags(self):
-    family = model_lib.ModelFamily(depth=8, base_width=32, depth_alpha=1.0, base_depth=2)
+    family = ModelFamily(depth=8, base_width=32, depth_alpha=1.0, base_depth=2)
     cfg = family.model_config("mup", 64, vocab_size=_V, max_len=_T)
     self.assertEqual((cfg.parametrization.depth_alpha, cfg.parametrization.base_depth, cfg.parametrization.depth),
                      (1.0, 2, 8))
     self.assertEqual(cfg.parametrization.residual_multiplier(), 0.25)
-    default = model_lib.ModelFamily(depth=8, base_width=32, depth_alpha=0.5).model_config("mup", 64, vocab_size=_V,
+    default = ModelFamily(depth=8, base_width=32, depth_alpha=0.5).model_config("mup", 64, vocab_size=_V,
                                                                                           max_len=_T)
     self.assertEqual(default.parametrization.residual_multiplier(), 1.0)  # base depth = depth
-    self.assertEqual(model_lib.ModelFamily(depth=8).with_base_depth([4, 8]).base_depth, 4)
+    self.assertEqual(ModelFamily(depth=8).with_base_depth([4, 8]).base_depth, 4)
 
 
 class EpsScalingTest(parameterized.TestCase):
@@ -204,7 +209,8 @@ class EpsScalingTest(parameterized.TestCase):
     grads = {k: 0.3 * jax.random.normal(keys[k], s) for k, s in shapes.items()}
     eps, lr = 0.5, 0.1
     for scaled in ("none", "mup"):
-      opt = optim.make_optimizer("adam", lr, p, 32, kinds, eps=eps, eps_scaling=scaled)
+      roles = scaling.mup.roles.from_kinds(params, kinds, p.width_mult(32))
+      opt = scaling.parametrize(roles, p, forward="model").optimizer("adam", lr, eps=eps, eps_scaling=scaled)
       updates, _ = opt.update(grads, opt.init(params), params)
       for k, g in grads.items():
         g = np.asarray(g, np.float64)
@@ -215,7 +221,7 @@ class EpsScalingTest(parameterized.TestCase):
   def test_config_builds_it(self):
     p = P.get_parametrization("mup", base_width=8)
     kinds = {"w": "hidden"}
-    cfg = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling="mup", learning_rate=1.0)
+    cfg = OptimizerConfig(optimizer="adamw", weight_decay=0.0, eps_scaling="mup", learning_rate=1.0)
     roles = scaling.mup.roles.from_kinds({"w": jnp.zeros((32, 4))}, kinds, p.width_mult(32))
     opt = cfg.build(scaling.parametrize(roles, p, forward="model"))
     g = {"w": jnp.full((32, 4), 1e-8)}
@@ -223,7 +229,7 @@ class EpsScalingTest(parameterized.TestCase):
     # ε = 1e-8 / 4: the update is -(1/4) · 1e-8 / (1e-8 + 0.25e-8) = -0.2
     np.testing.assert_allclose(np.asarray(updates["w"]), -0.2, rtol=1e-4)
     with self.assertRaisesRegex(ValueError, "eps_scaling only applies"):
-      optim.OptimizerConfig(optimizer="sgd", eps_scaling="mup")
+      OptimizerConfig(optimizer="sgd", eps_scaling="mup")
 
 
 if __name__ == "__main__":

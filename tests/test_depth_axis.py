@@ -14,12 +14,15 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.mup import layers as layers_lib
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
 from scaling.base.config import Seeds
+from scaling.studies.coord_check import layers as coord_layers
+from scaling.studies.coord_check import slopes as coord_slopes
 from scaling.studies.coord_check import study as coord_check
 from scaling.studies.grid import points as grid_lib
 from scaling.studies.grid import run as grid_run
@@ -34,9 +37,9 @@ ALPHAS = (0.0, 1.0)
 WIDTH = 16
 STEPS = 2
 SEEDS = 6
-LR = optim.OptimizerConfig().learning_rate  # the transfer study's (hidden) learning rate
+LR = OptimizerConfig().learning_rate  # the transfer study's (hidden) learning rate
 TASK = dict(seq_len=8, batch_size=4)
-FAMILY = model_lib.ModelFamily(num_heads=2)
+FAMILY = ModelFamily(num_heads=2)
 COORD_FLAGS = dict(axis="depth", depths=list(DEPTHS), width=WIDTH, depth_alphas=list(ALPHAS), parametrizations=["sp"],
                    steps=STEPS, num_heads=2, learning_rate=LR, num_seeds=SEEDS, **TASK)
 LOG2_LRS = (-9.0, -6.0, -3.0)
@@ -68,12 +71,12 @@ class GridTest(parameterized.TestCase):
                      [("sp", 0.5, 2), ("sp", 0.5, 8), ("sp", 1.0, 2), ("sp", 1.0, 8), ("mup", 0.5, 2), ("mup", 0.5, 8),
                       ("mup", 1.0, 2), ("mup", 1.0, 8)])
     self.assertTrue(all(p["width"] == WIDTH for p in points))
-    dataset = data_lib.DataConfig(**TASK).make(0)
+    dataset = DataConfig(**TASK).make(0)
     cfg = grid.model_config(FAMILY, points[3], dataset)  # sp, alpha 1, depth 8; base depth = the smallest depth
     self.assertEqual((cfg.depth, cfg.width), (8, WIDTH))
     self.assertAlmostEqual(cfg.parametrization.residual_multiplier(), (8 / 2)**-1.0)
     # Without --depth_alphas the model's own alpha is the only one; the width axis keeps its two-field points.
-    self.assertEqual(_grid(depth_alphas=None).alphas(model_lib.ModelFamily(depth_alpha=0.5)), (0.5,))
+    self.assertEqual(_grid(depth_alphas=None).alphas(ModelFamily(depth_alpha=0.5)), (0.5,))
     self.assertEqual(grid_lib.WidthGrid(widths=(8, 16)).points(FAMILY),
                      [{"parametrization": "sp", "width": 8}, {"parametrization": "sp", "width": 16},
                       {"parametrization": "mup", "width": 8}, {"parametrization": "mup", "width": 16}])
@@ -111,9 +114,9 @@ class GridTest(parameterized.TestCase):
 
   def test_memory_estimate_covers_the_deepest_point(self):
     config = transfer.TransferConfig(grid=_grid(depths=(1, 3)), log2_lrs=LOG2_LRS, seeds=Seeds(num_seeds=2),
-                                     data=data_lib.DataConfig(**TASK), model=FAMILY,
-                                     optim=optim.OptimizerConfig(steps=3))
-    estimate = grid_run.memory_estimate(config, data_lib.DataConfig(**TASK).make(0))
+                                     data=DataConfig(**TASK), model=FAMILY,
+                                     optim=OptimizerConfig(steps=3))
+    estimate = grid_run.memory_estimate(config, DataConfig(**TASK).make(0))
     self.assertIn("depth=3", estimate.where)
     self.assertIn("depths", estimate.parts[0].flags)
 
@@ -123,27 +126,27 @@ class DepthCoordCheckTest(chex.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.dataset = data_lib.DataConfig(**TASK).make(0)
+    cls.dataset = DataConfig(**TASK).make(0)
     cls.config = coord_check.CoordCheckConfig(
-        grid=_grid(), seeds=Seeds(num_seeds=SEEDS), data=data_lib.DataConfig(**TASK), model=FAMILY,
-        optim=optim.OptimizerConfig(steps=STEPS, learning_rate=LR))
+        grid=_grid(), seeds=Seeds(num_seeds=SEEDS), data=DataConfig(**TASK), model=FAMILY,
+        optim=OptimizerConfig(steps=STEPS, learning_rate=LR))
     cls.rows = coord_check.run_coord_check(cls.config, cls.dataset)
     cls.rms = {(r["depth_alpha"], r["depth"], r["layer"], r["step"]): r for r in cls.rows}
 
   def test_rows(self):
-    self.assertLen(self.rows, len(ALPHAS) * len(DEPTHS) * len(coord_check.DEPTH_LAYERS) * (STEPS + 1))
+    self.assertLen(self.rows, len(ALPHAS) * len(DEPTHS) * len(coord_layers.DEPTH_LAYERS) * (STEPS + 1))
     for r in self.rows:
       self.assertEqual((r["parametrization"], r["width"]), ("sp", WIDTH))
       self.assertIn(r["depth"], DEPTHS)
       self.assertIn(r["depth_alpha"], ALPHAS)
-      self.assertIn(r["layer"], coord_check.DEPTH_LAYERS)
+      self.assertIn(r["layer"], coord_layers.DEPTH_LAYERS)
       self.assertLen(r["rms_seeds"], SEEDS)
       self.assertAlmostEqual(r["rms"], np.mean(r["rms_seeds"]))
       self.assertGreater(r["rms"], 0)
 
   def test_slopes_against_depth_are_numpy_fits(self):
-    slope_rows = coord_check.slopes(self.rows)
-    self.assertLen(slope_rows, len(ALPHAS) * len(coord_check.DEPTH_LAYERS) * (STEPS + 1))
+    slope_rows = coord_slopes.slopes(self.rows)
+    self.assertLen(slope_rows, len(ALPHAS) * len(coord_layers.DEPTH_LAYERS) * (STEPS + 1))
     for s in slope_rows:
       self.assertEqual(s["depths"], list(DEPTHS))
       x = np.log2(DEPTHS)
@@ -196,7 +199,7 @@ class DepthCoordCheckTest(chex.TestCase):
                      sorted(json.dumps(r, sort_keys=True) for r in self.rows))
     slopes = results.read_jsonl(out / "slopes.jsonl")
     self.assertEqual({(s["depth_alpha"], s["layer"]) for s in slopes},
-                     {(a, layer) for a in ALPHAS for layer in coord_check.DEPTH_LAYERS})
+                     {(a, layer) for a in ALPHAS for layer in coord_layers.DEPTH_LAYERS})
     self.assertGreater((out / "coord_check.png").stat().st_size, 1000)
     timings = results.read_jsonl(out / "timings.jsonl")
     self.assertEqual({(t["depth_alpha"], t["depth"]) for t in timings}, {(a, d) for a in ALPHAS for d in DEPTHS})

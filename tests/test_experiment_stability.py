@@ -58,7 +58,7 @@ class StabilityMainTest(absltest.TestCase):
   def test_bad_flags_write_nothing(self):
     text = self._text_file()
     for flags, needle in ((dict(final_window=9), "--final_window=9 exceeds --steps=6"),
-                          (dict(eps_scaling="mup"), "Unknown command line flag 'eps_scaling'"),
+                          (dict(eps_scaling="mup"), "unknown flag --eps_scaling"),
                           (dict(learning_rates=[0.0]), "--learning_rates")):
       out = self.create_tempdir().full_path + "/out"
       code, stdout, stderr = experiment_main.run_main(stability, **{**TINY, **flags}, text_file=text, out_dir=out)

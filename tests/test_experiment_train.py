@@ -14,7 +14,7 @@ import numpy as np
 import experiment_main
 import tracker_files
 from experiments import train
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACK = {"log_to": "tensorboard"} if importlib.util.find_spec("tensorboardX") else {}
@@ -112,17 +112,17 @@ class MainTest(absltest.TestCase):
     metrics = {"loss": 2.0, "accuracy": 0.1, "grad_norm": 1.0, "layer_grad_norm": [1.0], "attn_entropy": [1.5],
                "attn_max_logit": [3.0], "learning_rate": 1e-3}
 
-    def interrupted(*args, callback, **kwargs):  # pylint: disable=unused-argument
-      del args, kwargs
-      callback(0, metrics)
+    def interrupted(model, opt_config, dataset, runs, options):
+      del model, opt_config, dataset, runs
+      options.callback(0, metrics)
       raise KeyboardInterrupt
 
-    real = train_lib.run_training
-    train_lib.run_training = interrupted
+    real = loop_lib.run_training
+    loop_lib.run_training = interrupted
     try:
       code, _, _ = experiment_main.run_main(train, **TINY, steps=5, out_dir=str(out))
     finally:
-      train_lib.run_training = real
+      loop_lib.run_training = real
     self.assertEqual(code, 130)
     self.assertEqual(json.loads((out / "summary.json").read_text())["status"], "interrupted")
     self.assertEqual([r["step"] for r in _rows(out / "metrics.jsonl")], [0])

@@ -139,12 +139,13 @@ class BuiltinAsUserModelTest(absltest.TestCase):
 
   def test_same_roles_and_multipliers(self):
     from scaling.training import model as model_lib  # pylint: disable=g-import-not-at-top
-    from scaling.training import train as train_lib  # pylint: disable=g-import-not-at-top
-    family = model_lib.ModelFamily(depth=2, head_dim=8, base_width=16, positions="learned")
+    from scaling.training.model_family import ModelFamily
+    from scaling.training import losses as losses_lib  # pylint: disable=g-import-not-at-top
+    family = ModelFamily(depth=2, head_dim=8, base_width=16, positions="learned")
     config = lambda w: family.model_config("mup", w, vocab_size=em.VOCAB, max_len=em.SEQ)
     batch = em.lm_batch(jax.random.key(0))
     batch["weights"] = jnp.ones(batch["targets"].shape)
-    loss = lambda model, b: train_lib.weighted_cross_entropy(model(b["inputs"]), b["targets"], b["weights"])[0]
+    loss = lambda model, b: losses_lib.weighted_cross_entropy(model(b["inputs"]), b["targets"], b["weights"])[0]
     wp = scaling.WidthParametrization(lambda w: model_lib.Transformer(config(w)), loss, batch, "mup", base_width=16)
     ours, builtin = wp.roles(64), model_lib.parametrized(config(64)).roles
     self.assertEqual(set(ours), set(builtin))

@@ -1,5 +1,5 @@
-"""One training program for every model: ``scaling.training.train.run_training`` of a ``FunctionalProgram`` (any model and
-its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
+"""One training program for every model: ``scaling.training.loop.run_training`` of a ``FunctionalProgram`` (any model
+and its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
 resumed from a mid-run state equals one in one go; the studies of any model resume what a killed run left."""
 
 import json
@@ -17,11 +17,12 @@ import numpy as np
 import optax
 
 import scaling
-from scaling.mup import optim
-from scaling.training import train as train_lib
+from scaling.training.optimizer import OptimizerConfig
+from scaling.training import loop as loop_lib
+from scaling.training import programs as programs_lib
 from scaling.mup import user_model
-from scaling.studies.coord_check import study as coord_check
-from scaling.studies.transfer import study as transfer
+from scaling.studies.coord_check import any_model as coord_check
+from scaling.studies.transfer import any_model as transfer
 
 D_IN, D_OUT = 6, 3
 
@@ -51,7 +52,7 @@ def adam(width, params, learning_rate):
 
 def _program(width=16, record_outputs=False):
   fm = user_model.functional_model(MLP, mse, width, batches(0))
-  return train_lib.FunctionalProgram(fm, adam, record_outputs=record_outputs), fm
+  return programs_lib.FunctionalProgram(fm, adam, record_outputs=record_outputs), fm
 
 
 def _plain_loop(fm, seed, lr, steps):
@@ -74,8 +75,9 @@ class FunctionalProgramTest(parameterized.TestCase):
   def test_grid_members_equal_plain_loops(self, chunk):
     program, fm = _program()
     steps, seeds, lrs = 5, [0, 1, 0], [1e-2, 1e-2, 3e-3]
-    result = train_lib.run_training(program, optim.OptimizerConfig(steps=steps), user_model.Batches.of(batches, steps),
-                                    seed=seeds, learning_rates=lrs, record=("loss",), grid_chunk=chunk)
+    result = loop_lib.run_training(program, OptimizerConfig(steps=steps), user_model.Batches.of(batches, steps),
+                                   loop_lib.Runs(seed=seeds, learning_rates=lrs, chunk=chunk),
+                                   loop_lib.RunOptions(record=("loss",)))
     for i, (seed, lr) in enumerate(zip(seeds, lrs)):
       np.testing.assert_allclose(result.records["loss"][:, i], _plain_loop(fm, seed, lr, steps), rtol=2e-5,
                                  err_msg=f"member {i}")
@@ -83,21 +85,21 @@ class FunctionalProgramTest(parameterized.TestCase):
   def test_single_run_resumed_equals_one_go(self):
     program, _ = _program()
     data = user_model.Batches.of(batches, 6)
-    whole = train_lib.run_training(program, optim.OptimizerConfig(steps=6, learning_rate=1e-2), data, seed=3,
-                                   record=("loss",))
-    first = train_lib.run_training(program, optim.OptimizerConfig(steps=3, learning_rate=1e-2), data, seed=3,
-                                   record=("loss",))
-    rest = train_lib.run_training(program, optim.OptimizerConfig(steps=6, learning_rate=1e-2), data, seed=3,
-                                  record=("loss",), state=first.state, initial_loss=first.initial_loss)
+    run = lambda steps, **options: loop_lib.run_training(
+        program, OptimizerConfig(steps=steps, learning_rate=1e-2), data, loop_lib.Runs(seed=3),
+        loop_lib.RunOptions(record=("loss",), **options))
+    whole = run(6)
+    first = run(3)
+    rest = run(6, state=first.state, initial_loss=first.initial_loss)
     np.testing.assert_allclose(np.concatenate([first.records["loss"], rest.records["loss"]]), whole.records["loss"],
                                rtol=1e-6)
     chex.assert_trees_all_close(rest.state.params, whole.state.params, rtol=1e-6)
 
   def test_recorded_outputs_are_the_modules(self):
     program, fm = _program(record_outputs=True)
-    result = train_lib.run_training(program, optim.OptimizerConfig(steps=2, learning_rate=1e-2),
-                                    user_model.Batches.of(batches, 2), seed=[0],
-                                    record=("rms/hidden", "delta_rms/readout"))
+    result = loop_lib.run_training(program, OptimizerConfig(steps=2, learning_rate=1e-2),
+                                   user_model.Batches.of(batches, 2), loop_lib.Runs(seed=[0]),
+                                   loop_lib.RunOptions(record=("rms/hidden", "delta_rms/readout")))
     params, state = fm.init(jax.random.PRNGKey(0))
     _, outs = fm.captured(params, state, batches(0))
     want = float(jnp.sqrt(jnp.mean(jnp.square(outs["hidden"]))))
@@ -107,11 +109,11 @@ class FunctionalProgramTest(parameterized.TestCase):
 
   def test_bad_programs_are_refused(self):
     with self.assertRaisesRegex(TypeError, "FunctionalModel"):
-      train_lib.FunctionalProgram(MLP, adam)
+      programs_lib.FunctionalProgram(MLP, adam)
     program, _ = _program()
     with self.assertRaisesRegex(ValueError, "attn_mults apply to the built-in"):
-      train_lib.run_training(program, optim.OptimizerConfig(steps=1), user_model.Batches.of(batches, 1), seed=[0],
-                             attn_mults=[1.0])
+      loop_lib.run_training(program, OptimizerConfig(steps=1), user_model.Batches.of(batches, 1),
+                            loop_lib.Runs(seed=[0], attn_mults=[1.0]))
 
 
 class ResumeTest(absltest.TestCase):

@@ -11,18 +11,18 @@ import chex
 import jax
 import numpy as np
 
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import timesplit
 from scaling.studies.grid import run as grid_run
 
 
 def _spec(width: int, rule: str) -> grid_run.GridSpec:
-  data = data_lib.DataConfig(seq_len=8, batch_size=2)
-  config = model_lib.ModelFamily(depth=2, num_heads=2, base_width=16, rule=rule).model_config(
+  data = DataConfig(seq_len=8, batch_size=2)
+  config = ModelFamily(depth=2, num_heads=2, base_width=16, rule=rule).model_config(
       "sp", width, vocab_size=data.make(0).vocab_size, max_len=8)
-  return grid_run.GridSpec(config, optim.OptimizerConfig(steps=3), data, 0, (-8.0, -6.0), (0, 1), label=rule)
+  return grid_run.GridSpec(config, OptimizerConfig(steps=3), data, 0, (-8.0, -6.0), (0, 1), label=rule)
 
 
 class CompileAheadTest(absltest.TestCase):
@@ -45,13 +45,13 @@ class CompileAheadTest(absltest.TestCase):
     self.assertFalse({n for n in in_main if "grid_step" in n or "init_state" in n}, in_main)
     self.assertTrue(any("grid_step" in name for (main, name) in compiled if not main))
     self.assertEqual(split.ahead_compiles, 2)  # the init and the step, once
-    expected = grid_run.train_grid(spec, data_lib.DataConfig(seq_len=8, batch_size=2).make(0))
+    expected = grid_run.train_grid(spec, DataConfig(seq_len=8, batch_size=2).make(0))
     np.testing.assert_array_equal(trained.records["loss"], expected.records["loss"])
 
   def test_a_failure_ahead_leaves_training_to_compile(self):
     spec = _spec(24, "sqrt")
     planner = grid_run.GridPlanner()
-    with mock.patch.object(grid_run.train_lib, "compile_grid", side_effect=RuntimeError("no")):
+    with mock.patch.object(grid_run.loop_lib, "compile_grid", side_effect=RuntimeError("no")):
       try:
         planner.compile_ahead([spec])
         run = planner.train(spec)
@@ -65,7 +65,7 @@ class JoinRunsTest(absltest.TestCase):
 
   def test_a_grid_and_its_widening_are_the_grid_of_all_their_rates(self):
     spec = _spec(32, "sqrt")
-    data = data_lib.DataConfig(seq_len=8, batch_size=2).make(0)
+    data = DataConfig(seq_len=8, batch_size=2).make(0)
     part = lambda rates: grid_run.train_grid(dataclasses.replace(spec, log2_lrs=rates, label="part"), data)
     joined = grid_run.join_runs(part((-8.0,)), part((-10.0, -6.0)))  # the widening on both sides, in any order
     whole = grid_run.train_grid(dataclasses.replace(spec, log2_lrs=(-10.0, -8.0, -6.0)), data)
@@ -130,7 +130,7 @@ class TrainLikeTest(absltest.TestCase):
     self.assertEqual(mults.padded(3).log2_lrs, (-8.0,))
     planner = grid_run.GridPlanner()
     with self.assertRaisesRegex(ValueError, "differ in more than their swept values"):
-      planner.train(dataclasses.replace(one, opt_config=optim.OptimizerConfig(steps=4)), like=dataclasses.replace(grid, log2_lrs=(-8.0, -6.0, -5.0)))
+      planner.train(dataclasses.replace(one, opt_config=OptimizerConfig(steps=4)), like=dataclasses.replace(grid, log2_lrs=(-8.0, -6.0, -5.0)))
     with self.assertRaisesRegex(TypeError, "like must be a GridSpec"):
       planner.train(one, like="grid")
     with self.assertRaisesRegex(ValueError, "is not the start of"):
@@ -145,7 +145,7 @@ class ScannedGridTest(absltest.TestCase):
     spec = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
     deep = dataclasses.replace(spec, model_config=dataclasses.replace(spec.model_config, depth=4))
     scanned = dataclasses.replace(deep, model_config=dataclasses.replace(deep.model_config, scan_layers=True))
-    data = data_lib.DataConfig(seq_len=8, batch_size=2).make(0)
+    data = DataConfig(seq_len=8, batch_size=2).make(0)
     a, b = grid_run.train_grid(deep, data), grid_run.train_grid(scanned, data)
     for key in a.records:
       np.testing.assert_allclose(b.records[key], a.records[key], rtol=1e-5, atol=1e-7, err_msg=key)

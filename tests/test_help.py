@@ -44,6 +44,20 @@ class HelpTest(parameterized.TestCase):
     stray = (words & every) - own - set(NOT_OPTIONS)
     self.assertEmpty(stray, f"experiments.{name} --help mentions options it does not have")
 
+  @parameterized.parameters(*EXPERIMENTS)
+  def test_example_commands_keep_their_line_breaks(self, name):
+    _, text = self.helps[name]
+    for line in text.splitlines():
+      if line.lstrip().startswith("python -m "):  # one command a line, or continued by a backslash at its end
+        self.assertEqual(line.count("python -m "), 1, line)
+        self.assertNotRegex(line, r"\S {3,}--", "a continuation line joined to its command (a lost backslash)")
+
+  @parameterized.parameters(("sweep", "--rules:", "post_softmax"), ("sweep", "--dtype:", "bfloat16"))
+  def test_list_options_name_their_choices(self, name, flag, choice):
+    _, text = self.helps[name]
+    entry = text[text.index(flag):].split("(a comma-separated list)")[0]
+    self.assertIn(choice, entry)
+
   def test_train_has_no_seed_count(self):
     _, text = self.helps["train"]
     self.assertIn("--seed:", text)

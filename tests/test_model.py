@@ -16,7 +16,10 @@ import numpy as np
 import scaling
 from scaling.mup import layers as layers_lib
 from scaling.training import model as model_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training.model_family import ModelFamily
 from scaling.mup import schemes as param_lib
+from scaling.mup import shapes as shapes_lib
 from scaling.attention import rules
 
 V = 13
@@ -42,7 +45,7 @@ def _config(**kw):
     rule = rules.get_rule(rule, **rule_options)
   elif rule_options:
     raise ValueError("rule_options need a rule name")
-  return model_lib.ModelConfig(parametrization=parametrization, rule=rule, **base)
+  return ModelConfig(parametrization=parametrization, rule=rule, **base)
 
 
 def _tokens(b=2, t=8, seed=1):
@@ -71,12 +74,12 @@ def _apply_capturing(model, params, tokens):
 
 
 def _paths(params):
-  return {"/".join(param_lib.path_names(p)) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+  return {"/".join(shapes_lib.path_names(p)) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
 
 
 def _flat(tree):
   """{"a/b/c": leaf} of a nested dict."""
-  return {"/".join(param_lib.path_names(p)): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  return {"/".join(shapes_lib.path_names(p)): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 class ShapeAndNamesTest(parameterized.TestCase):
@@ -120,7 +123,7 @@ class ShapeAndNamesTest(parameterized.TestCase):
     for name in ("query", "key", "value", "out"):
       expected |= {f"block_0/attn/{name}/kernel", f"block_0/attn/{name}/bias"}
     self.assertEqual(_paths(params), expected)
-    shapes = {"/".join(param_lib.path_names(k)): v.shape for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+    shapes = {"/".join(shapes_lib.path_names(k)): v.shape for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
     self.assertEqual(shapes["embed/embedding"], (V, 16))
     self.assertEqual(shapes["pos_embed/embedding"], (16, 16))
     self.assertEqual(shapes["block_0/attn/query/kernel"], (16, 2 * 8))
@@ -130,8 +133,8 @@ class ShapeAndNamesTest(parameterized.TestCase):
     self.assertEqual(shapes["block_0/mlp/fc_in/kernel"], (16, 64))
     self.assertEqual(shapes["block_0/attn/query_gain"], (8,))
     self.assertEqual(shapes["readout/kernel"], (16, V))
-    # Every parameter has a kind in the parametrization's table.
-    param_lib.param_specs(params, model_lib.param_kinds(cfg), param_lib.get_parametrization("mup"), cfg.width)
+    # Every parameter has a kind in the parametrization's table, that fits its shape.
+    scaling.mup.roles.from_kinds(params, model_lib.param_kinds(cfg), 1.0)
 
   def test_qk_norm_without_gains_has_no_gain_parameters(self):
     with_gains = _config(rule="qk_norm", depth=2)
@@ -141,11 +144,11 @@ class ShapeAndNamesTest(parameterized.TestCase):
                      {f"block_{i}/attn/{name}" for i in range(2) for name in ("query_gain", "key_gain")})
     self.assertFalse(any("gain" in path for path in paths))
     kinds = jax.tree_util.tree_flatten_with_path(model_lib.param_kinds(without))[0]
-    self.assertFalse(any("gain" in "/".join(param_lib.path_names(k)) for k, _ in kinds))
+    self.assertFalse(any("gain" in "/".join(shapes_lib.path_names(k)) for k, _ in kinds))
 
   def test_family_qk_norm_options(self):
     kw = dict(vocab_size=V, max_len=16)
-    family = model_lib.ModelFamily(rule="qk_norm", base_width=16)
+    family = ModelFamily(rule="qk_norm", base_width=16)
     default = family.model_config("sp", 16, **kw)
     self.assertEqual(default.attention_rule, rules.QKNorm(norm="rms"))  # today's rule: RMSNorm with gains
     self.assertTrue(default.qk_norm_gains)
@@ -158,7 +161,7 @@ class ShapeAndNamesTest(parameterized.TestCase):
                               "^qk_norm='layer' and qk_norm_gains=False only apply"),
                              ({"qk_norm": "batch", "rule": "qk_norm"}, "qk_norm must be one of rms, layer")):
       with self.assertRaisesRegex(ValueError, message):
-        model_lib.ModelFamily(**options)
+        ModelFamily(**options)
 
   def test_post_ln_has_no_final_norm(self):
     params = model_lib.init_params(jax.random.PRNGKey(0), _config(pre_ln=False))
@@ -306,17 +309,17 @@ class VariantsTest(parameterized.TestCase):
   def test_names_are_not_accepted_by_the_config(self, kw, message):
     # ModelConfig takes objects; names are resolved once, before (ModelFamily.model_config, _config here).
     with self.assertRaisesRegex(ValueError, message):
-      model_lib.ModelConfig(vocab_size=V, **kw)
+      ModelConfig(vocab_size=V, **kw)
 
   def test_objects_and_effective_rule(self):
     mup = param_lib.get_parametrization("mup", base_head_dim=32)
-    cfg = model_lib.ModelConfig(vocab_size=V, parametrization=mup)
+    cfg = ModelConfig(vocab_size=V, parametrization=mup)
     self.assertEqual(cfg.parametrization, dataclasses.replace(mup, depth=cfg.depth))  # the config's depth is set
     self.assertEqual(cfg.attention_rule, rules.LinearScale(base_head_dim=32))
     tau = rules.get_rule("temperature", tau=3.0)
-    self.assertIs(model_lib.ModelConfig(vocab_size=V, parametrization=mup, rule=tau).attention_rule, tau)
-    self.assertIsInstance(model_lib.ModelConfig(vocab_size=V).parametrization, param_lib.StandardParametrization)
-    self.assertIsInstance(model_lib.ModelConfig(vocab_size=V).attention_rule, rules.SqrtScale)
+    self.assertIs(ModelConfig(vocab_size=V, parametrization=mup, rule=tau).attention_rule, tau)
+    self.assertIsInstance(ModelConfig(vocab_size=V).parametrization, param_lib.StandardParametrization)
+    self.assertIsInstance(ModelConfig(vocab_size=V).attention_rule, rules.SqrtScale)
     hash(cfg)  # a static jit argument and a param_kinds cache key
 
 
@@ -457,7 +460,7 @@ class InitTest(parameterized.TestCase):
     flat = _flat(params)
     self.assertEqual(set(flat), set(kinds))
     mult = _measured_multipliers(cfg, params, _tokens(2, 16))
-    specs = _flat(param_lib.param_specs(params, model_lib.param_kinds(cfg), cfg.parametrization, cfg.width))
+    specs = _flat(model_lib.parametrized(cfg).specs())
     for path, x in flat.items():
       kind, x = kinds[path], np.asarray(x, np.float64)
       if kind in param_lib.VECTOR_KINDS:  # gains start at 1 and biases at 0, multiplier 1, in every scheme
@@ -469,7 +472,7 @@ class InitTest(parameterized.TestCase):
       want = _paper_effective_init_std(name, kind, x.shape[0], 4.0)
       self.assertAlmostEqual(float(np.mean(x)), 0.0, delta=5 * np.std(x) / math.sqrt(x.size), msg=path)
       np.testing.assert_allclose(mult[path] * np.std(x), want, rtol=0.08, err_msg=path)
-      # param_specs declares the multiplier the model applies and the papers' effective init.
+      # The specs declare the multiplier the model applies and the papers' effective init.
       np.testing.assert_allclose(specs[path].multiplier, mult[path], rtol=1e-5, err_msg=path)
       np.testing.assert_allclose(specs[path].multiplier * specs[path].init_std, want, rtol=1e-12, err_msg=path)
 
@@ -729,7 +732,7 @@ class AuxMetricsTest(parameterized.TestCase):
     b, t = tokens.shape
     # q and k as the attention received them: A·(x W) from the layer's input, kernels and multipliers, then RoPE.
     x = np.asarray(inter["block_0"]["ln_attn"]["__call__"][0], np.float64)
-    q, k = [cfg.parametrization.layer(kind, *param_lib.fans(kind, w.shape), cfg.width).multiplier * (x @ w)
+    q, k = [cfg.parametrization.layer(kind, *shapes_lib.fans(kind, w.shape), cfg.width).multiplier * (x @ w)
             for kind, w in (("attn_q", np.asarray(params["block_0"]["attn"]["query"]["kernel"], np.float64)),
                             ("attn_k", np.asarray(params["block_0"]["attn"]["key"]["kernel"], np.float64)))]
     q, k = q.reshape(b, t, cfg.num_heads, cfg.head_dim), k.reshape(b, t, cfg.kv_heads, cfg.head_dim)

@@ -9,7 +9,10 @@ import numpy as np
 
 from scaling.studies.grid import run as grid_run
 from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import training as training_claims
+from scaling.studies.claims import loss_curves
+from scaling.studies.claims import scale_rule_claims
+from scaling.studies.claims import training_grids
+from scaling.studies.claims import training_sizes
 from scaling.studies.claims import verdicts
 
 CLAIM = norm_claims.NORM_CLAIMS[0]
@@ -47,9 +50,9 @@ class MeasurementTest(absltest.TestCase):
     row = CLAIM.evaluate(TEST_CTX)
     self.assertIn(row["verdict"], verdicts.VERDICTS)
     numbers = row["numbers"]
-    self.assertEqual(numbers["depth"], training_claims.SIZES["test"]["depth_small"])
+    self.assertEqual(numbers["depth"], training_sizes.SIZES["test"]["depth_small"])
     finals = {}
-    runs = training_claims.trained(TEST_CTX, training_claims.norm_grids(TEST_CTX))
+    runs = training_grids.trained(TEST_CTX, scale_rule_claims.norm_grids(TEST_CTX))
     declared = [r for r in TEST_CTX.planner.runs if not r.spec.label.endswith("widened")]
     self.assertEqual(len(declared), 4)  # the grids of the claim that the norms do not replace the scale
     for norm in norm_claims.NORMS:
@@ -59,11 +62,10 @@ class MeasurementTest(absltest.TestCase):
       grids = [r for r in TEST_CTX.planner.runs
                if dataclasses.replace(r.spec, log2_lrs=run.log2_lrs, label=run.spec.label) == run.spec]
       rates = [x for g in grids for x in g.log2_lrs]
-      final = np.concatenate([g.by_lr(training_claims.final_losses(g.records["loss"],
-                                                                   numbers["final_loss_mean_of_last"]))
+      final = np.concatenate([g.by_lr(loss_curves.final_losses(g.records["loss"], numbers["final_loss_mean_of_last"]))
                               for g in grids])
-      finals[norm] = final[training_claims.best_index(final)]
-      self.assertEqual(numbers[norm]["best_learning_rate"], f"{2.0 ** rates[training_claims.best_index(final)]:.3g}")
+      finals[norm] = final[loss_curves.best_index(final)]
+      self.assertEqual(numbers[norm]["best_learning_rate"], f"{2.0 ** rates[loss_curves.best_index(final)]:.3g}")
     want = norm_claims.on_par_gap(finals["layer"], finals["rms"])["max_abs_gap_within_noise"]
     self.assertAlmostEqual(row["value"], want, places=3)
     self.assertIn("RMSNorm blocks against", row["finding"])

@@ -14,6 +14,7 @@ import optax
 from scaling.mup import adam_atan2
 from scaling.mup import layers
 from scaling.mup import optim
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as P
 from scaling.mup import roles as roles_lib
 from scaling.mup import parametrize as parametrize_lib
@@ -60,10 +61,12 @@ def _kinds():
 _KINDS = _kinds()
 
 
-def _parametrized(scheme, kinds=None):
-  """``scaling.parametrize`` of _random_tree's roles at one global width (what the built-in model's come to)."""
-  return parametrize_lib.parametrize(roles_lib.from_kinds(_random_tree(0), _KINDS if kinds is None else kinds,
-                                                                scheme.width_mult(_D)), scheme, forward="model")
+def _parametrized(scheme, kinds=None, params=None, width=_D):
+  """``scaling.parametrize`` of the roles of ``params`` (_random_tree's) at one global width (multipliers not folded:
+  the specs of the scheme's tables, what the built-in model's come to)."""
+  params = _random_tree(0) if params is None else params
+  roles = roles_lib.from_kinds(params, _KINDS if kinds is None else kinds, scheme.width_mult(width))
+  return parametrize_lib.parametrize(roles, scheme, forward="model")
 
 
 def _random_tree(seed):
@@ -83,12 +86,12 @@ def _hand(fn):
   return _tree(lambda path, shape: fn(path, _PATHS[path][2], _PATHS[path][3]))
 
 
-class ScaleByParametrizationTest(chex.TestCase):
+class ScaleLrTest(chex.TestCase):
 
   def test_multipliers_in_state(self):
     params = _random_tree(0)
     for optimizer, column in (("adam", 2), ("sgd", 3)):
-      state = optim.scale_by_parametrization(_MUP, _D, _KINDS, optimizer).init(params)
+      state = _parametrized(_MUP).scale_lr(optimizer).init(params)
       want = _tree(lambda path, shape: jnp.float32(_PATHS[path][column]))
       chex.assert_trees_all_equal(state.multipliers, want)
 
@@ -96,15 +99,15 @@ class ScaleByParametrizationTest(chex.TestCase):
     # u-μP's backward pass is unit-scaled, so SGD takes the Adam multipliers (unit_scaling.optim.lr_scale_func_sgd
     # with an unconstrained readout): 1/√n_out for the embedding, 1/√n_in for matrices (the readout too, which
     # starts at unit scale), 1 for the rest.
-    sgd = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "sgd")
-    adam = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP, _D, "adam")
+    sgd = _parametrized(_UMUP).lr_multipliers(_random_tree(0), "sgd")
+    adam = _parametrized(_UMUP).lr_multipliers(_random_tree(0), "adam")
     for mults in (sgd, adam):
       self.assertAlmostEqual(_get(mults, ("embed", "embedding")), 8**-0.5)
       self.assertEqual(_get(mults, ("block_0", "mlp", "fc_out", "kernel")), 0.25)
       self.assertEqual(_get(mults, ("block_0", "mlp", "fc_in", "bias")), 1.0)
       self.assertAlmostEqual(_get(mults, ("readout", "kernel")), _D**-0.5)
     # In a model of depth L every in-block multiplier is further divided by √L (unit_scaling's lr_scale_for_depth).
-    deep = optim.lr_multipliers(_random_tree(0), _KINDS, _UMUP.with_depth(4), _D, "adam")
+    deep = _parametrized(_UMUP.with_depth(4)).lr_multipliers(_random_tree(0), "adam")
     self.assertEqual(_get(deep, ("block_0", "mlp", "fc_out", "kernel")), 0.125)
     self.assertEqual(_get(deep, ("block_0", "ln_attn", "scale")), 0.5)
     self.assertEqual(_get(deep, ("ln_final", "scale")), 1.0)
@@ -113,36 +116,23 @@ class ScaleByParametrizationTest(chex.TestCase):
   def test_composes_with_optax_sgd(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr = 0.3
-    opt = optax.chain(optax.sgd(lr), optim.scale_by_parametrization(_MUP, _D, _KINDS, "sgd"))
+    opt = optax.chain(optax.sgd(lr), _parametrized(_MUP).scale_lr("sgd"))
     updates, _ = opt.update(grads, opt.init(params), params)
     want = _hand(lambda path, a, s: -lr * s * _get(grads, path))
     chex.assert_trees_all_close(updates, want, rtol=1e-6)
 
   def test_keeps_dtype(self):
     params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _random_tree(0))
-    t = optim.scale_by_parametrization(_MUP, _D, _KINDS, "sgd")
+    t = _parametrized(_MUP).scale_lr("sgd")
     updates, _ = t.update(params, t.init(params))
     chex.assert_trees_all_equal_dtypes(updates, params)
 
-  def test_errors(self):
+  def test_unknown_optimizer(self):
     with self.assertRaisesRegex(ValueError, "unknown optimizer 'lion'"):
-      optim.scale_by_parametrization(_MUP, 8, _KINDS, "lion")
-    with self.assertRaisesRegex(ValueError, "width must be a positive integer"):
-      optim.scale_by_parametrization(_MUP, 0, _KINDS)
-    with self.assertRaisesRegex(ValueError, "parametrization must be a Parametrization object"):
-      optim.scale_by_parametrization("mup", 8, _KINDS)
-    # A parameter whose kind is unknown is named.
-    params, kinds = _random_tree(0), _kinds()
-    params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((2, 2))}
-    kinds["block_0"]["attn"]["rotary"] = {"kernel": "rotary"}
-    with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel.*unknown layer kind 'rotary'"):
-      optim.scale_by_parametrization(_MUP, 8, kinds).init(params)
-    # A parameter without a kind: the trees differ.
-    with self.assertRaisesRegex(ValueError, "same tree structure"):
-      optim.scale_by_parametrization(_MUP, 8, _KINDS).init(params)
+      _parametrized(_MUP).scale_lr("lion")
 
 
-class MakeOptimizerTest(chex.TestCase):
+class OptimizerTest(chex.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -152,7 +142,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_adam_first_step(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr, eps = 0.01, 1e-8
-    opt = optim.make_optimizer("adam", lr, _MUP, _D, _KINDS, eps=eps)
+    opt = _parametrized(_MUP).optimizer("adam", lr, eps=eps)
 
     @self.variant
     def step(grads, state, params):
@@ -168,7 +158,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_sgd_two_steps_with_momentum(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     lr, mu = 0.1, 0.9
-    opt = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS, momentum=mu)
+    opt = _parametrized(_MUP).optimizer("sgd", lr, momentum=mu)
     step = self.variant(opt.update)
     state = opt.init(params)
     u1, state = step(g1, state, params)
@@ -179,7 +169,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_plain_sgd_step(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 0.5, _MUP, _D, _KINDS)
+    opt = _parametrized(_MUP).optimizer("sgd", 0.5)
     updates, _ = opt.update(grads, opt.init(params), params)
     chex.assert_trees_all_close(updates, _hand(lambda p, a, s: -0.5 * s * _get(grads, p)), rtol=1e-6)
 
@@ -187,7 +177,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_adamw_decays_matrices_only(self):
     params, grads = _random_tree(0), _random_tree(1)
     lr, wd, eps = 0.01, 0.1, 1e-8
-    opt = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=wd, eps=eps)
+    opt = _parametrized(_MUP).optimizer("adamw", lr, weight_decay=wd, eps=eps)
     updates, _ = self.variant(opt.update)(grads, opt.init(params), params)
 
     def want(path, a, s):
@@ -199,7 +189,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_adamw_is_optax_adam_times_multiplier_plus_decay(self):
     params, lr, wd = _random_tree(0), 3e-3, 0.05
-    ours = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=wd, b1=0.8, b2=0.99)
+    ours = _parametrized(_MUP).optimizer("adamw", lr, weight_decay=wd, b1=0.8, b2=0.99)
     ref = optax.adam(lr, b1=0.8, b2=0.99)
     s_ours, s_ref = ours.init(params), ref.init(params)
     for seed in (1, 2, 3):
@@ -212,7 +202,7 @@ class MakeOptimizerTest(chex.TestCase):
   def test_sgd_weight_decay_and_momentum(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     lr, wd, mu = 0.1, 0.01, 0.5
-    opt = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS, weight_decay=wd, momentum=mu)
+    opt = _parametrized(_MUP).optimizer("sgd", lr, weight_decay=wd, momentum=mu)
     state = opt.init(params)
     u1, state = opt.update(g1, state, params)
     u2, state = opt.update(g2, state, params)
@@ -228,14 +218,14 @@ class MakeOptimizerTest(chex.TestCase):
     for width, base in ((8, 8), (8, 2)):
       scheme = P.get_parametrization("mup", base_width=base)
       params = _random_tree(0)
-      opt = optim.make_optimizer("adamw", lr, scheme, width, _KINDS, weight_decay=wd)
+      opt = _parametrized(scheme, width=width).optimizer("adamw", lr, weight_decay=wd)
       updates, _ = opt.update(jax.tree.map(jnp.zeros_like, params), opt.init(params), params)
       chex.assert_trees_all_close(updates, _hand(lambda p, a, s: -lr * wd * _get(params, p) * (p in _DECAYED)),
                                   rtol=1e-6)
 
   def test_sp_adam_is_optax_adam(self):
     params = _random_tree(0)
-    ours = optim.make_optimizer("adam", 1e-2, _SP, _D, _KINDS)
+    ours = _parametrized(_SP).optimizer("adam", 1e-2)
     ref = optax.adam(1e-2)
     s_ours, s_ref = ours.init(params), ref.init(params)
     for seed in (1, 2, 3):
@@ -246,7 +236,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_umup_sgd_step(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 1e-3, _UMUP, _D, _KINDS)
+    opt = _parametrized(_UMUP).optimizer("sgd", 1e-3)
     updates, _ = opt.update(grads, opt.init(params), params)
     # u-μP SGD multipliers (= Adam's): 1/√n_out for the embedding, 1/√n_in for matrices and the readout, 1 for
     # gains and biases.
@@ -260,9 +250,8 @@ class MakeOptimizerTest(chex.TestCase):
     params, grads = _random_tree(0), _random_tree(1)
     lr = 0.2
     factors = [0.0, 0.5, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5]  # warmup 2, total 6
-    with_factor = optim.make_optimizer("sgd", lr, _MUP, _D, _KINDS,
-                                          schedule=optim.warmup_cosine_schedule(1.0, 2, 6))
-    with_sched = optim.make_optimizer("sgd", optim.warmup_cosine_schedule(lr, 2, 6), _MUP, _D, _KINDS)
+    with_factor = _parametrized(_MUP).optimizer("sgd", lr, schedule=optim.warmup_cosine_schedule(1.0, 2, 6))
+    with_sched = _parametrized(_MUP).optimizer("sgd", optim.warmup_cosine_schedule(lr, 2, 6))
     s1, s2 = with_factor.init(params), with_sched.init(params)
     for t, factor in enumerate(factors):
       want = _hand(lambda p, a, s: -lr * factor * s * _get(grads, p))
@@ -279,7 +268,7 @@ class MakeOptimizerTest(chex.TestCase):
     schedule = optim.warmup_cosine_schedule(1.0, 1, 4)
 
     def two_steps(lr):
-      opt = optim.make_optimizer("adamw", lr, _MUP, _D, _KINDS, weight_decay=0.1, schedule=schedule)
+      opt = _parametrized(_MUP).optimizer("adamw", lr, weight_decay=0.1, schedule=schedule)
       state = opt.init(params)
       p = params
       for g in (g1, g2):
@@ -295,7 +284,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_vmap_over_injected_learning_rate(self):
     params, grads = _random_tree(0), _random_tree(1)
-    opt = optim.make_optimizer("sgd", 0.0, _MUP, _D, _KINDS)
+    opt = _parametrized(_MUP).optimizer("sgd", 0.0)
     state = opt.init(params)
     lrs = jnp.array([0.1, 0.2, 0.3])
     step = jax.jit(jax.vmap(lambda lr: opt.update(grads, optim.set_learning_rate(state, lr), params)[0]))
@@ -306,7 +295,7 @@ class MakeOptimizerTest(chex.TestCase):
 
   def test_no_retrace_across_steps(self):
     params = _random_tree(0)
-    opt = optim.make_optimizer("adamw", 1e-3, _MUP, _D, _KINDS, weight_decay=0.01)
+    opt = _parametrized(_MUP).optimizer("adamw", 1e-3, weight_decay=0.01)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -337,7 +326,7 @@ class MakeOptimizerTest(chex.TestCase):
   )
   def test_errors(self, args, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
-      optim.make_optimizer(*args, _MUP, _D, _KINDS, **kwargs)
+      _parametrized(_MUP).optimizer(*args, **kwargs)
 
   def test_set_learning_rate_needs_injected_state(self):
     with self.assertRaisesRegex(ValueError, "no injected learning_rate"):
@@ -370,14 +359,19 @@ class WarmupCosineTest(parameterized.TestCase):
       optim.warmup_cosine_schedule(*args)
 
 
-class DecayMaskTest(absltest.TestCase):
+class DecayKindsTest(absltest.TestCase):
 
   def test_default_and_custom(self):
-    chex.assert_trees_all_equal(optim.decay_mask(_KINDS), _tree(lambda path, shape: path in _DECAYED))
-    only_norm = optim.decay_mask(_KINDS, ("norm",))
-    self.assertTrue(only_norm["block_0"]["ln_attn"]["scale"])
-    self.assertFalse(only_norm["ln_final"]["scale"])  # kind "final_norm"
-    self.assertFalse(only_norm["readout"]["kernel"])
+    # With zero gradients only the decay acts: -lr·wd·p for the decayed parameters, 0 for the rest.
+    params = _random_tree(0)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    for decay_kinds, decayed in ((None, lambda path: path in _DECAYED),
+                                 (("norm",), lambda path: _PATHS[path][1] == "norm")):  # not "final_norm"
+      kwargs = {} if decay_kinds is None else {"decay_kinds": decay_kinds}
+      opt = _parametrized(_MUP).optimizer("adamw", 0.1, weight_decay=0.5, **kwargs)
+      updates, _ = opt.update(zeros, opt.init(params), params)
+      chex.assert_trees_all_close(updates, _hand(lambda p, a, s: -0.05 * _get(params, p) * decayed(p)), rtol=1e-6,
+                                  custom_message=str(decay_kinds))
 
 
 class _ThreeLayers(nn.Module):
@@ -438,7 +432,8 @@ class KindsNotNamesTest(chex.TestCase):
     results = []
     for names in (_CANONICAL, _RENAMED):
       params, kinds = self._init(names)
-      results.append(self._by_role(optim.lr_multipliers(params, kinds, self._SCHEME, self._WIDTH, optimizer), names))
+      mults = _parametrized(self._SCHEME, kinds, params, self._WIDTH).lr_multipliers(params, optimizer)
+      results.append(self._by_role(mults, names))
     self.assertEqual(results[0], results[1])
     # The μP table (Tensor Programs V, Table 8) at m = 4: matrix-like hidden and attention layers get Adam LR 1/m
     # and SGD LR 1; the readout, biases and gains Adam LR 1 and SGD LR m.
@@ -459,7 +454,7 @@ class KindsNotNamesTest(chex.TestCase):
       _, kinds = self._init(names)
       params = {name: values[role] for role, name in zip(("q", "gain", "hidden", "readout"), names)}
       grads = jax.tree.map(jnp.ones_like, params)
-      opt = optim.make_optimizer("adamw", 0.1, self._SCHEME, self._WIDTH, kinds, weight_decay=0.5)
+      opt = _parametrized(self._SCHEME, kinds, params, self._WIDTH).optimizer("adamw", 0.1, weight_decay=0.5)
       u, _ = opt.update(grads, opt.init(params), params)
       updates.append(self._by_role(u, names))
     chex.assert_trees_all_close(updates[0], updates[1])
@@ -530,17 +525,17 @@ class AdamAtan2Test(chex.TestCase):
     with self.assertRaisesRegex(ValueError, message):
       adam_atan2.scale_by_adam_atan2(**kwargs)
 
-  def test_make_optimizer_chains_the_per_layer_rates(self):
+  def test_optimizer_chains_the_per_layer_rates(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
     lr = 0.01
-    opt = optim.make_optimizer("adam_atan2", lr, _MUP, _D, _KINDS)
+    opt = _parametrized(_MUP).optimizer("adam_atan2", lr)
     state = opt.init(params)
     for t, g in enumerate((g1, g2)):
       updates, state = opt.update(g, state, params)
       want = _hand(lambda path, a, s, t=t: -lr * a * _adam_atan2_numpy([_get(g1, path), _get(g2, path)], 0.9, 0.999,
                                                                        1.27, 1.0)[t])
       chex.assert_trees_all_close(updates, want, rtol=1e-5, atol=1e-8, custom_message=f"step {t}")
-    cfg = optim.OptimizerConfig(optimizer="adam_atan2", learning_rate=lr)
+    cfg = OptimizerConfig(optimizer="adam_atan2", learning_rate=lr)
     built = cfg.build(_parametrized(_MUP))
     u_cfg, _ = built.update(g1, built.init(params), params)
     u_ref, _ = opt.update(g1, opt.init(params), params)
@@ -548,9 +543,9 @@ class AdamAtan2Test(chex.TestCase):
 
   @parameterized.parameters(({"weight_decay": 0.1}, "adam_atan2 takes no weight_decay"),
                             ({"eps_scaling": "mup"}, "adam_atan2 has no epsilon"))
-  def test_make_optimizer_refuses(self, kwargs, message):
+  def test_optimizer_refuses(self, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
-      optim.make_optimizer("adam_atan2", 0.1, _MUP, _D, _KINDS, **kwargs)
+      _parametrized(_MUP).optimizer("adam_atan2", 0.1, **kwargs)
 
 
 class EpsScalingTest(chex.TestCase):
@@ -560,14 +555,14 @@ class EpsScalingTest(chex.TestCase):
     params = _random_tree(0)
     grads = jax.tree.map(lambda x: jnp.full_like(x, 1e-8), params)
     for scaling, factor in (("none", 1.0), ("mup", 0.25)):
-      opt = optim.make_optimizer("adam", 1.0, _MUP, _D, _KINDS, eps=1e-8, eps_scaling=scaling)
+      opt = _parametrized(_MUP).optimizer("adam", 1.0, eps=1e-8, eps_scaling=scaling)
       u, _ = opt.update(grads, opt.init(params), params)
       chex.assert_trees_all_close(u, _hand(lambda path, a, s: np.full(_PATHS[path][0], -a / (1 + factor))),
                                   rtol=1e-4, custom_message=str(scaling))
 
   def test_config_values(self):
-    self.assertEqual(optim.OptimizerConfig().eps_scaling, "none")
-    self.assertEqual(optim.OptimizerConfig(eps_scaling="mup").eps_scaling, "mup")
+    self.assertEqual(OptimizerConfig().eps_scaling, "none")
+    self.assertEqual(OptimizerConfig(eps_scaling="mup").eps_scaling, "mup")
     # Booleans are refused like any other value outside the choices.
     for kw, message in (({"eps_scaling": "yes"}, "eps_scaling must be one of none, mup"),
                         ({"eps_scaling": True}, "eps_scaling must be one of none, mup; got True"),
@@ -575,20 +570,20 @@ class EpsScalingTest(chex.TestCase):
                         ({"eps_scaling": "mup", "optimizer": "sgd"}, "eps_scaling only applies"),
                         ({"eps_scaling": "mup", "optimizer": "adam_atan2"}, "optimizer='adam_atan2' has no epsilon")):
       with self.assertRaisesRegex(ValueError, message):
-        optim.OptimizerConfig(**kw)
+        OptimizerConfig(**kw)
     for value in ("cp", True):
       with self.assertRaisesRegex(ValueError, f"eps_scaling must be one of none, mup; got {value!r}"):
-        optim.make_optimizer("adam", 0.1, _MUP, _D, _KINDS, eps_scaling=value)
+        _parametrized(_MUP).optimizer("adam", 0.1, eps_scaling=value)
 
 
 class OptimizerConfigTest(chex.TestCase):
 
   def test_defaults(self):
-    cfg = optim.OptimizerConfig()
+    cfg = OptimizerConfig()
     self.assertEqual((cfg.optimizer, cfg.schedule, cfg.warmup), ("adam", "constant", 0))
     self.assertIsNone(cfg.schedule_fn())
-    self.assertEqual(optim.OptimizerConfig(schedule="cosine", steps=95).warmup, 9)  # steps // 10
-    self.assertEqual(optim.OptimizerConfig(schedule="cosine", steps=95, warmup_steps=0).warmup, 0)
+    self.assertEqual(OptimizerConfig(schedule="cosine", steps=95).warmup, 9)  # steps // 10
+    self.assertEqual(OptimizerConfig(schedule="cosine", steps=95, warmup_steps=0).warmup, 0)
 
   @parameterized.parameters(
       ({"optimizer": "sgd", "weight_decay": 0.1, "momentum": 0.9},),
@@ -598,7 +593,7 @@ class OptimizerConfigTest(chex.TestCase):
       ({"schedule": "cosine", "steps": 10, "warmup_steps": 9, "end_factor": 0.5},),
   )
   def test_valid(self, kw):
-    optim.OptimizerConfig(**kw)
+    OptimizerConfig(**kw)
 
   @parameterized.parameters(
       # Combinations (validate).
@@ -624,15 +619,15 @@ class OptimizerConfigTest(chex.TestCase):
   )
   def test_invalid(self, kw, message):
     with self.assertRaisesRegex(ValueError, message):
-      optim.OptimizerConfig(**kw)
+      OptimizerConfig(**kw)
 
   def test_constant_rate_without_warmup(self):
-    cfg = optim.OptimizerConfig(steps=10)
+    cfg = OptimizerConfig(steps=10)
     for step in (0, 3, 10, 50):
       self.assertEqual(cfg.applied_learning_rate(0.3, step), 0.3)
 
   def test_constant_rate_with_linear_warmup(self):
-    cfg = optim.OptimizerConfig(steps=10, warmup_steps=4)
+    cfg = OptimizerConfig(steps=10, warmup_steps=4)
     base = 0.3
     for step in range(12):
       want = base * min(step / 4, 1.0)  # 0 at step 0, the base rate from step 4 on
@@ -642,7 +637,7 @@ class OptimizerConfigTest(chex.TestCase):
   @parameterized.parameters((None, 0.0), (5, 0.1))
   def test_cosine(self, warmup_steps, end_factor):
     steps, base = 40, 2e-3
-    cfg = optim.OptimizerConfig(schedule="cosine", steps=steps, warmup_steps=warmup_steps, end_factor=end_factor)
+    cfg = OptimizerConfig(schedule="cosine", steps=steps, warmup_steps=warmup_steps, end_factor=end_factor)
     w = steps // 10 if warmup_steps is None else warmup_steps
 
     def closed_form(t):
@@ -663,7 +658,7 @@ class OptimizerConfigTest(chex.TestCase):
 
   def test_build_follows_the_schedule_and_multipliers(self):
     params, grads = _random_tree(0), _random_tree(1)
-    cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.2, schedule="cosine", steps=6, warmup_steps=2)
+    cfg = OptimizerConfig(optimizer="sgd", learning_rate=0.2, schedule="cosine", steps=6, warmup_steps=2)
     factors = [0.0, 0.5, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5]
     for lr, opt in ((0.2, cfg.build(_parametrized(_MUP))), (0.7, cfg.build(_parametrized(_MUP), learning_rate=0.7))):
       state = opt.init(params)
@@ -675,15 +670,15 @@ class OptimizerConfigTest(chex.TestCase):
 
   def test_build_passes_weight_decay_and_momentum(self):
     params, g1, g2 = _random_tree(0), _random_tree(1), _random_tree(2)
-    cfg = optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1, weight_decay=0.01, momentum=0.5)
-    ref = optim.make_optimizer("sgd", 0.1, _MUP, _D, _KINDS, weight_decay=0.01, momentum=0.5)
+    cfg = OptimizerConfig(optimizer="sgd", learning_rate=0.1, weight_decay=0.01, momentum=0.5)
+    ref = _parametrized(_MUP).optimizer("sgd", 0.1, weight_decay=0.01, momentum=0.5)
     ours = cfg.build(_parametrized(_MUP))
     s_ours, s_ref = ours.init(params), ref.init(params)
     for g in (g1, g2):
       u_ours, s_ours = ours.update(g, s_ours, params)
       u_ref, s_ref = ref.update(g, s_ref, params)
       chex.assert_trees_all_close(u_ours, u_ref, rtol=1e-6)
-    adamw = optim.OptimizerConfig(optimizer="adamw", weight_decay=0.05).build(_parametrized(_MUP))
+    adamw = OptimizerConfig(optimizer="adamw", weight_decay=0.05).build(_parametrized(_MUP))
     self.assertAlmostEqual(float(adamw.init(params).hyperparams["weight_decay"]), 0.05)
 
 

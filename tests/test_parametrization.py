@@ -1,5 +1,5 @@
-"""Tests for scaling.mup.schemes: effective quantities against the paper tables, μP = SP at m = 1, fans and
-param_specs."""
+"""Tests for scaling.mup.schemes: effective quantities against the paper tables, μP = SP at m = 1, and the specs of
+a tree of kinds at one global width."""
 
 import itertools
 import math
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 
+from scaling.mup import parametrize as parametrize_lib
+from scaling.mup import roles as roles_lib
 from scaling.mup import schemes as P
 from scaling.attention import rules
 
@@ -487,24 +489,6 @@ class RegistryTest(parameterized.TestCase):
       P.get_parametrization("mup").width_mult(0)
 
 
-class PathNamesTest(absltest.TestCase):
-
-  def test_jax_key_paths(self):
-    tree = {"block_0": {"attn": {"query": {"kernel": 1}, "key_gain": 2}}, "ln_final": {"scale": 3}, "list": [4, 5]}
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    self.assertEqual([P.path_names(path) for path, _ in leaves], [
-        ("block_0", "attn", "key_gain"),
-        ("block_0", "attn", "query", "kernel"),
-        ("list", "0"),
-        ("list", "1"),
-        ("ln_final", "scale"),
-    ])
-
-  def test_strings_and_attribute_keys(self):
-    self.assertEqual(P.path_names(["params", "readout", "kernel"]), ("params", "readout", "kernel"))
-    self.assertEqual(P.path_names([jax.tree_util.GetAttrKey("mu"), jax.tree_util.SequenceKey(2)]), ("mu", "2"))
-
-
 class KindAndOptimizerNamesTest(parameterized.TestCase):
 
   @parameterized.parameters(*P.LAYER_KINDS)
@@ -520,65 +504,6 @@ class KindAndOptimizerNamesTest(parameterized.TestCase):
     self.assertEqual([P.optimizer_family(o) for o in ("adam", "adamw", "sgd")], ["adam", "adam", "sgd"])
     with self.assertRaisesRegex(ValueError, "unknown optimizer 'lion'"):
       P.optimizer_family("lion")
-
-
-class FansTest(parameterized.TestCase):
-
-  @parameterized.parameters(
-      ("embedding", (100, 32), (100, 32)),
-      ("hidden", (32, 128), (32, 128)),
-      ("hidden", (128, 32), (128, 32)),
-      ("attn_q", (32, 64), (32, 64)),
-      ("attn_k", (32, 4, 8), (32, 32)),
-      ("attn_v", (32, 16), (32, 16)),
-      ("attn_o", (64, 32), (64, 32)),
-      ("attn_o", (4, 16, 32), (64, 32)),
-      ("readout", (32, 100), (32, 100)),
-      ("bias", (128,), (1, 128)),
-      ("bias", (4, 16), (1, 64)),
-      ("norm", (32,), (1, 32)),
-      ("norm", (), (1, 1)),
-      ("fixed", (10,), (1, 10)),
-      ("fixed", (7, 3), (7, 3)),
-      ("input", (5, 64), (5, 64)),
-  )
-  def test_fans(self, kind, shape, want):
-    self.assertEqual(P.fans(kind, shape), want)
-
-  @parameterized.parameters(
-      ("hidden", (3, 3, 16, 32), 3, (144, 32)),  # Conv [kh, kw, in, out]
-      ("attn_q", (32, 4, 8), 1, (32, 32)),  # DenseGeneral [D, N, H]
-      ("hidden", (4, 8, 32), 2, (32, 32)),  # DenseGeneral [N, H, D]
-      ("readout", (8, 2, 5), 2, (16, 5)),
-  )
-  def test_fans_with_in_axes(self, kind, shape, in_axes, want):
-    self.assertEqual(P.fans(kind, shape, in_axes), want)
-
-  @parameterized.parameters((0, r"an integer in \[1, 2\]"), (3, r"an integer in \[1, 2\]"),
-                            (True, "an int or a sequence"), (1.5, "an int or a sequence"), ((), "name between 1 and 2"),
-                            ((0, 1, 2), "name between 1 and 2"), ((3,), "name between 1 and 2"))
-  def test_bad_in_axes(self, in_axes, message):
-    with self.assertRaisesRegex(ValueError, "in_axes must (be )?" + message):
-      P.fans("hidden", (4, 8, 32), in_axes)
-
-  def test_input_axes_anywhere(self):
-    # A kernel stored [out, in] (Conv1D-style) has its input on axis 1; a DenseGeneral [N, H, D] on (0, 1).
-    self.assertEqual(P.fans("hidden", (48, 16), (1,)), (16, 48))
-    self.assertEqual(P.fans("attn_o", (4, 8, 32), (0, 1)), (32, 32))
-    self.assertEqual(P.fans("input", (3, 3, 5, 32), (0, 1, 2)), (45, 32))
-
-  @parameterized.parameters(
-      ("embedding", (100,), "embedding parameter must be"),
-      ("embedding", (2, 3, 4), "embedding parameter must be"),
-      ("hidden", (32,), "at least 2 axes"),
-      ("readout", (0, 10), "empty or negative axis"),
-      ("bias", (0,), "empty or negative axis"),
-      ("conv", (3, 3), "unknown layer kind"),
-      ("hidden", (2.5, 3), "sequence of integers"),
-  )
-  def test_bad(self, kind, shape, message):
-    with self.assertRaisesRegex(ValueError, message):
-      P.fans(kind, shape)
 
 
 def _contract_params(d=16, v=12, f=64):
@@ -621,11 +546,17 @@ def _get(tree, path):
   return tree
 
 
-class ParamSpecsTest(chex.TestCase):
+def _specs(params, kinds, scheme, width):
+  """The LayerSpec of every parameter at one global width (multipliers not folded)."""
+  roles = roles_lib.from_kinds(params, kinds, scheme.width_mult(width))
+  return parametrize_lib.parametrize(roles, scheme, forward="model").specs()
+
+
+class SpecsFromKindsTest(chex.TestCase):
 
   def test_structure_and_values(self):
     params = _contract_params()
-    specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("mup", base_width=4), 16)
+    specs = _specs(params, _contract_kinds(), P.get_parametrization("mup", base_width=4), 16)
     is_spec = lambda x: isinstance(x, P.LayerSpec)
     self.assertEqual(jax.tree.structure(specs, is_leaf=is_spec), jax.tree.structure(params))
     self.assertTrue(all(is_spec(s) for s in jax.tree.leaves(specs, is_leaf=is_spec)))
@@ -643,12 +574,12 @@ class ParamSpecsTest(chex.TestCase):
       self.assertEqual(_effective(_get(specs, path)), effective, msg=path)
 
   def test_kinds_not_names_decide(self):
-    # The same shapes under other kinds get those kinds' specs: param_specs never looks at names.
+    # The same shapes under other kinds get those kinds' specs: the names are never looked at.
     params = _contract_params()
     kinds = _contract_kinds()
     kinds["readout"]["kernel"] = "hidden"
     kinds["block_0"]["mlp"]["fc_out"]["kernel"] = "readout"
-    specs = P.param_specs(params, kinds, P.get_parametrization("mup", base_width=4), 16)
+    specs = _specs(params, kinds, P.get_parametrization("mup", base_width=4), 16)
     # The readout [16, 12] as a hidden matrix: 1/4, Adam 1/4, SGD 1; fc_out [64, 16] as the readout (base fan-in
     # 16): (1/4)·(1/4), Adam 1/4, SGD (1/16)·4.
     self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(0.25, 0.0, 0.25, 1.0))
@@ -656,13 +587,13 @@ class ParamSpecsTest(chex.TestCase):
 
   def test_umup_and_shape_structs(self):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _contract_params())
-    specs = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
+    specs = _specs(params, _contract_kinds(), P.get_parametrization("umup"), 16)
     # u-μP: fc_out [64, 16] A = 1/8 (A·B 1/8, A·C 1/64, A²·C 1/512); the readout [16, 12] A = 1/16, Adam LR 1
     # (the paper's linear_readout).
     self.assertEqual(_effective(specs["block_0"]["mlp"]["fc_out"]["kernel"]), _Effective(0.125, 0.0, 1 / 64, 1 / 512))
     self.assertEqual(_effective(specs["readout"]["kernel"]), _Effective(1 / 16, 0.0, 1 / 16, 1 / 256))
     # The covariance setting's readout: A = 1/√16 and Adam LR 1/√16 (A·C = 1/16 as in the paper).
-    covariance = P.param_specs(params, _contract_kinds(), P.get_parametrization("umup", umup_scales="covariance"), 16)
+    covariance = _specs(params, _contract_kinds(), P.get_parametrization("umup", umup_scales="covariance"), 16)
     self.assertEqual(_effective(covariance["readout"]["kernel"]), _Effective(0.25, 0.0, 1 / 16, 1 / 64))
 
   def test_unknown_kind_named(self):
@@ -671,22 +602,22 @@ class ParamSpecsTest(chex.TestCase):
     params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((4, 4))}
     kinds["block_0"]["attn"]["rotary"] = {"kernel": "rotary"}
     with self.assertRaisesRegex(ValueError, "block_0/attn/rotary/kernel.*unknown layer kind 'rotary'"):
-      P.param_specs(params, kinds, P.get_parametrization("sp"), 16)
+      _specs(params, kinds, P.get_parametrization("sp"), 16)
 
   def test_structure_mismatch(self):
     params = _contract_params()
     params["block_0"]["attn"]["rotary"] = {"kernel": jnp.zeros((4, 4))}
     with self.assertRaisesRegex(ValueError, "same tree structure"):
-      P.param_specs(params, _contract_kinds(), P.get_parametrization("sp"), 16)
+      _specs(params, _contract_kinds(), P.get_parametrization("sp"), 16)
 
   def test_bad_shape_named(self):
     with self.assertRaisesRegex(ValueError, "parameter 'readout/kernel'.*at least 2 axes"):
-      P.param_specs({"readout": {"kernel": jnp.zeros((4,))}}, {"readout": {"kernel": "readout"}},
-                    P.get_parametrization("sp"), 16)
+      _specs({"readout": {"kernel": jnp.zeros((4,))}}, {"readout": {"kernel": "readout"}},
+             P.get_parametrization("sp"), 16)
 
   def test_bad_width(self):
     with self.assertRaisesRegex(ValueError, "width must be a positive integer"):
-      P.param_specs(_contract_params(), _contract_kinds(), P.get_parametrization("sp"), 0)
+      _specs(_contract_params(), _contract_kinds(), P.get_parametrization("sp"), 0)
 
 
 if __name__ == "__main__":

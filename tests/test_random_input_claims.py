@@ -10,14 +10,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling.attention import dispatch as attention
+from scaling.attention import dense as dense_lib
 from scaling.runs import report
 from scaling.attention import rope
+from scaling.attention import rules as rules_lib
 from scaling.studies.claims import study as claims
-from scaling.studies.claims import random_input as ric
+from scaling.studies.claims import attention_variants as variants
+from scaling.studies.claims import exp_overflow_claims as exp_overflow
+from scaling.studies.claims import head_dim_and_retrieval_claims as head_dim
+from scaling.studies.claims import logit_variance_claims as logit_variance
+from scaling.studies.claims import norms_and_temperature_claims as norms
+from scaling.studies.claims import outlier_overflow_claims as outliers
+from scaling.studies.claims import parts
+from scaling.studies.claims import random_inputs as inputs
+from scaling.studies.claims import rope_claims
+from scaling.studies.claims import softmax_saturation_claims as saturation
 from scaling.studies.claims import verdicts
 
 HOLDS, PARTLY, FAILS = verdicts.HOLDS, verdicts.PARTLY, verdicts.FAILS
-BY_ID = {c.id: c for c in ric.RANDOM_INPUT_CLAIMS}
+BY_ID = {c.id: c for c in claims.RANDOM_INPUT_CLAIMS}
 TINY = dict(mode="quick", d_k=(64, 128), num_seeds=2, seq_len=16)
 
 
@@ -43,20 +54,20 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 class PartsTest(absltest.TestCase):
 
   def test_a_claim_of_parts_holds_only_when_every_part_holds(self):
-    parts = (ric.Part("a", verdicts.Criterion("x", "x", holds=("<", 1.0), fails=(">", 2.0))),
-             ric.Part("b", verdicts.Criterion("y", "y", holds=(">", 5.0), fails=("<", 3.0))))
-    criterion = ric.parts_criterion("score", "parts", parts, reason="r")
+    claim_parts = (parts.Part("a", verdicts.Criterion("x", "x", holds=("<", 1.0), fails=(">", 2.0))),
+                   parts.Part("b", verdicts.Criterion("y", "y", holds=(">", 5.0), fails=("<", 3.0))))
+    criterion = parts.parts_criterion("score", "parts", claim_parts, reason="r")
     for values, score, verdict in (({"a": 0.5, "b": 6.0}, 2.0, HOLDS), ({"a": 1.5, "b": 6.0}, 1.5, PARTLY),
                                    ({"a": 3.0, "b": 6.0}, 1.0, PARTLY), ({"a": 1.5, "b": 2.0}, 0.5, PARTLY),
                                    ({"a": 3.0, "b": 2.0}, 0.0, FAILS)):
-      got, by_part = ric.score_parts(parts, values)
+      got, by_part = parts.score_parts(claim_parts, values)
       self.assertEqual((got, criterion.verdict(got)), (score, verdict), values)
       self.assertEqual(set(by_part), {"a", "b"})
-    nan, _ = ric.score_parts(parts, {"a": float("nan"), "b": 6.0})
+    nan, _ = parts.score_parts(claim_parts, {"a": float("nan"), "b": 6.0})
     self.assertEqual(criterion.verdict(nan), verdicts.NOT_MEASURED)
     self.assertIn("a: x: holds if < 1", criterion.text)
     with self.assertRaisesRegex(KeyError, "b"):
-      ric.score_parts(parts, {"a": 0.5})
+      parts.score_parts(claim_parts, {"a": 0.5})
 
   def test_headline_quotes_the_claims_thresholds_not_its_parts(self):
     claim = BY_ID["fp16_exp_overflow"]
@@ -71,8 +82,8 @@ class PostSoftmaxTest(absltest.TestCase):
   def test_rows_sum_to_one_over_sqrt_d_k_after_the_softmax_and_to_one_inside(self):
     d = 64
     q, k = _normal(0, (2, 16, 2, d)), _normal(1, (2, 16, 2, d))
-    after = float(ric.row_sum_deviation(attention.attention_weights(q, k, rule="post_softmax")))
-    inside = float(ric.row_sum_deviation(attention.attention_weights(q, k, rule="sqrt")))
+    after = float(saturation.row_sum_deviation(dense_lib.attention_weights(q, k, rule="post_softmax")))
+    inside = float(saturation.row_sum_deviation(dense_lib.attention_weights(q, k, rule="sqrt")))
     self.assertAlmostEqual(after, 1 - d**-0.5, places=5)  # every row sums to 1/√d_k
     self.assertLess(inside, 1e-5)
     self.assertEqual((_verdict("post_softmax_breaks", after), _verdict("post_softmax_breaks", inside)),
@@ -88,9 +99,9 @@ class OverflowTest(absltest.TestCase):
       z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
       with np.errstate(over="ignore"):  # the reference: float32's exp overflows where float64's exceeds its max
         f32 = np.mean(np.any(~np.isfinite(np.exp(z).astype(np.float32)), axis=-1))
-      frac = {n: float(x) for n, x in ric.exp_overflow_fractions(q, k, v).items()}
+      frac = {n: float(x) for n, x in exp_overflow.exp_overflow_fractions(q, k, v).items()}
       self.assertEqual(frac["float32"] > 0, f32 > 0)
-      score, _ = ric.score_parts(ric.OVERFLOW_PARTS, frac)
+      score, _ = parts.score_parts(exp_overflow.OVERFLOW_PARTS, frac)
       self.assertEqual((score, _verdict("fp16_exp_overflow", score)), (expected, verdict), frac)
 
 
@@ -98,19 +109,19 @@ class WorkingRangeTest(absltest.TestCase):
 
   def test_bound_of_a_known_curve(self):
     sigmas = (1.0, 2.0, 4.0, 8.0)
-    self.assertAlmostEqual(ric.working_range_bound(np.array([0.1, 0.3, 0.7, 0.9]), sigmas), 3 * 2**1.5)
-    self.assertTrue(math.isnan(ric.working_range_bound(np.array([0.1, 0.2, 0.3, 0.4]), sigmas)))
+    self.assertAlmostEqual(logit_variance.working_range_bound(np.array([0.1, 0.3, 0.7, 0.9]), sigmas), 3 * 2**1.5)
+    self.assertTrue(math.isnan(logit_variance.working_range_bound(np.array([0.1, 0.2, 0.3, 0.4]), sigmas)))
 
   def test_measured_bound_is_where_a_key_takes_half_the_row(self):
     ctx = claims.Context(**TINY)
-    bound = float(np.mean(ric._working_range(ctx)["bound"]))
+    bound = float(np.mean(logit_variance._working_range(ctx)["bound"]))
     z = np.random.default_rng(5).standard_normal((4000, ctx.seq_len)) * bound / 3  # numpy, independent draws
-    self.assertAlmostEqual(float(np.mean(np.max(_softmax(z), axis=-1))), ric.DOMINANT_MAX_PROB, delta=0.03)
+    self.assertAlmostEqual(float(np.mean(np.max(_softmax(z), axis=-1))), logit_variance.DOMINANT_MAX_PROB, delta=0.03)
 
   def test_parts_both_ways(self):
     for frac, bound, verdict in ((0.997, 6.0, HOLDS), (0.997, 20.0, PARTLY), (0.5, 20.0, FAILS)):
-      score, _ = ric.score_parts(ric.D512_PARTS, {"3σ in [−68, 68]": frac,
-                                                  "working range [−5, 5]": abs(math.log2(bound / 5))})
+      score, _ = parts.score_parts(logit_variance.D512_PARTS, {"3σ in [−68, 68]": frac,
+                                                               "working range [−5, 5]": abs(math.log2(bound / 5))})
       self.assertEqual(_verdict("d512_range", score), verdict, (frac, bound))
 
 
@@ -142,21 +153,22 @@ class Fp32OrClampTest(absltest.TestCase):
   def _sweep(self, fp32_alone: float, clamp: float) -> dict:
     """A synthetic outlier sweep (2 seeds × 3 factors) with failures only in float32 without max-subtraction and in
     the clamp."""
-    names = [ric._sweep_name(t, how, sub) for t in ric.LOW_PRECISION for how in ric.SWEEP_HOWS for sub in (False, True)]
-    names += [ric._sweep_name("float32", "float32", sub) for sub in (False, True)]
+    names = [outliers._sweep_name(t, how, sub)
+             for t in variants.LOW_PRECISION for how in outliers.SWEEP_HOWS for sub in (False, True)]
+    names += [outliers._sweep_name("float32", "float32", sub) for sub in (False, True)]
     sweep = {n: np.zeros((2, 3)) for n in names}
-    sweep[ric._sweep_name("float32", "float32", False)][:, -1] = fp32_alone
-    sweep[ric._sweep_name("float16", "clamp", False)][:, -1] = clamp
+    sweep[outliers._sweep_name("float32", "float32", False)][:, -1] = fp32_alone
+    sweep[outliers._sweep_name("float16", "clamp", False)][:, -1] = clamp
     return sweep
 
   def test_both_readings_both_ways(self):
-    criterion = ric.SOLVES_CRITERION
-    out = ric.fp32_or_clamp_parts(self._sweep(0.0, 0.0))
+    criterion = outliers.SOLVES_CRITERION
+    out = outliers.fp32_or_clamp_parts(self._sweep(0.0, 0.0))
     self.assertEqual([criterion.verdict(r["parts_solved"]) for r in out.values()], [HOLDS, HOLDS])
-    out = ric.fp32_or_clamp_parts(self._sweep(0.2, 0.0))  # FP32 needs max-subtraction
+    out = outliers.fp32_or_clamp_parts(self._sweep(0.2, 0.0))  # FP32 needs max-subtraction
     self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
                      {"as written": PARTLY, "with max-subtraction": HOLDS})
-    out = ric.fp32_or_clamp_parts(self._sweep(0.2, 0.2))
+    out = outliers.fp32_or_clamp_parts(self._sweep(0.2, 0.2))
     self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
                      {"as written": FAILS, "with max-subtraction": PARTLY})
 
@@ -165,38 +177,40 @@ class OnlineSoftmaxTest(absltest.TestCase):
 
   def test_online_softmax_matches_jax_in_float32(self):
     q, k, v = (_normal(i, (2, 16, 2, 8), 2.0) for i in range(3))
-    got = ric.online_softmax_attention(q, k, v, scale=8**-0.5, block=4)
+    got = variants.online_softmax_attention(q, k, v, scale=8**-0.5, block=4)
     np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v), rtol=2e-5, atol=2e-6)
     with self.assertRaisesRegex(ValueError, "block"):
-      ric.online_softmax_attention(q, k, v, scale=1.0, block=5)
+      variants.online_softmax_attention(q, k, v, scale=1.0, block=5)
 
   def test_same_accumulation_dtype_no_mitigation_across_dtypes_mitigation(self):
     d = 128
     q, k, v = (_normal(i, (4, 32, 2, d)) for i in range(3))
-    q, k = (ric._with_outliers(jnp.asarray(x), 300.0).astype(jnp.float16) for x in (q, k))
+    q, k = (inputs.with_outliers(jnp.asarray(x), 300.0).astype(jnp.float16) for x in (q, k))
     v = jnp.asarray(v, jnp.float16)
-    dense16 = float(ric.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt", float32_softmax=False)))
-    online16 = float(ric.nonfinite_rows(ric.online_softmax_attention(q, k, v, scale=d**-0.5, block=8)))
-    online32 = float(ric.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt",
-                                                                        implementation="blockwise")))
+    dense16 = float(variants.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt",
+                                                                            float32_softmax=False)))
+    online16 = float(variants.nonfinite_rows(variants.online_softmax_attention(q, k, v, scale=d**-0.5, block=8)))
+    online32 = float(variants.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt",
+                                                                             implementation="blockwise")))
     self.assertGreater(dense16, 0)  # q·k of the two outlier tokens overflows float16
     self.assertEqual((_verdict("online_softmax_mitigates", online16 / dense16),
                       _verdict("online_softmax_mitigates", online32 / dense16)), (FAILS, HOLDS))
 
   def test_ratio_over_a_synthetic_sweep(self):
-    sweep = {ric._sweep_name(t, how, True): np.zeros((2, 3)) for t in ric.LOW_PRECISION for how in ric.SWEEP_HOWS}
-    self.assertTrue(math.isnan(ric.online_over_dense(sweep)["max_ratio"]))  # nothing to mitigate: not measured
-    sweep[ric._sweep_name("float16", "input", True)][:, -1] = 0.1
-    self.assertEqual(ric.online_over_dense(sweep)["max_ratio"], 0.0)
-    sweep[ric._sweep_name("float16", "online_low", True)][:, -1] = 0.1
-    self.assertEqual(ric.online_over_dense(sweep)["max_ratio"], 1.0)
+    sweep = {outliers._sweep_name(t, how, True): np.zeros((2, 3))
+             for t in variants.LOW_PRECISION for how in outliers.SWEEP_HOWS}
+    self.assertTrue(math.isnan(outliers.online_over_dense(sweep)["max_ratio"]))  # nothing to mitigate: not measured
+    sweep[outliers._sweep_name("float16", "input", True)][:, -1] = 0.1
+    self.assertEqual(outliers.online_over_dense(sweep)["max_ratio"], 0.0)
+    sweep[outliers._sweep_name("float16", "online_low", True)][:, -1] = 0.1
+    self.assertEqual(outliers.online_over_dense(sweep)["max_ratio"], 1.0)
 
 
 class HeadDimConstantTest(absltest.TestCase):
 
   def test_contrast_only_with_aligned_q_and_k(self):
     for rho, verdict in ((0.0, FAILS), (0.5, HOLDS)):  # iid: growing d_k keeps the scale as well as fixing it
-      with mock.patch.object(ric, "QK_ALIGNMENT", rho):
+      with mock.patch.object(head_dim, "QK_ALIGNMENT", rho):
         row = BY_ID["head_dim_constant"].evaluate(claims.Context(**TINY))
       self.assertEqual(row["verdict"], verdict, row["finding"])
     # With aligned q, k one head of d_k = width sees its own key at ρ√d_k: the row max grows with the width.
@@ -208,11 +222,11 @@ class LowerTemperatureTest(absltest.TestCase):
 
   def test_random_rows_focus_constant_rows_do_not(self):
     z = _normal(3, (4, 32, 64), 8.0)
-    temps = tuple(f * 8.0 for f in ric.FOCUS_TEMPERATURES)
-    frac = float(ric.entropy_falls_fraction(jnp.asarray(z), temps))
+    temps = tuple(f * 8.0 for f in norms.FOCUS_TEMPERATURES)
+    frac = float(norms.entropy_falls_fraction(jnp.asarray(z), temps))
     ent = np.stack([_entropy(_softmax(z.astype(np.float64) / t)) for t in temps])
     self.assertAlmostEqual(frac, float(np.mean(np.all(np.diff(ent, axis=0) < 0, axis=0))))
-    flat = float(ric.entropy_falls_fraction(jnp.zeros((4, 32, 64)), temps))
+    flat = float(norms.entropy_falls_fraction(jnp.zeros((4, 32, 64)), temps))
     self.assertEqual((_verdict("lower_temperature_focuses", frac), _verdict("lower_temperature_focuses", flat)),
                      (HOLDS, FAILS))
 
@@ -221,19 +235,19 @@ class RmsNormFlowTest(absltest.TestCase):
 
   def test_gradient_norms_match_a_plain_loop(self):
     rng = np.random.default_rng(0)
-    params = ric._stack_params(rng, 3)
-    x = rng.standard_normal((2, 8, ric.STACK_WIDTH)).astype(np.float32)
+    params = norms._stack_params(rng, 3)
+    x = rng.standard_normal((2, 8, norms.STACK_WIDTH)).astype(np.float32)
     g = rng.standard_normal(x.shape).astype(np.float32)
-    got = np.asarray(ric.residual_gradient_norms(x, params, g, True))
+    got = np.asarray(norms.residual_gradient_norms(x, params, g, True))
 
     def out(x0):
       h = x0
       for i in range(3):
         p = {n: w[i] for n, w in params.items()}
         b, t, w_ = h.shape
-        q, k, v = ((ric.rules_lib.rms_norm(h) @ p[n]).reshape(b, t, -1, ric.STACK_HEAD_DIM) for n in ("wq", "wk", "wv"))
+        q, k, v = ((rules_lib.rms_norm(h) @ p[n]).reshape(b, t, -1, norms.STACK_HEAD_DIM) for n in ("wq", "wk", "wv"))
         h = h + jax.nn.dot_product_attention(q, k, v).reshape(b, t, w_) @ p["wo"]
-        h = h + jax.nn.gelu(ric.rules_lib.rms_norm(h) @ p["w1"]) @ p["w2"]
+        h = h + jax.nn.gelu(rules_lib.rms_norm(h) @ p["w1"]) @ p["w2"]
       return jnp.sum(h * g)
 
     self.assertLen(got, 4)
@@ -244,8 +258,8 @@ class RmsNormFlowTest(absltest.TestCase):
     ctx = claims.Context(**TINY)
     row = BY_ID["rmsnorm_stabilizes_gradients"].evaluate(ctx)
     self.assertEqual(row["verdict"], HOLDS, row["finding"])
-    flat = ric._rmsnorm_flow(ctx, gain=0.0)  # no branch: the gradient passes every block unchanged, with or without
-    removed = float(np.mean(ric.decades(flat["none"]) - ric.decades(flat["rms"])))
+    flat = norms._rmsnorm_flow(ctx, gain=0.0)  # no branch: the gradient passes every block unchanged, with or without
+    removed = float(np.mean(norms.decades(flat["none"]) - norms.decades(flat["rms"])))
     self.assertAlmostEqual(removed, 0.0, places=5)
     self.assertEqual(_verdict("rmsnorm_stabilizes_gradients", removed), FAILS)
 
@@ -254,12 +268,13 @@ class RopeCompatibleTest(absltest.TestCase):
 
   def test_rope_holds_a_position_dependent_scale_does_not(self):
     q, k = _normal(0, (2, 32, 2, 64)), _normal(1, (2, 32, 2, 64))
-    names = [p.name for p in ric.ROPE_PARTS]
+    names = [p.name for p in rope_claims.ROPE_PARTS]
 
     def verdict(rotate):
-      s = ric.rope_offset_stats(jnp.asarray(q), jnp.asarray(k), rotate, ric.ROPE_SHIFT, ric.ROPE_OFFSET_BINS)
+      s = rope_claims.rope_offset_stats(jnp.asarray(q), jnp.asarray(k), rotate, rope_claims.ROPE_SHIFT,
+                                        rope_claims.ROPE_OFFSET_BINS)
       values = dict(zip(names, (float(s["relative_error"]), float(np.max(np.abs(np.asarray(s["offset_var"]) - 1))))))
-      return _verdict("rope_compatible_with_sqrt", ric.score_parts(ric.ROPE_PARTS, values)[0]), s
+      return _verdict("rope_compatible_with_sqrt", parts.score_parts(rope_claims.ROPE_PARTS, values)[0]), s
 
     held, s = verdict(rope.apply_rope)
     z = np.einsum("btnh,bsnh->bnts", np.asarray(rope.apply_rope(q)), np.asarray(rope.apply_rope(k))) / 8
@@ -275,9 +290,9 @@ class RetrievalTest(absltest.TestCase):
     z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
     for rule, factor in (("none", 1.0), ("sqrt", 128**-0.5)):
       want = np.mean(np.sum(np.sort(_softmax(factor * z), axis=-1)[..., -5:], axis=-1))
-      self.assertAlmostEqual(float(ric.top_mass(q, k, rule, 5)), want, places=4)
-    moved = float(ric.top_mass(q, k, "none", 5) - ric.top_mass(q, k, "sqrt", 5))
-    still = float(ric.top_mass(0 * q, k, "none", 5) - ric.top_mass(0 * q, k, "sqrt", 5))  # uniform either way
+      self.assertAlmostEqual(float(head_dim.top_mass(q, k, rule, 5)), want, places=4)
+    moved = float(head_dim.top_mass(q, k, "none", 5) - head_dim.top_mass(q, k, "sqrt", 5))
+    still = float(head_dim.top_mass(0 * q, k, "none", 5) - head_dim.top_mass(0 * q, k, "sqrt", 5))  # uniform either way
     self.assertEqual((_verdict("retrieval_not_dominated", moved), _verdict("retrieval_not_dominated", still)),
                      (HOLDS, FAILS))
 

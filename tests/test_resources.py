@@ -8,16 +8,19 @@ import jax.numpy as jnp
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from scaling.attention import dispatch as attention_lib
+from scaling.attention import dense as dense_lib
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
-from scaling.training import train as train_lib
+from scaling.studies import sweep_memory
+from scaling.training import initialization as init_lib
+from scaling.training import step as step_lib
 from scaling.studies import sweep
 
 
 def _model(width=32, depth=1, heads=2, vocab=40, max_len=16, **family):
-  fam = model_lib.ModelFamily(depth=depth, num_heads=heads, **family).with_base_width([width])
+  fam = ModelFamily(depth=depth, num_heads=heads, **family).with_base_width([width])
   return fam.model_config("sp", width, vocab_size=vocab, max_len=max_len)
 
 
@@ -49,9 +52,9 @@ class SizesTest(parameterized.TestCase):
   @parameterized.parameters(("adam", 0.0), ("adamw", 0.0), ("sgd", 0.9), ("sgd", 0.0), ("adam_atan2", 0.0))
   def test_optimizer_state_matches_the_real_state(self, optimizer, momentum):
     config = _model()
-    opt = optim.OptimizerConfig(optimizer=optimizer, momentum=momentum, steps=4,
+    opt = OptimizerConfig(optimizer=optimizer, momentum=momentum, steps=4,
                                 weight_decay=0.1 if optimizer == "adamw" else 0.0)
-    state = jax.eval_shape(train_lib.make_init(config, opt), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32))
+    state = jax.eval_shape(init_lib.make_init(config, opt), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32))
     p = resources.param_count(config)
     estimate = resources.optimizer_state_count(p, optimizer, momentum) * resources.F32
     real = _leaf_bytes(state.opt_state)
@@ -63,7 +66,7 @@ class SizesTest(parameterized.TestCase):
   def test_dense_logits_bytes_are_those_of_the_logits(self, b, n, t, s):
     q = jnp.ones((b, t, n, 4))
     k = v = jnp.ones((b, s, n, 4))
-    _, logits, weights, _ = attention_lib.attention_with_aux(q, k, v)
+    _, logits, weights, _ = dense_lib.attention_with_aux(q, k, v)
     self.assertEqual(resources.logits_bytes(b, n, t, s), logits.astype(jnp.float32).nbytes)
     self.assertEqual(resources.attention_bytes(b, n, t, s, "dense", 4), weights.astype(jnp.float32).nbytes)
     self.assertEqual(resources.attention_bytes(b, n, t, s, "blockwise", 4), b * n * t * min(4, s) * 4)
@@ -86,7 +89,7 @@ class AgainstXlaTest(parameterized.TestCase):
   def test_sweep(self, kwargs):
     config = sweep.SweepConfig(**kwargs)
     planned = _xla_bytes(sweep.make_shape_fn(config, config.d_k[0]).lower(jax.random.key(0)).compile())
-    estimate = resources.sweep_estimate(config).total
+    estimate = sweep_memory.sweep_estimate(config).total
     self.assertBetween(estimate / planned, 0.5, 2.0, (estimate, planned))
 
   @parameterized.named_parameters(
@@ -96,12 +99,12 @@ class AgainstXlaTest(parameterized.TestCase):
   def test_training_step(self, sizes, members, attention):
     t, b = sizes["t"], sizes["b"]
     config = _model(width=sizes["width"], depth=1, heads=2, max_len=t, attention=attention, block_size=16)
-    opt = optim.OptimizerConfig(steps=4)
-    state = jax.eval_shape(train_lib.make_init(config, opt, grid=True), jnp.zeros((members,), jnp.int32),
+    opt = OptimizerConfig(steps=4)
+    state = jax.eval_shape(init_lib.make_init(config, opt, grid=True), jnp.zeros((members,), jnp.int32),
                            jnp.zeros((members,), jnp.float32))
     batch = {name: jax.ShapeDtypeStruct((members, b, t), jnp.float32 if name == "weights" else jnp.int32)
              for name in ("inputs", "targets", "weights")}
-    planned = _xla_bytes(train_lib.make_train_step(config, opt, grid=True).lower(state, batch).compile())
+    planned = _xla_bytes(step_lib.make_train_step(config, opt, grid=True).lower(state, batch).compile())
     estimate = resources.training_program(config, optimizer="adam", batch_size=b, seq_len=t, members=members)
     self.assertBetween(estimate.total / planned, 0.5, 2.0, (estimate.total, planned))
     # The parameter part is exactly the parameters' bytes per copy.
@@ -111,7 +114,7 @@ class AgainstXlaTest(parameterized.TestCase):
 class CheckTest(absltest.TestCase):
 
   def test_refusal_names_the_options_of_the_largest_part(self):
-    estimate = resources.sweep_estimate(sweep.SweepConfig(d_k=(1024,), seq_len=2_000_000))
+    estimate = sweep_memory.sweep_estimate(sweep.SweepConfig(d_k=(1024,), seq_len=2_000_000))
     with self.assertRaises(resources.ResourceError) as ctx:
       resources.check(estimate, {"seq_len": 2_000_000, "d_k": (1024,), "batch": 4}, available=2**34)
     text = str(ctx.exception)
@@ -125,11 +128,11 @@ class CheckTest(absltest.TestCase):
     self.assertIsInstance(ctx.exception, ValueError)
 
   def test_fits(self):
-    estimate = resources.sweep_estimate(sweep.SweepConfig(d_k=(16,), seq_len=8))
+    estimate = sweep_memory.sweep_estimate(sweep.SweepConfig(d_k=(16,), seq_len=8))
     resources.check(estimate, {}, available=estimate.total)  # equal is enough
 
   def test_largest_program_is_taken(self):
-    estimate = resources.sweep_estimate(sweep.SweepConfig(d_k=(16, 512, 64), seq_len=8))
+    estimate = sweep_memory.sweep_estimate(sweep.SweepConfig(d_k=(16, 512, 64), seq_len=8))
     self.assertEqual(estimate.where, "at d_k=512")
     chex.assert_scalar_positive(estimate.total)
 

@@ -154,18 +154,18 @@ class CheckpointTest(chex.TestCase):
 
   def test_round_trip_keeps_every_leaf_and_the_record(self):
     from scaling.training import checkpoint  # pylint: disable=g-import-not-at-top
-    from scaling.training import model as model_lib  # pylint: disable=g-import-not-at-top
-    from scaling.mup import optim  # pylint: disable=g-import-not-at-top
-    from scaling.training import train as train_lib  # pylint: disable=g-import-not-at-top
-    cfg = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16).model_config("sp", 16, vocab_size=8, max_len=4)
-    opt = optim.OptimizerConfig(steps=3)
-    state = train_lib.make_init(cfg, opt)(3, 1e-2).replace(step=jax.numpy.asarray(7, jax.numpy.int32))
+    from scaling.training.model_family import ModelFamily
+    from scaling.training.optimizer import OptimizerConfig
+    from scaling.training import initialization as init_lib  # pylint: disable=g-import-not-at-top
+    cfg = ModelFamily(depth=1, num_heads=2, base_width=16).model_config("sp", 16, vocab_size=8, max_len=4)
+    opt = OptimizerConfig(steps=3)
+    state = init_lib.make_init(cfg, opt)(3, 1e-2).replace(step=jax.numpy.asarray(7, jax.numpy.int32))
     state = state.replace(params=jax.tree.map(lambda x: x + 0.5, state.params))
     folder = pathlib.Path(self.create_tempdir().full_path) / "ckpt"
     saver = checkpoint.Checkpoints(folder)
     saver.save(state, seed=3, initial_loss=2.5)
     self.assertEqual(saver.latest_step(), 7)
-    restored, record = saver.restore(train_lib.make_init(cfg, opt)(0, 1e-3), seed=3)
+    restored, record = saver.restore(init_lib.make_init(cfg, opt)(0, 1e-3), seed=3)
     chex.assert_trees_all_equal(restored, state)
     chex.assert_trees_all_equal_dtypes(restored, state)
     self.assertEqual(record, {"step": 7, "data_position": 7, "seed": 3, "initial_loss": 2.5})

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 import scaling
 from scaling.training import model as model_lib
+from scaling.training.model_family import ModelFamily
 from scaling.mup import roles as roles_lib
 from scaling.mup import usage as usage_lib
 
@@ -80,7 +81,7 @@ class TransformerRolesTest(parameterized.TestCase):
       ("head_dim_fixed", {"head_dim": 16}, (64, 96), {"use_bias": True, "positions": "learned"}),
   )
   def test_kinds_equal_metadata(self, family_options, widths, config):
-    family = model_lib.ModelFamily(**family_options).with_base_width(widths)
+    family = ModelFamily(**family_options).with_base_width(widths)
     (base, _), (delta, want) = (_transformer_shapes(family, w, **config) for w in widths)
     roles = scaling.infer_kinds(base, delta, overrides=scaling.FLAX_ATTENTION, blocks="block_*")
     chex.assert_trees_all_equal(roles.kinds(), want)
@@ -91,7 +92,7 @@ class TransformerRolesTest(parameterized.TestCase):
 
   def test_kinded_boxes_are_read(self):
     # Boxed trees (as Module.init makes them) carry their kinds: no override is needed for q, k, v, o.
-    family = model_lib.ModelFamily().with_base_width((32, 64))
+    family = ModelFamily().with_base_width((32, 64))
     model = lambda w: model_lib.Transformer(family.model_config("mup", w, vocab_size=40, max_len=16))
     boxed = [_shapes(model(w), jnp.zeros((1, 8), jnp.int32)) for w in (32, 64)]
     roles = scaling.infer_kinds(*boxed)

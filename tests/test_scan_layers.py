@@ -12,18 +12,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training import model_scales as model_scales_lib
+from scaling.training import scanned_blocks as scanned_blocks_lib
+from scaling.training import init_rms as init_rms_lib
+from scaling.training import model_config as model_config_lib
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.attention import rules
-from scaling.training import train as train_lib
+from scaling.training import initialization as init_lib
+from scaling.training import loop as loop_lib
+from scaling.training import programs as programs_lib
+from scaling.training import step as step_lib
 from scaling.mup import unit_scaling as unit
 
 V = 29
 
 
-def _config(depth: int, parametrization: str, **kw) -> model_lib.ModelConfig:
+def _config(depth: int, parametrization: str, **kw) -> ModelConfig:
   options = dict(base_width=16, base_head_dim=8, depth=depth)
   if parametrization == "mup":
     options.update(depth_alpha=0.5, base_depth=1)
@@ -34,7 +42,7 @@ def _config(depth: int, parametrization: str, **kw) -> model_lib.ModelConfig:
   fields = dict(vocab_size=V, width=32, depth=depth, num_heads=2, head_dim=8, max_len=16, parametrization=p,
                 scan_layers=True)
   fields.update(kw)
-  return model_lib.ModelConfig(**fields)
+  return ModelConfig(**fields)
 
 
 def _loss_and_aux(params, config, tokens):
@@ -76,18 +84,18 @@ class ScanLayersTest(parameterized.TestCase):
   def test_umup_taus_differ_per_block(self):
     """The scanned τ are the blocks' own (u-μP's τ rule gives every block another τ)."""
     config = _config(4, "umup")
-    scales = model_lib.unit_scales(config, 2, 12)
+    scales = model_scales_lib.unit_scales(config, 2, 12)
     taus = [b.tau_attn for b in scales.blocks]
     self.assertGreater(len(set(taus)), 1)
-    self.assertEqual(model_lib.scan_groups(scales.blocks), [[0, 1, 2, 3]])
+    self.assertEqual(scanned_blocks_lib.scan_groups(scales.blocks), [[0, 1, 2, 3]])
 
   def test_scan_groups_split_where_scales_differ(self):
     config = _config(3, "umup")
-    blocks = list(model_lib.unit_scales(config, 2, 12).blocks)
+    blocks = list(model_scales_lib.unit_scales(config, 2, 12).blocks)
     blocks[1] = blocks[1]._replace(ln_attn=blocks[1].ln_attn * 2)
-    self.assertEqual(model_lib.scan_groups(blocks), [[0], [1], [2]])
-    self.assertEqual(model_lib.scan_groups([None] * 3), [[0, 1, 2]])
-    self.assertEqual(model_lib.scan_groups([blocks[0], blocks[0], blocks[1]]), [[0, 1], [2]])
+    self.assertEqual(scanned_blocks_lib.scan_groups(blocks), [[0], [1], [2]])
+    self.assertEqual(scanned_blocks_lib.scan_groups([None] * 3), [[0, 1, 2]])
+    self.assertEqual(scanned_blocks_lib.scan_groups([blocks[0], blocks[0], blocks[1]]), [[0, 1], [2]])
 
   def test_umup_covariance_scales(self):
     config = _config(3, "umup", umup_scales="covariance")
@@ -100,8 +108,8 @@ class ScanLayersTest(parameterized.TestCase):
   def test_activation_gradients_and_rms_at_init(self):
     """Probed activations and the gradients arriving at them (the perturbations collection) come out per block."""
     config = _config(3, "umup")
-    scanned = model_lib.rms_at_init(config, 12)
-    unrolled = model_lib.rms_at_init(dataclasses.replace(config, scan_layers=False), 12)
+    scanned = init_rms_lib.rms_at_init(config, 12)
+    unrolled = init_rms_lib.rms_at_init(dataclasses.replace(config, scan_layers=False), 12)
     self.assertEqual(scanned.keys(), unrolled.keys())
     for name in unrolled:
       np.testing.assert_allclose(scanned[name], unrolled[name], rtol=1e-5, err_msg=name)
@@ -123,14 +131,15 @@ class ScanLayersTest(parameterized.TestCase):
   @parameterized.parameters((3, "mup"), (2, "sp"), (4, "umup"))
   def test_training_runs_agree(self, depth, parametrization):
     """Trained stacked (the scanned model's layout) and unrolled from the same init: same parameters and metrics."""
-    data = data_lib.DataConfig(seq_len=12, batch_size=2).make(0)
+    data = DataConfig(seq_len=12, batch_size=2).make(0)
     config = dataclasses.replace(_config(depth, parametrization), vocab_size=data.vocab_size)
-    opt = optim_lib.OptimizerConfig(steps=3, learning_rate=3e-3)
-    runs = [train_lib.run_training(c, opt, data, seed=[0, 1], learning_rates=[1e-3, 3e-3], log_every=1)
+    opt = OptimizerConfig(steps=3, learning_rate=3e-3)
+    runs = [loop_lib.run_training(c, opt, data, loop_lib.Runs(seed=[0, 1], learning_rates=[1e-3, 3e-3]),
+                                  loop_lib.RunOptions(log_every=1))
             for c in (config, dataclasses.replace(config, scan_layers=False))]
-    self.assertTrue(model_lib.is_stacked(runs[0].state.params, depth))
-    self.assertFalse(model_lib.is_stacked(runs[1].state.params, depth))
-    unstacked = jax.vmap(lambda p: model_lib.unstack_blocks(p, depth))(runs[0].state.params)
+    self.assertTrue(scanned_blocks_lib.is_stacked(runs[0].state.params, depth))
+    self.assertFalse(scanned_blocks_lib.is_stacked(runs[1].state.params, depth))
+    unstacked = jax.vmap(lambda p: scanned_blocks_lib.unstack_blocks(p, depth))(runs[0].state.params)
     chex.assert_trees_all_equal_structs(unstacked, runs[1].state.params)
     _assert_close(self, unstacked, runs[1].state.params, rtol=1e-5)
     for scanned, unrolled in zip(runs[0].history, runs[1].history):
@@ -141,12 +150,12 @@ class ScanLayersTest(parameterized.TestCase):
   def test_stack_blocks_round_trip(self):
     config = _config(4, "sp")
     params = model_lib.init_params(jax.random.PRNGKey(0), config)
-    stacked = model_lib.stack_blocks(params, 4)
+    stacked = scanned_blocks_lib.stack_blocks(params, 4)
     self.assertEqual(sorted(stacked), sorted(k for k in params if k not in ("block_1", "block_2", "block_3")))
     chex.assert_shape(stacked["block_0"]["attn"]["query"]["kernel"],
                       (4, *params["block_0"]["attn"]["query"]["kernel"].shape))
-    chex.assert_trees_all_equal(model_lib.unstack_blocks(stacked, 4), params)
-    chex.assert_trees_all_equal(model_lib.stack_blocks(stacked, 4), stacked)
+    chex.assert_trees_all_equal(scanned_blocks_lib.unstack_blocks(stacked, 4), params)
+    chex.assert_trees_all_equal(scanned_blocks_lib.stack_blocks(stacked, 4), stacked)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
     model = model_lib.Transformer(config)
     np.testing.assert_allclose(model.apply({"params": stacked}, tokens), model.apply({"params": params}, tokens),
@@ -160,16 +169,16 @@ class ScanLayersTest(parameterized.TestCase):
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
     model = model_lib.Transformer(config)
     expected = model.apply({"params": params}, tokens)
-    with mock.patch.object(model_lib, "scan_groups", lambda scales: groups):
-      got = model.apply({"params": model_lib.stack_blocks(params, 4)}, tokens)
+    with mock.patch.object(scanned_blocks_lib, "scan_groups", lambda scales: groups):
+      got = model.apply({"params": scanned_blocks_lib.stack_blocks(params, 4)}, tokens)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
   def test_train_step_flat_in_depth(self):
     """The scanned model's whole training step (forward, backward, optimizer, metrics) holds as many operations at
     depth 8 as at depth 2; the unrolled step's grow with depth."""
     def ops(config):
-      opt = optim_lib.OptimizerConfig(steps=2)
-      program = train_lib.as_program(config, opt)
+      opt = OptimizerConfig(steps=2)
+      program = programs_lib.as_program(config, opt)
       state = jax.eval_shape(lambda: program.with_constants(program.init_state(0, 1e-3)))
       batch = {k: jax.ShapeDtypeStruct((2, 12), d) for k, d in
                (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))}
@@ -190,21 +199,21 @@ class LogitMultiplierTest(parameterized.TestCase):
   def test_alpha_of_a_logit_factor(self, name, alpha):
     rule = rules.get_rule(name, tau=2.0) if name == "temperature" else rules.get_rule(name)
     config = _config(1, "sp", rule=rule, scan_layers=False)
-    got = model_lib.logit_multiplier(config)
+    got = model_config_lib.logit_multiplier(config)
     expected = rule.logit_scale(8) * 8 if alpha is None else alpha
     self.assertAlmostEqual(got, expected, places=6)
-    state = train_lib.init_train_state(0, config, optim_lib.OptimizerConfig(steps=1))
+    state = init_lib.init_train_state(0, config, OptimizerConfig(steps=1))
     self.assertAlmostEqual(float(state.attn_mult), expected, places=6)
 
   @parameterized.parameters("qk_norm", "post_softmax")
   def test_no_alpha_for_rules_that_change_the_computation(self, name):
     config = _config(1, "sp", rule=rules.get_rule(name), scan_layers=False)
-    self.assertIsNone(model_lib.logit_multiplier(config))
-    self.assertIsNone(train_lib.init_train_state(0, config, optim_lib.OptimizerConfig(steps=1)).attn_mult)
+    self.assertIsNone(model_config_lib.logit_multiplier(config))
+    self.assertIsNone(init_lib.init_train_state(0, config, OptimizerConfig(steps=1)).attn_mult)
 
   def test_no_alpha_under_umup_or_blockwise(self):
-    self.assertIsNone(model_lib.logit_multiplier(_config(1, "umup")))
-    self.assertIsNone(model_lib.logit_multiplier(_config(1, "sp", rule=rules.get_rule("sqrt"),
+    self.assertIsNone(model_config_lib.logit_multiplier(_config(1, "umup")))
+    self.assertIsNone(model_config_lib.logit_multiplier(_config(1, "sp", rule=rules.get_rule("sqrt"),
                                                          attention="blockwise")))
 
   @parameterized.parameters("none", "sqrt", "linear")
@@ -214,7 +223,7 @@ class LogitMultiplierTest(parameterized.TestCase):
     params = model_lib.init_params(jax.random.PRNGKey(0), config)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
     model = model_lib.Transformer(config)
-    alpha = jnp.asarray(model_lib.logit_multiplier(config), jnp.float32)
+    alpha = jnp.asarray(model_config_lib.logit_multiplier(config), jnp.float32)
     traced = jax.jit(lambda a: model.clone(attn_mult=a).apply({"params": params}, tokens))(alpha)
     constant = model.apply({"params": params}, tokens)
     np.testing.assert_allclose(traced, constant, rtol=1e-5, atol=1e-6)
@@ -223,11 +232,11 @@ class LogitMultiplierTest(parameterized.TestCase):
     """Grids that differ only in such a rule lower to the same program (the persistent cache serves the rest)."""
     def lowered(name):
       config = _config(2, "sp", rule=rules.get_rule(name), scan_layers=False)
-      opt = optim_lib.OptimizerConfig(steps=2)
-      state = jax.eval_shape(train_lib.make_init(config, opt, grid=True), jnp.arange(2), jnp.ones(2))
+      opt = OptimizerConfig(steps=2)
+      state = jax.eval_shape(init_lib.make_init(config, opt, grid=True), jnp.arange(2), jnp.ones(2))
       batch = {k: jax.ShapeDtypeStruct((2, 2, 12), d) for k, d in
                (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))}
-      return train_lib.make_train_step(config, opt, grid=True).lower(state, batch).as_text()
+      return step_lib.make_train_step(config, opt, grid=True).lower(state, batch).as_text()
     self.assertEqual(lowered("none"), lowered("sqrt"))
     self.assertEqual(lowered("sqrt"), lowered("linear"))
 

@@ -4,6 +4,7 @@ is first on PATH), so a virtual environment's interpreter given by path runs eve
 import pathlib
 import re
 import subprocess
+import sys
 
 from absl.testing import absltest
 
@@ -47,6 +48,20 @@ class ScriptsTest(absltest.TestCase):
       done = subprocess.run(["bash", "-c", f'{line}\necho "$python"'], env={"PATH": "/usr/bin:/bin", **env},
                             capture_output=True, text=True, check=True)
       self.assertEqual(done.stdout.strip(), want)
+  def test_install_check_help_prints_and_checks_nothing(self):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_install.py"), "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    self.assertEqual(done.returncode, 0, done.stderr)
+    self.assertTrue(done.stdout.startswith("The package as installed"), done.stdout[:200])
+    self.assertNotIn("install check: import scaling", done.stdout)
+
+  def test_install_check_builds_every_installed_package(self):
+    text = (ROOT / "setup.py").read_text()
+    packages = set(re.findall(r'"(\w+)"', text[text.index("find_packages"):].split(")")[0]))
+    check = (ROOT / "scripts" / "check_install.py").read_text()
+    files = set(re.findall(r'"([\w.]+)"', check[check.index("PACKAGE_FILES ="):].split(")")[0]))
+    self.assertContainsSubset(packages, files)
+
 
 if __name__ == "__main__":
   absltest.main()

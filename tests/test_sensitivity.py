@@ -14,16 +14,17 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.attention import rules as rules_lib
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
+from scaling.training import step as step_lib
 from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies.transfer import report as transfer_report
 
 TASK = dict(seq_len=8, batch_size=2)
-FAMILY = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)
+FAMILY = ModelFamily(depth=1, num_heads=2, base_width=16)
 # The smallest experiment: one width, 2 learning rates, 1 seed, 2 steps (every test below compiles a few programs).
 FLAGS = dict(widths=[16], depth=1, num_heads=2, base_width=16, log2_lrs=[-8.0, -4.0], num_seeds=1, steps=2,
              schedule="constant", parametrizations=["mup"], **TASK)
@@ -85,18 +86,18 @@ class SensitivityTest(parameterized.TestCase):
 class TracedAttentionMultiplierTest(chex.TestCase):
 
   def test_traced_multiplier_equals_the_configured_rule(self):
-    dataset = data_lib.DataConfig(**TASK).make(0)
+    dataset = DataConfig(**TASK).make(0)
     cfg = FAMILY.model_config("mup", 16, vocab_size=dataset.vocab_size, max_len=TASK["seq_len"])
-    opt = optim.OptimizerConfig(steps=3, learning_rate=2.0**-5)
+    opt = OptimizerConfig(steps=3, learning_rate=2.0**-5)
     alphas = np.array([0.5, 4.0], np.float32)
-    grid = train_lib.run_training(cfg, opt, dataset, seed=[0, 0], attn_mults=alphas, record=("loss",),
-                                  stop_on_divergence=False)
-    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
+    grid = loop_lib.run_training(cfg, opt, dataset, loop_lib.Runs(seed=[0, 0], attn_mults=alphas),
+                                 loop_lib.RunOptions(record=("loss",), stop_on_divergence=False))
+    step = step_lib.make_train_step(cfg, opt, grid=True, donate=True)  # the step run_training uses
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Reference: an independent run with the linear rule's α set in the model config (static); the other member
     # (another α, same seed) trains differently.
     static = dataclasses.replace(cfg, rule=rules_lib.get_rule("linear", alpha=float(alphas[1])))
-    single = train_lib.run_training(static, opt, dataset, seed=0, record=("loss",))
+    single = loop_lib.run_training(static, opt, dataset, loop_lib.Runs(seed=0), loop_lib.RunOptions(record=("loss",)))
     np.testing.assert_allclose(grid.records["loss"][:, 1], single.records["loss"], rtol=2e-5, atol=2e-6)
     self.assertGreater(abs(grid.records["loss"][-1, 0] - grid.records["loss"][-1, 1]), 1e-4)
 
@@ -151,9 +152,10 @@ class ExperimentTest(parameterized.TestCase):
     self.assertEqual([o[field] for o in optimum], list(values))
     self.assertEqual([r["steps"] for r in rows], [v if axis == "steps" else 2 for v in values for _ in range(2)])
     if axis == "batch":  # Reference: the last point's own single run at its batch size, final loss = last loss.
-      dataset = data_lib.DataConfig(**{**TASK, "batch_size": values[-1]}).make(0)
+      dataset = DataConfig(**{**TASK, "batch_size": values[-1]}).make(0)
       cfg = FAMILY.model_config("mup", 16, vocab_size=dataset.vocab_size, max_len=TASK["seq_len"])
-      single = train_lib.run_training(cfg, optim.OptimizerConfig(steps=2, learning_rate=2.0**-4), dataset, seed=0)
+      single = loop_lib.run_training(cfg, OptimizerConfig(steps=2, learning_rate=2.0**-4), dataset,
+                                     loop_lib.Runs(seed=0))
       self.assertAlmostEqual(rows[-1]["final_loss"], single.final_loss, places=4)
 
   @parameterized.parameters((transfer_exp, dict(batch_sizes=[2, 4]), "--batch_sizes"),

@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import timesplit
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
 
 
 class TimeSplitTest(absltest.TestCase):
@@ -60,11 +60,11 @@ class TimeSplitTest(absltest.TestCase):
     self.assertGreater(outer.wall_s, inner.wall_s)
 
   def test_a_training_run_is_mostly_compile_and_compute(self):
-    dataset = data_lib.DataConfig(seq_len=8, batch_size=2).make(0)
-    cfg = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16).model_config(
+    dataset = DataConfig(seq_len=8, batch_size=2).make(0)
+    cfg = ModelFamily(depth=1, num_heads=2, base_width=16).model_config(
         "sp", 24, vocab_size=dataset.vocab_size, max_len=8)  # width 24: a program no other test compiles
     with timesplit.TimeSplit() as split:
-      train_lib.run_training(cfg, optim.OptimizerConfig(steps=3), dataset, seed=0)
+      loop_lib.run_training(cfg, OptimizerConfig(steps=3), dataset, loop_lib.Runs(seed=0))
     self.assertGreaterEqual(split.compiles, 2)  # at least the init and the step
     self.assertGreater(split.compute_s, 0.0)
     self.assertLess(split.rest_s, 0.5 * split.wall_s)

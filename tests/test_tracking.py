@@ -72,7 +72,7 @@ class TrackingTest(chex.TestCase):
       code, stdout, stderr = experiment_main.run_main(train, log_to="tensorboard,wandb", out_dir=str(out))
     experiment_main.assert_one_line_error(self, code, stdout, stderr, "--log_to=wandb needs the wandb package",
                                           out_dir=out)
-    self.assertIn("pip install 'scaling[wandb]'", stderr)
+    self.assertIn("pip install wandb (or, in a clone of this repository, pip install -e '.[wandb]')", stderr)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
 from scaling.training import model as model_lib
-from scaling.mup import optim as optim_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
-from scaling.training import train as train_lib
+from scaling.training import evaluation as evaluation_lib
+from scaling.training import initialization as init_lib
+from scaling.training import loop as loop_lib
+from scaling.training import losses as losses_lib
+from scaling.training import programs as programs_lib
+from scaling.training import step as step_lib
+from scaling.training import transformer_step
 
 T = 12
 STEPS = 40  # every run takes the same steps, so the tests share their compiled steps
@@ -27,19 +34,19 @@ STEPS = 40  # every run takes the same steps, so the tests share their compiled 
 
 @functools.lru_cache(maxsize=None)
 def _dataset(seed=0):
-  return data_lib.make_dataset("recall", seq_len=T, batch_size=8, vocab_size=16, num_pairs=3, num_queries=3,
-                               seed=seed)
+  return DataConfig(task="recall", seq_len=T, batch_size=8, vocab_size=16, num_pairs=3,
+                             num_queries=3).make(seed)
 
 
 @functools.lru_cache(maxsize=None)
 def _config(**kw):
   base = dict(vocab_size=16, width=16, depth=2, num_heads=2, head_dim=8, max_len=T)
   base.update(kw)
-  return model_lib.ModelConfig(**base)
+  return ModelConfig(**base)
 
 
 def _adam(lr=1e-2, steps=STEPS, **kw):
-  return optim_lib.OptimizerConfig(optimizer="adam", learning_rate=lr, steps=steps, **kw)
+  return OptimizerConfig(optimizer="adam", learning_rate=lr, steps=steps, **kw)
 
 
 # Warmup then cosine decay (shared by the schedule and the diverging-with-warmup tests).
@@ -66,7 +73,7 @@ class LossTest(parameterized.TestCase):
     logits = 3.0 * jax.random.normal(k1, (2, 5, 7))
     targets = jax.random.randint(k2, (2, 5), 0, 7)
     weights = jax.random.bernoulli(k3, 0.5, (2, 5)).astype(jnp.float32).at[0, 0].set(1.0)
-    loss, acc = train_lib.weighted_cross_entropy(logits, targets, weights)
+    loss, acc = losses_lib.weighted_cross_entropy(logits, targets, weights)
     lp = np.asarray(jax.nn.log_softmax(np.asarray(logits, np.float64)))
     nll = -np.take_along_axis(lp, np.asarray(targets)[..., None], -1)[..., 0]
     w = np.asarray(weights)
@@ -75,16 +82,16 @@ class LossTest(parameterized.TestCase):
     np.testing.assert_allclose(acc, (hit * w).sum() / w.sum(), rtol=1e-6)
 
   def test_zero_weights_give_zero(self):
-    loss, acc = train_lib.weighted_cross_entropy(jnp.ones((1, 3, 4)), jnp.zeros((1, 3), jnp.int32),
-                                                 jnp.zeros((1, 3)))
+    loss, acc = losses_lib.weighted_cross_entropy(jnp.ones((1, 3, 4)), jnp.zeros((1, 3), jnp.int32),
+                                                  jnp.zeros((1, 3)))
     self.assertEqual(float(loss), 0.0)
     self.assertEqual(float(acc), 0.0)
 
   def test_check_divergence(self):
-    self.assertEqual(train_lib.check_divergence(float("nan"), 2.0, 3.0), train_lib.STOP_NONFINITE)
-    self.assertEqual(train_lib.check_divergence(float("inf"), 2.0, 3.0), train_lib.STOP_NONFINITE)
-    self.assertEqual(train_lib.check_divergence(6.1, 2.0, 3.0), train_lib.STOP_LOSS_GROWTH)
-    self.assertIsNone(train_lib.check_divergence(5.9, 2.0, 3.0))
+    self.assertEqual(loop_lib.check_divergence(float("nan"), 2.0, 3.0), loop_lib.STOP_NONFINITE)
+    self.assertEqual(loop_lib.check_divergence(float("inf"), 2.0, 3.0), loop_lib.STOP_NONFINITE)
+    self.assertEqual(loop_lib.check_divergence(6.1, 2.0, 3.0), loop_lib.STOP_LOSS_GROWTH)
+    self.assertIsNone(loop_lib.check_divergence(5.9, 2.0, 3.0))
 
 
 def _numpy_lse(logits):
@@ -102,7 +109,7 @@ class ZLossTest(parameterized.TestCase):
     logits = 4.0 * jax.random.normal(k1, (2, 5, 7)) + 2.0
     weights = (jnp.ones((2, 5)) if which == "all"
                else jax.random.bernoulli(k2, 0.5, (2, 5)).astype(jnp.float32).at[0, 0].set(1.0))
-    value, grad = jax.value_and_grad(lambda l: train_lib.z_loss(l, weights, c))(logits)
+    value, grad = jax.value_and_grad(lambda l: losses_lib.z_loss(l, weights, c))(logits)
     x, w = np.asarray(logits, np.float64), np.asarray(weights, np.float64)
     lse = _numpy_lse(x)
     softmax = np.exp(x - lse[..., None])
@@ -113,7 +120,7 @@ class ZLossTest(parameterized.TestCase):
   def test_log_z_stats_against_numpy(self):
     logits = 3.0 * jax.random.normal(jax.random.key(4), (2, 4, 6))
     weights = jnp.asarray([[1.0, 0.0, 1.0, 1.0], [0.0, 2.0, 1.0, 0.0]])
-    stats = train_lib.log_z_stats(logits, weights)
+    stats = losses_lib.log_z_stats(logits, weights)
     lse, w = _numpy_lse(logits), np.asarray(weights)
     np.testing.assert_allclose(stats["log_z_mean"], np.sum(w * lse) / w.sum(), rtol=1e-5)
     np.testing.assert_allclose(stats["log_z_max"], lse[w > 0].max(), rtol=1e-6)
@@ -127,9 +134,9 @@ class TrainStepTest(chex.TestCase):
 
   def test_step_metrics_against_an_independent_gradient(self):
     cfg, opt = _config(), _adam()
-    state = train_lib.init_train_state(0, cfg, opt)
+    state = init_lib.init_train_state(0, cfg, opt)
     batch = _dataset().batch(0)
-    new_state, metrics = train_lib.make_train_step(cfg, opt)(state, batch)
+    new_state, metrics = step_lib.make_train_step(cfg, opt)(state, batch)
     model = model_lib.Transformer(cfg)
 
     def reference_loss(params):
@@ -157,23 +164,23 @@ class TrainStepTest(chex.TestCase):
     cfg = _config()
     opt = _adam(z_loss=0.0)
     model = model_lib.Transformer(cfg)
-    optimizer = train_lib.make_optimizer(cfg, opt)
+    optimizer = programs_lib.optimizer_for(cfg, opt)
 
     @jax.jit
     def plain_step(params, opt_state, batch):  # the cross-entropy alone, without the model's metrics
-      loss = lambda p: train_lib.weighted_cross_entropy(model.apply({"params": p}, batch["inputs"]),
-                                                        batch["targets"], batch["weights"])[0]
+      loss = lambda p: losses_lib.weighted_cross_entropy(model.apply({"params": p}, batch["inputs"]),
+                                                         batch["targets"], batch["weights"])[0]
       grads = jax.grad(loss)(params)
       updates, opt_state = optimizer.update(grads, opt_state, params)
       return optax.apply_updates(params, updates), opt_state
 
-    state = train_lib.init_train_state(0, cfg, opt)
+    state = init_lib.init_train_state(0, cfg, opt)
     params, opt_state = state.params, state.opt_state
     batch = _dataset().batch(0)
     # Both programs compiled with XLA's default CPU emitters: the tests' faster-compiling ones (conftest) fuse the
     # two differently shaped programs with different roundings.
     options = {"xla_cpu_use_fusion_emitters": True}
-    step = train_lib.make_train_step(cfg, opt).lower(state, batch).compile(options)
+    step = step_lib.make_train_step(cfg, opt).lower(state, batch).compile(options)
     plain_step = plain_step.lower(params, opt_state, batch).compile(options)
     for t in range(2):
       state, metrics = step(state, _dataset().batch(t))
@@ -184,9 +191,9 @@ class TrainStepTest(chex.TestCase):
   def test_z_loss_step_against_an_independent_gradient(self):
     cfg, c = _config(), 0.05
     opt = _adam(z_loss=c)
-    state = train_lib.init_train_state(0, cfg, opt)
+    state = init_lib.init_train_state(0, cfg, opt)
     batch = _dataset().batch(0)
-    _, metrics = train_lib.make_train_step(cfg, opt)(state, batch)
+    _, metrics = step_lib.make_train_step(cfg, opt)(state, batch)
     model = model_lib.Transformer(cfg)
     w = batch["weights"]
 
@@ -209,13 +216,13 @@ class TrainStepTest(chex.TestCase):
   def test_traces_once(self):
     cfg, opt = _config(), _adam()
     model = model_lib.Transformer(cfg)
-    optimizer = train_lib.make_optimizer(cfg, opt)
+    optimizer = programs_lib.optimizer_for(cfg, opt)
 
     def step_fn(state, batch):
-      return train_lib.train_step(state, batch, model=model, optimizer=optimizer, opt_config=opt)
+      return transformer_step.train_step(state, batch, model=model, optimizer=optimizer, opt_config=opt)
 
     step = jax.jit(chex.assert_max_traces(step_fn, n=1))
-    state = train_lib.init_train_state(0, cfg, opt)
+    state = init_lib.init_train_state(0, cfg, opt)
     for i in range(4):
       state, metrics = step(state, _dataset().batch(i))
     chex.assert_tree_all_finite((state, metrics))
@@ -223,16 +230,16 @@ class TrainStepTest(chex.TestCase):
 
   def test_compiled_functions_are_cached(self):
     cfg, opt = _config(), _adam()
-    self.assertIs(train_lib.make_train_step(cfg, opt), train_lib.make_train_step(cfg, opt))
-    self.assertIs(train_lib.make_init(cfg, opt, grid=True), train_lib.make_init(cfg, opt, grid=True))
-    self.assertIsNot(train_lib.make_train_step(cfg, opt), train_lib.make_train_step(cfg, opt, grid=True))
-    self.assertIs(train_lib.make_optimizer(cfg, opt), train_lib.make_optimizer(cfg, opt))
+    self.assertIs(step_lib.make_train_step(cfg, opt), step_lib.make_train_step(cfg, opt))
+    self.assertIs(init_lib.make_init(cfg, opt, grid=True), init_lib.make_init(cfg, opt, grid=True))
+    self.assertIsNot(step_lib.make_train_step(cfg, opt), step_lib.make_train_step(cfg, opt, grid=True))
+    self.assertIs(programs_lib.optimizer_for(cfg, opt), programs_lib.optimizer_for(cfg, opt))
 
   def test_init_sets_the_learning_rate_in_the_state(self):
     cfg, opt = _config(), _adam()
-    state = train_lib.make_init(cfg, opt)(3, 0.25)
+    state = init_lib.make_init(cfg, opt)(3, 0.25)
     np.testing.assert_allclose(state.opt_state.hyperparams["learning_rate"], 0.25)
-    default = train_lib.init_train_state(3, cfg, opt)
+    default = init_lib.init_train_state(3, cfg, opt)
     np.testing.assert_allclose(default.opt_state.hyperparams["learning_rate"], 1e-2)
     chex.assert_trees_all_equal(state.params, default.params)  # the seed alone sets the parameters
 
@@ -243,24 +250,27 @@ class GridTest(chex.TestCase):
   def test_vmapped_grid_equals_separate_runs(self):
     cfg, opt = _config(), _adam()
     seeds, lrs = [1, 1, 2], [1e-2, 3e-2, 1e-2]
-    grid = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs,
-                                  record=("loss", "learning_rate", "attn_logits_rms"))
+    grid = loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=seeds, learning_rates=lrs),
+                                 loop_lib.RunOptions(record=("loss", "learning_rate", "attn_logits_rms")))
     chex.assert_shape(grid.records["loss"], (STEPS, 3))
     chex.assert_shape(grid.records["attn_logits_rms"], (STEPS, 3, cfg.depth))
     np.testing.assert_allclose(grid.records["learning_rate"], np.broadcast_to(lrs, (STEPS, 3)), rtol=1e-6)
     self.assertEqual(grid.steps_run, STEPS)
     np.testing.assert_array_equal(grid.divergence_step, [-1, -1, -1])
-    self.assertEqual(list(grid.stop_reason), [train_lib.STOP_COMPLETED] * 3)
+    self.assertEqual(list(grid.stop_reason), [loop_lib.STOP_COMPLETED] * 3)
     np.testing.assert_array_equal(grid.diverged, [False, False, False])
     chex.assert_shape(grid.initial_loss, (3,))
-    step = train_lib.make_train_step(cfg, opt, grid=True, donate=True,  # the step run_training uses
-                                     chunk=train_lib.default_grid_chunk(cfg, len(seeds)))
+    step = step_lib.make_train_step(cfg, opt, grid=True, donate=True,  # the step run_training uses
+                                    chunk=step_lib.default_grid_chunk(cfg, len(seeds)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     # Separate single runs: the learning rate from the config, or set in the initial state (same compiled step).
-    separate = [train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",)),
-                train_lib.run_training(cfg, opt, _dataset(), seed=1, record=("loss",),
-                                       state=train_lib.make_init(cfg, opt)(1, 3e-2)),
-                train_lib.run_training(cfg, opt, _dataset(), seed=2, record=("loss",))]
+    separate = [loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=1),
+                                      loop_lib.RunOptions(record=("loss",))),
+                loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=1),
+                                      loop_lib.RunOptions(record=("loss",),
+                                                          state=init_lib.make_init(cfg, opt)(1, 3e-2))),
+                loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=2),
+                                      loop_lib.RunOptions(record=("loss",)))]
     for j, run in enumerate(separate):
       chex.assert_shape(run.records["loss"], (STEPS,))
       np.testing.assert_allclose(grid.records["loss"][:, j], run.records["loss"], rtol=1e-5)
@@ -275,30 +285,30 @@ class GridTest(chex.TestCase):
   def test_grid_init(self):
     cfg, opt = _config(), _adam()
     # Three members, as in test_vmapped_grid_equals_separate_runs (same compiled init).
-    states = train_lib.make_init(cfg, opt, grid=True)(jnp.asarray([3, 4, 3]), jnp.asarray([0.5, 0.25, 0.125]))
+    states = init_lib.make_init(cfg, opt, grid=True)(jnp.asarray([3, 4, 3]), jnp.asarray([0.5, 0.25, 0.125]))
     np.testing.assert_allclose(states.opt_state.hyperparams["learning_rate"], [0.5, 0.25, 0.125])
     chex.assert_shape(states.params["embed"]["embedding"], (3, 16, 16))
     chex.assert_trees_all_equal(_member(states.params, 0), _member(states.params, 2))
     self.assertFalse(np.allclose(states.params["embed"]["embedding"][0], states.params["embed"]["embedding"][1]))
-    chex.assert_trees_all_equal(_member(states.params, 1), train_lib.make_init(cfg, opt)(4, 0.25).params)
+    chex.assert_trees_all_equal(_member(states.params, 1), init_lib.make_init(cfg, opt)(4, 0.25).params)
 
   def test_optimizers_of_one_model_share_its_parameter_init(self):
     cfg = _config(width=24, head_dim=12)  # a shape no other test compiles
     optimizers = {"adam": _adam(), "cosine": COSINE,
-                  "sgd": optim_lib.OptimizerConfig(optimizer="sgd", momentum=0.9, steps=STEPS)}
+                  "sgd": OptimizerConfig(optimizer="sgd", momentum=0.9, steps=STEPS)}
     compiled = []
     listen = lambda event, duration, fun_name="?", **_: compiled.append(fun_name) if event.endswith(
         "backend_compile_duration") else None
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-      states = {name: train_lib.make_init(cfg, opt, grid=True)(np.asarray([3, 4]), np.asarray([0.5, 0.25]))
+      states = {name: init_lib.make_init(cfg, opt, grid=True)(np.asarray([3, 4]), np.asarray([0.5, 0.25]))
                 for name, opt in optimizers.items()}
     finally:
       jax.monitoring.unregister_event_duration_listener(listen)
     self.assertEqual(sum("params" in name for name in compiled), 1, compiled)
     # Each state is the one a single jitted program of the whole init gives (parameters and optimizer state).
     for name, opt in optimizers.items():
-      whole = jax.jit(train_lib.as_program(cfg, opt).init_state)
+      whole = jax.jit(programs_lib.as_program(cfg, opt).init_state)
       for j, (seed, lr) in enumerate(((3, 0.5), (4, 0.25))):
         chex.assert_trees_all_equal(_member(states[name].params, j), whole(seed, lr).params)
         chex.assert_trees_all_equal(_member(states[name].opt_state, j), whole(seed, lr).opt_state)
@@ -307,19 +317,19 @@ class GridTest(chex.TestCase):
   def test_grid_in_chunks_equals_all_at_once(self, chunk):
     cfg, opt = _config(), _adam()
     seeds, lrs = [1, 2, 3], [1e-2, 3e-2, 2e-2]  # chunk 2: one chunk of 2 and a remainder of 1
-    whole = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, record=("loss",),
-                                   grid_chunk=3)
-    parts = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, record=("loss",),
-                                   grid_chunk=chunk)
+    whole = loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=seeds, learning_rates=lrs, chunk=3),
+                                  loop_lib.RunOptions(record=("loss",)))
+    parts = loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=seeds, learning_rates=lrs, chunk=chunk),
+                                  loop_lib.RunOptions(record=("loss",)))
     np.testing.assert_allclose(parts.records["loss"], whole.records["loss"], rtol=1e-5)
     chex.assert_trees_all_close(parts.state.params, whole.state.params, rtol=1e-4, atol=1e-5)
     self.assertFalse(np.allclose(parts.records["loss"][-1, 0], parts.records["loss"][-1, 1]))
     # The chunked step ran (a loop over chunks in its program); all at once is a plain vmap, without one.
-    chunked = train_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=chunk)
-    plain = train_lib.make_train_step(cfg, opt, grid=True, donate=True)
+    chunked = step_lib.make_train_step(cfg, opt, grid=True, donate=True, chunk=chunk)
+    plain = step_lib.make_train_step(cfg, opt, grid=True, donate=True)
     self.assertEqual(chunked._cache_size(), 1)  # pylint: disable=protected-access
-    state = train_lib.make_init(cfg, opt, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
-    batch = train_lib.grid_batches(_dataset(), 0, jnp.asarray(seeds))
+    state = init_lib.make_init(cfg, opt, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
+    batch = step_lib.grid_batches(_dataset(), 0, jnp.asarray(seeds))
     self.assertIn("scan", str(jax.make_jaxpr(chunked)(state, batch)))
     self.assertNotIn("scan", str(jax.make_jaxpr(plain)(state, batch)))
 
@@ -328,8 +338,8 @@ class GridTest(chex.TestCase):
          devices=st.integers(1, 8))
   def test_default_grid_chunk_divides_the_members(self, width, members, backend, devices):
     # Whatever its limits: all at once (None), or chunks of at least one member and fewer than the grid's.
-    chunk = train_lib.default_grid_chunk(types.SimpleNamespace(width=width), members, backend=backend,
-                                         devices=devices)
+    chunk = step_lib.default_grid_chunk(types.SimpleNamespace(width=width), members, backend=backend,
+                                        devices=devices)
     self.assertTrue(chunk is None or (type(chunk) is int and 1 <= chunk < members), chunk)
 
   def test_default_grid_chunk_runs_every_member_and_an_even_split_within_the_grid_estimate(self):
@@ -337,17 +347,17 @@ class GridTest(chex.TestCase):
     # member's step equals all at once's; split evenly, XLA's buffer plan of the chunked step stays within the
     # library's memory estimate of the grid (``resources.training_program``).
     cfg, opt = _config(), _adam()
-    chunks = {m: train_lib.default_grid_chunk(cfg, m, backend="cpu") for m in range(2, 17)}
+    chunks = {m: step_lib.default_grid_chunk(cfg, m, backend="cpu") for m in range(2, 17)}
     even = [m for m, c in chunks.items() if c and m % c == 0]
     uneven = [m for m, c in chunks.items() if c and m % c]
     if not even and not uneven:
       self.skipTest("the rule runs every grid of this model all at once")
     for members in (*even[:1], *uneven[:1]):
       seeds, lrs = jnp.arange(members), jnp.geomspace(1e-3, 1e-1, members)
-      state = train_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
-      batch = train_lib.grid_batches(_dataset(), 0, seeds)
-      chunked = train_lib.make_train_step(cfg, opt, grid=True, chunk=chunks[members])
-      whole = train_lib.make_train_step(cfg, opt, grid=True)
+      state = init_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
+      batch = step_lib.grid_batches(_dataset(), 0, seeds)
+      chunked = step_lib.make_train_step(cfg, opt, grid=True, chunk=chunks[members])
+      whole = step_lib.make_train_step(cfg, opt, grid=True)
       (got, got_metrics), (want, want_metrics) = chunked(state, batch), whole(state, batch)
       np.testing.assert_allclose(got_metrics["loss"], want_metrics["loss"], rtol=1e-5)
       chex.assert_trees_all_close(got.params, want.params, rtol=1e-4, atol=1e-6)
@@ -363,26 +373,39 @@ class GridTest(chex.TestCase):
 
   def test_bad_grid_arguments(self):
     with self.assertRaisesRegex(ValueError, "same length"):
-      train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], learning_rates=[1e-2])
+      loop_lib.Runs(seed=[0, 1], learning_rates=[1e-2])
+    with self.assertRaisesRegex(ValueError, "same length"):
+      loop_lib.Runs(seed=[0, 1], attn_mults=[1.0, 2.0, 3.0])
     with self.assertRaisesRegex(ValueError, "grid"):
-      train_lib.run_training(_config(), _adam(), _dataset(), seed=0, learning_rates=[1e-2])
+      loop_lib.Runs(seed=0, learning_rates=[1e-2])
     with self.assertRaisesRegex(ValueError, "grid"):
-      train_lib.run_training(_config(), _adam(), _dataset(), seed=0, grid_chunk=2)
-    with self.assertRaisesRegex(ValueError, "grid_chunk"):
-      train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], grid_chunk=0)
-    for bad in (1.5, True, "2"):
-      with self.assertRaisesRegex(TypeError, "grid_chunk"):
-        train_lib.run_training(_config(), _adam(), _dataset(), seed=[0, 1], grid_chunk=bad)
+      loop_lib.Runs(seed=0, chunk=2)
+    with self.assertRaisesRegex(ValueError, "finite and positive"):
+      loop_lib.Runs(seed=[0, 1], learning_rates=[1e-2, -1.0])
+    for bad in ([], [[0, 1]], [0.5, 1.5], "01"):
+      with self.assertRaisesRegex(ValueError, "seed must be"):
+        loop_lib.Runs(seed=bad)
+    for bad in (0, 1.5, True, "2"):
+      with self.assertRaisesRegex(ValueError, "chunk"):
+        loop_lib.Runs(seed=[0, 1], chunk=bad)
+
+  def test_runs_are_kept_as_tuples(self):
+    runs = loop_lib.Runs(seed=np.arange(2), learning_rates=np.asarray([1e-2, 3e-2], np.float32), chunk=np.int64(1))
+    self.assertEqual(runs, loop_lib.Runs(seed=(0, 1), learning_rates=(np.float32(1e-2), np.float32(3e-2)), chunk=1))
+    self.assertTrue(runs.grid)
+    self.assertFalse(loop_lib.Runs(seed=np.int32(3)).grid)
+    self.assertEqual(loop_lib.Runs(seed=np.int32(3)).seed, 3)
 
 
 class RunTrainingTest(chex.TestCase):
 
   def test_loss_decreases(self):
-    result = train_lib.run_training(_config(), _adam(), _dataset(), log_every=1, record=("loss",))
+    result = loop_lib.run_training(_config(), _adam(), _dataset(),
+                                   options=loop_lib.RunOptions(log_every=1, record=("loss",)))
     losses = [r["loss"] for r in result.history]
     self.assertLen(losses, STEPS)
     np.testing.assert_array_equal(result.records["loss"], losses)
-    self.assertEqual(result.stop_reason, train_lib.STOP_COMPLETED)
+    self.assertEqual(result.stop_reason, loop_lib.STOP_COMPLETED)
     self.assertIsNone(result.divergence_step)
     self.assertFalse(result.diverged)
     self.assertIsNone(result.last_finite_state)  # only kept with keep_last_finite
@@ -391,13 +414,14 @@ class RunTrainingTest(chex.TestCase):
     self.assertEqual(result.final_loss, losses[-1])
     self.assertEqual(int(result.state.step), STEPS)
     self.assertGreater(result.steps_per_sec, 0)
-    evaluation = train_lib.evaluate(result.state.params, _config(), _dataset(), num_batches=2)
+    evaluation = evaluation_lib.evaluate(result.state.params, _config(), _dataset(), num_batches=2)
     self.assertLess(evaluation["loss"], 0.8 * losses[0])
 
   def test_log_every_and_callback(self):
     seen = []
-    result = train_lib.run_training(_config(), _adam(), _dataset(), log_every=15,
-                                    callback=lambda step, m: seen.append((step, m["loss"])))
+    result = loop_lib.run_training(_config(), _adam(), _dataset(),
+                                   options=loop_lib.RunOptions(log_every=15,
+                                                               callback=lambda step, m: seen.append((step, m["loss"]))))
     # Every 15th step, and the last one.
     self.assertEqual([s for s, _ in seen], [0, 15, 30, STEPS - 1])
     self.assertEqual([r["step"] for r in result.history], [0, 15, 30, STEPS - 1])
@@ -412,24 +436,26 @@ class RunTrainingTest(chex.TestCase):
   def test_steps_between_logs_compute_only_what_is_recorded(self):
     # Logged every 15 steps: the steps between return the loss (and the recorded metrics) alone, and train the
     # same parameters as a run that logs every step, whose records are the reference.
-    every = train_lib.run_training(_config(), _adam(), _dataset(), log_every=1, record=("loss", "grad_norm"))
-    sparse = train_lib.run_training(_config(), _adam(), _dataset(), log_every=15, record=("loss", "grad_norm"))
+    every = loop_lib.run_training(_config(), _adam(), _dataset(),
+                                  options=loop_lib.RunOptions(log_every=1, record=("loss", "grad_norm")))
+    sparse = loop_lib.run_training(_config(), _adam(), _dataset(),
+                                   options=loop_lib.RunOptions(log_every=15, record=("loss", "grad_norm")))
     for name in ("loss", "grad_norm"):
       np.testing.assert_allclose(sparse.records[name], every.records[name], rtol=1e-5)
     chex.assert_trees_all_close(sparse.state.params, every.state.params, rtol=1e-4, atol=1e-6)
-    lean = train_lib.make_train_step(_config(), _adam(), metrics=("loss", "grad_norm"), donate=True)
+    lean = step_lib.make_train_step(_config(), _adam(), metrics=("loss", "grad_norm"), donate=True)
     self.assertEqual(lean._cache_size(), 1)  # pylint: disable=protected-access
-    state = train_lib.make_init(_config(), _adam())(0, 1e-2)
-    _, metrics = train_lib.make_train_step(_config(), _adam())(state, _dataset().batch(0, 0))
+    state = init_lib.make_init(_config(), _adam())(0, 1e-2)
+    _, metrics = step_lib.make_train_step(_config(), _adam())(state, _dataset().batch(0, 0))
     _, lean_metrics = lean(state, _dataset().batch(0, 0))
     self.assertEqual(set(lean_metrics), {"loss", "grad_norm"})
     np.testing.assert_allclose(lean_metrics["loss"], metrics["loss"], rtol=1e-6)
     self.assertTrue(state.params["embed"]["embedding"].is_deleted())  # donated to the lean step
 
   def test_the_callers_state_survives_donation(self):
-    init = train_lib.make_init(_config(), _adam(steps=3))(0, 1e-2)
+    init = init_lib.make_init(_config(), _adam(steps=3))(0, 1e-2)
     before = jax.tree.map(np.asarray, init)
-    result = train_lib.run_training(_config(), _adam(steps=3), _dataset(), state=init)
+    result = loop_lib.run_training(_config(), _adam(steps=3), _dataset(), options=loop_lib.RunOptions(state=init))
     chex.assert_trees_all_equal(jax.tree.map(np.asarray, init), before)
     self.assertEqual(int(result.state.step), 3)
 
@@ -440,7 +466,7 @@ class RunTrainingTest(chex.TestCase):
     kept = result.last_finite_state
     chex.assert_tree_all_finite(kept.params)
     self.assertEqual(int(kept.step), d - 1)
-    step = train_lib.make_train_step(cfg, opt)
+    step = step_lib.make_train_step(cfg, opt)
     state = init
     for t in range(d - 1):
       state, metrics = step(state, _dataset().batch(t, 0))
@@ -448,15 +474,16 @@ class RunTrainingTest(chex.TestCase):
     chex.assert_trees_all_equal(kept.params, state.params)
     chex.assert_trees_all_equal(kept.opt_state, state.opt_state)
     # ... and the diverged run evaluates there, to a finite loss.
-    self.assertTrue(math.isfinite(train_lib.evaluate(kept.params, cfg, _dataset(), num_batches=1)["loss"]))
+    self.assertTrue(math.isfinite(evaluation_lib.evaluate(kept.params, cfg, _dataset(), num_batches=1)["loss"]))
 
   def test_divergence_is_detected(self):
     # A huge learning rate set in the initial state (reusing the compiled step of test_loss_decreases).
     cfg, opt = _config(), _adam()
-    init = train_lib.make_init(cfg, opt)(0, 1e3)
-    result = train_lib.run_training(cfg, opt, _dataset(), state=init, keep_last_finite=True)
+    init = init_lib.make_init(cfg, opt)(0, 1e3)
+    result = loop_lib.run_training(cfg, opt, _dataset(),
+                                   options=loop_lib.RunOptions(state=init, keep_last_finite=True))
     self.assertTrue(result.diverged)
-    self.assertIn(result.stop_reason, (train_lib.STOP_NONFINITE, train_lib.STOP_LOSS_GROWTH))
+    self.assertIn(result.stop_reason, (loop_lib.STOP_NONFINITE, loop_lib.STOP_LOSS_GROWTH))
     d = result.divergence_step
     self.assertGreater(d, 0)
     self.assertLess(d, STEPS - 1)
@@ -471,7 +498,8 @@ class RunTrainingTest(chex.TestCase):
       self.assertFalse(math.isfinite(result.final_loss))
     self._check_last_finite(result, cfg, opt, init)
     # Logged only at step 0, the diverging step still gets a full row: the same as when every step is logged.
-    sparse = train_lib.run_training(cfg, opt, _dataset(), state=init, keep_last_finite=True, log_every=STEPS)
+    sparse = loop_lib.run_training(cfg, opt, _dataset(),
+                                   options=loop_lib.RunOptions(state=init, keep_last_finite=True, log_every=STEPS))
     self.assertEqual([r["step"] for r in sparse.history], [0, d])
     self.assertEqual(set(sparse.history[-1]), set(result.history[-1]))
     for key in ("loss", "accuracy", "grad_norm"):
@@ -480,8 +508,9 @@ class RunTrainingTest(chex.TestCase):
   def test_diverging_after_warmup_is_evaluated_on_its_last_finite_state(self):
     # The warmup delays the divergence by a few steps, so the kept state has taken real updates.
     cfg = _config()
-    init = train_lib.make_init(cfg, COSINE)(0, 10.0)
-    result = train_lib.run_training(cfg, COSINE, _dataset(), state=init, keep_last_finite=True)
+    init = init_lib.make_init(cfg, COSINE)(0, 10.0)
+    result = loop_lib.run_training(cfg, COSINE, _dataset(),
+                                   options=loop_lib.RunOptions(state=init, keep_last_finite=True))
     self.assertTrue(result.diverged)
     self.assertGreaterEqual(result.divergence_step, 2)
     self.assertEqual(result.steps_run, result.divergence_step + 1)
@@ -490,7 +519,7 @@ class RunTrainingTest(chex.TestCase):
     self.assertEqual(int(result.state.step), result.steps_run)
 
   def test_a_completed_run_keeps_its_final_state(self):
-    result = train_lib.run_training(_config(), _adam(), _dataset(), keep_last_finite=True)
+    result = loop_lib.run_training(_config(), _adam(), _dataset(), options=loop_lib.RunOptions(keep_last_finite=True))
     self.assertFalse(result.diverged)
     chex.assert_trees_all_equal(result.last_finite_state, result.state)
 
@@ -500,15 +529,15 @@ class RunTrainingTest(chex.TestCase):
     # test_vmapped_grid_equals_separate_runs (same compiled step).
     cfg, opt = _config(), _adam()
     seeds, lrs = jnp.asarray([0, 0, 1]), jnp.asarray([1e-2, 1e3, 1e-2])
-    grid = train_lib.run_training(cfg, opt, _dataset(), seed=seeds, learning_rates=lrs, keep_last_finite=True,
-                                  record=("loss",))
+    grid = loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=seeds, learning_rates=lrs),
+                                 loop_lib.RunOptions(keep_last_finite=True, record=("loss",)))
     self.assertEqual(grid.steps_run, STEPS)
     np.testing.assert_array_equal(grid.diverged, [False, True, False])
     np.testing.assert_array_equal(grid.divergence_step[[0, 2]], [-1, -1])
     d = int(grid.divergence_step[1])
     self.assertGreater(d, 0)
-    self.assertEqual(grid.stop_reason[0], train_lib.STOP_COMPLETED)
-    self.assertIn(grid.stop_reason[1], (train_lib.STOP_NONFINITE, train_lib.STOP_LOSS_GROWTH))
+    self.assertEqual(grid.stop_reason[0], loop_lib.STOP_COMPLETED)
+    self.assertIn(grid.stop_reason[1], (loop_lib.STOP_NONFINITE, loop_lib.STOP_LOSS_GROWTH))
     losses = grid.records["loss"][:, 1]
     self.assertTrue(np.all(losses[:d] <= 3.0 * losses[0]))
     self.assertFalse(losses[d] <= 3.0 * losses[0])
@@ -519,19 +548,21 @@ class RunTrainingTest(chex.TestCase):
     chex.assert_tree_all_finite(kept.params)
     self.assertEqual(int(kept.step), d - 1)
     if d == 1:  # the state before the first update
-      init = train_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
+      init = init_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
       chex.assert_trees_all_equal(kept.params, _member(init.params, 1))
 
   def test_stop_on_divergence_false_runs_every_step(self):
     cfg, opt = _config(), _adam()
-    result = train_lib.run_training(cfg, opt, _dataset(), state=train_lib.make_init(cfg, opt)(0, 1e3),
-                                    stop_on_divergence=False, record=("loss",))
+    result = loop_lib.run_training(cfg, opt, _dataset(),
+                                   options=loop_lib.RunOptions(state=init_lib.make_init(cfg, opt)(0, 1e3),
+                                                               stop_on_divergence=False, record=("loss",)))
     self.assertTrue(result.diverged)
     self.assertEqual(result.steps_run, STEPS)
     chex.assert_shape(result.records["loss"], (STEPS,))
 
   def test_deterministic_for_a_seed(self):
-    run = lambda seed: train_lib.run_training(_config(), _adam(), _dataset(), seed=seed, log_every=10)
+    run = lambda seed: loop_lib.run_training(_config(), _adam(), _dataset(), loop_lib.Runs(seed=seed),
+                                             loop_lib.RunOptions(log_every=10))
     a, b, c = run(3), run(3), run(4)
     self.assertEqual([r["loss"] for r in a.history], [r["loss"] for r in b.history])
     chex.assert_trees_all_equal(a.state.params, b.state.params)
@@ -539,9 +570,10 @@ class RunTrainingTest(chex.TestCase):
 
   def test_fixed_batch_trains_on_batch_zero(self):
     cfg, opt = _config(), _adam()
-    result = train_lib.run_training(cfg, opt, _dataset(), seed=2, fixed_batch=True, record=("loss",))
-    step = train_lib.make_train_step(cfg, opt)
-    state = train_lib.make_init(cfg, opt)(2, opt.learning_rate)
+    result = loop_lib.run_training(cfg, opt, _dataset(), loop_lib.Runs(seed=2),
+                                   loop_lib.RunOptions(fixed_batch=True, record=("loss",)))
+    step = step_lib.make_train_step(cfg, opt)
+    state = init_lib.make_init(cfg, opt)(2, opt.learning_rate)
     for t in range(3):
       state, metrics = step(state, _dataset().batch(0, 2))
       self.assertEqual(float(metrics["loss"]), result.records["loss"][t])
@@ -550,11 +582,25 @@ class RunTrainingTest(chex.TestCase):
     with self.assertRaisesRegex(ValueError, "steps"):
       _adam(steps=0)
     with self.assertRaisesRegex(ValueError, "vocab_size"):
-      train_lib.run_training(_config(vocab_size=8), _adam(), _dataset())
+      loop_lib.run_training(_config(vocab_size=8), _adam(), _dataset())
+    with self.assertRaisesRegex(TypeError, "runs must be a Runs"):
+      loop_lib.run_training(_config(), _adam(), _dataset(), [0, 1])
+    with self.assertRaisesRegex(ValueError, "initial_loss"):
+      loop_lib.run_training(_config(), _adam(), _dataset(),
+                            options=loop_lib.RunOptions(state=init_lib.make_init(_config(), _adam())(0, 1e-2)
+                                                        .replace(step=jnp.int32(3))))
     with self.assertRaisesRegex(ValueError, "log_every"):
-      train_lib.run_training(_config(), _adam(), _dataset(), log_every=0)
+      loop_lib.RunOptions(log_every=0)
     with self.assertRaisesRegex(ValueError, "divergence_factor"):
-      train_lib.run_training(_config(), _adam(), _dataset(), divergence_factor=float("nan"))
+      loop_lib.RunOptions(divergence_factor=float("nan"))
+    with self.assertRaisesRegex(TypeError, "record must be"):
+      loop_lib.RunOptions(record="loss")
+    with self.assertRaisesRegex(TypeError, "callback must be callable"):
+      loop_lib.RunOptions(callback=3)
+    with self.assertRaisesRegex(TypeError, "state must be a TrainState"):
+      loop_lib.RunOptions(state={"params": {}})
+    with self.assertRaisesRegex(TypeError, "keep_last_finite"):
+      loop_lib.RunOptions(keep_last_finite="yes")
 
 
 class ScheduleTest(chex.TestCase):
@@ -567,20 +613,22 @@ class ScheduleTest(chex.TestCase):
     self.assertEqual(_cosine_factor(WARMUP), 1.0)
     np.testing.assert_allclose(_cosine_factor(STEPS), END)
     # The peak from the config, logged at every step (records) and at the logged steps (history).
-    result = train_lib.run_training(cfg, COSINE, _dataset(), log_every=7, record=("learning_rate",))
+    result = loop_lib.run_training(cfg, COSINE, _dataset(),
+                                   options=loop_lib.RunOptions(log_every=7, record=("learning_rate",)))
     np.testing.assert_allclose(result.records["learning_rate"], 1e-2 * expected, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose([r["learning_rate"] for r in result.history],
                                [1e-2 * expected[r["step"]] for r in result.history], rtol=1e-5, atol=1e-9)
     # A peak injected into the optimizer state (as a grid member's) is scaled by the same factor.
-    injected = train_lib.run_training(cfg, COSINE, _dataset(), state=train_lib.make_init(cfg, COSINE)(0, 3e-3),
-                                      record=("learning_rate",))
+    injected = loop_lib.run_training(cfg, COSINE, _dataset(),
+                                     options=loop_lib.RunOptions(state=init_lib.make_init(cfg, COSINE)(0, 3e-3),
+                                                                 record=("learning_rate",)))
     np.testing.assert_allclose(injected.records["learning_rate"], 3e-3 * expected, rtol=1e-5, atol=1e-9)
     # The config's own closed form agrees.
     np.testing.assert_allclose([float(COSINE.applied_learning_rate(1.0, t)) for t in range(STEPS)], expected,
                                rtol=1e-5, atol=1e-9)
     # The factor acts on the update, not only on the log: step 0 (rate 0) leaves the parameters unchanged.
-    state = train_lib.make_init(cfg, COSINE)(0, 1e-2)
-    new_state, _ = train_lib.make_train_step(cfg, COSINE)(state, _dataset().batch(0, 0))
+    state = init_lib.make_init(cfg, COSINE)(0, 1e-2)
+    new_state, _ = step_lib.make_train_step(cfg, COSINE)(state, _dataset().batch(0, 0))
     chex.assert_trees_all_equal(new_state.params, state.params)
 
   def test_constant_warmup_factor(self):

@@ -1,4 +1,5 @@
-"""Tests of scaling.studies.claims.training: criteria, post-processing helpers and each measurement on tiny sizes."""
+"""Tests of the training claims (scaling.studies.claims.training_claims and the modules it assembles): criteria,
+post-processing helpers and each measurement on tiny sizes."""
 
 import dataclasses
 import math
@@ -8,16 +9,30 @@ import jax
 import numpy as np
 import pytest
 
+from scaling.training.optimizer import OptimizerConfig
 from scaling.training import model as model_lib
+from scaling.training.model_family import ModelFamily
 from scaling.training import resources
+from scaling.studies import device_time
+from scaling.attention import rope as rope_lib
 from scaling.attention import rules
 from scaling.runs import timesplit
-from scaling.training import train as train_lib
+from scaling.training import losses as losses_lib
 from scaling.studies.grid import run as grid_run
 from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies import stats
-from scaling.studies.claims import training as tc
+from scaling.studies.claims import best_learning_rate as best_lr
+from scaling.studies.claims import depth_claims
+from scaling.studies.claims import loss_curves as curves
+from scaling.studies.claims import nan_and_gradient_claims as nan_claims
+from scaling.studies.claims import qk_correlation_claims as qk_claims
+from scaling.studies.claims import scale_rule_claims as scale_claims
+from scaling.studies.claims import training_claims
+from scaling.studies.claims import training_grids as grids_lib
+from scaling.studies.claims import training_numbers as numbers_lib
+from scaling.studies.claims import training_sizes as sizes_lib
 from scaling.studies.claims import verdicts
+from scaling.studies.claims.training_claims import TRAINING_CLAIMS
 
 NAN = float("nan")
 
@@ -48,19 +63,19 @@ class _Written(grid_run.GridPlanner):
 
 
 def test_claims_are_training_claims_with_unique_ids():
-  ids = [c.id for c in tc.TRAINING_CLAIMS]
+  ids = [c.id for c in TRAINING_CLAIMS]
   assert len(ids) == len(set(ids)) == 14
-  for c in tc.TRAINING_CLAIMS:
+  for c in TRAINING_CLAIMS:
     assert c.training and c.source and c.text and c.grids is not None
 
 
 def test_a_training_claim_must_declare_its_grids():
-  claim = tc.TRAINING_CLAIMS[0]
+  claim = TRAINING_CLAIMS[0]
   with pytest.raises(ValueError, match="declares the grids it trains"):
     verdicts.Claim(claim.id, claim.source, claim.text, claim.criterion, claim.measure, training=True)
 
 
-@pytest.mark.parametrize("claim", tc.TRAINING_CLAIMS, ids=lambda c: c.id)
+@pytest.mark.parametrize("claim", TRAINING_CLAIMS, ids=lambda c: c.id)
 def test_every_criterion_reaches_holds_and_fails(claim):
   verdict_set = {claim.criterion.verdict(x) for x in claim.criterion.probes()}
   assert verdicts.HOLDS in verdict_set and verdicts.FAILS in verdict_set
@@ -70,7 +85,7 @@ def test_every_criterion_reaches_holds_and_fails(claim):
 def test_every_training_verdict_takes_the_seeds_noise():
   """Every training criterion (and every other reading beside one) reads its statistic's standard error, and can
   reach holds, does not hold and inconclusive; those with a grid edge reach inconclusive (grid edge)."""
-  for claim in tc.TRAINING_CLAIMS:
+  for claim in TRAINING_CLAIMS:
     for criterion in (claim.criterion, *(r.criterion for r in claim.beside)):
       assert criterion.noise, claim.id
       probes = criterion.probes()
@@ -147,27 +162,27 @@ def test_standard_error_and_spread():
   assert stats.standard_error([1.0, 3.0]) == pytest.approx(1.0)  # sample std √2 over √2
   assert stats.standard_error([2.0, 4.0, 9.0]) == pytest.approx(np.std([2.0, 4.0, 9.0], ddof=1) / math.sqrt(3))
   assert stats.standard_error([1.0, NAN]) is None and stats.standard_error([]) is None
-  assert tc.spread("g", [1.0, NAN, 3.0]) == {"g_se": 1.0, "g_seeds": [1.0, None, 3.0]}
+  assert numbers_lib.spread("g", [1.0, NAN, 3.0]) == {"g_se": 1.0, "g_seeds": [1.0, None, 3.0]}
 
 
 def test_widened_values_go_past_the_edge_by_at_most_the_bound():
   octaves = (-2.0, -1.0, 0.0, 1.0, 2.0)
-  assert tc.widened_values(octaves, 0, 2.0) == (-3.0, -4.0)
-  assert tc.widened_values(octaves, 4, 2.0) == (3.0, 4.0)
-  assert tc.widened_values(octaves, 2, 2.0) == ()
-  assert tc.widened_values((-12.0, -10.0, -8.0), 2, 2.0) == (-6.0,)  # one step of the grid's 2 octaves
-  assert tc.widened_values((-10.0, -6.0, -2.0), 0, 2.0) == (-12.0,)  # a 4-octave step is cut to the bound
+  assert best_lr.widened_values(octaves, 0, 2.0) == (-3.0, -4.0)
+  assert best_lr.widened_values(octaves, 4, 2.0) == (3.0, 4.0)
+  assert best_lr.widened_values(octaves, 2, 2.0) == ()
+  assert best_lr.widened_values((-12.0, -10.0, -8.0), 2, 2.0) == (-6.0,)  # one step of the grid's 2 octaves
+  assert best_lr.widened_values((-10.0, -6.0, -2.0), 0, 2.0) == (-12.0,)  # a 4-octave step is cut to the bound
   with pytest.raises(ValueError, match="at least two"):
-    tc.widened_values((1.0,), 0, 2.0)
+    best_lr.widened_values((1.0,), 0, 2.0)
 
 
 def test_sizes_have_the_modes_and_reject_unknown_ones():
-  assert {"quick", "cpu_hour", "paper", "test"} <= set(tc.SIZES)
-  for s in tc.SIZES.values():
+  assert {"quick", "cpu_hour", "paper", "test"} <= set(sizes_lib.SIZES)
+  for s in sizes_lib.SIZES.values():
     for depth in (s["depth_small"], s["depth_converge"], s["depth_diverge"]):
       assert depth in s["steps"]
   with pytest.raises(KeyError, match="no training sizes"):
-    tc.sizes(types.SimpleNamespace(mode="nope"))
+    sizes_lib.sizes(types.SimpleNamespace(mode="nope"))
 
 
 # ----------------------------------------------------------------------------
@@ -178,26 +193,26 @@ def test_diverged_and_nonfinite_within():
   losses = np.array([[4.0, 4.0, 4.0, 4.0],
                      [3.0, NAN, 13.0, 4.0],
                      [2.0, NAN, 3.0, np.inf]])
-  np.testing.assert_array_equal(tc.diverged(losses), [False, True, True, True])
-  np.testing.assert_array_equal(tc.diverged(losses, window=2), [False, True, True, False])
-  np.testing.assert_array_equal(tc.diverged(losses, factor=4.0), [False, True, False, True])
-  np.testing.assert_array_equal(tc.nonfinite_within(losses), [False, True, False, True])
-  np.testing.assert_array_equal(tc.nonfinite_within(losses, window=2), [False, True, False, False])
+  np.testing.assert_array_equal(curves.diverged(losses), [False, True, True, True])
+  np.testing.assert_array_equal(curves.diverged(losses, window=2), [False, True, True, False])
+  np.testing.assert_array_equal(curves.diverged(losses, factor=4.0), [False, True, False, True])
+  np.testing.assert_array_equal(curves.nonfinite_within(losses), [False, True, False, True])
+  np.testing.assert_array_equal(curves.nonfinite_within(losses, window=2), [False, True, False, False])
 
 
 def test_smallest_finite_final_losses_window_mean():
-  assert tc.smallest_finite(np.array([[3.0, NAN], [1e-7, np.inf]])) == 1e-7
-  assert math.isnan(tc.smallest_finite(np.array([NAN, np.inf])))
+  assert curves.smallest_finite(np.array([[3.0, NAN], [1e-7, np.inf]])) == 1e-7
+  assert math.isnan(curves.smallest_finite(np.array([NAN, np.inf])))
   losses = np.array([[5.0, 5.0], [4.0, NAN], [2.0, 3.0], [1.0, 3.0]])
-  np.testing.assert_allclose(tc.final_losses(losses, 2), [1.5, NAN])
-  np.testing.assert_allclose(tc.window_mean(losses, 3, 2), [1.5, 3.0])
-  np.testing.assert_allclose(tc.window_mean(losses, 1, 2), [4.5, NAN])
-  np.testing.assert_allclose(tc.window_mean(losses, 99, 1), [1.0, 3.0])
+  np.testing.assert_allclose(curves.final_losses(losses, 2), [1.5, NAN])
+  np.testing.assert_allclose(curves.window_mean(losses, 3, 2), [1.5, 3.0])
+  np.testing.assert_allclose(curves.window_mean(losses, 1, 2), [4.5, NAN])
+  np.testing.assert_allclose(curves.window_mean(losses, 99, 1), [1.0, 3.0])
 
 
 def test_best_index_and_mean_std():
-  assert tc.best_index(np.array([[3.0, 3.0], [1.0, NAN], [2.0, 2.5]])) == 2
-  assert tc.best_index(np.array([[NAN, 1.0]])) is None
+  assert curves.best_index(np.array([[3.0, 3.0], [1.0, NAN], [2.0, 2.5]])) == 2
+  assert curves.best_index(np.array([[NAN, 1.0]])) is None
   assert stats.finite_mean_std([1.0, 3.0, NAN]) == {"mean": 2.0, "std": 1.0}
   assert stats.finite_mean_std([NAN]) == {"mean": None, "std": None}
   assert stats.finite_mean_std([1.0, 2.0]) == {"mean": 1.5, "std": 0.5}
@@ -223,12 +238,12 @@ def test_rounding_and_mean_std_over_seeds():
 
 def test_qk_alignment_and_max_logit_growth():
   cos = np.array([[[0.5, -0.5], [0.1, 0.3]], [[NAN, 0.0], [0.0, 0.0]]])  # [M=2, depth=2, N=2]
-  out = tc.qk_alignment(cos)
+  out = qk_claims.qk_alignment(cos)
   assert out[0] == pytest.approx(0.35) and math.isnan(out[1])
   logits = np.zeros((4, 2, 3))
   logits[0] = [[1.0, 2.0, 0.5], [4.0, 1.0, 1.0]]
   logits[2:] = [[3.0, 8.0, 1.0], [4.0, 2.0, 2.0]]
-  np.testing.assert_allclose(tc.max_logit_growth(logits, last=2), [4.0, 1.0])
+  np.testing.assert_allclose(qk_claims.max_logit_growth(logits, last=2), [4.0, 1.0])
 
 
 def test_optimum_and_spread():
@@ -240,15 +255,15 @@ def test_optimum_and_spread():
 
 
 def test_qk_alignment_fn_is_one_when_key_equals_query():
-  dataset = tc.dataset_of(_ctx())
-  family = model_lib.ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
+  dataset = sizes_lib.dataset_of(_ctx())
+  family = ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
   config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
   params = model_lib.init_params(jax.random.PRNGKey(0), config)
   attn = params["block_0"]["attn"]
   tied = {**params, "block_0": {**params["block_0"], "attn": {**attn, "key": attn["query"]}}}
   stacked = jax.tree.map(lambda *xs: np.stack(xs), params, tied)
   tokens = dataset.eval_batch(0, 0)["inputs"]
-  cos = np.asarray(tc.qk_alignment_fn(config)(stacked, tokens))
+  cos = np.asarray(qk_claims.qk_alignment_fn(config)(stacked, tokens))
   assert cos.shape == (2, 1, 2)
   assert np.all(np.abs(cos[0]) < 0.9)
   np.testing.assert_allclose(cos[1], 1.0, atol=1e-5)
@@ -269,7 +284,7 @@ TRAINED = ("train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_de
 def trained():
   """(rows, the plan of the claims' declared grids, the grids their measurement trained, the run's time split)."""
   ctx = _ctx()
-  claims = [c for c in tc.TRAINING_CLAIMS if c.id in TRAINED]
+  claims = [c for c in TRAINING_CLAIMS if c.id in TRAINED]
   planned = ctx.planner.plan(spec for c in claims for spec in c.grids(ctx).values())
   assert not ctx.planner.runs  # planning trains nothing
   with timesplit.TimeSplit() as split:
@@ -296,7 +311,7 @@ def test_dry_run_plans_the_grids_the_run_trains(trained):
   assert split.compiles >= programs
 
 
-@pytest.mark.parametrize("claim", [c for c in tc.TRAINING_CLAIMS if c.id in TRAINED], ids=lambda c: c.id)
+@pytest.mark.parametrize("claim", [c for c in TRAINING_CLAIMS if c.id in TRAINED], ids=lambda c: c.id)
 def test_measure_returns_its_statistic(rows, claim):
   row = rows[claim.id]
   assert row["statistic"] == claim.criterion.statistic
@@ -325,8 +340,8 @@ def test_measurements_report_seed_statistics(rows):
 
 def test_grids_are_shared_between_claims():
   ctx = _ctx()
-  a = ctx.planner.train(tc.grid_spec(ctx, rule="none", depth=1))
-  assert ctx.planner.train(tc.grid_spec(ctx, rule="none", depth=1)) is a
+  a = ctx.planner.train(grids_lib.grid_spec(ctx, rule="none", depth=1))
+  assert ctx.planner.train(grids_lib.grid_spec(ctx, rule="none", depth=1)) is a
   assert ctx.planner.runs == [a]
   assert a.records["loss"].shape == (4, 4)
   assert a.records["layer_grad_norm"].shape == (4, 4, 1)
@@ -354,9 +369,9 @@ def test_compare_at_best_lr_known_answer(monkeypatch):
 
   grids = {"a": _fake_grid([3.0, 3.2, 2.0, NAN], steps, 5.0),  # lr 2^-8 has a NaN seed: out, so a's best is 2^-10
            "b": _fake_grid([2.4, 2.6, 2.5, 2.5], steps, 5.0)}  # both 2.5 on average: the first (2^-10) wins the tie
-  monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], steps={3: steps}, fixed_step=5))
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], steps={3: steps}, fixed_step=5))
   planner = _Written(pytest.fail, widened=lambda spec: _fake_grid([9.0] * spec.members, steps, 5.0, spec=spec))
-  out = tc.compare_at_best_lr(types.SimpleNamespace(mode="fake", planner=planner), grids, "a", "b", 3)
+  out = best_lr.compare_at_best_lr(types.SimpleNamespace(mode="fake", planner=planner), grids, "a", "b", 3)
   # Both best rates sit at the lower edge: each grid is widened 2 octaves below (2^-12), where the loss is worse.
   assert [spec.log2_lrs for spec in planner.asked] == [(-12.0,), (-12.0,)]
   assert out["a"]["widened_by"] == out["b"]["widened_by"] == [f"{2.0 ** -12:.3g}"]
@@ -386,7 +401,7 @@ def _depth6_worse_row(widened_loss):
     return _fake_grid([widened_loss] * spec.members, spec=spec)
 
   planner = _Written(fake, widened)
-  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth6_converges_worse").evaluate(_ctx(planner))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_depth6_converges_worse").evaluate(_ctx(planner))
   return row, planner.asked
 
 
@@ -406,9 +421,10 @@ def test_a_best_rate_at_the_grid_edge_widens_the_grid_or_leaves_the_verdict_inco
 
 
 def test_describe_sizes_reads_the_mode(monkeypatch):
-  monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], width=48, num_heads=3, head_dim=16, seq_len=24,
-                                             batch_size=5, log2_lrs=(-9.0, -8.0, -7.0), qk_widths=(48, 96)))
-  text = tc.describe_sizes(types.SimpleNamespace(mode="fake", seed=0, num_seeds=2))
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], width=48, num_heads=3, head_dim=16,
+                                                    seq_len=24, batch_size=5, log2_lrs=(-9.0, -8.0, -7.0),
+                                                    qk_widths=(48, 96)))
+  text = sizes_lib.describe_sizes(types.SimpleNamespace(mode="fake", seed=0, num_seeds=2))
   for part in ("width 48", "3 heads of d_k 16", "sequences of 24", "batch 5", "3 learning rates 0.00195 .. 0.00781",
                "2 seeds", "q-k at widths 48, 96"):
     assert part in text, (part, text)
@@ -423,10 +439,10 @@ def test_stalled_roughness_and_steps_to_reach():
                      [3.9, 2.0, NAN],
                      [3.8, 1.0, NAN],
                      [3.7, 1.0, NAN]])
-  np.testing.assert_array_equal(tc.stalled(losses, 0.9, last=2), [True, False, False])  # 3.75 > 3.6; 1.0 < 3.6
-  np.testing.assert_allclose(tc.roughness(np.array([[1.0], [3.0], [2.0], [4.0], [1.0]])),
+  np.testing.assert_array_equal(curves.stalled(losses, 0.9, last=2), [True, False, False])  # 3.75 > 3.6; 1.0 < 3.6
+  np.testing.assert_allclose(curves.roughness(np.array([[1.0], [3.0], [2.0], [4.0], [1.0]])),
                              [math.sqrt((2.0**2 + 3.0**2) / 2)])  # the second half: 2, 4, 1
-  reached = tc.steps_to_reach(np.array([[5.0, 5.0], [4.0, 5.0], [2.0, 5.0], [2.0, 5.0]]), np.array([3.0, 3.0]), 2)
+  reached = curves.steps_to_reach(np.array([[5.0, 5.0], [4.0, 5.0], [2.0, 5.0], [2.0, 5.0]]), np.array([3.0, 3.0]), 2)
   np.testing.assert_array_equal(reached, [2.0, NAN])  # window means 4.5, then 3.0 over steps 1..2: step 2
 
 
@@ -441,7 +457,7 @@ def test_depth12_cannot_converge_counts_divergence_and_stalls_at_fair_rates():
     if _rule(spec) == "sqrt":  # 1/√d_k fails only post-LN without warmup at the second learning rate (stalls)
       return _fake_grid([2.0, 2.0, 2.0, 3.9] if (not pre_ln and not warmup) else [2.0, 2.0, 2.0, 2.0])
     return _fake_grid([NAN, 3.9, 2.0, 2.0])  # unscaled: one diverged, one stalled, two converged
-  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge").evaluate(_ctx(_Written(fake)))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge").evaluate(_ctx(_Written(fake)))
   # Fair rates: both in three setups (4 runs, 2 failed), the first only post-LN without warmup (2 runs, 2 failed).
   assert row["numbers"]["runs_counted"] == 14
   assert row["value"] == pytest.approx(8 / 14, abs=1e-4)
@@ -479,7 +495,7 @@ def test_tiny_lr_clipping_on_written_grids(none_base, none_tiny, sqrt_tiny, valu
     if rule == "sqrt":  # the depth-6 grid at rates 2^-10, 2^-8: the first is best
       return _fake_grid([2.0, 2.0, 3.0, 3.0])
     return _fake_grid(none_base)
-  claim = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth6_tiny_lr_clipping")
+  claim = next(c for c in TRAINING_CLAIMS if c.id == "train_depth6_tiny_lr_clipping")
   row = claim.evaluate(_ctx(_Written(fake)))
   assert calls == [("none", (-12.0, -14.0), 1.0), ("sqrt", (-12.0, -14.0), 1.0)]  # 2 and 4 octaves below 2^-10
   assert row["numbers"]["learning_rates"] == [f"{2.0 ** -12:.3g}", f"{2.0 ** -14:.3g}"]
@@ -495,8 +511,8 @@ def test_converged_and_tiny_rates():
   losses = np.array([[4.0, 4.0, 4.0, 4.0],
                      [3.0, 13.0, 3.9, NAN],
                      [2.0, 2.0, 3.7, 2.0]])
-  np.testing.assert_array_equal(tc.converged(losses, 0.9, last=1), [True, False, False, False])
-  assert tc.tiny_log2_lrs(-7.0, (4.0, 2.0)) == (-9.0, -11.0)
+  np.testing.assert_array_equal(curves.converged(losses, 0.9, last=1), [True, False, False, False])
+  assert depth_claims.tiny_log2_lrs(-7.0, (4.0, 2.0)) == (-9.0, -11.0)
 
 
 class _ParamsGrid(grid_run.GridRun):
@@ -522,8 +538,8 @@ def _sqrt_optimal_row(monkeypatch, loss_of_c, var_final, var_init=(1.0, 1.0)):
 
   per_member = lambda per_seed: np.asarray([99.0, 99.0, *per_seed, 99.0, 99.0])[:, None, None] * np.ones((1, 1, 2))
   variance = {"init": per_member(var_init), "final": per_member(var_final)}
-  monkeypatch.setattr(tc, "logit_variance_fn", lambda config: lambda params, tokens: variance[params])
-  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(_ctx(_Written(fake)))
+  monkeypatch.setattr(scale_claims, "logit_variance_fn", lambda config: lambda params, tokens: variance[params])
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(_ctx(_Written(fake)))
   return row, trained
 
 
@@ -570,16 +586,17 @@ def test_sqrt_optimal_widens_the_multipliers_past_an_edge(monkeypatch):
 def test_logit_variance_fn_matches_the_models_own_logit_rms():
   """The variance per head, with the mean, gives back the RMS the attention sows (√mean(var + mean²))."""
   ctx = _ctx()
-  dataset = tc.dataset_of(ctx)
-  config = tc.grid_spec(ctx, rule="sqrt", depth=2, steps=4).model_config
+  dataset = sizes_lib.dataset_of(ctx)
+  config = grids_lib.grid_spec(ctx, rule="sqrt", depth=2, steps=4).model_config
   params = model_lib.init_params(jax.random.PRNGKey(0), config)
   tokens = dataset.eval_batch(0, 0)["inputs"]
-  var = np.asarray(tc.logit_variance_fn(config)(jax.tree.map(lambda p: p[None], params), tokens))[0]  # [depth, N]
+  stacked = jax.tree.map(lambda p: p[None], params)
+  var = np.asarray(scale_claims.logit_variance_fn(config)(stacked, tokens))[0]  # [depth, N]
   _, state = model_lib.Transformer(config).apply({"params": params}, tokens, mutable=["metrics", "intermediates"])
   for i in range(config.depth):
     rms = float(np.asarray(jax.tree.leaves(state["metrics"][f"block_{i}"]["attn"]["attn_logits_rms"])[0]))
     attn = state["intermediates"][f"block_{i}"]["attn"]
-    q, k = (tc.rope_lib.apply_rope(attn[n][0], base=config.rope_base) for n in ("q_projected", "k_projected"))
+    q, k = (rope_lib.apply_rope(attn[n][0], base=config.rope_base) for n in ("q_projected", "k_projected"))
     z = np.einsum("btnh,bsnh->bnts", np.asarray(q, np.float64), np.asarray(k, np.float64)) / math.sqrt(8)
     visible = np.tril(np.ones(z.shape[-2:], bool))
     means = np.array([z[:, h][:, visible].mean() for h in range(z.shape[1])])
@@ -591,9 +608,9 @@ def _transfer_row(monkeypatch, optima, slopes):
   """train_mup_lr_transfer on written transfer grids (widths 16 and 64, rates 2^-10, 2^-8, 2^-6, 10 steps, 2 seeds):
   each (parametrization, width) ends at loss 2 + 0.01 (log2 lr − ``optima[(name, width)]``)²; every layer output's
   RMS is 1 at step 0 and (width / 16)^``slopes[name][seed]`` after. Returns (the row, the widened grids trained)."""
-  monkeypatch.setitem(tc.SIZES, "fake", dict(tc.SIZES["test"], transfer_widths=(16, 64), transfer_steps=10,
-                                             transfer_log2_lrs=(-10.0, -8.0, -6.0), coord_lr=2.0**-8,
-                                             transfer_parametrizations=("sp", "mup")))
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], transfer_widths=(16, 64),
+                                                    transfer_steps=10, transfer_log2_lrs=(-10.0, -8.0, -6.0),
+                                                    coord_lr=2.0**-8, transfer_parametrizations=("sp", "mup")))
   widened = []
 
   def fake(spec):
@@ -607,7 +624,7 @@ def _transfer_row(monkeypatch, optima, slopes):
     rms.update({m: np.repeat(size[..., None], 2, axis=-1) for m in ("attn_logits_rms", "attn_out_rms", "mlp_out_rms")})
     return _fake_grid(final, steps=steps, spec=spec, records=rms)
   ctx = types.SimpleNamespace(mode="fake", seed=0, num_seeds=2, text_file=None, planner=_Written(fake))
-  return next(c for c in tc.TRAINING_CLAIMS if c.id == "train_mup_lr_transfer").evaluate(ctx), widened
+  return next(c for c in TRAINING_CLAIMS if c.id == "train_mup_lr_transfer").evaluate(ctx), widened
 
 
 FLAT = {("mup", 16): -8.0, ("mup", 64): -8.0, ("sp", 16): -8.0, ("sp", 64): -6.5}  # SP's at 64: past the grid's edge
@@ -650,7 +667,7 @@ def test_scaled_grads_stable_reports_the_unscaled_model_beside():
     grad = np.ones((10, 6))
     grad[0] = 10.0 ** (0.5 if rule == "sqrt" else 2.5)  # max / min over steps: 0.5 and 2.5 decades
     return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], log2_lrs=(-12.0, -10.0, -8.0), records={"grad_norm": grad})
-  row = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_scaled_grads_stable").evaluate(_ctx(_Written(fake)))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_scaled_grads_stable").evaluate(_ctx(_Written(fake)))
   assert (row["value"], row["standard_error"], row["verdict"]) == (0.5, 0.0, verdicts.HOLDS)
   assert row["numbers"]["unscaled"]["max_decades"] == 2.5
   assert row["numbers"]["max_decades_unscaled_minus_scaled"]["mean"] == 2.0
@@ -658,13 +675,13 @@ def test_scaled_grads_stable_reports_the_unscaled_model_beside():
 
 
 def test_clipped_optimizer_clips_the_global_norm():
-  family = model_lib.ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
+  family = ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
   config = family.model_config("sp", 16, vocab_size=10, max_len=8)
   params = model_lib.init_params(jax.random.PRNGKey(0), config)
   grads = jax.tree.map(lambda p: 3.0 * np.ones_like(p), params)
   norm = math.sqrt(sum(9.0 * np.size(p) for p in jax.tree.leaves(params)))
-  plain = tc.optim.OptimizerConfig(optimizer="sgd", learning_rate=0.1).build(model_lib.parametrized(config))
-  clipped = tc.ClippedOptimizerConfig(optimizer="sgd", learning_rate=0.1, clip=1.0).build(
+  plain = OptimizerConfig(optimizer="sgd", learning_rate=0.1).build(model_lib.parametrized(config))
+  clipped = depth_claims.ClippedOptimizerConfig(optimizer="sgd", learning_rate=0.1, clip=1.0).build(
       model_lib.parametrized(config))
   want, _ = plain.update(jax.tree.map(lambda g: g / norm, grads), plain.init(params), params)  # clipped by hand
   got, _ = clipped.update(grads, clipped.init(params), params)
@@ -672,9 +689,27 @@ def test_clipped_optimizer_clips_the_global_norm():
     np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
+def test_clipped_keeps_the_grids_options_and_adds_the_clip():
+  spec = grids_lib.grid_spec(_ctx(), rule="none", depth=1, warmup=True)
+  got = depth_claims.clipped(spec, 0.5)
+  assert isinstance(got.opt_config, depth_claims.ClippedOptimizerConfig) and got.opt_config.clip == 0.5
+  assert dataclasses.replace(got, opt_config=spec.opt_config) == spec
+  assert {f.name: getattr(got.opt_config, f.name) for f in dataclasses.fields(spec.opt_config)} == \
+      dataclasses.asdict(spec.opt_config)
+
+
+def test_training_claims_keep_the_tables_order():
+  assert [c.id for c in TRAINING_CLAIMS] == list(training_claims.ORDER)
+  first, second = TRAINING_CLAIMS[:2]
+  assert training_claims.in_order((second, first), (first.id, second.id)) == (first, second)
+  for claims, order in (((first, first), (first.id, first.id)), ((first,), (first.id, second.id))):
+    with pytest.raises(ValueError, match="each id of the claims once"):
+      training_claims.in_order(claims, order)
+
+
 def test_planned_grids_train_nothing_and_count_the_setups():
   ctx = _ctx(_Written(lambda spec: pytest.fail("planning trained a grid")))
-  depth12 = next(c for c in tc.TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge")
+  depth12 = next(c for c in TRAINING_CLAIMS if c.id == "train_depth12_cannot_converge")
   plan = ctx.planner.plan(depth12.grids(ctx).values())
   assert len(plan) == 8  # 2 rules x pre/post-LN x with/without warmup
   assert {g.model_config.pre_ln for g in plan.grids} == {True, False}
@@ -690,27 +725,27 @@ def test_planned_grids_train_nothing_and_count_the_setups():
 
 def test_grid_spec_members_are_laid_out_rate_major():
   ctx = _ctx()
-  spec = tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-10.0, -6.0, -2.0))
+  spec = grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-10.0, -6.0, -2.0))
   lrs, seeds, mults = spec.member_arrays()
   np.testing.assert_array_equal(lrs, np.float32([2.0**-10] * 2 + [2.0**-6] * 2 + [2.0**-2] * 2))
   np.testing.assert_array_equal(seeds, [0, 1, 0, 1, 0, 1])
   assert mults is None and spec.members == 6 and spec.num_values == 3
-  swept = tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,), attn_mults=(1.0, 2.0, 4.0))
+  swept = grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,), attn_mults=(1.0, 2.0, 4.0))
   lrs, seeds, mults = swept.member_arrays()
   np.testing.assert_array_equal(lrs, np.float32([2.0**-6] * 6))
   np.testing.assert_array_equal(seeds, [0, 1, 0, 1, 0, 1])
   np.testing.assert_array_equal(mults, [1.0, 1.0, 2.0, 2.0, 4.0, 4.0])
-  assert swept.members == 6 and swept != tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,))
+  assert swept.members == 6 and swept != grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,))
   with pytest.raises(ValueError, match="one learning rate"):
-    tc.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0, -5.0), attn_mults=(1.0,))
+    grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0, -5.0), attn_mults=(1.0,))
   with pytest.raises(ValueError, match="needs learning rates, seeds"):
     grid_run.GridSpec(model_config=None, opt_config=None, data=None, data_seed=0, log2_lrs=(-6.0,), seeds=())
 
 
 def test_plan_counts_grids_programs_and_the_largest_program():
   ctx = _ctx()
-  none, sqrt, post = (tc.grid_spec(ctx, rule=r, depth=1) for r in ("none", "sqrt", "post_softmax"))
-  wide = tc.grid_spec(ctx, rule="sqrt", depth=1, width=32, label="wide grid")
+  none, sqrt, post = (grids_lib.grid_spec(ctx, rule=r, depth=1) for r in ("none", "sqrt", "post_softmax"))
+  wide = grids_lib.grid_spec(ctx, rule="sqrt", depth=1, width=32, label="wide grid")
   plan = ctx.planner.plan([none, sqrt, none, post, wide])
   assert plan.grids == (none, sqrt, post, wide)  # each once, in order
   # none and sqrt are logit factors of one model (one program); post_softmax is another; width 32 another
@@ -728,13 +763,13 @@ def test_plan_counts_grids_programs_and_the_largest_program():
 
 
 def test_training_flops_closed_form_and_bad_input():
-  config = model_lib.ModelFamily(depth=2, num_heads=2, head_dim=8, base_width=16).model_config(
+  config = ModelFamily(depth=2, num_heads=2, head_dim=8, base_width=16).model_config(
       "sp", 16, vocab_size=10, max_len=8)
   p = resources.param_count(config)
-  assert resources.training_flops(config, steps=3, members=5, batch_size=2, seq_len=8) == pytest.approx(
+  assert device_time.training_flops(config, steps=3, members=5, batch_size=2, seq_len=8) == pytest.approx(
       (6 * p * 8 + 12 * 2 * 8**2 * 16) * 2 * 3 * 5)
   with pytest.raises(ValueError, match="members"):
-    resources.training_flops(config, steps=3, members=0, batch_size=2, seq_len=8)
+    device_time.training_flops(config, steps=3, members=0, batch_size=2, seq_len=8)
 
 
 @pytest.mark.parametrize("rule", ["none", "sqrt", "qk_norm"])
@@ -742,16 +777,16 @@ def test_attention_grad_norm_is_the_norm_of_dl_dwq_and_dl_dwk(rule):
   """attention_grad_norm_fn (a shared program for logit-factor rules, α passed in) against jax.grad of each member's
   loss under its own unrolled model, and the norm taken by hand."""
   ctx = _ctx()
-  spec = tc.grid_spec(ctx, rule=rule, depth=tc.SCAN_FROM_DEPTH, steps=2)
+  spec = grids_lib.grid_spec(ctx, rule=rule, depth=grids_lib.SCAN_FROM_DEPTH, steps=2)
   assert spec.model_config.scan_layers  # the claims' deep grids run scanned
   run = ctx.planner.train(spec)
-  batch = tc.dataset_of(ctx).eval_batch(0, 0)
-  got = np.asarray(tc.attention_grad_norm_fn(spec.model_config, spec.opt_config)(run.final_params, batch))
+  batch = sizes_lib.dataset_of(ctx).eval_batch(0, 0)
+  got = np.asarray(nan_claims.attention_grad_norm_fn(spec.model_config, spec.opt_config)(run.final_params, batch))
   config = dataclasses.replace(spec.model_config, scan_layers=False)
   model = model_lib.Transformer(config)
   for m in range(spec.members):
     params = jax.tree.map(lambda a: a[m], run.final_params)
-    grads = jax.grad(lambda p: train_lib.loss_fn(p, batch, model=model)[0])(params)
+    grads = jax.grad(lambda p: losses_lib.loss_fn(p, batch, model=model)[0])(params)
     squares = sum(float(np.sum(np.square(np.asarray(grads[f"block_{i}"]["attn"][n]["kernel"], np.float64))))
                   for i in range(config.depth) for n in ("query", "key"))
     np.testing.assert_allclose(got[m], math.sqrt(squares), rtol=1e-4)

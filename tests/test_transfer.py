@@ -16,11 +16,13 @@ import numpy as np
 
 import experiment_main
 from experiments import transfer as transfer_exp
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
-from scaling.training import train as train_lib
+from scaling.training import initialization as init_lib
+from scaling.training import loop as loop_lib
+from scaling.training import step as step_lib
 from scaling.base.config import Seeds
 from scaling.studies.grid import points as grid_lib
 from scaling.studies.grid import optimum as optimum_lib
@@ -29,12 +31,12 @@ from scaling.studies.transfer import report as transfer_report
 
 # One tiny configuration shared by the grid test and the experiment's smoke test (compiled once per width).
 TASK = dict(seq_len=8, batch_size=2)
-FAMILY = model_lib.ModelFamily(depth=1, num_heads=2, base_width=16)
+FAMILY = ModelFamily(depth=1, num_heads=2, base_width=16)
 STEPS = 6
 WARMUP = 2
 LOG2_LRS = (-9.0, -6.0, -3.0)
 # The experiment's optimizer for these flags (its hidden learning_rate keeps the default).
-OPT = optim.OptimizerConfig(steps=STEPS, schedule="cosine", warmup_steps=WARMUP, end_factor=0.1)
+OPT = OptimizerConfig(steps=STEPS, schedule="cosine", warmup_steps=WARMUP, end_factor=0.1)
 FLAGS_TINY = dict(widths=[16], depth=1, num_heads=2, base_width=16, log2_lrs=list(LOG2_LRS), num_seeds=2,
                   steps=STEPS, warmup_steps=WARMUP, schedule="cosine", end_factor=0.1, **TASK)
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
@@ -47,12 +49,12 @@ def _tempdir(test) -> pathlib.Path:
 
 
 def _dataset():
-  return data_lib.DataConfig(**TASK).make(0)
+  return DataConfig(**TASK).make(0)
 
 
 def _config(**kw):
   base = dict(grid=grid_lib.WidthGrid(parametrizations=("sp",), widths=(16,)), log2_lrs=LOG2_LRS,
-              seeds=Seeds(num_seeds=2), data=data_lib.DataConfig(**TASK), model=FAMILY, optim=OPT)
+              seeds=Seeds(num_seeds=2), data=DataConfig(**TASK), model=FAMILY, optim=OPT)
   base.update(kw)
   return transfer.TransferConfig(**base)
 
@@ -68,20 +70,20 @@ class GridTest(chex.TestCase):
     dataset = _dataset()
     cfg = FAMILY.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=TASK["seq_len"])
     lrs, member_seeds = grid_lib.lr_grid(LOG2_LRS, [0, 1])
-    grid = train_lib.run_training(cfg, OPT, dataset, seed=member_seeds, learning_rates=lrs,
-                                  record=("loss", "attn_logits_rms"), stop_on_divergence=False)
+    grid = loop_lib.run_training(cfg, OPT, dataset, loop_lib.Runs(seed=member_seeds, learning_rates=lrs),
+                                 loop_lib.RunOptions(record=("loss", "attn_logits_rms"), stop_on_divergence=False))
     losses = grid.records["loss"]
     chex.assert_shape(losses, (STEPS, 6))
     chex.assert_shape(grid.records["attn_logits_rms"], (STEPS, 6, 1))
-    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
-                                     chunk=train_lib.default_grid_chunk(cfg, len(lrs)))
+    step = step_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
+                                    chunk=step_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
-    # Reference: scaling.training.train's own step, one run at a time, optimizer built with the run's learning rate.
+    # Reference: scaling.training.step's own step, one run at a time, optimizer built with the run's learning rate.
     ref_opt = dataclasses.replace(OPT, learning_rate=2.0**-6)
-    step = train_lib.make_train_step(cfg, ref_opt)
+    step = step_lib.make_train_step(cfg, ref_opt)
     for member, (log2_lr, seed) in ((2, (-6.0, 0)), (5, (-3.0, 1))):
-      state = train_lib.init_train_state(seed, cfg, ref_opt,
-                                         learning_rate=None if log2_lr == -6.0 else 2.0**log2_lr)
+      state = init_lib.init_train_state(seed, cfg, ref_opt,
+                                        learning_rate=None if log2_lr == -6.0 else 2.0**log2_lr)
       single = []
       for t in range(STEPS):
         state, metrics = step(state, dataset.batch(t, seed))
@@ -92,8 +94,8 @@ class GridTest(chex.TestCase):
     # run_width summarizes the same grid (same compiled step): final loss = mean of the last `last` losses.
     config = _config()
     rows = transfer.run_point(config, {"parametrization": "sp", "width": 16}, dataset)
-    step = train_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
-                                     chunk=train_lib.default_grid_chunk(cfg, len(lrs)))
+    step = step_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
+                                    chunk=step_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     self.assertLen(rows, len(LOG2_LRS))
     self.assertEqual(config.last, 1)
@@ -102,30 +104,30 @@ class GridTest(chex.TestCase):
       np.testing.assert_allclose(r["final_loss_seeds"], losses[-1, 2 * i:2 * i + 2], rtol=1e-6)
 
   def test_model_family(self):
-    fixed_heads = model_lib.ModelFamily(num_heads=4, base_width=32)
+    fixed_heads = ModelFamily(num_heads=4, base_width=32)
     self.assertEqual(fixed_heads.heads(128), (4, 32))
     self.assertEqual(fixed_heads.base_head_dim, 8)
     cfg = fixed_heads.model_config("mup", 128, vocab_size=10, max_len=8)
     self.assertEqual((cfg.num_heads, cfg.head_dim, cfg.parametrization.base_head_dim, cfg.parametrization.base_width),
                      (4, 32, 8, 32))
-    fixed_dim = model_lib.ModelFamily(head_dim=16).with_base_width([64, 32])
+    fixed_dim = ModelFamily(head_dim=16).with_base_width([64, 32])
     self.assertEqual(fixed_dim.base_width, 32)
     self.assertEqual(fixed_dim.heads(128), (8, 16))
     self.assertEqual(fixed_dim.model_config("mup", 128, vocab_size=10, max_len=8).parametrization.base_head_dim, 16)
     # Both given: the number of heads and the head dim are fixed.
-    self.assertEqual(model_lib.ModelFamily(num_heads=2, head_dim=8).heads(64), (2, 8))
-    self.assertEqual(model_lib.ModelFamily(base_width=8).with_base_width([16]).base_width, 8)
+    self.assertEqual(ModelFamily(num_heads=2, head_dim=8).heads(64), (2, 8))
+    self.assertEqual(ModelFamily(base_width=8).with_base_width([16]).base_width, 8)
     with self.assertRaisesRegex(ValueError, "width 20 is not divisible into num_heads=8 heads; pass head_dim or "
                                 "num_heads$"):
-      model_lib.ModelFamily(num_heads=8).heads(20)
+      ModelFamily(num_heads=8).heads(20)
     with self.assertRaisesRegex(ValueError, "multiple of head_dim=16"):
-      model_lib.ModelFamily(head_dim=16).heads(24)
+      ModelFamily(head_dim=16).heads(24)
     with self.assertRaisesRegex(ValueError, "base_width"):
-      model_lib.ModelFamily().base_head_dim  # pylint: disable=expression-not-assigned
+      ModelFamily().base_head_dim  # pylint: disable=expression-not-assigned
     with self.assertRaisesRegex(ValueError, "tau"):
-      model_lib.ModelFamily(tau=2.0)
+      ModelFamily(tau=2.0)
     with self.assertRaisesRegex(ValueError, "width 24"):
-      model_lib.ModelFamily(head_dim=16, base_width=16).check(("sp",), (16, 24), vocab_size=10, max_len=8)
+      ModelFamily(head_dim=16, base_width=16).check(("sp",), (16, 24), vocab_size=10, max_len=8)
 
   def test_optimizer_config_validation(self):
     for kw, text in (({"optimizer": "lion"}, "lion"), ({"schedule": "step"}, "schedule"),
@@ -134,8 +136,8 @@ class GridTest(chex.TestCase):
                      ({"weight_decay": 0.1}, "adamw"), ({"momentum": 0.9}, "sgd"),
                      ({"learning_rate": 0.0}, "learning_rate"), ({"end_factor": -1.0}, "end_factor")):
       with self.assertRaisesRegex(ValueError, text):
-        optim.OptimizerConfig(**kw)
-    self.assertEqual(optim.OptimizerConfig(steps=40, schedule="cosine").warmup, 4)
+        OptimizerConfig(**kw)
+    self.assertEqual(OptimizerConfig(steps=40, schedule="cosine").warmup, 4)
 
   def test_transfer_config_validation(self):
     for make, text in ((lambda: _config(log2_lrs=()), "empty"),
@@ -143,18 +145,18 @@ class GridTest(chex.TestCase):
                        (lambda: _config(log2_lrs=(-200.0,)), "log2_lr"),
                        (lambda: _config(grid=grid_lib.WidthGrid(widths=(0,))), "width"),
                        (lambda: _config(grid=grid_lib.WidthGrid(widths=())), "empty"),
-                       (lambda: _config(optim=optim.OptimizerConfig(steps=10), average_last=11), "average_last"),
+                       (lambda: _config(optim=OptimizerConfig(steps=10), average_last=11), "average_last"),
                        (lambda: _config(grid=grid_lib.WidthGrid(parametrizations=("sp", "nope"))), "nope"),
                        (lambda: _config(seeds=Seeds(num_seeds=0)), "num_seeds")):
       with self.assertRaisesRegex(ValueError, text):
         make()
-    self.assertEqual(_config(optim=optim.OptimizerConfig(steps=35)).last, 3)
-    self.assertEqual(_config(optim=optim.OptimizerConfig(steps=5)).last, 1)
+    self.assertEqual(_config(optim=OptimizerConfig(steps=35)).last, 3)
+    self.assertEqual(_config(optim=OptimizerConfig(steps=5)).last, 1)
     self.assertEqual(_config(average_last=4).last, 4)
     self.assertEqual(_config(log2_lrs=(-3, -3.0, -4)).log2_lrs, (-3.0, -4.0))  # deduplicated, in order
     self.assertEqual(grid_lib.WidthGrid(widths=(32, 16, 32)).widths, (32, 16))
     self.assertEqual(_config(grid=grid_lib.WidthGrid(widths=(64, 32))).family.base_width, 16)  # FAMILY's own
-    self.assertEqual(_config(model=model_lib.ModelFamily(), grid=grid_lib.WidthGrid(widths=(64, 32))).family
+    self.assertEqual(_config(model=ModelFamily(), grid=grid_lib.WidthGrid(widths=(64, 32))).family
                      .base_width, 32)
 
 

@@ -20,10 +20,16 @@ import optax
 from scaling.mup import layers
 from scaling.mup import roles as roles_lib
 from scaling.training import model as model_lib
+from scaling.training import blocks as blocks_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training import model_scales as model_scales_lib
+from scaling.training.model_family import ModelFamily
+from scaling.training import init_rms as init_rms_lib
 from scaling.mup import schemes as P
 from scaling.attention import rope as rope_lib
-from scaling.mup import optim
-from scaling.training import train
+from scaling.training.optimizer import OptimizerConfig
+from scaling.training import initialization as init_lib
+from scaling.training import step as step_lib
 from scaling.mup import unit_scaling as U
 from scaling.mup import unit_scaling_covariance as C
 
@@ -95,7 +101,7 @@ class VjpTest(parameterized.TestCase):
     x, g, gain = _normal(0, (6, 8)), _normal(1, (6, 8)), 1.0 + 0.1 * _normal(2, (8,))
     plain = lambda x, gain: jax.nn.standardize(x, axis=-1, epsilon=1e-6) * gain
     grad_factor = 2.5
-    unit = lambda x, gain: model_lib._unit_norm(lambda v: plain(v, gain), x, grad_factor, lambda y: y)
+    unit = lambda x, gain: blocks_lib._unit_norm(lambda v: plain(v, gain), x, grad_factor, lambda y: y)
     y, vjp = jax.vjp(unit, x, gain)
     y_ref, vjp_ref = jax.vjp(plain, x, gain)
     chex.assert_trees_all_close(y, y_ref, rtol=1e-6)
@@ -103,7 +109,7 @@ class VjpTest(parameterized.TestCase):
     chex.assert_trees_all_close(dx, dx_ref, rtol=1e-4, atol=1e-6)
     chex.assert_trees_all_close(dgain, dgain_ref * grad_factor, rtol=1e-4, atol=1e-6)
     # The probed output gradient is the incoming one × grad_factor.
-    dy = jax.grad(lambda p: jnp.sum(model_lib._unit_norm(lambda v: plain(v, gain), x, grad_factor,
+    dy = jax.grad(lambda p: jnp.sum(blocks_lib._unit_norm(lambda v: plain(v, gain), x, grad_factor,
                                                          lambda y: y + p) * g))(jnp.zeros_like(x))
     chex.assert_trees_all_close(dy, g * grad_factor, rtol=1e-6)
 
@@ -284,9 +290,9 @@ class ModelScalesTest(parameterized.TestCase):
 
   @parameterized.parameters("paper", "covariance")
   def test_forward_scales_are_the_multipliers(self, umup_scales):
-    cfg = model_lib.ModelConfig(vocab_size=65, width=32, depth=2, num_heads=4, head_dim=8, num_kv_heads=2,
+    cfg = ModelConfig(vocab_size=65, width=32, depth=2, num_heads=4, head_dim=8, num_kv_heads=2,
                                 max_len=16, parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
-    s = model_lib.unit_scales(cfg, 2, 16)
+    s = model_scales_lib.unit_scales(cfg, 2, 16)
     mult = lambda kind, fan_in, fan_out: cfg.parametrization.layer(kind, fan_in, fan_out, 32).multiplier
     self.assertAlmostEqual(s.readout.output, mult("readout", 32, 65))
     self.assertAlmostEqual(s.readout.output, 1 / 32 if umup_scales == "paper" else 32**-0.5)
@@ -305,16 +311,16 @@ class ModelScalesTest(parameterized.TestCase):
 
   def test_rejects_other_parametrizations(self):
     with self.assertRaisesRegex(ValueError, "unit-scaled parametrization"):
-      model_lib.unit_scales(model_lib.ModelConfig(vocab_size=65), 1, 8)
+      model_scales_lib.unit_scales(ModelConfig(vocab_size=65), 1, 8)
 
   def test_family_option(self):
-    family = model_lib.ModelFamily(umup_scales="covariance")
+    family = ModelFamily(umup_scales="covariance")
     cfg = family.with_base_width([32]).model_config("umup", 32, vocab_size=65, max_len=16)
     self.assertEqual(cfg.parametrization.umup_scales, "covariance")
-    self.assertEqual(model_lib.ModelFamily().with_base_width([32]).model_config(
+    self.assertEqual(ModelFamily().with_base_width([32]).model_config(
         "umup", 32, vocab_size=65, max_len=16).parametrization.umup_scales, "paper")
     with self.assertRaisesRegex(ValueError, "umup_scales"):
-      model_lib.ModelFamily(umup_scales="exact")
+      ModelFamily(umup_scales="exact")
 
 
 class UnitScaleOpsTest(parameterized.TestCase):
@@ -475,11 +481,11 @@ class QkGradientCovarianceTest(parameterized.TestCase):
 
 def _model_scales(width, depth, seq_len, vocab=65, seed=0, umup_scales="covariance"):
   """{"act/..." | "grad/..." | "weight/...": RMS} at init of a u-μP model of 4 heads on one random sequence."""
-  cfg = model_lib.ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4,
+  cfg = ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4,
                               max_len=seq_len, parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
   short = {"activation": "act", "gradient": "grad", "weight gradient": "weight"}
   return {short[k.split("/", 1)[0]] + "/" + k.split("/", 1)[1]: v
-          for k, v in model_lib.rms_at_init(cfg, seq_len, seed).items()}
+          for k, v in init_rms_lib.rms_at_init(cfg, seq_len, seed).items()}
 
 
 class ModelUnitScaleTest(parameterized.TestCase):
@@ -519,7 +525,7 @@ class ModelUnitScaleTest(parameterized.TestCase):
     # stream (here the embedded input) is the true gradient × the readout's grad-input/forward ratio:
     # √(D/V) for the unit-scaled readout (1/√V over 1/√D), D/√V for linear_readout (1/√V over 1/D); against
     # central finite differences.
-    cfg = model_lib.ModelConfig(vocab_size=65, width=64, depth=2, num_heads=4, head_dim=16, max_len=32,
+    cfg = ModelConfig(vocab_size=65, width=64, depth=2, num_heads=4, head_dim=16, max_len=32,
                                 parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
     model = model_lib.Transformer(cfg)
     tokens = jax.random.randint(jax.random.PRNGKey(0), (1, 32), 0, 65)
@@ -540,11 +546,11 @@ class PaperTrainingTest(parameterized.TestCase):
 
   @parameterized.parameters(dict(), dict(use_bias=True, num_kv_heads=2), dict(pre_ln=False, positions="learned"))
   def test_loss_falls(self, **kw):
-    cfg = model_lib.ModelConfig(vocab_size=17, width=32, depth=2, num_heads=4, head_dim=8, max_len=16,
+    cfg = ModelConfig(vocab_size=17, width=32, depth=2, num_heads=4, head_dim=8, max_len=16,
                                 parametrization=P.get_parametrization("umup"), **kw)
-    opt = optim.OptimizerConfig(learning_rate=0.05, steps=40)
-    step = train.make_train_step(cfg, opt)
-    state = train.init_train_state(0, cfg, opt)
+    opt = OptimizerConfig(learning_rate=0.05, steps=40)
+    step = step_lib.make_train_step(cfg, opt)
+    state = init_lib.init_train_state(0, cfg, opt)
     tokens = jax.random.randint(jax.random.PRNGKey(3), (4, 17), 0, 17)
     batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((4, 16))}
     losses = []

@@ -20,7 +20,7 @@ import optax
 
 import scaling
 from scaling.mup import user_model
-from scaling.studies.coord_check import study as user_coord_check
+from scaling.studies.coord_check import verdicts as coord_verdicts
 
 D_IN, D_OUT, BASE = 8, 4, 32
 WIDTHS = (32, 64, 128)
@@ -137,7 +137,7 @@ class CoordCheckTest(parameterized.TestCase):
     self.assertNotIn("input", broken)
 
   def test_rows_and_outputs(self):
-    both = user_coord_check.combine(self.sp, self.mup)
+    both = coord_verdicts.combine(self.sp, self.mup)
     self.assertLen(both.rows, 2 * len(WIDTHS) * 4 * 4)  # parametrizations × widths × steps × modules
     self.assertEqual({r["layer"] for r in both.rows}, {"input", "hidden", "readout", "model"})
     for r in both.rows:  # no change at step 0; under SP every module has moved after one update
@@ -146,7 +146,7 @@ class CoordCheckTest(parameterized.TestCase):
     text = both.verdict_markdown("Verdicts:")
     self.assertIn("| sp | readout | readout |", text)
     self.assertIn("- mup: every module within the tolerance", text)
-    again = user_coord_check.from_rows(both.rows, both.steps, roles=ROLES)
+    again = coord_verdicts.from_rows(both.rows, both.steps, roles=ROLES)
     self.assertEqual(again.verdicts, both.verdicts)
     path = self.create_tempdir().full_path + "/cc.png"
     both.write_figure(path)
@@ -163,27 +163,27 @@ class LikelyCauseTest(parameterized.TestCase):
       (None, "update", 0.3, "a layer inside or before it"),
   )
   def test_causes(self, role, when, slope, expected):
-    self.assertIn(expected, user_coord_check.likely_cause(role, when, slope))
+    self.assertIn(expected, coord_verdicts.likely_cause(role, when, slope))
 
   def test_roles_from_a_parameter_tree(self):
     tree = {"params": {"Dense_0": {"kernel": "hidden", "bias": "bias"}, "head": {"kernel": "readout"}}}
-    self.assertEqual(user_coord_check.module_roles(tree["params"]), {"Dense_0": "hidden", "head": "readout"})
+    self.assertEqual(coord_verdicts.module_roles(tree["params"]), {"Dense_0": "hidden", "head": "readout"})
 
   def test_roles_from_infer_kinds(self):
     shapes = lambda w: jax.eval_shape(SPMLP(w).init, jax.random.key(0), jnp.ones((2, D_IN)))["params"]
     roles = scaling.infer_kinds(shapes(16), shapes(32))
-    self.assertEqual(user_coord_check.module_roles(roles), ROLES)
+    self.assertEqual(coord_verdicts.module_roles(roles), ROLES)
 
   def test_verdict_thresholds(self):
     slope_rows = [{"parametrization": "p", "layer": "a", "step": 0, "slope": 0.05},
                   {"parametrization": "p", "layer": "a", "step": 1, "slope": 0.11},
                   {"parametrization": "p", "layer": "b", "step": 0, "slope": -0.5},
                   {"parametrization": "p", "layer": "b", "step": 1, "slope": 0.09}]
-    got = {v["layer"]: v["verdict"] for v in user_coord_check.verdicts(slope_rows, tolerance=0.1)}
+    got = {v["layer"]: v["verdict"] for v in coord_verdicts.verdicts(slope_rows, tolerance=0.1)}
     self.assertEqual(got, {"a": "breaks μP", "b": "ok"})
     # With the change since initialization given, it alone judges the steps after 0.
     delta_rows = [{**s, "slope": {"a": 0.05, "b": 0.3}[s["layer"]]} for s in slope_rows if s["step"] == 1]
-    got = {v["layer"]: v["verdict"] for v in user_coord_check.verdicts(slope_rows, delta_rows, tolerance=0.1)}
+    got = {v["layer"]: v["verdict"] for v in coord_verdicts.verdicts(slope_rows, delta_rows, tolerance=0.1)}
     self.assertEqual(got, {"a": "ok", "b": "breaks μP"})
 
 
@@ -201,16 +201,16 @@ class NoiseTest(absltest.TestCase):
     return rows
 
   def test_standard_error_of_two_seeds(self):
-    result = user_coord_check.from_rows(self._rows([0.1, 0.5]), 1)
+    result = coord_verdicts.from_rows(self._rows([0.1, 0.5]), 1)
     # std (ddof 1) of the seeds' slopes 0.1 and 0.5 over √2: |0.5 − 0.1| / 2
     self.assertAlmostEqual(result.delta_slopes[-1]["slope_se"], 0.2, places=6)
 
   def test_inconclusive_then_breaks(self):
-    noisy = user_coord_check.from_rows(self._rows([0.0, 0.6]), 1).verdicts[0]   # slope ≈ 0.3, se 0.3
-    self.assertEqual(noisy["verdict"], user_coord_check.INCONCLUSIVE)
-    clear = user_coord_check.from_rows(self._rows([0.29, 0.31]), 1).verdicts[0]  # slope 0.3, se 0.01
-    self.assertEqual(clear["verdict"], user_coord_check.BREAKS)
-    flat = user_coord_check.from_rows(self._rows([0.0, 0.05]), 1).verdicts[0]
+    noisy = coord_verdicts.from_rows(self._rows([0.0, 0.6]), 1).verdicts[0]   # slope ≈ 0.3, se 0.3
+    self.assertEqual(noisy["verdict"], coord_verdicts.INCONCLUSIVE)
+    clear = coord_verdicts.from_rows(self._rows([0.29, 0.31]), 1).verdicts[0]  # slope 0.3, se 0.01
+    self.assertEqual(clear["verdict"], coord_verdicts.BREAKS)
+    flat = coord_verdicts.from_rows(self._rows([0.0, 0.05]), 1).verdicts[0]
     self.assertEqual(flat["verdict"], "ok")
 
 

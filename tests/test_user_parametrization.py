@@ -261,7 +261,7 @@ class OptimizerTest(parameterized.TestCase):
     chex.assert_trees_all_close(got, want, rtol=1e-6)
 
   def test_weight_decay_is_not_scaled(self):
-    # AdamW: the decay of a decayed matrix is lr·wd·w whatever its LR multiplier (make_optimizer's rule).
+    # AdamW: the decay of a decayed matrix is lr·wd·w whatever its LR multiplier (assemble_optimizer's rule).
     p = scaling.parametrize(_roles(), "mup")
     params = p.init(jax.random.key(1), _params())
     opt = p.optimizer("adamw", 1e-2, weight_decay=0.1)

@@ -3,9 +3,9 @@
 Shapes follow jax.nn: query [B, T, N, H], key and value [B, S, K, H] with N a multiple of K (GQA), bias and mask
 broadcastable to [B, N, T, S]. ``dot_product_attention`` checks the inputs, picks an implementation by a measured rule
 (``select_implementation``) and runs it: dense (``scaling.attention.dense``, whose logits and weights the metrics
-measure), blockwise (``scaling.attention.blockwise``), the Pallas kernel (``scaling.attention.pallas``) or jax.nn's cuDNN kernel
-(here). The pieces they share (logit options, input checks, logit shaping, the softmax) live in ``scaling.attention.logits``;
-the names users import from this module are re-exported.
+measure), blockwise (``scaling.attention.blockwise``), the Pallas kernel (``scaling.attention.pallas``) or jax.nn's
+cuDNN kernel (here). The pieces they share (logit options, input checks, logit shaping, the softmax) live in
+``scaling.attention.logits``.
 """
 
 from __future__ import annotations
@@ -22,25 +22,16 @@ from scaling.attention import dense as dense_lib
 from scaling.attention import logits as logits_lib
 from scaling.attention import pallas as pallas_lib
 from scaling.attention import rules as rules_lib
-# Re-exported: users find these names in scaling.attention.dispatch.
 from scaling.attention.autotune import Choice
-from scaling.attention.blockwise import blockwise_unsupported  # pylint: disable=unused-import
-from scaling.attention.dense import attention_logits  # pylint: disable=unused-import
-from scaling.attention.dense import attention_logits_and_weights  # pylint: disable=unused-import
-from scaling.attention.dense import attention_weights  # pylint: disable=unused-import
-from scaling.attention.dense import attention_with_aux  # pylint: disable=unused-import
-from scaling.attention.logits import check_qkv  # pylint: disable=unused-import
 from scaling.attention.logits import LogitOptions
-from scaling.attention.logits import masked_softmax  # pylint: disable=unused-import
-from scaling.attention.logits import resolve_logit_options  # pylint: disable=unused-import
-from scaling.attention.logits import shape_logits  # pylint: disable=unused-import
 from scaling.base.validation import ConfigError
 
 Array = jax.Array
 
 IMPLEMENTATIONS = ("dense", "xla", "blockwise", "cudnn", "pallas")
 AUTO = "auto"
-"""``implementation=AUTO``: the path measured fastest for the case (``scaling.attention.autotune``); fixed rule as fallback."""
+"""``implementation=AUTO``: the path measured fastest for the case (``scaling.attention.autotune``); fixed rule as
+fallback."""
 
 # The rule's measurements: docs/benchmarks.md, "attention rule" (`experiments.benchmark --suite=attention_rule`).
 BLOCKWISE_MIN_KV_LEN = 256
@@ -74,7 +65,7 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
 
   Args:
     query_shape, key_shape: [B, T, N, H] and [B, S, K, H] (or unbatched).
-    opts, dtype: the resolved logit options (``resolve_logit_options``) and the input dtype.
+    opts, dtype: the resolved logit options (``logits.resolve_logit_options``) and the input dtype.
     return_weights, has_bias: whether the weights are requested (dense only), a bias is given (no automatic cuDNN).
     is_causal, has_local_window: whether a causal mask, a local window skips tiles (a window: no automatic cuDNN).
     backend: "cpu", "gpu" or "tpu"; None = ``jax.default_backend()``.
@@ -102,8 +93,9 @@ def select_implementation(query_shape: tuple[int, ...], key_shape: tuple[int, ..
     s, key_shape, seen = t, (*key_shape[:-3], t, *key_shape[-2:]), f" (causal: only the first T = {t} keys count)"
   if kv_len < BLOCKWISE_MIN_KV_LEN:
     if b * n * t * s <= SMALL_SINGLE_TILE_MAX_LOGITS:
-      return Choice("blockwise", t, s, reason=f"S = {kv_len} < {BLOCKWISE_MIN_KV_LEN} and B·N·T·S = {b * n * t * s} "
-                                              f"<= {SMALL_SINGLE_TILE_MAX_LOGITS}: one tile under differentiation{seen}",
+      return Choice("blockwise", t, s,
+                    reason=f"S = {kv_len} < {BLOCKWISE_MIN_KV_LEN} and B·N·T·S = {b * n * t * s} "
+                    f"<= {SMALL_SINGLE_TILE_MAX_LOGITS}: one tile under differentiation{seen}",
                     forward=Choice("dense", reason=f"undifferentiated, S < {BLOCKWISE_MIN_KV_LEN}"))
     return Choice("dense", reason=f"S = {kv_len} < {BLOCKWISE_MIN_KV_LEN}: few tiles, dense is as fast")
   if b * n * t * s <= SINGLE_TILE_MAX_LOGITS:
@@ -255,13 +247,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       scale). Where the forward pass alone is faster with other tiles (``Choice.forward``), a call that is not
       differentiated runs those (``split_forward``; no bias, mask, lengths or residual), so its output then differs
       from the differentiated call's in float rounding only. ``"dense"`` (alias ``"xla"``) forces the dense code;
-      ``"blockwise"`` forces ``scaling.attention.blockwise`` (default blocks); ``"pallas"`` the Pallas flash-attention kernel
-      (``scaling.attention.pallas``; rules "prepare, then a plain scale", optionally causal, no bias, mask, lengths,
-      window, cap or clamp); ``"cudnn"`` ``jax.nn.dot_product_attention(implementation="cudnn")`` on GPU (a plain
-      scale, no cap, clamp or weight scale). Forced implementations raise on options they lack. ``"auto"`` (opt-in)
-      runs the path measured fastest for this case (``auto_choice``: the first call of a case times dense and
-      blockwise at several tiles, also under jit, and ``scaling.attention.autotune`` remembers the fastest on disk); unlike None,
-      its choice can differ between machines and runs.
+      ``"blockwise"`` forces ``scaling.attention.blockwise`` (default blocks); ``"pallas"`` the Pallas
+      flash-attention kernel (``scaling.attention.pallas``; rules "prepare, then a plain scale", optionally causal,
+      no bias, mask, lengths, window, cap or clamp); ``"cudnn"`` ``jax.nn.dot_product_attention(implementation=
+      "cudnn")`` on GPU (a plain scale, no cap, clamp or weight scale). Forced implementations raise on options they
+      lack. ``"auto"`` (opt-in) runs the path measured fastest for this case (``auto_choice``: the first call of a case
+      times dense and blockwise at several tiles, also under jit, and ``scaling.attention.autotune`` remembers the
+      fastest on disk); unlike None, its choice can differ between machines and runs.
     return_residual: also return the log-sum-exp of the masked logits [B, T, N] (as jax.nn; -inf where all masked).
     return_weights: also return the attention weights [B, N, T, S].
 

@@ -206,14 +206,15 @@ class RoleParametrization:
                 schedule: Any = None, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, momentum: float = 0.0,
                 nesterov: bool = False,
                 decay_kinds: Sequence[str] = optim.DEFAULT_DECAY_KINDS) -> optax.GradientTransformation:
-    """Adam, AdamW, SGD or Adam-atan2 with this parametrization's LRs (``scaling.mup.optim.make_optimizer``'s chain).
+    """Adam, AdamW, SGD or Adam-atan2 with this parametrization's LRs (``scaling.mup.optim.assemble_optimizer``).
 
     Args:
       name: "adam", "adamw", "sgd" or "adam_atan2".
       learning_rate: a float, a scalar array (may be traced) or an optax schedule.
       eps_scaling: "none" (one ε, divided by each folded multiplier) or "mup" (× the scheme's
         ``eps_multiplier_at``: 1/m under μP, CompleteP's depth factor in the blocks).
-      weight_decay, schedule, b1, b2, eps, momentum, nesterov, decay_kinds: as in ``scaling.mup.optim.make_optimizer``.
+      weight_decay, schedule, b1, b2, eps, momentum, nesterov: as in ``scaling.mup.optim.assemble_optimizer``.
+      decay_kinds: the layer kinds that weight decay applies to (default: the matrices).
 
     Returns:
       An optax GradientTransformation (state ``optax.InjectHyperparamsState``).

@@ -57,6 +57,7 @@ import jax
 
 from scaling.mup import layers
 from scaling.mup import schemes as param_lib
+from scaling.mup import shapes as shapes_lib
 from scaling.mup import usage as usage_lib
 from scaling.mup.usage import path_key  # pylint: disable=unused-import
 from scaling.base.validation import ConfigError
@@ -87,7 +88,7 @@ class Role:
       tuple of axis indices (as the computation sums over them, or a table's looked-up axes).
     in_block: whether it is inside the residual blocks (depth scaling touches it).
     tied: an embedding that is also the readout (gathered at the input, contracted at the output).
-    width_mult: its width multiplier when given directly (one global width, ``roles_from_kinds``); None: from the
+    width_mult: its width multiplier when given directly (one global width, ``from_kinds``); None: from the
       fans of ``shape`` over ``base_shape``.
   """
 
@@ -103,7 +104,7 @@ class Role:
   @property
   def fans(self) -> tuple[int, int]:
     """(fan_in, fan_out) in the target model."""
-    return param_lib.fans(self.kind, self.shape, self.in_axes)
+    return shapes_lib.fans(self.kind, self.shape, self.in_axes)
 
   @property
   def mult(self) -> float:
@@ -112,7 +113,7 @@ class Role:
       return 1.0
     if self.width_mult is not None:
       return self.width_mult
-    target, base = self.fans, param_lib.fans(self.kind, self.base_shape, self.in_axes)
+    target, base = self.fans, shapes_lib.fans(self.kind, self.base_shape, self.in_axes)
     side = 0 if self.kind in _FAN_IN_KINDS else 1
     return target[side] / base[side]
 
@@ -317,7 +318,7 @@ def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_
   if found is not None:
     kind, in_axes = found
     if in_axes is not None and fan_in is not None and rank >= 2:
-      said = set(param_lib.input_axes(in_axes, rank))
+      said = set(shapes_lib.input_axes(in_axes, rank))
       if said != set(fan_in):
         raise ConfigError(f"parameter {path!r} {list(target)}: overrides say its input axes are {_axes_text(said)}, "
                           f"but the computation sums over axes {_axes_text(fan_in)}")
@@ -375,8 +376,8 @@ def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_
 def _checked(path: str, role: Role) -> Role:
   """``role`` if its kind fits its shape (``parametrization.fans``), else a ValueError naming ``path``."""
   try:
-    param_lib.fans(role.kind, role.base_shape, role.in_axes)
-    param_lib.fans(role.kind, role.shape, role.in_axes)
+    shapes_lib.fans(role.kind, role.base_shape, role.in_axes)
+    shapes_lib.fans(role.kind, role.shape, role.in_axes)
   except ValueError as e:
     raise ConfigError(f"parameter {path!r} as {role.kind}: {e}") from None
   return role
@@ -471,8 +472,8 @@ def from_kinds(params: Any, kinds: Any, width_mult: float) -> Roles:
   """Roles of every parameter from a tree of kinds and one width multiplier m shared by all (no base shapes).
 
   The form of a model whose every width-like dimension grows by the same m = width / base_width (the
-  parametrization's own base width): what ``scaling.mup.optim.make_optimizer(..., width, kinds)`` and the other calls of one
-  global width took.
+  parametrization's own base width), e.g. ``scaling.parametrize(from_kinds(params, kinds, m), scheme,
+  forward="model")``.
 
   Args:
     params: the parameters (arrays or anything with ``.shape``).

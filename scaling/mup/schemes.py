@@ -8,9 +8,9 @@ learning rate ``η · C``. For each layer kind a scheme gives
 * ``init_std`` (B) and ``init_mean``: the model draws ``init_mean + B · N(0, 1)``;
 * ``multiplier`` (A): the layer computes ``A · (x @ w)``;
 * ``lr_adam`` and ``lr_sgd`` (C): the optimizer scales the update of ``w`` by C
-  (``scaling.mup.optim.scale_by_parametrization``).
+  (``scaling.mup.parametrize.RoleParametrization.scale_lr``).
 
-Notation: ``n_in``/``n_out`` are the layer's fan-in/fan-out (``fans``), and
+Notation: ``n_in``/``n_out`` are the layer's fan-in/fan-out (``scaling.mup.shapes.fans``), and
 ``m = width / base_width`` is the width multiplier. Multipliers written in m are
 relative to the base model, so they equal 1 at ``width == base_width``; those
 written in ``n_in``/``n_out`` are absolute. μP's relative factors assume every
@@ -188,11 +188,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
-import warnings
-from typing import Any, Iterable, Sequence
-
-import jax
+from typing import Any
 
 from scaling.attention import rules
 from scaling.base import validation
@@ -355,7 +351,7 @@ class Parametrization:
 
     Args:
       kind: one of LAYER_KINDS.
-      fan_in: the parameter's fan-in (see ``fans``).
+      fan_in: the parameter's fan-in (see ``scaling.mup.shapes.fans``).
       fan_out: the parameter's fan-out.
       width: the model width (d_model); m = width / base_width.
 
@@ -372,7 +368,7 @@ class Parametrization:
 
     Args:
       kind: one of LAYER_KINDS.
-      fan_in: the parameter's fan-in (see ``fans``).
+      fan_in: the parameter's fan-in (see ``scaling.mup.shapes.fans``).
       fan_out: the parameter's fan-out.
       m: the width multiplier (1 at the base model).
 
@@ -645,109 +641,3 @@ def get_parametrization(name: str, *, base_width: int = 64, base_head_dim: int =
     raise ConfigError(
         f"unknown option(s) {', '.join(unknown)} for parametrization {name!r}; allowed: {', '.join(allowed)}")
   return cls(base_width=base_width, base_head_dim=base_head_dim, **options)
-
-
-def path_names(path: Iterable[Any]) -> tuple[str, ...]:
-  """Turns a jax key path (DictKey, GetAttrKey, SequenceKey, ...) or strings into strings."""
-  names = []
-  for entry in path:
-    if isinstance(entry, str):
-      names.append(entry)
-    elif isinstance(entry, jax.tree_util.DictKey):
-      names.append(str(entry.key))
-    elif isinstance(entry, jax.tree_util.GetAttrKey):
-      names.append(entry.name)
-    elif isinstance(entry, jax.tree_util.SequenceKey):
-      names.append(str(entry.idx))
-    else:
-      names.append(str(entry))
-  return tuple(names)
-
-
-def input_axes(in_axes: int | Sequence[int], rank: int) -> tuple[int, ...]:
-  """The input axes of a kernel of ``rank`` axes: the first ``in_axes`` (an int) or the given axis indices."""
-  if isinstance(in_axes, bool):
-    raise ConfigError(f"in_axes must be an int or a sequence of axis indices, got {in_axes!r}")
-  if isinstance(in_axes, int):
-    if not 0 < in_axes < rank:
-      raise ConfigError(f"in_axes must be an integer in [1, {rank - 1}] for a parameter of rank {rank}, got {in_axes!r}")
-    return tuple(range(in_axes))
-  try:
-    axes = tuple(sorted({operator.index(a) for a in in_axes}))
-  except TypeError:
-    raise ConfigError(f"in_axes must be an int or a sequence of axis indices, got {in_axes!r}") from None
-  if not axes or len(axes) >= rank or axes[0] < 0 or axes[-1] >= rank:
-    raise ConfigError(f"in_axes must name between 1 and {rank - 1} of the axes 0..{rank - 1}, got {in_axes!r}")
-  return axes
-
-
-def fans(kind: str, shape: Sequence[int], in_axes: int | Sequence[int] | None = None) -> tuple[int, int]:
-  """(fan_in, fan_out) of a parameter of ``kind`` with ``shape``.
-
-  * embedding [V, D]: (V, D);
-  * Dense kernels [fan_in, fan_out] (input, hidden, attn_q/k/v, readout); a
-    DenseGeneral kernel [D, N, H] has fan_out N·H;
-  * attn_o [N·H, D] or [N, H, D]: fan_in is the product of all but the last axis;
-  * bias and norm: (1, size); a fixed parameter of rank < 2 too;
-  * ``in_axes`` (a matrix kind): an int n says the first n axes are the input (a Conv kernel [..., in, out] has
-    n = rank − 1); a tuple of axis indices names the input axes wherever they are (a kernel stored [out, in] has
-    (1,), as ``scaling.mup.usage`` reads it from the contraction). fan_in is the product of the input axes, fan_out of
-    the others.
-
-  Raises:
-    ValueError: unknown kind, wrong rank, or an empty axis.
-  """
-  kind = check_kind(kind)
-  try:
-    dims = tuple(operator.index(d) for d in shape)
-  except TypeError:
-    raise ConfigError(f"shape must be a sequence of integers, got {shape!r}") from None
-  if any(d <= 0 for d in dims):
-    raise ConfigError(f"{kind} parameter has an empty or negative axis: shape {dims}")
-  if kind in VECTOR_KINDS or (kind == "fixed" and len(dims) < 2):
-    return 1, math.prod(dims)
-  if in_axes is not None and len(dims) >= 2:
-    axes = input_axes(in_axes, len(dims))
-    return (math.prod(dims[a] for a in axes),
-            math.prod(d for a, d in enumerate(dims) if a not in axes))
-  if kind == "embedding":
-    if len(dims) != 2:
-      raise ConfigError(f"embedding parameter must be [V, D], got shape {dims}")
-    return dims[0], dims[1]
-  if len(dims) < 2:
-    raise ConfigError(f"{kind} parameter must have at least 2 axes, got shape {dims}")
-  if kind == "attn_o":
-    return math.prod(dims[:-1]), dims[-1]
-  return dims[0], math.prod(dims[1:])
-
-
-def specs_at_width(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
-  """The LayerSpec of every parameter at one global width m = width / base_width, structure of ``params``.
-
-  The tables looked up per parameter from its kind and fans (``Parametrization.layer``), for models whose every
-  width-like dimension grows by the same m; ``scaling.parametrize`` of inferred roles is the general form.
-
-  Raises:
-    ValueError: the trees differ, a kind is unknown, or a shape or width is invalid; the message names the
-      parameter.
-  """
-  check_positive_int("width", width)
-  if jax.tree.structure(params) != jax.tree.structure(kinds):
-    raise ConfigError("params and kinds must have the same tree structure (kinds from scaling.training.model.param_kinds)")
-
-  def spec(path, leaf, kind):
-    try:
-      fan_in, fan_out = fans(kind, getattr(leaf, "shape", ()))
-      return parametrization.layer(kind, fan_in, fan_out, width)
-    except ValueError as e:
-      raise ConfigError(f"parameter {'/'.join(path_names(path))!r}: {e}") from None
-
-  return jax.tree_util.tree_map_with_path(spec, params, kinds)
-
-
-def param_specs(params: Any, kinds: Any, parametrization: Parametrization, width: int) -> Any:
-  """Deprecated alias of ``specs_at_width`` (one release); use ``scaling.parametrize(roles, scheme).specs()``."""
-  warnings.warn("scaling.mup.schemes.param_specs(params, kinds, parametrization, width) is deprecated and will be "
-                "removed in the next release; use scaling.parametrize(roles, parametrization).specs()",
-                DeprecationWarning, stacklevel=2)
-  return specs_at_width(params, kinds, parametrization, width)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 import jax
 from jax.extend import core as jax_core
 
-from scaling.mup import schemes as param_lib
+from scaling.mup import shapes as shapes_lib
 from scaling.base.validation import ConfigError
 
 # Axes of a laid-out parameter: for each axis of the value, the parameter axes it came from (empty: a new axis).
@@ -96,7 +96,7 @@ class Usage:
 
 def path_key(path: Sequence[Any]) -> str:
   """"a/b/kernel" for a jax key path (an nnx Variable's trailing ``.value`` dropped)."""
-  names = list(param_lib.path_names(path))
+  names = list(shapes_lib.path_names(path))
   if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and names[-1] == "value":
     names = names[:-1]
   return "/".join(names)

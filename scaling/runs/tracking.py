@@ -35,8 +35,8 @@ def check_available(names: Sequence[str]) -> None:
     if name not in TRACKERS:
       raise ConfigError(f"log_to: unknown tracker {name!r}; known: {', '.join(TRACKERS)}")
     if importlib.util.find_spec(TRACKERS[name]) is None:
-      raise ConfigError(f"log_to={name!r} needs the {TRACKERS[name]} package: pip install "
-                        f"'scaling[{name}]' (or pip install {TRACKERS[name]})")
+      raise ConfigError(f"log_to={name!r} needs the {TRACKERS[name]} package: pip install {TRACKERS[name]} (or, "
+                        f"in a clone of this repository, pip install -e '.[{name}]')")
 
 
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:

@@ -13,13 +13,13 @@ import pathlib
 
 import numpy as np
 
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.data_config import DataConfig
+from scaling.training.model_family import ModelFamily
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.runs import report
 from scaling.runs import results
-from scaling.training import train as train_lib
+from scaling.training import loop as loop_lib
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.validation import ConfigError
@@ -43,9 +43,9 @@ class StabilityConfig(Options):
   learning_rates: tuple[float, ...] = option((3e-3, 1e-2, 3e-2, 1e-1), "Learning rates of the optimizer comparison.",
                                              positive=True)
   final_window: int = option(20, "Steps averaged for the final loss.", lower=1)
-  data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=64, batch_size=16), "Training data.")
-  model: model_lib.ModelFamily = option(model_lib.ModelFamily(base_width=32), "The model.")
-  optim: optim.OptimizerConfig = option(optim.OptimizerConfig(steps=200), "Steps and schedule.")
+  data: DataConfig = option(DataConfig(seq_len=64, batch_size=16), "Training data.")
+  model: ModelFamily = option(ModelFamily(base_width=32), "The model.")
+  optim: OptimizerConfig = option(OptimizerConfig(steps=200), "Steps and schedule.")
   output: results.OutputConfig = option(results.OutputConfig("runs/stability"), "Output.")
 
   def validate(self):
@@ -83,8 +83,8 @@ def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
   log_z_rows = []
   for c in (0.0, config.z_loss):
     opt = dataclasses.replace(config.optim, optimizer="adam", learning_rate=config.log_z_learning_rate, z_loss=c)
-    r = train_lib.run_training(model_config, opt, dataset, seed=config.seed, stop_on_divergence=False,
-                               record=("loss", "log_z_mean", "log_z_max"))
+    r = loop_lib.run_training(model_config, opt, dataset, loop_lib.Runs(seed=config.seed),
+                              loop_lib.RunOptions(stop_on_divergence=False, record=("loss", "log_z_mean", "log_z_max")))
     rec = r.records
     log_z_rows.append({"z_loss": c, "log_z_mean_start": float(rec["log_z_mean"][0]),
                        "log_z_mean_end": float(_final(rec["log_z_mean"], window)),
@@ -96,8 +96,9 @@ def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
   opt_rows = []
   for label, name, eps_scaling in OPTIMIZERS:
     opt = dataclasses.replace(config.optim, optimizer=name, eps_scaling=eps_scaling, z_loss=0.0)
-    r = train_lib.run_training(model_config, opt, dataset, seed=[config.seed] * len(lrs), learning_rates=lrs,
-                               stop_on_divergence=False, record=("loss",))
+    r = loop_lib.run_training(model_config, opt, dataset,
+                              loop_lib.Runs(seed=[config.seed] * len(lrs), learning_rates=lrs),
+                              loop_lib.RunOptions(stop_on_divergence=False, record=("loss",)))
     final = _final(r.records["loss"], window)
     opt_rows.append({"optimizer": label, **{f"{lr:g}": float(v) for lr, v in zip(lrs, final)},
                      "diverged_at": [int(s) for s in r.divergence_step]})

@@ -31,12 +31,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling.attention import metrics as metrics_lib
-from scaling.training import model as model_lib
+from scaling.training import model_config as model_config_lib
 from scaling.mup import schemes as parametrization_lib
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import distributed
 from scaling.training import resources
+from scaling.studies import sweep_memory
 from scaling.runs import results
 from scaling.attention import rules as rules_lib
 from scaling.runs import timesplit
@@ -48,8 +49,8 @@ from scaling.base.validation import ConfigError
 
 Array = jax.Array
 
-DTYPES = model_lib.DTYPES
-ATTENTION_IMPLEMENTATIONS = model_lib.EXPLICIT_ATTENTION  # the sweep vmaps traced scales: nothing to autotune
+DTYPES = model_config_lib.DTYPES
+ATTENTION_IMPLEMENTATIONS = model_config_lib.EXPLICIT_ATTENTION  # the sweep vmaps traced scales: nothing to autotune
 DEFAULT_RULES = ("none", "sqrt", "linear", "qk_norm")
 
 METRICS = ("logit_mean", "logit_var", "logit_std", "logit_absmax", "entropy", "entropy_normalized", "max_prob",
@@ -502,7 +503,7 @@ def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   Returns:
     The rows of results.jsonl (NaN for non-finite values).
   """
-  resources.check(resources.sweep_estimate(config), resources.option_values(config))
+  resources.check(sweep_memory.sweep_estimate(config), resources.option_values(config))
   out_dir = results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config)})
   start = time.perf_counter()

@@ -23,9 +23,13 @@ from typing import Any
 
 import jax
 
-from scaling.training import data as data_lib
+from scaling.training.data_config import DataConfig
+from scaling.training.dataset import Dataset
+from scaling.training import dataset as dataset_lib
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.model_family import ModelFamily
+from scaling.training.model_config import ModelConfig
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.runs import plotting
 from scaling.runs import report
@@ -33,7 +37,10 @@ from scaling.runs import distributed
 from scaling.training import resources
 from scaling.runs import results
 from scaling.runs import tracking
-from scaling.training import train as train_lib
+from scaling.training import evaluation as evaluation_lib
+from scaling.training import loop as loop_lib
+from scaling.training import sharded as sharded_lib
+from scaling.training import state as state_lib
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.config import Seeds
@@ -49,7 +56,7 @@ class TrainOutputConfig(results.OutputConfig):
 
   log_to: tuple[str, ...] | None = option(
       None, "Also send the numbers of metrics.jsonl to these trackers, comma-separated: tensorboard (event files in "
-      "<out_dir>/tensorboard; pip install 'scaling[tensorboard]'), wandb (pip install 'scaling[wandb]'; "
+      "<out_dir>/tensorboard; pip install tensorboardX), wandb (pip install wandb; "
       "WANDB_MODE=offline needs no network).", choices=tuple(tracking.TRACKERS))
 
   def validate(self):
@@ -71,7 +78,7 @@ class TrainConfig(Options):
   log_every: int = option(10, "Write a metrics.jsonl row every this many steps.", lower=1)
   print_every: int = option(100, "Print a progress line every this many steps.", lower=1)
   eval_batches: int = option(8, "Held-out batches for the final evaluation.", lower=1)
-  divergence_factor: float = option(train_lib.DEFAULT_DIVERGENCE_FACTOR, "Stop when the loss exceeds this times "
+  divergence_factor: float = option(loop_lib.DEFAULT_DIVERGENCE_FACTOR, "Stop when the loss exceeds this times "
                                     "the initial loss.", positive=True)
   checkpoint_every: int = option(0, "Save a checkpoint (params, optimizer state, step = data position, data key) "
                                  "into --out_dir/checkpoints every this many steps; a rerun with the same options "
@@ -79,9 +86,9 @@ class TrainConfig(Options):
   shard_params: bool = option(False, "On several devices, shard parameters and optimizer state over them (FSDP) "
                               "instead of replicating them; the batch is split over the devices either way.")
   seeds: Seeds = option(Seeds(num_seeds=1), "Seed of the initialization and the data.")
-  data: data_lib.DataConfig = option(data_lib.DataConfig(seq_len=24, batch_size=32), "Training data.")
-  model: model_lib.ModelFamily = option(model_lib.ModelFamily(), "The model.")
-  optim: optim.OptimizerConfig = option(optim.OptimizerConfig(), "Optimizer and schedule.")
+  data: DataConfig = option(DataConfig(seq_len=24, batch_size=32), "Training data.")
+  model: ModelFamily = option(ModelFamily(), "The model.")
+  optim: OptimizerConfig = option(OptimizerConfig(), "Optimizer and schedule.")
   output: TrainOutputConfig = option(TrainOutputConfig("runs/train"), "Output and trackers.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 
@@ -90,18 +97,15 @@ class TrainConfig(Options):
       raise ConfigError(f"divergence_factor={self.divergence_factor:g} must exceed 1 (the initial loss itself would "
                         "count as diverged)")
 
-  def model_config(self, dataset: data_lib.Dataset) -> model_lib.ModelConfig:
+  def model_config(self, dataset: Dataset) -> ModelConfig:
     """The model for ``dataset`` (the base width defaults to the width: μP = SP)."""
     family = self.model.with_base_width([self.width])
-    try:
-      return family.model_config(self.parametrization, self.width, vocab_size=dataset.vocab_size,
-                                 max_len=dataset.seq_len)
-    except ValueError as e:
-      raise ConfigError(f"width={self.width}: {e}", fields=getattr(e, "fields", ())) from None
+    return family.model_config(self.parametrization, self.width, vocab_size=dataset.vocab_size,
+                               max_len=dataset.seq_len)
 
 
-def memory_estimate(config: TrainConfig, dataset: data_lib.Dataset,
-                    model_config: model_lib.ModelConfig) -> resources.Estimate:
+def memory_estimate(config: TrainConfig, dataset: Dataset,
+                    model_config: ModelConfig) -> resources.Estimate:
   """What the run needs: one model, its optimizer state, the kept last finite state, a step's activations."""
   return resources.training_estimate(
       [(f"at width={config.width}", model_config)], optimizer=config.optim.optimizer,
@@ -145,7 +149,7 @@ NOT_IN_RESULTS = TrainConfig.NOT_IN_RESULTS
 """Options that change no result file (left out of run.json, so a rerun may change them)."""
 
 
-def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.ModelConfig, dataset: Any):
+def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: ModelConfig, dataset: Any):
   """(checkpoints or None, restored state or None, step-0 loss or None) for a run in ``out_dir``."""
   directory = out_dir / CHECKPOINTS
   if not config.checkpoint_every and not directory.exists():
@@ -156,8 +160,7 @@ def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: model_lib.
   if checkpoints.latest_step() is None:
     return checkpoints, None, None
   seed = config.seeds.seed
-  init = train_lib.make_run_init(model_config, config.optim, (dataset.batch_size, dataset.seq_len),
-                                 config.shard_params)
+  init = sharded_lib.make_run_init(model_config, config.optim, shard_params=config.shard_params)
   target = init(seed, config.optim.learning_rate)
   state, record = checkpoints.restore(target, seed=seed)
   return checkpoints, state, record["initial_loss"]
@@ -187,10 +190,10 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   model_config = config.model_config(dataset)
   resources.check(memory_estimate(config, dataset, model_config), resources.option_values(config))
   results.open_run(out_dir, config, overwrite=config.output.overwrite, ignore=NOT_IN_RESULTS, outputs=OUTPUTS,
-                   extra={"dataset": data_lib.describe(dataset)})
+                   extra={"dataset": dataset_lib.describe(dataset)})
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
                                                "model": dataclasses.asdict(model_config),
-                                               "dataset": data_lib.describe(dataset)})
+                                               "dataset": dataset_lib.describe(dataset)})
   shapes = jax.eval_shape(functools.partial(model_lib.init_params, config=model_config), jax.random.PRNGKey(seed))
   num_params = model_lib.count_params(shapes)
   steps = config.optim.steps
@@ -239,17 +242,17 @@ def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
       print(f"step {step:>6}/{steps}  loss {row['loss']:.4f}  acc {row['accuracy']:.3f}  "
             f"lr {row['learning_rate']:.3g}  grad {row['grad_norm']:.3g}  {rate}", flush=True)
 
-  def after_step(done: int, state: train_lib.TrainState) -> None:
+  def after_step(done: int, state: state_lib.TrainState) -> None:
     if config.checkpoint_every and done % config.checkpoint_every == 0 and done < steps and not progress["diverged"]:
       checkpoints.save(state, seed=seed, initial_loss=progress["initial_loss"])
 
   try:
     with bar:
-      result = train_lib.run_training(
-          model_config, config.optim, dataset, seed=seed, log_every=math.gcd(config.log_every, config.print_every),
-          callback=callback, divergence_factor=config.divergence_factor, keep_last_finite=True, state=state,
-          initial_loss=initial_loss, after_step=after_step, shard_params=config.shard_params)
-    evaluation = train_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
+      result = loop_lib.run_training(model_config, config.optim, dataset, loop_lib.Runs(seed=seed), loop_lib.RunOptions(
+          log_every=math.gcd(config.log_every, config.print_every), callback=callback,
+          divergence_factor=config.divergence_factor, keep_last_finite=True, state=state, initial_loss=initial_loss,
+          after_step=after_step, shard_params=config.shard_params))
+    evaluation = evaluation_lib.evaluate(result.last_finite_state.params, model_config, dataset, config.eval_batches)
   except KeyboardInterrupt:
     metrics.close()
     write_plots(out_dir, metrics.rows, model_config.depth)

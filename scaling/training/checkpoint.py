@@ -56,7 +56,7 @@ class Checkpoints:
     return None if step < 0 else step
 
   def save(self, state: Any, *, seed: int, initial_loss: float) -> None:
-    """Saves ``state`` (a ``scaling.training.train.TrainState``) at its step, with the data key and the step-0 loss.
+    """Saves ``state`` (a ``scaling.training.state.TrainState``) at its step, with the data key and the step-0 loss.
 
     Args:
       state: the train state after ``state.step`` updates.

@@ -7,7 +7,7 @@ per query row, so T × block), parameters, optimizer state, gradients,
 activations and readout logits, times the members a program vmaps (seeds,
 rules, learning rates). Parts of one compiled program are live together;
 programs run one after another (head dims of a sweep, widths of a width study)
-take the largest. The constants (``DENSE_SWEEP_COPIES`` and the like) count
+take the largest. The constants (``DENSE_TRAIN_COPIES`` and the like) count
 the T × S (or B × T × D) float32 arrays a program keeps live at once, from
 what the program computes (logits, weights, their gradients, the metrics'
 intermediates); ``tests/test_resources.py`` checks the sizes against the real
@@ -18,17 +18,14 @@ arrays and the totals against XLA's own buffer plan.
 MemAvailable) and raises ``ResourceError``, one line naming the options that
 size the largest part, the estimate and what is available, and what to change.
 
-Time, for runs planned for an accelerator this host does not have: ``training_flops`` counts the floating-point
-operations of a training program, ``ACCELERATOR_PEAKS`` holds the datasheet peaks of a few GPUs and
-``accelerator_seconds`` turns the floating-point operations of a run's programs into expected seconds on one of them
-(``TimeModel``: a fraction of the peak, plus compilation and per-step overhead).
+The sweep's programs are estimated beside the sweep (``scaling.studies.sweep_memory``) from the sizes here; the time
+of a run on an accelerator is ``scaling.studies.device_time``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import os
 import re
 from typing import Any, Iterable, Mapping, Sequence
@@ -37,16 +34,9 @@ from scaling.base.validation import ConfigError
 
 F32 = 4  # bytes of a float32 (parameters, optimizer state and attention logits are float32)
 
-DENSE_SWEEP_COPIES = 6
-"""T × S float32 arrays live per (seed, rule) in the dense sweep program: logits, weights, the mask, the
-gradient with respect to logits and weights, and the softmax-Jacobian and entropy intermediates."""
 BLOCKWISE_COPIES = 5
 """T × block float32 arrays live per head and sequence in blockwise attention (a tile, its weights, their
 gradients, and the per-block residuals of the scan)."""
-SWEEP_QKV_COPIES = 4
-"""B × T × N × d_k arrays per seed independent of the rules (q, k, v and the upstream gradient) ..."""
-SWEEP_QKV_COPIES_PER_RULE = 4
-"""... and per rule (the output and the gradients with respect to q, k and v)."""
 DENSE_TRAIN_COPIES = 5
 """T × T float32 arrays per head, sequence and block kept for the backward pass of dense attention in
 training (logits, weights, the mask, the attention metrics' intermediates)."""
@@ -227,7 +217,7 @@ def param_count(model_config: Any) -> int:
   """Parameters of ``scaling.training.model.Transformer(model_config)`` in closed form (no initialization).
 
   Args:
-    model_config: a ``scaling.training.model.ModelConfig``.
+    model_config: a ``scaling.training.model_config.ModelConfig``.
 
   Returns:
     The number of parameters: embeddings, per block the norms, q/k/v/out and
@@ -257,66 +247,12 @@ def optimizer_state_count(num_params: int, optimizer: str, momentum: float = 0.0
 # Estimates.
 
 
-def sweep_program(*, batch: int, heads: int, seq_len: int, d_k: int, num_seeds: int, num_rules: int,
-                  attention: str = "dense", block: int = 128, width: int | None = None) -> Estimate:
-  """The d_k sweep's program at one head dim: every seed vmapped, every rule evaluated in it.
-
-  Args:
-    batch, heads, seq_len, d_k: the shape of q, k, v [B, T, N, d_k] per seed.
-    num_seeds: seeds vmapped.
-    num_rules: rules (dense: all live together; blockwise: one after another).
-    attention: "dense" or "blockwise".
-    block: the blockwise tile.
-    width: width mode: inputs [B, T, width] and W_q, W_k, W_v [width, N·d_k] per seed.
-
-  Returns:
-    An Estimate with parts for the attention logits, q/k/v and their gradients, and the projections.
-  """
-  live_rules = num_rules if attention == "dense" else 1
-  copies = DENSE_SWEEP_COPIES if attention == "dense" else BLOCKWISE_COPIES
-  logits = copies * attention_bytes(batch, heads, seq_len, seq_len, attention, block) * num_seeds * live_rules
-  qkv = (SWEEP_QKV_COPIES + SWEEP_QKV_COPIES_PER_RULE * live_rules) * batch * seq_len * heads * d_k * F32 * num_seeds
-  hint = ("use attention='blockwise', a smaller seq_len or batch, or fewer num_seeds or rules"
-          if attention == "dense" else "use a smaller block_size, seq_len or batch, or fewer num_seeds")
-  parts = [Part(f"{attention} attention logits", logits,
-                ("seq_len", "batch", "num_heads", "num_seeds", "rules") + (("block_size",) if attention != "dense"
-                                                                          else ()), hint),
-           Part("q, k, v and their gradients", qkv, ("d_k", "seq_len", "batch", "num_heads", "num_seeds"),
-                "use a smaller d_k, seq_len or batch, or fewer num_seeds")]
-  if width is not None:
-    proj = 2 * (batch * seq_len * width + 3 * width * heads * d_k) * F32 * num_seeds
-    parts.append(Part("width-mode inputs and projections", proj, ("width", "d_k", "seq_len", "num_seeds"),
-                      "use a smaller width, d_k or seq_len"))
-  return Estimate(tuple(parts))
-
-
-def sweep_estimate(config: Any) -> Estimate:
-  """The largest program of a ``scaling.studies.sweep.SweepConfig`` (over its program shapes and head dims).
-
-  One program per (width-mode point, sequence length, dtype, d_k); its rules and, with iid inputs, its qk_std values
-  are vmapped together (counted as rules); every dtype is counted at 4 bytes, an upper bound.
-  """
-  programs = []
-  for mode in config.modes():
-    width = mode.width[0] if mode.parametrization else None
-    stds = 1 if mode.parametrization else len(mode.qk_std)
-    for d_k in mode.d_k:
-      e = sweep_program(batch=mode.batch, heads=mode.num_heads, seq_len=mode.seq_len[0], d_k=d_k,
-                        num_seeds=mode.num_seeds, num_rules=len(mode.rules) * stds, attention=mode.attention,
-                        block=mode.block_size, width=width)
-      where = f"at d_k={d_k}" + (f" and width={width}" if width is not None else "")
-      if len(config.seq_len) > 1:
-        where += f" and seq_len={mode.seq_len[0]}"
-      programs.append(dataclasses.replace(e, where=where))
-  return largest(programs)
-
-
 def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0, batch_size: int, seq_len: int,
                      members: int = 1, state_copies: int = 2, member_flags: Sequence[str] = ()) -> Estimate:
   """One compiled training step of ``members`` vmapped models (and the state kept between steps).
 
   Args:
-    model_config: a ``scaling.training.model.ModelConfig``.
+    model_config: a ``scaling.training.model_config.ModelConfig``.
     optimizer, momentum: the optimizer (its state size).
     batch_size, seq_len: B and T of a training batch.
     members: vmapped models (seeds × learning rates).
@@ -385,103 +321,3 @@ def dataset_bytes(dataset: Any) -> int:
   """Device bytes a dataset holds throughout (the tokens of a text file; synthetic tasks hold none)."""
   tokens = getattr(dataset, "tokens", None)
   return 0 if tokens is None else int(math.prod(tokens.shape)) * tokens.dtype.itemsize
-
-
-# ----------------------------------------------------------------------------
-# Time on an accelerator, from its datasheet.
-
-
-def training_flops(model_config: Any, *, steps: int, members: int, batch_size: int, seq_len: int) -> float:
-  """Floating-point operations of training ``members`` vmapped models for ``steps`` steps: per sequence,
-  6 · parameters · tokens for the weights plus 12 · depth · T² · width for the attention (forward and backward).
-
-  Args:
-    model_config: a ``scaling.training.model.ModelConfig``.
-    steps: training steps.
-    members: vmapped models (seeds × learning rates).
-    batch_size, seq_len: B and T of a training batch.
-
-  Returns:
-    FLOPs.
-  """
-  for name, value in (("steps", steps), ("members", members), ("batch_size", batch_size), ("seq_len", seq_len)):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-      raise ValueError(f"{name} must be a positive int, got {value!r}")
-  params = param_count(model_config)
-  per_sequence = 6.0 * params * seq_len + 12.0 * model_config.depth * seq_len**2 * model_config.width
-  return per_sequence * batch_size * steps * members
-
-
-ACCELERATOR_PEAKS: dict[str, dict[str, float]] = {
-    "H200": {"float32": 67e12, "tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12},
-    "H100": {"float32": 67e12, "tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12},
-    "A100": {"float32": 19.5e12, "tf32": 156e12, "bfloat16": 312e12, "float16": 312e12},
-}
-"""Dense peak FLOP/s per matmul precision of the SXM parts, keyed by a word of JAX's ``device_kind`` (e.g. "NVIDIA
-H200"). "float32" is the CUDA cores' rate, "tf32" float32 matmuls on the tensor cores (what XLA uses for float32 on
-these GPUs at JAX's default matmul precision), "bfloat16" and "float16" the tensor cores' rate. Sources: the NVIDIA H200 Tensor
-Core GPU datasheet (H200 SXM: FP32 67 TFLOPS, TF32 989 and BF16/FP16 1,979 TFLOPS with sparsity), the NVIDIA H100
-Tensor Core GPU datasheet (H100 SXM: the same figures) and the NVIDIA A100 Tensor Core GPU datasheet (FP32 19.5,
-TF32 156, BF16/FP16 312 TFLOPS dense); the datasheets' "with sparsity" figures (2:4 structured sparsity) are halved
-here."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TimeModel:
-  """How a run's floating-point operations become seconds on an accelerator (assumptions, not measurements).
-
-  Attributes:
-    efficiency: the fraction of the datasheet peak the programs reach (small models reach a fraction of it).
-    compile_seconds: compilation per program.
-    step_seconds: host overhead per training step (dispatch, the per-step divergence check's copy to the host).
-    fixed_seconds: what the run spends outside the planned programs (e.g. the random-input claims).
-  """
-
-  efficiency: float = 0.3
-  compile_seconds: float = 20.0
-  step_seconds: float = 0.005
-  fixed_seconds: float = 60.0
-
-
-def accelerator_peak(device_kind: str, dtype: str, tf32: bool = True) -> float:
-  """The dense datasheet peak FLOP/s of ``device_kind`` for matmuls in ``dtype`` (``ACCELERATOR_PEAKS``).
-
-  Args:
-    device_kind: JAX's ``device_kind``, or any name holding a key of ``ACCELERATOR_PEAKS`` (e.g. "NVIDIA H200").
-    dtype: "float32" or "bfloat16".
-    tf32: float32 matmuls run as TF32 on the tensor cores (JAX's default precision on these GPUs).
-
-  Returns:
-    FLOP/s.
-  """
-  for name, peaks in ACCELERATOR_PEAKS.items():
-    if name.lower() in device_kind.lower():
-      key = "tf32" if dtype == "float32" and tf32 else dtype
-      if key not in peaks:
-        raise ValueError(f"dtype: no {dtype!r} peak for {device_kind!r}; known: {', '.join(peaks)}")
-      return peaks[key]
-  raise ValueError(f"device_kind: no datasheet peaks for {device_kind!r}; known: {', '.join(ACCELERATOR_PEAKS)}")
-
-
-def accelerator_seconds(programs: Sequence[tuple[float, str, int]], device_kind: str,
-                        model: TimeModel = TimeModel(), compiled: int | None = None) -> dict[str, float]:
-  """The expected seconds of running ``programs`` one after another on one ``device_kind``.
-
-  Args:
-    programs: one (floating-point operations, dtype, steps) per run program.
-    device_kind: the accelerator (``accelerator_peak``'s).
-    model: the fraction of the peak and the overheads.
-    compiled: how many of them are compiled (programs that are the same computation are compiled once);
-      None: every one.
-
-  Returns:
-    {"compute", "compile", "steps", "fixed", "total"}: seconds; and "compute_at_peak", the compute at the full
-    datasheet peak (the least any program or overhead could leave; not part of the total).
-  """
-  at_peak = sum(flops / accelerator_peak(device_kind, dtype) for flops, dtype, _ in programs)
-  out = {"compute": at_peak / model.efficiency,
-         "compile": model.compile_seconds * (len(programs) if compiled is None else compiled),
-         "steps": model.step_seconds * sum(steps for _, _, steps in programs), "fixed": model.fixed_seconds}
-  out["total"] = sum(out.values())
-  out["compute_at_peak"] = at_peak
-  return out

@@ -4,7 +4,8 @@
 sequence length, seeds and text file, and caches measurements that several claims share (the d_k sweep of
 ``SWEEP_RULES``; the training grids, each trained once by its ``GridPlanner``). The formatting helpers below turn
 per-seed values into the numbers and sentences of a ``scaling.studies.claims.verdicts.Measurement``; the measurements
-themselves are in ``scaling.studies.claims.random_input`` and ``scaling.studies.claims.training``.
+themselves are in the random-input families (gathered in ``scaling.studies.claims.table``) and
+``scaling.studies.claims.training_claims``.
 """
 
 from __future__ import annotations
@@ -35,10 +36,9 @@ MODES: dict[str, dict[str, Any]] = {
 """Sizes per mode: head dims and sequence length of the random-input sweeps, seeds, and the model widths of the
 fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name; "cpu_hour" is the
 largest setting planned for about an hour on two CPU cores; "paper" the notes' sequences of 256 (its training sizes
-are ``scaling.studies.claims.training.SIZES["paper"]``); "paper_8min" the same random inputs with the training cut to
-fit 8 minutes on one H200 (``SIZES["paper_8min"]``, what ``scripts/device_claims.sh`` runs)."""
+are ``scaling.studies.claims.training_sizes.SIZES["paper"]``); "paper_8min" the same random inputs with the training cut
+to fit 8 minutes on one H200 (``SIZES["paper_8min"]``, what ``scripts/device_claims.sh`` runs)."""
 
-RENAMED_MODES = {"full": "cpu_hour"}  # old mode names, refused with a message naming the new one
 
 
 def hardware() -> str:
@@ -59,9 +59,6 @@ class Context:
 
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
                num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
-    if mode in RENAMED_MODES:
-      raise ConfigError(f"mode={mode!r} is now mode={RENAMED_MODES[mode]!r} (about an hour on 2 CPU cores; "
-                        "mode='paper' is the notes' setting)")
     if mode not in MODES:
       raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     sizes = MODES[mode]

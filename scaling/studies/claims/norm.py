@@ -1,9 +1,10 @@
 """Training claims about the blocks' normalization (``Claim(training=True)``): RMSNorm against LayerNorm.
 
 Note 2 §4, follow-up 2 (``shared/seeds/004_383f650843b84e3b.txt``) says that RMSNorm performs on par with LayerNorm
-in large-scale training. Its measurement trains the depth-2 model of ``scaling.studies.claims.training`` with 1/√d_k
-and either norm, on the same grids of learning rates × seeds (``rmsnorm_grids``: the same grids as the claim that the
-norms do not replace the scale, trained once), and compares their final losses, each at its best learning rate.
+in large-scale training. Its measurement trains the depth-2 model of the training claims
+(``scaling.studies.claims.training_grids``) with 1/√d_k and either norm, on the same grids of learning rates × seeds
+(``rmsnorm_grids``: the same grids as the claim that the norms do not replace the scale, trained once), and compares
+their final losses, each at its best learning rate.
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ from typing import Any
 import numpy as np
 
 from scaling.studies import stats
-from scaling.studies.claims import training as training_claims
+from scaling.studies.grid.run import GridRun
 from scaling.studies.grid.run import GridSpec
+from scaling.studies.claims.best_learning_rate import at_best_lr
+from scaling.studies.claims.context import Context
+from scaling.studies.claims.training_grids import grid_spec
+from scaling.studies.claims.training_grids import NORM_NAMES
+from scaling.studies.claims.training_grids import trained
+from scaling.studies.claims.training_numbers import about
+from scaling.studies.claims.training_sizes import data_name
+from scaling.studies.claims.training_sizes import sizes
 from scaling.studies.claims.verdicts import Claim
 from scaling.studies.claims.verdicts import Criterion
 from scaling.studies.claims.verdicts import Measurement
 
-NORMS = ("layer", "rms")
-NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
+NORMS = tuple(NORM_NAMES)  # ("layer", "rms")
 
 
 def on_par_gap(layer: np.ndarray, rms: np.ndarray) -> dict[str, float]:
@@ -45,34 +53,33 @@ def on_par_gap(layer: np.ndarray, rms: np.ndarray) -> dict[str, float]:
   return {"gap": gap, "gap_sample_std": spread, "max_abs_gap_within_noise": abs(gap) + 2 * spread}
 
 
-def rmsnorm_grids(ctx: Any) -> dict[str, GridSpec]:
+def rmsnorm_grids(ctx: Context) -> dict[str, GridSpec]:
   """{norm: spec}: 1/√d_k at the small depth with LayerNorm and with RMSNorm blocks."""
-  depth = training_claims.sizes(ctx)["depth_small"]
-  return {norm: training_claims.grid_spec(ctx, rule="sqrt", depth=depth, norm=norm) for norm in NORMS}
+  depth = sizes(ctx)["depth_small"]
+  return {norm: grid_spec(ctx, rule="sqrt", depth=depth, norm=norm) for norm in NORMS}
 
 
-def _final_at_best(ctx: Any, run: Any) -> dict[str, Any]:
-  """A trained grid at its best learning rate (``training_claims.at_best_lr``, the final loss the mean of the last
-  tenth of the steps), with "last" the steps averaged."""
+def _final_at_best(ctx: Context, run: GridRun) -> dict[str, Any]:
+  """A trained grid at its best learning rate (``scaling.studies.claims.best_learning_rate.at_best_lr``, the final
+  loss the mean of the last tenth of the steps), with "last" the steps averaged."""
   last = max(1, run.records["loss"].shape[0] // 10)
-  return {**training_claims.at_best_lr(ctx, run, last), "last": last}
+  return {**at_best_lr(ctx, run, last), "last": last}
 
 
-def measure_rmsnorm_on_par(ctx: Any) -> Measurement:
+def measure_rmsnorm_on_par(ctx: Context) -> Measurement:
   """RMSNorm's final loss against LayerNorm's at depth 2 with 1/√d_k, each at its best learning rate: the relative gap
   and its bound within seed noise."""
-  depth = training_claims.sizes(ctx)["depth_small"]
-  runs = {norm: _final_at_best(ctx, run) for norm, run in training_claims.trained(ctx, rmsnorm_grids(ctx)).items()}
-  numbers: dict[str, Any] = {"data": training_claims.data_name(ctx), "mode": ctx.mode,
-                             "seeds": list(training_claims.seeds_of(ctx)), "depth": depth,
-                             "final_loss_mean_of_last": runs["layer"]["last"], "max_abs_gap_within_noise": None,
+  depth = sizes(ctx)["depth_small"]
+  runs = {norm: _final_at_best(ctx, run) for norm, run in trained(ctx, rmsnorm_grids(ctx)).items()}
+  numbers: dict[str, Any] = {**about(ctx), "depth": depth, "final_loss_mean_of_last": runs["layer"]["last"],
+                             "max_abs_gap_within_noise": None,
                              "best_lr_at_edge": any(r["best_at_grid_edge"] for r in runs.values())}
   for norm, r in runs.items():
     numbers[norm] = {"best_learning_rate": r["best_learning_rate"], "best_at_grid_edge": r["best_at_grid_edge"],
                      "widened_by": r["widened_by"],
                      "final_loss": stats.finite_mean_std([] if r["final_at_best"] is None else r["final_at_best"]),
                      "final_loss_by_lr": r["final_loss_by_lr"]}
-  where = f"Depth {depth} with 1/√d_k on the {training_claims.data_name(ctx)}"
+  where = f"Depth {depth} with 1/√d_k on the {data_name(ctx)}"
   if any(r["final_at_best"] is None for r in runs.values()):
     failed = " and ".join(NORM_NAMES[n] for n, r in runs.items() if r["final_at_best"] is None)
     return Measurement(numbers, f"{where}: no learning rate of the {failed} grid kept every seed finite, so there "

@@ -12,8 +12,9 @@ formatted from them.
 The parts: the measurement context and the wording of measured values
 (``scaling.studies.claims.context``: ``Context``, and ``MODES``, the sizes of
 ``--mode=quick``, ``--mode=cpu_hour`` and ``--mode=paper``), the claims settled by
-random q, k, v (``scaling.studies.claims.random_input``), those settled by
-training small models (``scaling.studies.claims.training``), the citations
+random q, k, v (drawn by ``scaling.studies.claims.random_inputs``; one module per
+family, gathered in ``scaling.studies.claims.table.RANDOM_INPUT_CLAIMS``), those settled by
+training small models (``scaling.studies.claims.training_claims``), the citations
 checked against their sources (``scaling.studies.claims.citations``), and the
 claim table of all of them with its Markdown (``scaling.studies.claims.table``). This module runs
 them: ``run_claims`` measures the selected claims, ``run`` is the study behind
@@ -31,15 +32,17 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from scaling.training import data as data_lib
+from scaling.training import text_corpus
 from scaling.runs import distributed
 from scaling.runs import report
 from scaling.training import resources
+from scaling.studies import sweep_memory
+from scaling.studies import device_time
 from scaling.runs import results
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.studies.grid import run as grid_run
-from scaling.studies.claims import training as training_claims
+from scaling.studies.claims.training_sizes import follows_num_seeds
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claims.table import all_claims
 from scaling.studies.claims.table import markdown_table
@@ -49,9 +52,8 @@ from scaling.studies.claims.context import Context
 from scaling.studies.claims.context import HEADS
 from scaling.studies.claims.context import hardware
 from scaling.studies.claims.context import MODES
-from scaling.studies.claims.context import RENAMED_MODES
 from scaling.studies.claims.context import SWEEP_RULES
-from scaling.studies.claims.random_input import RANDOM_INPUT_CLAIMS  # pylint: disable=unused-import
+from scaling.studies.claims.table import RANDOM_INPUT_CLAIMS  # pylint: disable=unused-import
 from scaling.studies.claims.verdicts import CITATION
 from scaling.studies.claims.verdicts import CITATION_VERDICTS
 from scaling.studies.claims.verdicts import FAILS
@@ -105,7 +107,7 @@ class ClaimsConfig(Options):
                      "heads, sequences of 256, depths 2/6/12, ~2000 steps, 3 seeds; for an accelerator) or paper_8min "
                      "(the notes' model with 3 learning rates, 300-600 steps and float32: scripts/device_claims.sh, "
                      "under 8 minutes on one H200).",
-                     choices=(*MODES, *RENAMED_MODES))
+                     choices=tuple(MODES))
   ids: tuple[str, ...] | None = option(None, "Claims to measure (default: all).",
                                        choices=lambda: [c.id for c in all_claims()])
   d_k: tuple[int, ...] | None = option(None, "Head dimensions of the random-input claims (must include 64 and "
@@ -129,9 +131,6 @@ class ClaimsConfig(Options):
     super().__post_init__()
 
   def validate(self):
-    if self.mode in RENAMED_MODES:
-      raise ConfigError(f"mode={self.mode!r} is now mode={RENAMED_MODES[self.mode]!r} (about an hour on 2 CPU cores; "
-                        "mode='paper' is the notes' setting)")
     if self.d_k is not None and not {64, 128} <= set(self.d_k):
       raise ConfigError("d_k must include 64 and 128 (sqrt_flatter_at_128 compares them)")
 
@@ -158,13 +157,13 @@ def memory_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> resourc
   estimates = []
   if any(not c.training for c in selected):
     d_k = max(ctx.d_k)
-    e = resources.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
+    e = sweep_memory.sweep_program(batch=BATCH, heads=HEADS, seq_len=ctx.seq_len, d_k=d_k, num_seeds=ctx.num_seeds,
                                 num_rules=len(SWEEP_RULES))
     hint = "use a smaller seq_len or d_k, or fewer num_seeds"
     parts = tuple(dataclasses.replace(p, flags=("seq_len", "num_seeds", "d_k"), hint=hint) for p in e.parts)
     estimates.append(resources.Estimate(parts, f"for the random-input claims at d_k={d_k}"))
   if any(c.training for c in selected):
-    if training_claims.follows_num_seeds(ctx):
+    if follows_num_seeds(ctx):
       flags, hint = ("mode", "num_seeds"), "use mode='quick' or fewer num_seeds, or leave the training claims out of ids"
     else:  # the mode fixes the grids' seeds: num_seeds changes only the random-input claims
       flags, hint = ("mode",), "use mode='quick', or leave the training claims out of ids"
@@ -199,24 +198,24 @@ def device_flops() -> float:
 
 DEVICE_KIND = "NVIDIA H200"  # the accelerator scripts/device_claims.sh is planned for
 DEVICE_BUDGET_SECONDS = 8 * 60.0  # ... and the time it must fit in
-DEVICE_TIME_MODEL = resources.TimeModel(efficiency=0.3, compile_seconds=20.0, step_seconds=0.005, fixed_seconds=60.0)
+DEVICE_TIME_MODEL = device_time.TimeModel(efficiency=0.3, compile_seconds=20.0, step_seconds=0.005, fixed_seconds=60.0)
 """The assumptions behind the accelerator plan: 30% of the datasheet peak (small models: the low end of what such
 programs reach), 20 s of compilation per grid (a depth-12 paper-size grid compiles in about 14 s on a 2-core CPU),
 5 ms of host work per step (the step's dispatch and its per-step divergence check), 60 s for the random-input claims."""
 
 
 def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_kind: str = DEVICE_KIND,
-                     model: resources.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
-  """Expected seconds of the selected claims on one ``device_kind`` (``resources.accelerator_seconds`` of the
+                     model: device_time.TimeModel = DEVICE_TIME_MODEL) -> dict[str, float]:
+  """Expected seconds of the selected claims on one ``device_kind`` (``device_time.accelerator_seconds`` of the
   planned training grids; nothing is trained and no accelerator is needed)."""
   plan = planned_grids(ctx, ids)
   fixed = model.fixed_seconds if any(not c.training for c in all_claims() if ids is None or c.id in ids) else 0.0
-  return resources.accelerator_seconds(plan.programs(), device_kind, dataclasses.replace(model, fixed_seconds=fixed),
+  return device_time.accelerator_seconds(plan.programs(), device_kind, dataclasses.replace(model, fixed_seconds=fixed),
                                        compiled=plan.compiled())
 
 
 def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
-                              budget: float = DEVICE_BUDGET_SECONDS, model: resources.TimeModel = DEVICE_TIME_MODEL
+                              budget: float = DEVICE_BUDGET_SECONDS, model: device_time.TimeModel = DEVICE_TIME_MODEL
                               ) -> str:
   """``accelerator_plan``'s seconds in words, with whether they fit ``budget``."""
   fits = "fits" if plan["total"] <= budget else "does NOT fit"
@@ -270,7 +269,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   the end; wall times go to timings.jsonl.
   """
   if config.text_file is not None:
-    data_lib.load_text(config.text_file)  # a bad file fails here, before the output folder exists
+    text_corpus.load_text(config.text_file)  # a bad file fails here, before the output folder exists
   ctx = config.context()
   memory = memory_estimate(ctx, config.ids)
   values = {"seq_len": ctx.seq_len, "num_seeds": ctx.num_seeds, "d_k": ctx.d_k, "mode": ctx.mode}

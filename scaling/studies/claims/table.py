@@ -9,15 +9,22 @@ from typing import Any
 
 from scaling.runs import report
 from scaling.studies.claims import citations as citation_claims
+from scaling.studies.claims import exp_overflow_claims
+from scaling.studies.claims import head_dim_and_retrieval_claims
+from scaling.studies.claims import logit_variance_claims
 from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import training as training_claims
+from scaling.studies.claims import norms_and_temperature_claims
+from scaling.studies.claims import outlier_overflow_claims
+from scaling.studies.claims import rope_claims
+from scaling.studies.claims import softmax_saturation_claims
+from scaling.studies.claims import training_claims
+from scaling.studies.claims.training_sizes import describe_sizes
 from scaling.studies.claims import unmeasurable as unmeasurable_claims
 from scaling.studies.claims.context import BATCH
 from scaling.studies.claims.context import Context
 from scaling.studies.claims.context import hardware
 from scaling.studies.claims.context import HEADS
 from scaling.studies.claims.context import n_seeds_text
-from scaling.studies.claims.random_input import RANDOM_INPUT_CLAIMS
 from scaling.studies.claims.verdicts import CITATION
 from scaling.studies.claims.verdicts import CITATION_VERDICTS
 from scaling.studies.claims.verdicts import CitationClaim
@@ -32,6 +39,13 @@ from scaling.studies.claims.verdicts import NOT_IN_PASSAGE
 from scaling.studies.claims.verdicts import SOURCE_AGREES
 from scaling.studies.claims.verdicts import SOURCE_DISAGREES
 
+
+RANDOM_INPUT_CLAIMS: tuple[Claim, ...] = (
+    logit_variance_claims.LOGIT_VARIANCE_CLAIMS + softmax_saturation_claims.SOFTMAX_SATURATION_CLAIMS
+    + exp_overflow_claims.EXP_OVERFLOW_CLAIMS + outlier_overflow_claims.OUTLIER_OVERFLOW_CLAIMS
+    + rope_claims.ROPE_CLAIMS + norms_and_temperature_claims.NORMS_AND_TEMPERATURE_CLAIMS
+    + head_dim_and_retrieval_claims.HEAD_DIM_AND_RETRIEVAL_CLAIMS)
+"""The claims random inputs can settle, family by family, in the order of the tables."""
 
 CITATION_LEGEND = (
     f"Citation verdicts: **{SOURCE_AGREES}** (the source says it), **{SOURCE_DISAGREES}** (the source contradicts it, "
@@ -48,7 +62,7 @@ INCONCLUSIVE_LEGEND = (
 
 
 def all_claims() -> tuple[Claim | UnmeasurableClaim | CitationClaim, ...]:
-  """RANDOM_INPUT_CLAIMS, ``scaling.studies.claims.training.TRAINING_CLAIMS``,
+  """RANDOM_INPUT_CLAIMS, ``scaling.studies.claims.training_claims.TRAINING_CLAIMS``,
   ``scaling.studies.claims.norm.NORM_CLAIMS``, ``scaling.studies.claims.unmeasurable.UNMEASURABLE_CLAIMS``, then
   ``scaling.studies.claims.citations.CITATION_CLAIMS`` (ValueError if an id repeats)."""
   claims = (RANDOM_INPUT_CLAIMS + training_claims.TRAINING_CLAIMS + norm_claims.NORM_CLAIMS
@@ -115,7 +129,7 @@ def readme_markdown(rows: list[dict[str, Any]], ctx: Context, version: dict[str,
   data = ctx.text_file or "the built-in synthetic task"
   measured = [r for r in rows if r.get("kind") not in (CITATION, NOT_MEASURABLE)]
   for title, selected in ((f"Random-input claims ({sizes}):", [r for r in measured if r["id"] not in training]),
-                          (f"Training claims (data: {data}; mode {ctx.mode}: {training_claims.describe_sizes(ctx)}; "
+                          (f"Training claims (data: {data}; mode {ctx.mode}: {describe_sizes(ctx)}; "
                            f"{where}):", [r for r in measured if r["id"] in training]),
                           ("Claims not measurable here (no criterion can be declared; the rows that measure their "
                            "parts are named):", [r for r in rows if r.get("kind") == NOT_MEASURABLE]),

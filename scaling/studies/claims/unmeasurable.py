@@ -2,8 +2,8 @@
 
 Each is a ``scaling.studies.claims.verdicts.UnmeasurableClaim``: its verdict is ``NOT_MEASURABLE`` ("not measurable here"),
 never a measured one, and its row names the measured rows that settle its parts or premises. A claim belongs here
-only when neither random inputs, a closed form nor the training runs of ``scaling.studies.claims.training`` can give
-it a statistic whose thresholds follow from its words.
+only when neither random inputs, a closed form nor the training runs of ``scaling.studies.claims.training_claims`` can
+give it a statistic whose thresholds follow from its words.
 """
 
 from __future__ import annotations

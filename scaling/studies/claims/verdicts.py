@@ -25,9 +25,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 from scaling.base.validation import ConfigError
+
+if TYPE_CHECKING:  # the context imports the studies the claims run; a verdict only reads it
+  from scaling.studies.claims.context import Context
 
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 # A measured statistic whose thresholds lie within NOISE_SES standard errors (over seeds), or whose optimum stays at
@@ -248,7 +251,7 @@ class Claim:
     if self.training and self.grids is None:
       raise ConfigError(f"claim {self.id}: a training claim declares the grids it trains (grids)")
 
-  def evaluate(self, ctx: Any) -> dict[str, Any]:
+  def evaluate(self, ctx: Context) -> dict[str, Any]:
     """Measures the claim and decides its verdict; returns the JSON-ready row.
 
     A verdict within ``KNIFE_EDGE`` (relative) of a threshold says so in its finding, with the margin; the
@@ -370,7 +373,7 @@ class CitationClaim:
                         f"{[p.verdict for p in self.parts]!r} (expected "
                         f"{citation_verdict([p.verdict for p in self.parts])!r})")
 
-  def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
+  def evaluate(self, ctx: Context) -> dict[str, Any]:  # pylint: disable=unused-argument
     """The JSON-ready row: its verdict (one of ``CITATION_VERDICTS``) and the quoted passage as its finding."""
     return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,
             "criterion": f"checked against the source (not measured): {self.reference}", "reason": "",
@@ -418,7 +421,7 @@ class UnmeasurableClaim:
   kind = NOT_MEASURABLE
   timed = False  # nothing is timed
 
-  def evaluate(self, ctx: Any) -> dict[str, Any]:  # pylint: disable=unused-argument
+  def evaluate(self, ctx: Context) -> dict[str, Any]:  # pylint: disable=unused-argument
     """The JSON-ready row: verdict ``NOT_MEASURABLE``, no statistic, the reason as its finding."""
     related = f" Measured rows on its parts: {', '.join(self.related)}." if self.related else ""
     return {"id": self.id, "kind": self.kind, "source": self.source, "claim": self.text,

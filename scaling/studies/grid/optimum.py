@@ -1,8 +1,8 @@
 """The optimum of a grid study, from measured curves: final losses per swept value, the best value per point
 (grid argmin and parabola vertex), its spread over the axis, and the learning-rate sensitivity.
 
-Pure functions over the rows of ``scaling.studies.transfer.study`` (and of ``scaling.studies.claims.training``'s
-grids); no training here. A diverged run's loss is None, counted as +inf by ``find_optimum`` and at the initial
+Pure functions over the rows of ``scaling.studies.transfer.study`` (and of
+``scaling.studies.claims.best_learning_rate``'s grids); no training here. A diverged run's loss is None, counted as +inf by ``find_optimum`` and at the initial
 loss by ``lr_sensitivity`` (Wortsman et al. 2023, §3.1).
 """
 

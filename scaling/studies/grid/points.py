@@ -14,9 +14,12 @@ from typing import Any, Collection, Sequence
 import numpy as np
 
 from scaling.base import config as config_lib
-from scaling.training import data as data_lib
-from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training.dataset import Dataset
+from scaling.training.data_config import DataConfig
+from scaling.training import model_family as model_family_lib
+from scaling.training.model_family import ModelFamily
+from scaling.training.model_config import ModelConfig
+from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.attention import rules as rules_lib
 from scaling.base.config import option
@@ -69,7 +72,8 @@ class WidthGrid(Options):
   step_counts: tuple[int, ...] | None = option(None, "Training lengths (optimizer steps, the schedule stretched to "
                                                "each) of --axis=steps.", lower=1)
   rules: tuple[str, ...] | None = option(None, "Logit-scale rules compared at every point (one curve each); default: "
-                                         "--rule alone.", choices=lambda: (model_lib.DEFAULT_RULE, *rules_lib.available_rules()))
+                                         "--rule alone.",
+                                         choices=lambda: (model_family_lib.DEFAULT_RULE, *rules_lib.available_rules()))
 
   def __post_init__(self):
     for name in ("parametrizations", "widths", "depths", "depth_alphas", "batch_sizes", "step_counts", "rules"):
@@ -108,14 +112,14 @@ class WidthGrid(Options):
     def typed(name: str, value: Any, *defaults: Any) -> bool:
       return name in given if given is not None else value not in defaults
 
-    if self.rules is not None and typed("rule", config.model.rule, model_default.rule, model_lib.ModelFamily().rule):
+    if self.rules is not None and typed("rule", config.model.rule, model_default.rule, ModelFamily().rule):
       raise ConfigError("rule does not apply with rules (each point trains every rule of rules)", fields=("rules",))
     if self.axis == "width":
       return
     if typed("widths", self.widths, default_option(config, "grid").widths, WidthGrid().widths):
       raise ConfigError(f"widths only applies to axis='width'; axis={self.axis!r} trains every point at width",
                         fields=("width",))
-    if self.by_depth and typed("depth", config.model.depth, model_default.depth, model_lib.ModelFamily().depth):
+    if self.by_depth and typed("depth", config.model.depth, model_default.depth, ModelFamily().depth):
       raise ConfigError("depth only applies to axis='width'; axis='depth' trains the depths at width",
                         fields=("depths", "width"))
 
@@ -160,7 +164,7 @@ class WidthGrid(Options):
     """The depths of the depth axis."""
     return DEFAULT_DEPTHS if self.depths is None else self.depths
 
-  def alphas(self, model: model_lib.ModelFamily) -> tuple[float, ...]:
+  def alphas(self, model: ModelFamily) -> tuple[float, ...]:
     """The α values of the depth axis (``--depth_alphas``, else the model's ``--depth_alpha``)."""
     return (model.depth_alpha,) if self.depth_alphas is None else self.depth_alphas
 
@@ -174,7 +178,7 @@ class WidthGrid(Options):
     return {"width": self.widths, "depth": self.depth_values, "batch": self.batch_sizes,
             "steps": self.step_counts}[self.axis]
 
-  def points(self, model: model_lib.ModelFamily) -> list[dict[str, Any]]:
+  def points(self, model: ModelFamily) -> list[dict[str, Any]]:
     """Every point of the grid, in order: parametrization, rule, then (α, depth), width, batch size or steps."""
     rules = [{}] if self.rules is None else [{"rule": r} for r in self.rules]
     out = []
@@ -208,7 +212,7 @@ class WidthGrid(Options):
     parts += [f"{name}={point[name]}" for name in ("width", "depth", "batch_size", "steps") if name in point]
     return " ".join(parts)
 
-  def family(self, model: model_lib.ModelFamily, point: dict[str, Any] | None = None) -> model_lib.ModelFamily:
+  def family(self, model: ModelFamily, point: dict[str, Any] | None = None) -> ModelFamily:
     """The model family of a point (of every point on the width axis without rules): base width = the smallest
     width of the grid (the width itself on the depth, batch and steps axes, unless given), on the depth axis the
     depth and α of the point with base depth = the smallest depth (unless given), and the point's rule."""
@@ -224,23 +228,23 @@ class WidthGrid(Options):
       family = dataclasses.replace(family, rule=point["rule"])
     return family
 
-  def model_config(self, model: model_lib.ModelFamily, point: dict[str, Any], dataset: data_lib.Dataset
-                   ) -> model_lib.ModelConfig:
+  def model_config(self, model: ModelFamily, point: dict[str, Any], dataset: Dataset
+                   ) -> ModelConfig:
     """The ``ModelConfig`` of a point for ``dataset`` (its vocab size and sequence length)."""
     return self.family(model, point).model_config(point["parametrization"], point["width"],
                                                   vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
 
   @staticmethod
-  def data_config(data: data_lib.DataConfig, point: dict[str, Any]) -> data_lib.DataConfig:
+  def data_config(data: DataConfig, point: dict[str, Any]) -> DataConfig:
     """The training data of a point: ``data`` with the point's batch size (on the batch axis)."""
     return dataclasses.replace(data, batch_size=point["batch_size"]) if "batch_size" in point else data
 
   @staticmethod
-  def optim_config(opt: optim.OptimizerConfig, point: dict[str, Any]) -> optim.OptimizerConfig:
+  def optim_config(opt: OptimizerConfig, point: dict[str, Any]) -> OptimizerConfig:
     """The optimizer of a point: ``opt`` with the point's number of steps (on the steps axis)."""
     return dataclasses.replace(opt, steps=point["steps"]) if "steps" in point else opt
 
-  def check(self, model: model_lib.ModelFamily, dataset: data_lib.Dataset) -> None:
+  def check(self, model: ModelFamily, dataset: Dataset) -> None:
     """ValueError unless every point of the grid gives a valid model of ``model``'s family."""
     if self.axis == "width" and self.rules is None:
       try:
@@ -291,6 +295,6 @@ class GridStudy(Options):
     self.grid.check_unused(self, given)
 
   @property
-  def family(self) -> model_lib.ModelFamily:
+  def family(self) -> ModelFamily:
     """The models (of every point on the width axis), base width and depth derived (``WidthGrid.family``)."""
     return self.grid.family(self.model)

@@ -4,8 +4,8 @@ the memory estimate of the largest point, and the resumable loop that computes t
 Shared by ``scaling.studies.transfer.study`` and ``scaling.studies.coord_check.study``; each point's rows are one group of
 ``scaling.runs.results.GroupedRows``, so a killed run resumes at the first point it had not finished.
 
-Grids declared one at a time (``scaling.studies.claims.training``): a ``GridSpec`` is one model's vmapped grid of
-learning rates (or logit multipliers) × seeds, ``train_grid`` trains it (``scaling.training.train.run_training``, every step
+Grids declared one at a time (``scaling.studies.claims.training_grids``): a ``GridSpec`` is one model's vmapped grid of
+learning rates (or logit multipliers) × seeds, ``train_grid`` trains it (``scaling.training.loop.run_training``, every step
 recorded, never stopped on divergence) into a ``GridRun``, and a ``GridPlanner`` trains each spec once however many
 measurements read it. ``GridPlanner.plan`` turns declared specs into a ``GridPlan`` without training anything: its
 floating-point operations, the programs it compiles and its largest program's memory.
@@ -26,21 +26,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import data as data_lib
+from scaling.training.dataset import Dataset
+from scaling.training import dataset as dataset_lib
+from scaling.training.data_config import DataConfig
 from scaling.training import model as model_lib
-from scaling.mup import optim
+from scaling.training import model_config as model_config_lib
+from scaling.training.model_config import ModelConfig
+from scaling.training import scanned_blocks as scanned_blocks_lib
+from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import report
 from scaling.training import resources
+from scaling.studies import device_time
 from scaling.runs import results
 from scaling.attention import rules as rules_lib
 from scaling.runs import timesplit
-from scaling.training import train as train_lib
+from scaling.training import initialization as init_lib
+from scaling.training import loop as loop_lib
 from scaling.studies.grid.points import lr_grid
 from scaling.studies.grid.points import WidthGrid
 from scaling.base.validation import ConfigError
 
 
-def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> data_lib.Dataset:
+def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> Dataset:
   """For a width study (``data``, ``seeds``, ``grid``, ``family``): the dataset, every model checked, then
   the output folder opened (``results.open_run``: resumed, or refused if made with other options, unless
   --overwrite; ``outputs`` are the study's files) and config.json written; bad input fails before anything is
@@ -50,13 +57,13 @@ def prepare(config: Any, out_dir: pathlib.Path, outputs: Sequence[str] = ()) -> 
   shown = config.grid.shown_values(resources.option_values(config))
   resources.check(memory_estimate(config, dataset), shown)
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=outputs,
-                   extra={"dataset": data_lib.describe(dataset)})
+                   extra={"dataset": dataset_lib.describe(dataset)})
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config),
-                                               "dataset": data_lib.describe(dataset)})
+                                               "dataset": dataset_lib.describe(dataset)})
   return dataset
 
 
-def memory_estimate(config: Any, dataset: data_lib.Dataset) -> resources.Estimate:
+def memory_estimate(config: Any, dataset: Dataset) -> resources.Estimate:
   """For a width or depth study: the largest program of a grid point, its ``config.members`` models vmapped."""
   members, member_flags = config.members
   grid = config.grid
@@ -152,20 +159,20 @@ class GridSpec:
   the logit multipliers at one learning rate.
 
   Attributes:
-    model_config: the model (a ``scaling.training.model.ModelConfig``).
+    model_config: the model (a ``scaling.training.model_config.ModelConfig``).
     opt_config: the optimizer, schedule and number of steps (the members' learning rates replace its own).
     data: the training data, made with ``data_seed``.
     data_seed: the seed of ``data.make``.
     log2_lrs: the L learning rates (base-2 logarithms); with ``attn_mults``, the one rate of every member.
     seeds: the S seeds (a tuple, or a range of consecutive seeds).
-    attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.training.train.TrainState.attn_mult``).
-    record: the metrics kept at every step (``scaling.training.train.run_training``'s ``record``).
+    attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.training.state.TrainState.attn_mult``).
+    record: the metrics kept at every step (``scaling.training.loop.run_training``'s ``record``).
     label: the grid in words, for messages (not part of what is trained).
   """
 
   model_config: Any
-  opt_config: optim.OptimizerConfig
-  data: data_lib.DataConfig
+  opt_config: OptimizerConfig
+  data: DataConfig
   data_seed: int
   log2_lrs: tuple[float, ...]
   seeds: tuple[int, ...] | range
@@ -208,8 +215,8 @@ class GridSpec:
     return lrs, seeds, mults
 
   def flops(self) -> float:
-    """Floating-point operations of training the grid (``resources.training_flops``)."""
-    return resources.training_flops(self.model_config, steps=self.steps, members=self.members,
+    """Floating-point operations of training the grid (``device_time.training_flops``)."""
+    return device_time.training_flops(self.model_config, steps=self.steps, members=self.members,
                                     batch_size=self.data.batch_size, seq_len=self.data.seq_len)
 
   def padded(self, num_values: int) -> GridSpec:
@@ -225,9 +232,9 @@ class GridSpec:
 
   def program_key(self) -> tuple[Any, ...]:
     """What the grid's compiled training step depends on: models whose rule is only a logit factor
-    (``scaling.training.model.logit_multiplier``: α is a value of the training state) share one step."""
+    (``scaling.training.model_config.logit_multiplier``: α is a value of the training state) share one step."""
     model_config = self.model_config
-    if model_lib.logit_multiplier(model_config) is not None:
+    if model_config_lib.logit_multiplier(model_config) is not None:
       model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
     return (model_config, self.opt_config, self.members, self.data.batch_size, self.data.seq_len)
 
@@ -255,7 +262,7 @@ class GridRun:
     return self.spec.model_config
 
   @property
-  def opt_config(self) -> optim.OptimizerConfig:
+  def opt_config(self) -> OptimizerConfig:
     """The optimizer trained with."""
     return self.spec.opt_config
 
@@ -272,7 +279,7 @@ class GridRun:
   def initial_params(self) -> Any:
     """The members' parameters before the first step, stacked [M, ...] (as ``train_grid`` initialized them)."""
     lrs, seeds, _ = self.spec.member_arrays()
-    init = train_lib.make_init(self.model_config, self.opt_config, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
+    init = init_lib.make_init(self.model_config, self.opt_config, grid=True)(jnp.asarray(seeds), jnp.asarray(lrs))
     return unrolled_params(init.params, self.model_config)
 
   def first(self, spec: GridSpec) -> GridRun:
@@ -325,12 +332,13 @@ def join_runs(first: GridRun, second: GridRun) -> GridRun:
   return GridRun(spec=spec, records=records, final_params=params, wall_time=first.wall_time + second.wall_time)
 
 
-def train_grid(spec: GridSpec, dataset: data_lib.Dataset) -> GridRun:
+def train_grid(spec: GridSpec, dataset: Dataset) -> GridRun:
   """Trains every member of ``spec`` on ``dataset`` in one vmapped program, every step recorded and no member
-  stopped on divergence (``scaling.training.train.run_training``)."""
+  stopped on divergence (``scaling.training.loop.run_training``)."""
   lrs, seeds, mults = spec.member_arrays()
-  result = train_lib.run_training(spec.model_config, spec.opt_config, dataset, seed=seeds, learning_rates=lrs,
-                                  attn_mults=mults, record=spec.record, stop_on_divergence=False)
+  result = loop_lib.run_training(spec.model_config, spec.opt_config, dataset,
+                                 loop_lib.Runs(seed=seeds, learning_rates=lrs, attn_mults=mults),
+                                 loop_lib.RunOptions(record=spec.record, stop_on_divergence=False))
   return GridRun(spec=spec, records=result.records, final_params=unrolled_params(result.state.params,
                                                                                  spec.model_config),
                  wall_time=result.wall_time)
@@ -338,11 +346,11 @@ def train_grid(spec: GridSpec, dataset: data_lib.Dataset) -> GridRun:
 
 def unrolled_params(params: Any, model_config: Any) -> Any:
   """Members' parameters [M, ...] with one ``block_{i}`` per block, as ``model.init_params`` lays them out (a scanned
-  model trains them stacked, ``scaling.training.model.stack_blocks``); as given for any other model."""
-  if not (isinstance(model_config, model_lib.ModelConfig) and model_lib.trains_stacked(model_config)):
+  model trains them stacked, ``scaling.training.scanned_blocks.stack_blocks``); as given for any other model."""
+  if not (isinstance(model_config, ModelConfig) and model_lib.trains_stacked(model_config)):
     return params
   # Sliced on the host: no compiled slice per shape.
-  return model_lib.unstack_blocks(jax.device_get(params), model_config.depth, leading=1)
+  return scanned_blocks_lib.unstack_blocks(jax.device_get(params), model_config.depth, leading=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,7 +376,7 @@ class GridPlan:
     return sum(g.flops() for g in self.grids)
 
   def programs(self) -> list[tuple[float, str, int]]:
-    """One (floating-point operations, dtype, steps) per grid, for ``resources.accelerator_seconds``."""
+    """One (floating-point operations, dtype, steps) per grid, for ``device_time.accelerator_seconds``."""
     return [(g.flops(), str(g.model_config.dtype), int(g.steps)) for g in self.grids]
 
   def compiled(self) -> int:
@@ -390,10 +398,10 @@ class GridPlan:
     return resources.largest(estimates)
 
 
-def _compile_grid(spec: GridSpec, dataset: data_lib.Dataset) -> None:
+def _compile_grid(spec: GridSpec, dataset: Dataset) -> None:
   """The programs ``train_grid(spec)`` runs, compiled in this thread and counted as compiled ahead."""
   with timesplit.compiling_ahead():
-    train_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
+    loop_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
 
 
 class GridPlanner:
@@ -402,7 +410,7 @@ class GridPlanner:
   programs in a thread beside whatever runs meanwhile."""
 
   def __init__(self):
-    self._datasets: dict[tuple[data_lib.DataConfig, int], data_lib.Dataset] = {}
+    self._datasets: dict[tuple[DataConfig, int], Dataset] = {}
     self._runs: dict[GridSpec, GridRun] = {}
     self._ahead: dict[tuple[Any, ...], futures.Future] = {}
     self._executor: futures.ThreadPoolExecutor | None = None
@@ -410,7 +418,7 @@ class GridPlanner:
   def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
     """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
     caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
-    one device (``scaling.training.train.compile_grid``); elsewhere nothing is done ahead."""
+    one device (``scaling.training.loop.compile_grid``); elsewhere nothing is done ahead."""
     if jax.device_count() > 1:
       return
     if self._executor is None:
@@ -440,7 +448,7 @@ class GridPlanner:
       sys.stderr.write(f"compiling ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
                        "it compiles when it trains\n")
 
-  def dataset(self, config: data_lib.DataConfig, seed: int) -> data_lib.Dataset:
+  def dataset(self, config: DataConfig, seed: int) -> Dataset:
     """``config.make(seed)``, made once."""
     key = (config, int(seed))
     if key not in self._datasets:

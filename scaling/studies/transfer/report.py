@@ -1,6 +1,6 @@
-"""The figures and Markdown tables of ``scaling.studies.transfer.study``: final loss against the swept value per
-point, the optimum per point and its spread over the axis, the learning-rate sensitivity, the loss grid, and the
-"wider is better" comparison of runs (for the docs' generated sections).
+"""The figures and Markdown tables of learning-rate transfer (``scaling.studies.transfer.study`` and ``any_model``):
+final loss against the swept value per point, the optimum per point and its spread over the axis, the learning-rate
+sensitivity, the loss grid, and the "wider is better" comparison of runs (for the docs' generated sections).
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def optimum_markdown(optimum_rows: Sequence[dict[str, Any]], heading: str, *, x:
                      keys: Sequence[str] | None = None) -> str:
   """``heading``, the optimum of every point as a Markdown table, and per curve (parametrization[, rule][, α])
   the spread (max − min) of its optimal swept value over the axis, in octaves, and whether it is within
-  ``TRANSFER_OCTAVES`` (for the docs' generated sections); with the learning-rate sensitivity (mean ± std over seeds) when the rows carry it."""
+  ``TRANSFER_OCTAVES`` (for the docs' generated sections); with the learning-rate sensitivity (mean ± std over
+  seeds) when the rows carry it."""
   keys = key_columns(optimum_rows) if keys is None else tuple(keys)
   what = "log2 lr" if x == "log2_lr" else "log2 α"
   columns = [FIELD_NAMES[k] for k in keys] + [f"best {what} (grid)", "optimum (parabola)", "final loss",
@@ -232,7 +233,8 @@ def width_comparison_markdown(runs: Sequence[tuple[str, Sequence[dict[str, Any]]
   for label, rows in runs:
     best = {}
     for r in rows:
-      if r.get("final_loss") is not None and (r["width"] not in best or r["final_loss"] < best[r["width"]]["final_loss"]):
+      if r.get("final_loss") is not None and (r["width"] not in best
+                                              or r["final_loss"] < best[r["width"]]["final_loss"]):
         best[r["width"]] = r
     for w in sorted(best):
       r = best[w]
