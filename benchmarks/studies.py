@@ -31,15 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling.base import config as config_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import results as results_lib
 from scaling.runs import timesplit
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
+from scaling.training.loop import step as step_lib
 from scaling.base import validation
 from scaling.base.config import option
 from scaling.base.config import Options

@@ -11,7 +11,7 @@ Two measurements, each side by side in one run:
   interleaved rounds (best round each): the step that returns every metric
   (what a logged step runs) and the step that returns only the loss and takes
   over the old state's buffers (``donate_argnums``; what
-  ``scaling.training.loop.run_training`` runs between logged steps). Model FLOPs per
+  ``scaling.training.loop.run.run_training`` runs between logged steps). Model FLOPs per
   step (forward + backward):
 
       6 · P_matmul · B · T  +  12 · depth · B · T² · N · H
@@ -31,7 +31,7 @@ Two measurements, each side by side in one run:
   source ops: where the FLOP/s short of the matmul peak go.
 
 * The learning-rate grid. The same runs (learning rates × seeds, same steps,
-  same data) trained as one vmapped program (``scaling.training.loop.run_training`` with a grid, its members in
+  same data) trained as one vmapped program (``scaling.training.loop.run.run_training`` with a grid, its members in
   chunks by ``default_grid_chunk``; where that makes chunks, the grid vmapped all at once is timed too)
   and one at a time, each with its own jitted init and step, as separate
   scripts would: cold (compilation included) and warm (compiled functions
@@ -59,19 +59,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training import model as model_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import results as results_lib
-from scaling.training import initialization as init_lib
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
-from scaling.training import step as step_lib
-from scaling.training import transformer_step
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
+from scaling.training.loop import step as step_lib
+from scaling.training.loop import transformer_step
 from scaling.base.config import option
 from scaling.base.config import Options
 from benchmarks import profile as profile_lib
@@ -132,7 +132,7 @@ def flops_per_step(config: ModelConfig, params: Any, batch_size: int, seq_len: i
 
 STEP_VARIANTS = {"every_metric": dict(metrics=None, donate=False), "loss_only_donated": dict(metrics=("loss",),
                                                                                            donate=True)}
-"""The train steps timed by ``throughput``: ``scaling.training.step.make_train_step`` options."""
+"""The train steps timed by ``throughput``: ``scaling.training.loop.step.make_train_step`` options."""
 
 
 def _throughput_model(config: TrainBenchConfig):

@@ -3,7 +3,7 @@ shapes, coordinate-checked and transferred.
 
   python -m examples.linen_transformer --text_file=../shared/data/tinyshakespeare.txt
 
-Character-level language modelling (``scaling.training.text_corpus``); pre-LayerNorm blocks of Flax's attention
+Character-level language modelling (``scaling.training.data.text_corpus``); pre-LayerNorm blocks of Flax's attention
 (causal, a fixed number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the
 attention takes ``scaling.make_attention_fn`` with the linear rule α/d_head, α = √(base head dim) so that μP equals
 SP at the base width; under SP 1/√d_head (Flax's default).
@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 import scaling
 from examples import common
-from scaling.training import losses as losses_lib
-from scaling.training.data_config import DataConfig
+from scaling.training.loop import losses as losses_lib
+from scaling.training.data.config import DataConfig
 
 
 class Block(nn.Module):

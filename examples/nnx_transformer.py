@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import scaling
 from examples import common
 from examples import linen_transformer
-from scaling.training.data_config import DataConfig
+from scaling.training.data.config import DataConfig
 
 
 class Block(nnx.Module):

@@ -48,7 +48,7 @@ from absl import flags
 import jax
 
 from scaling.base import config as config_lib
-from scaling.training import text_corpus
+from scaling.training.data import text_corpus
 from scaling.studies import process as process_lib
 from scaling.runs import results
 from scaling.base import validation

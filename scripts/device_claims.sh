@@ -5,7 +5,7 @@
 # (claims.md, claims_readme.md) to OUT_DIR.
 # It runs --mode=paper_8min: d_k 64, width 512 with 8 heads, sequences of 256, depths 2, 6 and 12, 3 seeds, tiny
 # Shakespeare, depth 12 pre-LN and post-LN (post-LN with and without warmup), float32, 3 learning rates (the octaves
-# around 1e-3), 300 steps at depths 2 and 12 and 600 at depth 6 (scaling/studies/claims/training_sizes.py, SIZES). It is
+# around 1e-3), 300 steps at depths 2 and 12 and 600 at depth 6 (scaling/studies/claims/training/sizes.py, SIZES). It is
 # not --mode=paper (the notes' full setting: 6 learning rates, 2,000 steps, float32 and bfloat16, every claim), whose
 # plan does not fit 8 minutes on one H200; pass --mode=paper and --ids=... after the two arguments to run that instead.
 # Usage: scripts/device_claims.sh [OUT_DIR] [TEXT_FILE] [FLAG ...]   (defaults: runs/device_claims, tiny Shakespeare)

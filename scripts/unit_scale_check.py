@@ -24,9 +24,9 @@ import sys
 
 from experiments import cli
 from scaling.base import config as config_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training.model_config import ModelConfig
-from scaling.training import init_rms as init_rms_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model.config import ModelConfig
+from scaling.training.model import init_rms as init_rms_lib
 from scaling.mup import schemes as param_lib
 from scaling.runs import report
 from scaling.base.config import option

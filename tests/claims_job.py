@@ -3,7 +3,7 @@
   python tests/claims_job.py --mode=test --ids=... --out_dir=...
 
 The random-input sizes of "test" are small too; the training claims read theirs from
-``scaling.studies.claims.training_sizes.SIZES["test"]``. Used by test_claims_kill.py in subprocesses.
+``scaling.studies.claims.training.sizes.SIZES["test"]``. Used by test_claims_kill.py in subprocesses.
 """
 
 import sys

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
 from scaling.mup import user_model
 from scaling.studies import sweep
 

@@ -24,16 +24,16 @@ import numpy as np
 from flax import struct as flax_struct
 import scaling
 from scaling.attention import blockwise as blockwise_lib
-from scaling.training.data_config import DataConfig
+from scaling.training.data.config import DataConfig
 from scaling.attention import metrics as metrics_lib
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training.model_config import ModelConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
-from scaling.training import loop as loop_lib
-from scaling.training import losses as losses_lib
-from scaling.training import transformer_step
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import losses as losses_lib
+from scaling.training.loop import transformer_step
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -259,11 +259,11 @@ LIBRARY_CASES = (
      "rule must be a ScaleRule object"),
     ("model_config_gqa", lambda: ModelConfig(**_CFG, num_kv_heads=3), ValueError, "num_kv_heads"),
     ("param_kinds_config", lambda: model_lib.param_kinds(3), TypeError,
-     "config must be a scaling.training.model_config.ModelConfig"),
+     "config must be a scaling.training.model.config.ModelConfig"),
     ("transformer_config", lambda: model_lib.Transformer("gpt2"), TypeError,
-     "config must be a scaling.training.model_config.ModelConfig"),
+     "config must be a scaling.training.model.config.ModelConfig"),
     ("apply_with_aux_model", lambda: model_lib.apply_with_aux(3, {}, jnp.ones((1, 8), jnp.int32)), TypeError,
-     "model must be a scaling.training.model.Transformer"),
+     "model must be a scaling.training.model.transformer.Transformer"),
     ("model_config_dtype", lambda: ModelConfig(**_CFG, dtype="bfloat61"), ValueError,
      "dtype must be one of float32, bfloat16, float16; got 'bfloat61' (did you mean 'bfloat16'?)"),
     ("data_config_batch_size", lambda: DataConfig(batch_size="2"), ValueError, "batch_size"),
@@ -272,7 +272,7 @@ LIBRARY_CASES = (
     ("z_loss_coefficient", lambda: losses_lib.z_loss(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), -0.1), ValueError,
      "coefficient must be >= 0"),
     ("run_training_model", lambda: loop_lib.run_training("m", OptimizerConfig(), None), TypeError,
-     "model must be a scaling.training.model_config.ModelConfig or a training program"),
+     "model must be a scaling.training.model.config.ModelConfig or a training program"),
     ("run_training_dataset",
      lambda: loop_lib.run_training(ModelConfig(**_CFG), OptimizerConfig(), "d"), TypeError,
      "dataset must be"),

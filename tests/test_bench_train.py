@@ -11,9 +11,9 @@ from unittest import mock
 from absl.testing import absltest
 import jax
 
-from scaling.training import model as model_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training import step as step_lib
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.loop import step as step_lib
 from benchmarks import profile
 from benchmarks import train as bench_train
 

@@ -13,10 +13,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 from scaling.base.config import Seeds
 from scaling.studies.coord_check import slopes as coord_slopes
 from scaling.studies.coord_check import study as coord_check

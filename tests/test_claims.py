@@ -22,22 +22,22 @@ from scaling.runs import results
 from scaling.attention import rules
 from scaling.studies.claims import table as claim_table
 from scaling.studies.claims import study as claims
-from scaling.studies.claims import attention_variants
-from scaling.studies.claims import depth_claims
-from scaling.studies.claims import exp_overflow_claims
-from scaling.studies.claims import head_dim_and_retrieval_claims
-from scaling.studies.claims import logit_variance_claims
-from scaling.studies.claims import mup_transfer_claims
-from scaling.studies.claims import nan_and_gradient_claims
-from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import norms_and_temperature_claims
-from scaling.studies.claims import outlier_overflow_claims
-from scaling.studies.claims import qk_correlation_claims
-from scaling.studies.claims import rope_claims
-from scaling.studies.claims import scale_rule_claims
-from scaling.studies.claims import softmax_saturation_claims
-from scaling.studies.claims import training_claims
-from scaling.studies.claims import training_sizes
+from scaling.studies.claims.random_input import attention_variants
+from scaling.studies.claims.training import depth as depth_claims
+from scaling.studies.claims.random_input import exp_overflow as exp_overflow_claims
+from scaling.studies.claims.random_input import head_dim_and_retrieval as head_dim_and_retrieval_claims
+from scaling.studies.claims.random_input import logit_variance as logit_variance_claims
+from scaling.studies.claims.training import mup_transfer as mup_transfer_claims
+from scaling.studies.claims.training import nan_and_gradient as nan_and_gradient_claims
+from scaling.studies.claims.training import norms as norm_claims
+from scaling.studies.claims.random_input import norms_and_temperature as norms_and_temperature_claims
+from scaling.studies.claims.random_input import outlier_overflow as outlier_overflow_claims
+from scaling.studies.claims.training import qk_correlation as qk_correlation_claims
+from scaling.studies.claims.random_input import rope as rope_claims
+from scaling.studies.claims.training import scale_rules as scale_rule_claims
+from scaling.studies.claims.random_input import softmax_saturation as softmax_saturation_claims
+from scaling.studies.claims.training import families as training_claims
+from scaling.studies.claims.training import sizes as training_sizes
 from scaling.studies.claims import verdicts
 import experiment_main
 

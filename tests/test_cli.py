@@ -12,8 +12,8 @@ from experiments import cli
 from experiments import train as train_main
 import experiment_main
 from scaling.base import config as config_lib
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.base import validation
 from scaling.studies.claims import study as claims

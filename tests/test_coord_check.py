@@ -19,12 +19,12 @@ import numpy as np
 
 import experiment_main
 from experiments import coord_check as coord_exp
-from scaling.training.data_config import DataConfig
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
-from scaling.training import step as step_lib
+from scaling.training.loop import step as step_lib
 from scaling.base.config import Seeds
 from scaling.studies.coord_check import layers as coord_layers
 from scaling.studies.coord_check import slopes as coord_slopes

@@ -17,11 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training import dataset as dataset_lib
+from scaling.training.data import dataset as dataset_lib
 from scaling.training import resources
-from scaling.training import synthetic_tasks as tasks_lib
-from scaling.training import text_corpus
-from scaling.training.data_config import DataConfig
+from scaling.training.data import synthetic_tasks as tasks_lib
+from scaling.training.data import text_corpus
+from scaling.training.data.config import DataConfig
 
 SHAKESPEARE = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
 

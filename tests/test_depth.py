@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import scaling
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training.model_config import ModelConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as P
 from scaling.mup import shapes as shapes_lib
-from scaling.training import initialization as init_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import step as step_lib
 
 # ---------------------------------------------------------------------------------------------------------------
 # CompleteP (Dey et al. 2025, "Don't be lazy: CompleteP enables compute-efficient deep transformers", Table 1;

@@ -14,10 +14,10 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling.training.data_config import DataConfig
+from scaling.training.data.config import DataConfig
 from scaling.mup import layers as layers_lib
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
 from scaling.base.config import Seeds

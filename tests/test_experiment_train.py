@@ -14,7 +14,7 @@ import numpy as np
 import experiment_main
 import tracker_files
 from experiments import train
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACK = {"log_to": "tensorboard"} if importlib.util.find_spec("tensorboardX") else {}

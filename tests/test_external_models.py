@@ -135,12 +135,12 @@ if __name__ == "__main__":
 
 class BuiltinAsUserModelTest(absltest.TestCase):
   """The built-in Transformer is one model factory among others: the engine reads the same roles from it as a user
-  model (its computation, its Kinded kinds as overrides) as ``scaling.training.model.parametrized`` does from its shapes."""
+  model (its computation, its Kinded kinds as overrides) as ``scaling.training.model.transformer.parametrized`` does from its shapes."""
 
   def test_same_roles_and_multipliers(self):
-    from scaling.training import model as model_lib  # pylint: disable=g-import-not-at-top
-    from scaling.training.model_family import ModelFamily
-    from scaling.training import losses as losses_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.model import transformer as model_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.model.family import ModelFamily
+    from scaling.training.loop import losses as losses_lib  # pylint: disable=g-import-not-at-top
     family = ModelFamily(depth=2, head_dim=8, base_width=16, positions="learned")
     config = lambda w: family.model_config("mup", w, vocab_size=em.VOCAB, max_len=em.SEQ)
     batch = em.lm_batch(jax.random.key(0))

@@ -1,4 +1,4 @@
-"""One training program for every model: ``scaling.training.loop.run_training`` of a ``FunctionalProgram`` (any model
+"""One training program for every model: ``scaling.training.loop.run.run_training`` of a ``FunctionalProgram`` (any model
 and its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
 resumed from a mid-run state equals one in one go; the studies of any model resume what a killed run left."""
 
@@ -18,8 +18,8 @@ import optax
 
 import scaling
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
 from scaling.mup import user_model
 from scaling.studies.coord_check import any_model as coord_check
 from scaling.studies.transfer import any_model as transfer

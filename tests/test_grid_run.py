@@ -11,8 +11,8 @@ import chex
 import jax
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import timesplit
 from scaling.studies.grid import run as grid_run

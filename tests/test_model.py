@@ -15,9 +15,9 @@ import numpy as np
 
 import scaling
 from scaling.mup import layers as layers_lib
-from scaling.training import model as model_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.model.family import ModelFamily
 from scaling.mup import schemes as param_lib
 from scaling.mup import shapes as shapes_lib
 from scaling.attention import rules

@@ -1,4 +1,4 @@
-"""scaling.studies.claims.norm: the on-par criterion on known gaps both ways, and the measurement on tiny sizes."""
+"""scaling.studies.claims.training.norms: the on-par criterion on known gaps both ways, and the measurement on tiny sizes."""
 
 import dataclasses
 import math
@@ -8,11 +8,11 @@ from absl.testing import absltest
 import numpy as np
 
 from scaling.studies.grid import run as grid_run
-from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import loss_curves
-from scaling.studies.claims import scale_rule_claims
-from scaling.studies.claims import training_grids
-from scaling.studies.claims import training_sizes
+from scaling.studies.claims.training import norms as norm_claims
+from scaling.studies.claims.training import loss_curves
+from scaling.studies.claims.training import scale_rules as scale_rule_claims
+from scaling.studies.claims.training import grids as training_grids
+from scaling.studies.claims.training import sizes as training_sizes
 from scaling.studies.claims import verdicts
 
 CLAIM = norm_claims.NORM_CLAIMS[0]

@@ -54,7 +54,7 @@ def _tree(fn):
 
 
 def _kinds():
-  """The layer kind of every parameter of _random_tree (as scaling.training.model.param_kinds gives them)."""
+  """The layer kind of every parameter of _random_tree (as scaling.training.model.transformer.param_kinds gives them)."""
   return _tree(lambda path, shape: _PATHS[path][1])
 
 

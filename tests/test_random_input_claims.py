@@ -15,16 +15,16 @@ from scaling.runs import report
 from scaling.attention import rope
 from scaling.attention import rules as rules_lib
 from scaling.studies.claims import study as claims
-from scaling.studies.claims import attention_variants as variants
-from scaling.studies.claims import exp_overflow_claims as exp_overflow
-from scaling.studies.claims import head_dim_and_retrieval_claims as head_dim
-from scaling.studies.claims import logit_variance_claims as logit_variance
-from scaling.studies.claims import norms_and_temperature_claims as norms
-from scaling.studies.claims import outlier_overflow_claims as outliers
+from scaling.studies.claims.random_input import attention_variants as variants
+from scaling.studies.claims.random_input import exp_overflow
+from scaling.studies.claims.random_input import head_dim_and_retrieval as head_dim
+from scaling.studies.claims.random_input import logit_variance
+from scaling.studies.claims.random_input import norms_and_temperature as norms
+from scaling.studies.claims.random_input import outlier_overflow as outliers
 from scaling.studies.claims import parts
-from scaling.studies.claims import random_inputs as inputs
-from scaling.studies.claims import rope_claims
-from scaling.studies.claims import softmax_saturation_claims as saturation
+from scaling.studies.claims.random_input import inputs
+from scaling.studies.claims.random_input import rope as rope_claims
+from scaling.studies.claims.random_input import softmax_saturation as saturation
 from scaling.studies.claims import verdicts
 
 HOLDS, PARTLY, FAILS = verdicts.HOLDS, verdicts.PARTLY, verdicts.FAILS

@@ -9,13 +9,13 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from scaling.attention import dense as dense_lib
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
 from scaling.studies import sweep_memory
-from scaling.training import initialization as init_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import step as step_lib
 from scaling.studies import sweep
 
 

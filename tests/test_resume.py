@@ -153,10 +153,10 @@ class GroupedRowsTest(chex.TestCase):
 class CheckpointTest(chex.TestCase):
 
   def test_round_trip_keeps_every_leaf_and_the_record(self):
-    from scaling.training import checkpoint  # pylint: disable=g-import-not-at-top
-    from scaling.training.model_family import ModelFamily
+    from scaling.training.loop import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling.training.model.family import ModelFamily
     from scaling.training.optimizer import OptimizerConfig
-    from scaling.training import initialization as init_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import initialization as init_lib  # pylint: disable=g-import-not-at-top
     cfg = ModelFamily(depth=1, num_heads=2, base_width=16).model_config("sp", 16, vocab_size=8, max_len=4)
     opt = OptimizerConfig(steps=3)
     state = init_lib.make_init(cfg, opt)(3, 1e-2).replace(step=jax.numpy.asarray(7, jax.numpy.int32))

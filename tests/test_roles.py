@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 import scaling
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
 from scaling.mup import roles as roles_lib
 from scaling.mup import usage as usage_lib
 

@@ -12,20 +12,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training import model as model_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training import model_scales as model_scales_lib
-from scaling.training import scanned_blocks as scanned_blocks_lib
-from scaling.training import init_rms as init_rms_lib
-from scaling.training import model_config as model_config_lib
+from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.model import scales as model_scales_lib
+from scaling.training.model import scanned_blocks as scanned_blocks_lib
+from scaling.training.model import init_rms as init_rms_lib
+from scaling.training.model import config as model_config_lib
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.attention import rules
-from scaling.training import initialization as init_lib
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
+from scaling.training.loop import step as step_lib
 from scaling.mup import unit_scaling as unit
 
 V = 29

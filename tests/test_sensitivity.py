@@ -14,12 +14,12 @@ import numpy as np
 import experiment_main
 from experiments import coord_check as coord_exp
 from experiments import transfer as transfer_exp
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.attention import rules as rules_lib
-from scaling.training import loop as loop_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import step as step_lib
 from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies.transfer import report as transfer_report
 

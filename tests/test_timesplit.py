@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import timesplit
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 
 
 class TimeSplitTest(absltest.TestCase):

@@ -15,18 +15,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scaling.training.data_config import DataConfig
-from scaling.training import model as model_lib
-from scaling.training.model_config import ModelConfig
+from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
-from scaling.training import evaluation as evaluation_lib
-from scaling.training import initialization as init_lib
-from scaling.training import loop as loop_lib
-from scaling.training import losses as losses_lib
-from scaling.training import programs as programs_lib
-from scaling.training import step as step_lib
-from scaling.training import transformer_step
+from scaling.training.loop import evaluation as evaluation_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import losses as losses_lib
+from scaling.training.loop import programs as programs_lib
+from scaling.training.loop import step as step_lib
+from scaling.training.loop import transformer_step
 
 T = 12
 STEPS = 40  # every run takes the same steps, so the tests share their compiled steps

@@ -1,4 +1,4 @@
-"""Tests of the training claims (scaling.studies.claims.training_claims and the modules it assembles): criteria,
+"""Tests of the training claims (scaling.studies.claims.training.families and the modules it assembles): criteria,
 post-processing helpers and each measurement on tiny sizes."""
 
 import dataclasses
@@ -10,29 +10,29 @@ import numpy as np
 import pytest
 
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
 from scaling.training import resources
 from scaling.studies import device_time
 from scaling.attention import rope as rope_lib
 from scaling.attention import rules
 from scaling.runs import timesplit
-from scaling.training import losses as losses_lib
+from scaling.training.loop import losses as losses_lib
 from scaling.studies.grid import run as grid_run
 from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies import stats
-from scaling.studies.claims import best_learning_rate as best_lr
-from scaling.studies.claims import depth_claims
-from scaling.studies.claims import loss_curves as curves
-from scaling.studies.claims import nan_and_gradient_claims as nan_claims
-from scaling.studies.claims import qk_correlation_claims as qk_claims
-from scaling.studies.claims import scale_rule_claims as scale_claims
-from scaling.studies.claims import training_claims
-from scaling.studies.claims import training_grids as grids_lib
-from scaling.studies.claims import training_numbers as numbers_lib
-from scaling.studies.claims import training_sizes as sizes_lib
+from scaling.studies.claims.training import best_learning_rate as best_lr
+from scaling.studies.claims.training import depth as depth_claims
+from scaling.studies.claims.training import loss_curves as curves
+from scaling.studies.claims.training import nan_and_gradient as nan_claims
+from scaling.studies.claims.training import qk_correlation as qk_claims
+from scaling.studies.claims.training import scale_rules as scale_claims
+from scaling.studies.claims.training import families as training_claims
+from scaling.studies.claims.training import grids as grids_lib
+from scaling.studies.claims.training import numbers as numbers_lib
+from scaling.studies.claims.training import sizes as sizes_lib
 from scaling.studies.claims import verdicts
-from scaling.studies.claims.training_claims import TRAINING_CLAIMS
+from scaling.studies.claims.training.families import TRAINING_CLAIMS
 
 NAN = float("nan")
 

@@ -16,13 +16,13 @@ import numpy as np
 
 import experiment_main
 from experiments import transfer as transfer_exp
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import results
-from scaling.training import initialization as init_lib
-from scaling.training import loop as loop_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import step as step_lib
 from scaling.base.config import Seeds
 from scaling.studies.grid import points as grid_lib
 from scaling.studies.grid import optimum as optimum_lib
@@ -78,7 +78,7 @@ class GridTest(chex.TestCase):
     step = step_lib.make_train_step(cfg, OPT, grid=True, donate=True,  # the step run_training uses
                                     chunk=step_lib.default_grid_chunk(cfg, len(lrs)))
     self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
-    # Reference: scaling.training.step's own step, one run at a time, optimizer built with the run's learning rate.
+    # Reference: scaling.training.loop.step's own step, one run at a time, optimizer built with the run's learning rate.
     ref_opt = dataclasses.replace(OPT, learning_rate=2.0**-6)
     step = step_lib.make_train_step(cfg, ref_opt)
     for member, (log2_lr, seed) in ((2, (-6.0, 0)), (5, (-3.0, 1))):

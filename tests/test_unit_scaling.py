@@ -19,17 +19,17 @@ import optax
 
 from scaling.mup import layers
 from scaling.mup import roles as roles_lib
-from scaling.training import model as model_lib
-from scaling.training import blocks as blocks_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training import model_scales as model_scales_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training import init_rms as init_rms_lib
+from scaling.training.model import transformer as model_lib
+from scaling.training.model import blocks as blocks_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.model import scales as model_scales_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model import init_rms as init_rms_lib
 from scaling.mup import schemes as P
 from scaling.attention import rope as rope_lib
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import initialization as init_lib
-from scaling.training import step as step_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import step as step_lib
 from scaling.mup import unit_scaling as U
 from scaling.mup import unit_scaling_covariance as C
 

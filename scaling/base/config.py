@@ -6,7 +6,7 @@ only place where the name, default, bounds and help of an option exist:
 ``Options.__post_init__`` checks every field against it (one ValueError naming
 the option), and the command-line front end (``experiments/cli.py``) derives
 its flags from the same fields. Groups of options that several studies share
-(``scaling.training.data_config.DataConfig``, ``scaling.training.model_family.ModelFamily``,
+(``scaling.training.data.config.DataConfig``, ``scaling.training.model.family.ModelFamily``,
 ``scaling.training.optimizer.OptimizerConfig``) are fields of the studies' configs; a study
 changes a group's defaults by giving the field another default instance.
 """

@@ -1,7 +1,7 @@
 """Per-layer learning rates of a parametrization, as optax transformations.
 
 The one way a parametrization meets a model is ``scaling.parametrize(roles, scheme)`` (``scaling.mup.roles`` infers
-the roles; the built-in Transformer's come from ``scaling.training.model.parametrized``). Its ``optimizer`` builds Adam,
+the roles; the built-in Transformer's come from ``scaling.training.model.transformer.parametrized``). Its ``optimizer`` builds Adam,
 AdamW, SGD or Adam-atan2 from the pieces here: ``scale_by_multipliers`` multiplies each parameter's update by its
 LR multiplier (``LayerSpec.lr_adam`` or ``lr_sgd``), ``scale_by_adam_eps_factors`` gives each its Adam ε, and
 ``assemble_optimizer`` chains them with the learning rate injected into the optimizer state

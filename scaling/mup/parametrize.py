@@ -1,5 +1,5 @@
 """A parametrization (SP, NTK, μP, u-μP) applied to any model from its inferred roles: the one place where a
-scheme meets a model (the built-in Transformer's too, ``scaling.training.model.parametrized``).
+scheme meets a model (the built-in Transformer's too, ``scaling.training.model.transformer.parametrized``).
 
 ``parametrize(roles, parametrization)`` (roles from ``scaling.infer_kinds``) gives, per parameter, the
 abc-parametrization of ``scaling.mup.schemes``: the init (``init``: redraw every matrix as

@@ -484,7 +484,7 @@ def from_kinds(params: Any, kinds: Any, width_mult: float) -> Roles:
     ``Roles`` whose fans are the parameters' and whose multipliers are m.
   """
   if jax.tree.structure(params) != jax.tree.structure(kinds):
-    raise ConfigError("params and kinds must have the same tree structure (kinds from scaling.training.model.param_kinds)")
+    raise ConfigError("params and kinds must have the same tree structure (kinds from scaling.training.model.transformer.param_kinds)")
   roles = {}
   for (path, leaf), kind in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(kinds)):
     key = path_key(path)

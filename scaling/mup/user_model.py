@@ -301,7 +301,7 @@ OptimizerFactory = Callable[[int, Params, Array], optax.GradientTransformation]
 
 @struct.dataclass
 class Batches:
-  """A batch source for ``scaling.training.loop.run_training``: batch t of every member is ``stacked[t]`` (the same for
+  """A batch source for ``scaling.training.loop.run.run_training``: batch t of every member is ``stacked[t]`` (the same for
   every seed), ``batches(steps)`` from a fixed batch, a function of the step or an iterator
   (``materialize_batches``)."""
 

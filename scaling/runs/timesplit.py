@@ -2,7 +2,7 @@
 
 ``TimeSplit`` (a context manager) listens to JAX's compilation events (``jax.monitoring``: tracing to a jaxpr,
 lowering to MLIR, backend compilation; each one the duration JAX itself measured) and to the regions that run
-compiled work (``computing()``, around the training loop of ``scaling.training.loop.run_training`` and a study's other
+compiled work (``computing()``, around the training loop of ``scaling.training.loop.run.run_training`` and a study's other
 loops of compiled calls). At the end::
 
     wall = compilation + compute + rest

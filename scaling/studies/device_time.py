@@ -21,7 +21,7 @@ def training_flops(model_config: Any, *, steps: int, members: int, batch_size: i
   6 · parameters · tokens for the weights plus 12 · depth · T² · width for the attention (forward and backward).
 
   Args:
-    model_config: a ``scaling.training.model_config.ModelConfig``.
+    model_config: a ``scaling.training.model.config.ModelConfig``.
     steps: training steps.
     members: vmapped models (seeds × learning rates).
     batch_size, seq_len: B and T of a training batch.

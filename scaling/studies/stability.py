@@ -13,13 +13,13 @@ import pathlib
 
 import numpy as np
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.runs import report
 from scaling.runs import results
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.validation import ConfigError

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scaling.attention import metrics as metrics_lib
-from scaling.training import model_config as model_config_lib
+from scaling.training.model import config as model_config_lib
 from scaling.mup import schemes as parametrization_lib
 from scaling.runs import plotting
 from scaling.runs import report

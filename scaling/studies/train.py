@@ -23,12 +23,12 @@ from typing import Any
 
 import jax
 
-from scaling.training.data_config import DataConfig
-from scaling.training.dataset import Dataset
-from scaling.training import dataset as dataset_lib
-from scaling.training import model as model_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training.model_config import ModelConfig
+from scaling.training.data.config import DataConfig
+from scaling.training.data.dataset import Dataset
+from scaling.training.data import dataset as dataset_lib
+from scaling.training.model import transformer as model_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.runs import plotting
@@ -37,10 +37,10 @@ from scaling.runs import distributed
 from scaling.training import resources
 from scaling.runs import results
 from scaling.runs import tracking
-from scaling.training import evaluation as evaluation_lib
-from scaling.training import loop as loop_lib
-from scaling.training import sharded as sharded_lib
-from scaling.training import state as state_lib
+from scaling.training.loop import evaluation as evaluation_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import sharded as sharded_lib
+from scaling.training.loop import state as state_lib
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.config import Seeds
@@ -154,7 +154,7 @@ def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: ModelConfi
   directory = out_dir / CHECKPOINTS
   if not config.checkpoint_every and not directory.exists():
     return None, None, None
-  from scaling.training import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top  (orbax only when used)
+  from scaling.training.loop import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top  (orbax only when used)
 
   checkpoints = checkpoint_lib.Checkpoints(directory)
   if checkpoints.latest_step() is None:

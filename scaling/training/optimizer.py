@@ -30,7 +30,7 @@ class OptimizerConfig(Options):
   parameter's LR multiplier: "constant" is a linear warmup over
   ``warmup_steps`` then 1; "cosine" is a linear warmup then a cosine decay to
   ``end_factor`` at ``steps`` (``optim.warmup_cosine_schedule``). ``z_loss`` adds
-  c · mean((log Z)²) of the readout to the loss (``scaling.training.losses.z_loss``).
+  c · mean((log Z)²) of the readout to the loss (``scaling.training.loop.losses.z_loss``).
   """
 
   optimizer: str = option("adam", "Optimizer (adam_atan2: Adam with a*atan2(m, b*sqrt(v)) in place of "
@@ -85,7 +85,7 @@ class OptimizerConfig(Options):
 
     Args:
       parametrized: the model's ``scaling.mup.parametrize.RoleParametrization`` (``scaling.parametrize`` of its
-        roles; the built-in Transformer's is ``scaling.training.model.parametrized(config)``).
+        roles; the built-in Transformer's is ``scaling.training.model.transformer.parametrized(config)``).
       learning_rate: replaces the configured learning rate (a float or a traced scalar).
     """
     if not hasattr(parametrized, "optimizer") or not hasattr(parametrized, "roles"):

@@ -214,10 +214,10 @@ def attention_bytes(batch: int, heads: int, q_len: int, kv_len: int, implementat
 
 
 def param_count(model_config: Any) -> int:
-  """Parameters of ``scaling.training.model.Transformer(model_config)`` in closed form (no initialization).
+  """Parameters of ``scaling.training.model.transformer.Transformer(model_config)`` in closed form (no initialization).
 
   Args:
-    model_config: a ``scaling.training.model_config.ModelConfig``.
+    model_config: a ``scaling.training.model.config.ModelConfig``.
 
   Returns:
     The number of parameters: embeddings, per block the norms, q/k/v/out and
@@ -252,7 +252,7 @@ def training_program(model_config: Any, *, optimizer: str, momentum: float = 0.0
   """One compiled training step of ``members`` vmapped models (and the state kept between steps).
 
   Args:
-    model_config: a ``scaling.training.model_config.ModelConfig``.
+    model_config: a ``scaling.training.model.config.ModelConfig``.
     optimizer, momentum: the optimizer (its state size).
     batch_size, seq_len: B and T of a training batch.
     members: vmapped models (seeds × learning rates).

@@ -5,7 +5,7 @@ sequence length, seeds and text file, and caches measurements that several claim
 ``SWEEP_RULES``; the training grids, each trained once by its ``GridPlanner``). The formatting helpers below turn
 per-seed values into the numbers and sentences of a ``scaling.studies.claims.verdicts.Measurement``; the measurements
 themselves are in the random-input families (gathered in ``scaling.studies.claims.table``) and
-``scaling.studies.claims.training_claims``.
+``scaling.studies.claims.training.families``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MODES: dict[str, dict[str, Any]] = {
 """Sizes per mode: head dims and sequence length of the random-input sweeps, seeds, and the model widths of the
 fixed-head-dim claim. "quick" keeps the ends of the d_k range and the two head dims the notes name; "cpu_hour" is the
 largest setting planned for about an hour on two CPU cores; "paper" the notes' sequences of 256 (its training sizes
-are ``scaling.studies.claims.training_sizes.SIZES["paper"]``); "paper_8min" the same random inputs with the training cut
+are ``scaling.studies.claims.training.sizes.SIZES["paper"]``); "paper_8min" the same random inputs with the training cut
 to fit 8 minutes on one H200 (``SIZES["paper_8min"]``, what ``scripts/device_claims.sh`` runs)."""
 
 

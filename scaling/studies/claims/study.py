@@ -12,9 +12,9 @@ formatted from them.
 The parts: the measurement context and the wording of measured values
 (``scaling.studies.claims.context``: ``Context``, and ``MODES``, the sizes of
 ``--mode=quick``, ``--mode=cpu_hour`` and ``--mode=paper``), the claims settled by
-random q, k, v (drawn by ``scaling.studies.claims.random_inputs``; one module per
+random q, k, v (drawn by ``scaling.studies.claims.random_input.inputs``; one module per
 family, gathered in ``scaling.studies.claims.table.RANDOM_INPUT_CLAIMS``), those settled by
-training small models (``scaling.studies.claims.training_claims``), the citations
+training small models (``scaling.studies.claims.training.families``), the citations
 checked against their sources (``scaling.studies.claims.citations``), and the
 claim table of all of them with its Markdown (``scaling.studies.claims.table``). This module runs
 them: ``run_claims`` measures the selected claims, ``run`` is the study behind
@@ -32,7 +32,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from scaling.training import text_corpus
+from scaling.training.data import text_corpus
 from scaling.runs import distributed
 from scaling.runs import report
 from scaling.training import resources
@@ -42,7 +42,7 @@ from scaling.runs import results
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.studies.grid import run as grid_run
-from scaling.studies.claims.training_sizes import follows_num_seeds
+from scaling.studies.claims.training.sizes import follows_num_seeds
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claims.table import all_claims
 from scaling.studies.claims.table import markdown_table

@@ -9,16 +9,16 @@ from typing import Any
 
 from scaling.runs import report
 from scaling.studies.claims import citations as citation_claims
-from scaling.studies.claims import exp_overflow_claims
-from scaling.studies.claims import head_dim_and_retrieval_claims
-from scaling.studies.claims import logit_variance_claims
-from scaling.studies.claims import norm as norm_claims
-from scaling.studies.claims import norms_and_temperature_claims
-from scaling.studies.claims import outlier_overflow_claims
-from scaling.studies.claims import rope_claims
-from scaling.studies.claims import softmax_saturation_claims
-from scaling.studies.claims import training_claims
-from scaling.studies.claims.training_sizes import describe_sizes
+from scaling.studies.claims.random_input import exp_overflow as exp_overflow_claims
+from scaling.studies.claims.random_input import head_dim_and_retrieval as head_dim_and_retrieval_claims
+from scaling.studies.claims.random_input import logit_variance as logit_variance_claims
+from scaling.studies.claims.training import norms as norm_claims
+from scaling.studies.claims.random_input import norms_and_temperature as norms_and_temperature_claims
+from scaling.studies.claims.random_input import outlier_overflow as outlier_overflow_claims
+from scaling.studies.claims.random_input import rope as rope_claims
+from scaling.studies.claims.random_input import softmax_saturation as softmax_saturation_claims
+from scaling.studies.claims.training import families as training_claims
+from scaling.studies.claims.training.sizes import describe_sizes
 from scaling.studies.claims import unmeasurable as unmeasurable_claims
 from scaling.studies.claims.context import BATCH
 from scaling.studies.claims.context import Context
@@ -62,8 +62,8 @@ INCONCLUSIVE_LEGEND = (
 
 
 def all_claims() -> tuple[Claim | UnmeasurableClaim | CitationClaim, ...]:
-  """RANDOM_INPUT_CLAIMS, ``scaling.studies.claims.training_claims.TRAINING_CLAIMS``,
-  ``scaling.studies.claims.norm.NORM_CLAIMS``, ``scaling.studies.claims.unmeasurable.UNMEASURABLE_CLAIMS``, then
+  """RANDOM_INPUT_CLAIMS, ``scaling.studies.claims.training.families.TRAINING_CLAIMS``,
+  ``scaling.studies.claims.training.norms.NORM_CLAIMS``, ``scaling.studies.claims.unmeasurable.UNMEASURABLE_CLAIMS``, then
   ``scaling.studies.claims.citations.CITATION_CLAIMS`` (ValueError if an id repeats)."""
   claims = (RANDOM_INPUT_CLAIMS + training_claims.TRAINING_CLAIMS + norm_claims.NORM_CLAIMS
             + unmeasurable_claims.UNMEASURABLE_CLAIMS + citation_claims.CITATION_CLAIMS)

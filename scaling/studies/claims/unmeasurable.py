@@ -2,7 +2,7 @@
 
 Each is a ``scaling.studies.claims.verdicts.UnmeasurableClaim``: its verdict is ``NOT_MEASURABLE`` ("not measurable here"),
 never a measured one, and its row names the measured rows that settle its parts or premises. A claim belongs here
-only when neither random inputs, a closed form nor the training runs of ``scaling.studies.claims.training_claims`` can
+only when neither random inputs, a closed form nor the training runs of ``scaling.studies.claims.training.families`` can
 give it a statistic whose thresholds follow from its words.
 """
 
@@ -17,7 +17,7 @@ UNMEASURABLE_CLAIMS: tuple[UnmeasurableClaim, ...] = (
         would_need="a measure of internal covariate shift (how much a layer's input distribution moves while the "
         "layers below it train) and models trained with and without LayerNorm in which it is measured",
         why="the note defines no measure of internal covariate shift, and the models here cannot train without a "
-        "normalization (scaling.training.model offers LayerNorm or RMSNorm, no 'none'), so there is no run without LayerNorm to "
+        "normalization (scaling.training.model.transformer offers LayerNorm or RMSNorm, no 'none'), so there is no run without LayerNorm to "
         "compare; what LayerNorm does to a token (mean 0, variance 1 over its width) is an identity, not this claim.",
         related=("layernorm_not_enough", "train_norms_dont_replace_scaling")),
     UnmeasurableClaim(

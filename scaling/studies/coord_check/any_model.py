@@ -2,8 +2,8 @@
 
 ``coord_check(model, loss_fn, batches, schemes=("sp", "mup"), widths=...)`` takes a factory of the width (a linen or
 nnx module, or a ``scaling.PureModel``), made each scheme at each width by ``scaling.WidthParametrization`` and
-trained by the same ``scaling.training.loop.run_training`` as the built-in model (a
-``scaling.training.programs.FunctionalProgram``: seeds vmapped in one program per width, resumable in ``out_dir``);
+trained by the same ``scaling.training.loop.run.run_training`` as the built-in model (a
+``scaling.training.loop.programs.FunctionalProgram``: seeds vmapped in one program per width, resumable in ``out_dir``);
 every module's output is recorded without changing the model, as the RMS of its coordinates and of its change since
 initialization (the same batch through the initial parameters). The slopes against width are those of
 ``scaling.studies.coord_check.slopes``, the verdict per module and its likely cause those of
@@ -20,8 +20,8 @@ import jax
 import numpy as np
 
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
 from scaling.mup import user_model
 from scaling.mup import width_family
 from scaling.studies.grid import run as grid_run
@@ -103,7 +103,7 @@ def _measure(runs: Sequence[width_family.Run], widths: Sequence[int], steps: int
              seeds: np.ndarray, batches: user_model.Batches, progress: bool,
              out_dir: str | pathlib.Path | None) -> list[dict[str, Any]]:
   """The coordinate-check rows of every (name, model_at(width), optimizer factory) run at every width: each trained
-  for ``steps`` updates by ``scaling.training.loop.run_training`` (seeds vmapped in one program), resumable in
+  for ``steps`` updates by ``scaling.training.loop.run.run_training`` (seeds vmapped in one program), resumable in
   ``out_dir``."""
   opt = OptimizerConfig(steps=steps + 1, learning_rate=float(learning_rate))
   by_name = {run.name: (run.model_at, run.optimizer) for run in runs}

@@ -1,4 +1,4 @@
-"""The layers the coordinate check measures on the built-in Transformer (``scaling.training.model``).
+"""The layers the coordinate check measures on the built-in Transformer (``scaling.training.model.transformer``).
 
 Their names in forward order and their RMS values from ``train_step``'s metrics: per layer on the width axis
 (``layer_names``, ``rms_by_layer``), and on the depth axis the layers every depth has (``DEPTH_LAYERS``,

@@ -11,20 +11,20 @@ some grow, most visibly the readout logits and the attention logits once
 training has moved the weights.
 
 Here the size is the root mean square of the coordinates, taken from the very
-forward pass that the training step differentiates (``scaling.training.model`` returns
-the RMS values in its aux output and ``scaling.training.transformer_step.train_step`` passes them
+forward pass that the training step differentiates (``scaling.training.model.transformer`` returns
+the RMS values in its aux output and ``scaling.training.loop.transformer_step.train_step`` passes them
 on): the embedding output (input of the first block), each block's attention
 logits (after the logit scale, visible entries only), attention-branch output
 and MLP-branch output (before the residual add), and the readout logits.
 Step t is measured at the parameters after t updates, so steps 0..k need
 k + 1 training steps. Seeds are trained together as one vmapped grid
-(``scaling.training.loop.run_training``: one compilation per parametrization and width), and
+(``scaling.training.loop.run.run_training``: one compilation per parametrization and width), and
 the growth with width is
 summarized by the least-squares slope of log2(RMS) against log2(width)
 (``scaling.studies.coord_check.slopes.fit_slope``): ≈ 0 means width-independent, 0.5 means ∝ √width, 1 means
 ∝ width.
 
-The models of a check form a ``scaling.training.model_family.ModelFamily``: fixed depth,
+The models of a check form a ``scaling.training.model.family.ModelFamily``: fixed depth,
 every width-like dimension (heads × head dim, MLP width) proportional to the
 width.
 
@@ -59,12 +59,12 @@ import pathlib
 import time
 from typing import Any, Callable
 
-from scaling.training.data_config import DataConfig
-from scaling.training.model_family import ModelFamily
+from scaling.training.data.config import DataConfig
+from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import distributed
 from scaling.runs import results
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 from scaling.base.config import option
 from scaling.base.config import Seeds
 from scaling.studies.grid import run as grid_run
@@ -134,13 +134,13 @@ class CoordCheckConfig(GridStudy):
 def coord_data(config: CoordCheckConfig, point: dict[str, Any], dataset: Any) -> dict[str, Any]:
   """Trains ``num_seeds`` models of one grid point for k + 1 steps and records RMS per layer.
 
-  The seeds are one vmapped grid (``scaling.training.loop.run_training``) with the same learning rate.
+  The seeds are one vmapped grid (``scaling.training.loop.run.run_training``) with the same learning rate.
 
   Args:
     config: the coordinate check.
     point: one of ``config.grid.points(config.model)``: {parametrization, width} or, on the depth axis,
       {parametrization, depth_alpha, width, depth}.
-    dataset: a ``scaling.training.dataset.Dataset`` (its vocab_size and seq_len set the model's).
+    dataset: a ``scaling.training.data.dataset.Dataset`` (its vocab_size and seq_len set the model's).
 
   Returns:
     {"rms": {layer: float64 [k + 1, num_seeds]} over ``config.layers``, "loss": [k + 1, num_seeds]}.
@@ -165,7 +165,7 @@ def run_coord_check(config: CoordCheckConfig, dataset: Any, *,
 
   Args:
     config: what to train.
-    dataset: a ``scaling.training.dataset.Dataset``.
+    dataset: a ``scaling.training.data.dataset.Dataset``.
     on_point: called as ``on_point(point, rows)`` after each point.
 
   Returns:

@@ -2,7 +2,7 @@
 (grid argmin and parabola vertex), its spread over the axis, and the learning-rate sensitivity.
 
 Pure functions over the rows of ``scaling.studies.transfer.study`` (and of
-``scaling.studies.claims.best_learning_rate``'s grids); no training here. A diverged run's loss is None, counted as +inf by ``find_optimum`` and at the initial
+``scaling.studies.claims.training.best_learning_rate``'s grids); no training here. A diverged run's loss is None, counted as +inf by ``find_optimum`` and at the initial
 loss by ``lr_sensitivity`` (Wortsman et al. 2023, §3.1).
 """
 

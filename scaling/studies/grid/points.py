@@ -14,11 +14,11 @@ from typing import Any, Collection, Sequence
 import numpy as np
 
 from scaling.base import config as config_lib
-from scaling.training.dataset import Dataset
-from scaling.training.data_config import DataConfig
-from scaling.training import model_family as model_family_lib
-from scaling.training.model_family import ModelFamily
-from scaling.training.model_config import ModelConfig
+from scaling.training.data.dataset import Dataset
+from scaling.training.data.config import DataConfig
+from scaling.training.model import family as model_family_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
 from scaling.attention import rules as rules_lib

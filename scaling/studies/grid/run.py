@@ -4,8 +4,8 @@ the memory estimate of the largest point, and the resumable loop that computes t
 Shared by ``scaling.studies.transfer.study`` and ``scaling.studies.coord_check.study``; each point's rows are one group of
 ``scaling.runs.results.GroupedRows``, so a killed run resumes at the first point it had not finished.
 
-Grids declared one at a time (``scaling.studies.claims.training_grids``): a ``GridSpec`` is one model's vmapped grid of
-learning rates (or logit multipliers) × seeds, ``train_grid`` trains it (``scaling.training.loop.run_training``, every step
+Grids declared one at a time (``scaling.studies.claims.training.grids``): a ``GridSpec`` is one model's vmapped grid of
+learning rates (or logit multipliers) × seeds, ``train_grid`` trains it (``scaling.training.loop.run.run_training``, every step
 recorded, never stopped on divergence) into a ``GridRun``, and a ``GridPlanner`` trains each spec once however many
 measurements read it. ``GridPlanner.plan`` turns declared specs into a ``GridPlan`` without training anything: its
 floating-point operations, the programs it compiles and its largest program's memory.
@@ -26,13 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from scaling.training.dataset import Dataset
-from scaling.training import dataset as dataset_lib
-from scaling.training.data_config import DataConfig
-from scaling.training import model as model_lib
-from scaling.training import model_config as model_config_lib
-from scaling.training.model_config import ModelConfig
-from scaling.training import scanned_blocks as scanned_blocks_lib
+from scaling.training.data.dataset import Dataset
+from scaling.training.data import dataset as dataset_lib
+from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
+from scaling.training.model import config as model_config_lib
+from scaling.training.model.config import ModelConfig
+from scaling.training.model import scanned_blocks as scanned_blocks_lib
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import report
 from scaling.training import resources
@@ -40,8 +40,8 @@ from scaling.studies import device_time
 from scaling.runs import results
 from scaling.attention import rules as rules_lib
 from scaling.runs import timesplit
-from scaling.training import initialization as init_lib
-from scaling.training import loop as loop_lib
+from scaling.training.loop import initialization as init_lib
+from scaling.training.loop import run as loop_lib
 from scaling.studies.grid.points import lr_grid
 from scaling.studies.grid.points import WidthGrid
 from scaling.base.validation import ConfigError
@@ -159,14 +159,14 @@ class GridSpec:
   the logit multipliers at one learning rate.
 
   Attributes:
-    model_config: the model (a ``scaling.training.model_config.ModelConfig``).
+    model_config: the model (a ``scaling.training.model.config.ModelConfig``).
     opt_config: the optimizer, schedule and number of steps (the members' learning rates replace its own).
     data: the training data, made with ``data_seed``.
     data_seed: the seed of ``data.make``.
     log2_lrs: the L learning rates (base-2 logarithms); with ``attn_mults``, the one rate of every member.
     seeds: the S seeds (a tuple, or a range of consecutive seeds).
-    attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.training.state.TrainState.attn_mult``).
-    record: the metrics kept at every step (``scaling.training.loop.run_training``'s ``record``).
+    attn_mults: None, or the α of each swept logit scale α/d_head (``scaling.training.loop.state.TrainState.attn_mult``).
+    record: the metrics kept at every step (``scaling.training.loop.run.run_training``'s ``record``).
     label: the grid in words, for messages (not part of what is trained).
   """
 
@@ -232,7 +232,7 @@ class GridSpec:
 
   def program_key(self) -> tuple[Any, ...]:
     """What the grid's compiled training step depends on: models whose rule is only a logit factor
-    (``scaling.training.model_config.logit_multiplier``: α is a value of the training state) share one step."""
+    (``scaling.training.model.config.logit_multiplier``: α is a value of the training state) share one step."""
     model_config = self.model_config
     if model_config_lib.logit_multiplier(model_config) is not None:
       model_config = dataclasses.replace(model_config, rule=rules_lib.FixedScale())
@@ -334,7 +334,7 @@ def join_runs(first: GridRun, second: GridRun) -> GridRun:
 
 def train_grid(spec: GridSpec, dataset: Dataset) -> GridRun:
   """Trains every member of ``spec`` on ``dataset`` in one vmapped program, every step recorded and no member
-  stopped on divergence (``scaling.training.loop.run_training``)."""
+  stopped on divergence (``scaling.training.loop.run.run_training``)."""
   lrs, seeds, mults = spec.member_arrays()
   result = loop_lib.run_training(spec.model_config, spec.opt_config, dataset,
                                  loop_lib.Runs(seed=seeds, learning_rates=lrs, attn_mults=mults),
@@ -346,7 +346,7 @@ def train_grid(spec: GridSpec, dataset: Dataset) -> GridRun:
 
 def unrolled_params(params: Any, model_config: Any) -> Any:
   """Members' parameters [M, ...] with one ``block_{i}`` per block, as ``model.init_params`` lays them out (a scanned
-  model trains them stacked, ``scaling.training.scanned_blocks.stack_blocks``); as given for any other model."""
+  model trains them stacked, ``scaling.training.model.scanned_blocks.stack_blocks``); as given for any other model."""
   if not (isinstance(model_config, ModelConfig) and model_lib.trains_stacked(model_config)):
     return params
   # Sliced on the host: no compiled slice per shape.
@@ -418,7 +418,7 @@ class GridPlanner:
   def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
     """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
     caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
-    one device (``scaling.training.loop.compile_grid``); elsewhere nothing is done ahead."""
+    one device (``scaling.training.loop.run.compile_grid``); elsewhere nothing is done ahead."""
     if jax.device_count() > 1:
       return
     if self._executor is None:

@@ -2,7 +2,7 @@
 
 ``transfer(model, loss_fn, batches, schemes=("sp", "mup"), widths=...)`` takes a factory of the width, made each
 scheme at each width by ``scaling.WidthParametrization``; each width's learning-rate × seed grid is trained by the
-same ``scaling.training.loop.run_training`` as the built-in model (a ``scaling.training.programs.FunctionalProgram``),
+same ``scaling.training.loop.run.run_training`` as the built-in model (a ``scaling.training.loop.programs.FunctionalProgram``),
 one program per width, resumable in ``out_dir``; the optimum per width, its spread, the sensitivity, figure and
 tables as for the built-in model (``scaling.studies.grid.optimum``, ``scaling.studies.transfer.report``).
 """
@@ -15,8 +15,8 @@ import pathlib
 from typing import Any, Sequence
 
 from scaling.training.optimizer import OptimizerConfig
-from scaling.training import loop as loop_lib
-from scaling.training import programs as programs_lib
+from scaling.training.loop import run as loop_lib
+from scaling.training.loop import programs as programs_lib
 from scaling.mup import user_model
 from scaling.mup import width_family
 from scaling.studies.grid.points import lr_grid
@@ -105,7 +105,7 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
 
   Tensor Programs V (Yang et al. 2022), §1 and Fig. 1. One call infers the roles, parametrizes each width under
   each scheme (``scaling.WidthParametrization``) and trains every grid, each width's (learning rate, seed) members
-  vmapped in one program by ``scaling.training.loop.run_training`` (as the built-in model's grids)::
+  vmapped in one program by ``scaling.training.loop.run.run_training`` (as the built-in model's grids)::
 
     result = scaling.transfer(model, loss_fn, batches, schemes=("sp", "mup"), widths=(64, 128, 256, 512))
 

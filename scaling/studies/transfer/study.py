@@ -8,7 +8,7 @@ can be tuned on a small proxy model, whereas under SP it shrinks with width
 parametrization and width it trains every (learning rate, seed) pair of a
 grid and records the final training loss.
 
-Training a grid. ``scaling.training.loop.run_training`` trains every (learning rate, seed)
+Training a grid. ``scaling.training.loop.run.run_training`` trains every (learning rate, seed)
 member of a width in one vmapped program (the learning rate lives in the
 optimizer state), so each width compiles one init and one step whatever the
 size of the grid. Member i = (learning rate i // S, seed i % S) is initialized
@@ -32,7 +32,7 @@ best loss, diverged runs at the initial loss (``lr_sensitivity``), per seed and 
 
 Attention multiplier (``--grid=attn_mult``): the vmapped grid sweeps the α of the logit scale α/d_head at one
 learning rate instead of the learning rate; α is a traced member of the train state
-(``scaling.training.state.TrainState.attn_mult``), so one program per point serves the whole grid.
+(``scaling.training.loop.state.TrainState.attn_mult``), so one program per point serves the whole grid.
 
 The study's parts: the grid of points (``scaling.studies.grid.points``), running it (``scaling.studies.grid.run``),
 the optimum and sensitivity analysis of the measured curves (``scaling.studies.grid.optimum``) and the figures and
@@ -53,14 +53,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaling.training.data_config import DataConfig
+from scaling.training.data.config import DataConfig
 from scaling.runs import distributed
-from scaling.training.model_family import ModelFamily
-from scaling.training import model_family as model_family_lib
+from scaling.training.model.family import ModelFamily
+from scaling.training.model import family as model_family_lib
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import report
 from scaling.runs import results
-from scaling.training import loop as loop_lib
+from scaling.training.loop import run as loop_lib
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.config import Seeds
@@ -179,7 +179,7 @@ def run_point(config: TransferConfig, point: dict[str, Any], dataset: Any) -> li
   Args:
     config: the sweep.
     point: one of ``config.grid.points(config.model)``.
-    dataset: a ``scaling.training.dataset.Dataset`` (on the batch axis, the point's batch size replaces its own).
+    dataset: a ``scaling.training.data.dataset.Dataset`` (on the batch axis, the point's batch size replaces its own).
 
   Returns:
     ``summarize_grid`` rows with the point's fields, steps and average_last added (and, with --grid=attn_mult,
@@ -213,7 +213,7 @@ def run_transfer(config: TransferConfig, dataset: Any, *,
 
   Args:
     config: the sweep.
-    dataset: a ``scaling.training.dataset.Dataset``.
+    dataset: a ``scaling.training.data.dataset.Dataset``.
     on_point: called as ``on_point(point, rows)`` when a point is done (to
       append results as they come).
 
