@@ -5,6 +5,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 import coord_check_models as ccm
+from scaling.studies.coord_check.verdicts import BREAKS
 
 
 class LanguageModelsTest(parameterized.TestCase):
@@ -21,7 +22,7 @@ class LanguageModelsTest(parameterized.TestCase):
       # modules differ: wte, lm_head); "inconclusive" (within two standard errors of the tolerance) is neither.
       common = [m for m in a if m in b and m.startswith("h_")]
       self.assertGreater(len(common), 10)
-      clash = {m: (a[m], b[m]) for m in common if {a[m], b[m]} == {"ok", ccm.coord_check.BREAKS}}
+      clash = {m: (a[m], b[m]) for m in common if {a[m], b[m]} == {"ok", BREAKS}}
       self.assertEmpty(clash, scheme)
 
 
