@@ -19,6 +19,8 @@ setuptools.setup(
     description="Attention logit scaling: rules, metrics, parametrizations and experiments.",
     packages=setuptools.find_packages(include=["scaling", "scaling.*", "experiments", "experiments.*", "benchmarks",
                                                "benchmarks.*"]),
+    # The shipped corpora (scaling/training/data/corpora/README.md): --text_file=shakespeare.
+    package_data={"scaling": ["training/data/corpora/*.txt", "training/data/corpora/README.md"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",
@@ -34,7 +36,9 @@ setuptools.setup(
     extras_require={
         "tensorboard": ["tensorboardX>=2.6"],
         "wandb": ["wandb>=0.19.10"],
-        # The tests of the trackers read what they write, so the test extra installs both.
-        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80", "tensorboardX>=2.6", "wandb>=0.19.10"],
+        # The tests of the trackers read what they write, so the test extra installs both; the recipes for models
+        # written with Equinox and Haiku (docs/your_model.md) are tested on those libraries.
+        "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6.80", "tensorboardX>=2.6", "wandb>=0.19.10",
+                 "equinox>=0.11", "dm-haiku>=0.0.13"],
     },
 )

@@ -1,7 +1,7 @@
 """A small flax.linen transformer built from nn.MultiHeadDotProductAttention on a text file, made μP from its
 shapes, coordinate-checked and transferred.
 
-  python -m examples.linen_transformer --text_file=../shared/data/tinyshakespeare.txt
+  python -m examples.linen_transformer --text_file=shakespeare
 
 Character-level language modelling (``scaling.training.data.text_corpus``); pre-LayerNorm blocks of Flax's attention
 (causal, a fixed number of heads, so the head dim grows with the width) and a GELU MLP of 4x the width. Under μP the

@@ -1,7 +1,7 @@
 """A small flax.nnx transformer built from nnx.MultiHeadAttention on a text file, made μP from its shapes,
 coordinate-checked and transferred (the model of ``examples.linen_transformer`` in nnx).
 
-  python -m examples.nnx_transformer --text_file=../shared/data/tinyshakespeare.txt
+  python -m examples.nnx_transformer --text_file=shakespeare
 """
 
 from __future__ import annotations

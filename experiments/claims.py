@@ -1,7 +1,7 @@
 """Measures the claims of the notes this project started from and decides each verdict from its criterion.
 
   python -m experiments.claims                                  # every claim, quick mode (minutes on 2 CPU cores)
-  python -m experiments.claims --mode=cpu_hour --text_file=../shared/data/tinyshakespeare.txt   # about an hour
+  python -m experiments.claims --mode=cpu_hour --text_file=shakespeare   # about an hour
   python -m experiments.claims --mode=paper --dry_run            # the notes' setting: its plan and expected time
   python -m experiments.claims --ids=gradients_vanish,rope_changes_norms
 

@@ -34,6 +34,7 @@ is printed and written to its ``time_split.json``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -324,10 +325,13 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
       config, own_dir = run_directory(config, "out_dir" in given)
       out_dir = pathlib.Path(config.output.out_dir)
     before = snapshot(out_dir)
-    if own_dir:
-      state = "resuming or reusing its results" if (out_dir / results.MANIFEST).exists() else "new"
-      print(f"run directory: {out_dir} ({state})", flush=True)
-    process_lib.run(run, config, out_dir, process)
+    announce = contextlib.nullcontext()
+    if own_dir and (out_dir / results.MANIFEST).exists():
+      print(f"run directory: {out_dir} (resuming or reusing its results)", flush=True)
+    elif own_dir:  # named when the study makes it: a run refused before it writes names no folder
+      announce = results.announce_when_made(out_dir, f"run directory: {out_dir} (new)")
+    with announce:
+      process_lib.run(run, config, out_dir, process)
     if own_dir:
       results.link_latest(out_dir)
   except UsageError as e:

@@ -1,6 +1,6 @@
 """Output-logit growth with and without z-loss, and Adam against Adam-atan2 over learning rates.
 
-  python -m experiments.stability --text_file=../shared/data/tinyshakespeare.txt --out_dir=runs/stability
+  python -m experiments.stability --text_file=shakespeare --out_dir=runs/stability
 
 Trains one model (default: μP, width 128 at base width 32, depth 2) on the
 data of ``--text_file`` and measures

@@ -1,6 +1,6 @@
 """Trains a small decoder-only transformer and logs loss, gradient norms and attention statistics.
 
-  python -m experiments.train                                   # associative recall, about half a minute on CPU
+  python -m experiments.train                                   # associative recall
   python -m experiments.train --parametrization=mup --width=256 --rule=qk_norm
   python -m experiments.train --text_file=input.txt --steps=2000 --seq_len=64
   python -m experiments.train --text_file=input.txt --learning_rate=3e-2 --z_loss=1e-3 --optimizer=adam_atan2

@@ -1,18 +1,18 @@
 """muTransfer of the learning rate: final loss against learning rate at several widths, SP beside muP.
 
   python -m experiments.transfer                                       # recall task, widths 32..256
-  python -m experiments.transfer --text_file=tinyshakespeare.txt \\
+  python -m experiments.transfer --text_file=shakespeare \\
       --widths=32,64,128,256 --log2_lrs=-14,-13,-12,-11,-10,-9,-8,-7,-6 --steps=300
   python -m experiments.transfer --axis=depth --depths=2,4,8,16 --parametrizations=mup \\
-      --depth_alphas=0,1 --text_file=tinyshakespeare.txt                # the optimum per depth
+      --depth_alphas=0,1 --text_file=shakespeare         # the optimum per depth
   python -m experiments.transfer --rules=none,sqrt,linear,qk_norm --parametrizations=mup \\
-      --widths=16,32,64 --text_file=tinyshakespeare.txt                 # LR sensitivity per rule and width
+      --widths=16,32,64 --text_file=shakespeare          # LR sensitivity per rule and width
   python -m experiments.transfer --grid=attn_mult --log2_attn_mults=-2,0,2,4,6 --fixed_log2_lr=-6 \\
-      --widths=32,64,128 --text_file=tinyshakespeare.txt                # the optimal attention multiplier
+      --widths=32,64,128 --text_file=shakespeare         # the optimal attention multiplier
   python -m experiments.transfer --axis=batch --batch_sizes=4,8,16,32 --width=128 --base_width=32 \\
-      --text_file=tinyshakespeare.txt                                   # the optimum per batch size
+      --text_file=shakespeare                            # the optimum per batch size
   python -m experiments.transfer --axis=steps --step_counts=100,200,400 --width=128 --base_width=32 \\
-      --text_file=tinyshakespeare.txt                                   # the optimum per training length
+      --text_file=shakespeare                            # the optimum per training length
 
 For each parametrization and width, trains every (learning rate, seed) pair of
 the grid in one vmapped program (the learning rate lives in the optimizer

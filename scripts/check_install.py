@@ -12,8 +12,9 @@ with a package named ``experiments`` that refuses to import first on PYTHONPATH
 (the library must never need the checkout's mains, in its own process or in the
 ones it starts), imports ``scaling`` from the environment and runs on tiny sizes
 each study's ``run`` (the d_k sweep, two claims, the coordinate check, the width
-transfer) and the benchmark paths that start fresh processes (the sweep rerun
-with the compilation cache, one memory measurement), checking what each wrote.
+transfer on the shipped corpus ``--text_file=shakespeare``) and the benchmark
+paths that start fresh processes (the sweep rerun with the compilation cache,
+one memory measurement), checking what each wrote.
 Prints one line per check and ``install check: ok`` at the end; exits 1 when a
 check fails and 3 when this machine cannot build the wheel or make a virtual
 environment with pip (nothing was checked).
@@ -140,13 +141,19 @@ def inside(root: pathlib.Path) -> int:
       ("claims", claims.run, claims.ClaimsConfig(mode="quick", ids=("variance_is_dk", "cite_t5_fixed_sqrt"),
                                                  d_k=(64, 128), seq_len=16), "claims.jsonl"),
       ("coord_check", coord_check.run, config_lib.build(coord_check.CoordCheckConfig, tiny_training), "slopes.jsonl"),
-      ("transfer", transfer.run, config_lib.build(transfer.TransferConfig, {**tiny_training, "log2_lrs": (-6.0, -4.0)}),
+      ("transfer on the shipped corpus", transfer.run,
+       config_lib.build(transfer.TransferConfig, {**tiny_training, "log2_lrs": (-6.0, -4.0), "text_file": "shakespeare"}),
        "optimum.jsonl"),
   )
+  from scaling.training.data import text_corpus
+  corpus = text_corpus.corpus_path("shakespeare").resolve()
+  if not corpus.is_file() or not corpus.is_relative_to(where.parent):
+    print(f"install check: the shipped corpus is not in the installed package: {corpus}", file=sys.stderr)
+    return 1
   for name, run, config, written in studies:
 
     def one(name=name, run=run, config=config, written=written):
-      folder = out / name
+      folder = out / name.split()[0]
       run(config, folder)
       rows = [json.loads(line) for line in (folder / written).read_text().splitlines()]
       assert rows, f"{name} wrote no rows to {written}"

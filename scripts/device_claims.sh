@@ -16,7 +16,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs/device_claims}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 shift $(( $# < 2 ? $# : 2 ))
 ids=train_nan_within_100_steps,train_grad_norm_below_1e-6,train_depth6_converges_worse,train_depth6_oscillates
 ids=$ids,train_depth6_slow,train_depth6_tiny_lr_clipping,train_depth12_cannot_converge,train_scaled_grads_stable

@@ -9,7 +9,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 modes=${3:-quick cpu_hour}
 for mode in $modes; do
   run="$out/claims_$mode"  # one folder per mode

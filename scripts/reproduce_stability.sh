@@ -6,6 +6,6 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 "$python" -m experiments.stability --text_file="$text" --out_dir="$out/stability"
 "$python" scripts/update_readme.py stability "$out/stability/stability.md"

@@ -6,7 +6,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 for depth_steps in 6:300 12:200; do
   depth=${depth_steps%:*}
   steps=${depth_steps#*:}

@@ -7,7 +7,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 "$python" scripts/unit_scale_check.py --out="$out/unit_scale.md" --umup_scales=covariance
 "$python" scripts/update_readme.py unit_scale "$out/unit_scale.md"
 "$python" scripts/unit_scale_check.py --out="$out/unit_scale_paper.md" --umup_scales=paper

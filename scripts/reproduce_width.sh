@@ -6,7 +6,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 "$python" -m experiments.coord_check --task=text --text_file="$text" --out_dir="$out/coord_check"
 "$python" -m experiments.transfer --task=text --text_file="$text" --widths=32,64,128,256 --depth=2 \
   --log2_lrs=-11,-10,-9,-8,-7,-6,-5,-4 --num_seeds=2 --steps=200 --seq_len=32 --batch_size=8 \

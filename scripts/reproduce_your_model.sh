@@ -6,7 +6,7 @@ set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}/examples
-text=${2:-../shared/data/tinyshakespeare.txt}
+text=${2:-shakespeare}
 "$python" -m examples.linen_mlp --out_dir="$out/linen_mlp" --coord_seeds=8
 "$python" -m examples.nnx_mlp --out_dir="$out/nnx_mlp" --coord_seeds=8
 "$python" -m examples.linen_transformer --text_file="$text" --out_dir="$out/linen_transformer"

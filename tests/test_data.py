@@ -1,5 +1,6 @@
 """Tests of the training data (DataConfig, the synthetic tasks, text): oracles in plain Python, text loading, errors."""
 
+import hashlib
 import json
 import os
 import pathlib
@@ -23,7 +24,8 @@ from scaling.training.data import synthetic_tasks as tasks_lib
 from scaling.training.data import text_corpus
 from scaling.training.data.config import DataConfig
 
-SHAKESPEARE = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinyshakespeare.txt"
+SHAKESPEARE_MD5 = "6fb458f1232090904fb40fe944165e91"
+"""The md5 of Karpathy's tiny Shakespeare (char-rnn's data/tinyshakespeare/input.txt), as corpora/README.md states."""
 
 B, T = 4, 16
 # A few fixed configurations, shared by the tests so that each compiles once.
@@ -355,12 +357,24 @@ class TextTest(chex.TestCase, parameterized.TestCase):
     with mock.patch.object(resources, "host_available_bytes", lambda: 512 * text_corpus.TEXT_BYTES_PER_CHAR):
       self.assertLen(text_corpus.load_text(path), 512)
 
-  @absltest.skipUnless(SHAKESPEARE.exists(), "tinyshakespeare.txt not present")
+  def test_the_shipped_corpus_is_tiny_shakespeare_unchanged(self):
+    path = text_corpus.corpus_path("shakespeare")
+    self.assertEqual(hashlib.md5(path.read_bytes()).hexdigest(), SHAKESPEARE_MD5)
+    readme = (path.parent / "README.md").read_text(encoding="utf-8")
+    self.assertIn(SHAKESPEARE_MD5, readme)
+    self.assertIn("`shakespeare`", readme)
+
+  def test_a_name_of_a_corpus_reads_it_and_any_other_value_is_a_path(self):
+    self.assertEqual(text_corpus.load_text("shakespeare"), text_corpus.corpus_path("shakespeare").read_text("utf-8"))
+    self.assertEqual(text_corpus.corpus_path("shakespeare.txt"), pathlib.Path("shakespeare.txt"))
+    with self.assertRaisesRegex(text_corpus.DataError, "'shakespeare.txt' does not exist"):
+      text_corpus.load_text("shakespeare.txt")
+
   def test_tinyshakespeare(self):
-    ds = _make("text", seq_len=64, batch_size=B, text_file=str(SHAKESPEARE))
+    ds = _make("text", seq_len=64, batch_size=B, text_file="shakespeare")
     self.assertEqual(ds.vocab_size, 65)
     self.assertEqual(dataset_lib.describe(ds)["num_tokens"], 1115394)
-    text = SHAKESPEARE.read_text(encoding="utf-8")
+    text = text_corpus.corpus_path("shakespeare").read_text(encoding="utf-8")
     self.assertEqual(ds.train_tokens.shape[0] + ds.val_tokens.shape[0], len(text))
     self.assertEqual(ds.decode(ds.val_tokens[:50]), text[-ds.val_tokens.shape[0]:][:50])
     b = _np(ds.batch(0))

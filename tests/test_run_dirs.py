@@ -13,6 +13,7 @@ import chex
 
 import experiment_main
 from experiments import cli
+from scaling.base import validation
 from scaling.runs import results
 from scaling.studies import sweep as sweep_lib
 from scaling.studies import train as training
@@ -98,6 +99,23 @@ class RunDirectoryTest(chex.TestCase):
     experiment_main.assert_one_line_error(self, code, stdout, stderr, "seq_len")
     self.assertCountEqual([p.name for p in runs.iterdir()], [one.name, two, results.LATEST])
     self.assertEqual(os.readlink(runs / results.LATEST), two)
+
+  def test_a_run_that_writes_nothing_names_no_folder(self):
+    def refused(config, out_dir):
+      del out_dir
+      raise validation.ConfigError(f"d_k={config.d_k} is refused by this study before it writes")
+
+    def dry_run(config, out_dir):
+      del config, out_dir
+      print("the plan, and nothing written")
+
+    for run, want_code in ((refused, 2), (dry_run, 0)):
+      out, err = io.StringIO(), io.StringIO()
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(sweep_lib.SweepConfig, run, ["sweep", "--d_k=2"])
+      self.assertEqual(code, want_code, err.getvalue())
+      self.assertNotIn("run directory", out.getvalue() + err.getvalue())
+      self.assertFalse((self.root / "runs").exists())
 
   def test_explicit_out_dir_keeps_one_folder_and_refuses_other_options(self):
     code, _, err = self._run("--d_k=2", "--out_dir=mine")

@@ -21,6 +21,17 @@ def bare_python_lines(text: str) -> list[str]:
 
 class ScriptsTest(absltest.TestCase):
 
+  def test_nothing_reads_data_from_outside_the_clone(self):
+    # A clone has no folder beside it: every command and script names the shipped corpus (--text_file=shakespeare).
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if tracked.returncode != 0:
+      self.skipTest("not a git checkout")
+    outside = re.compile(r"\.\./shared/|\.\.[/\\]data/")
+    for name in tracked.stdout.splitlines():
+      path = ROOT / name
+      if path.suffix in (".py", ".md", ".sh", ".cfg", ".toml", ".ini", ".txt") and path.stat().st_size < 1_000_000:
+        self.assertIsNone(outside.search(path.read_text(encoding="utf-8", errors="replace")), name)
+
   def test_every_script_is_python_or_runs_python_through_PYTHON(self):
     scripts = sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file())
     self.assertNotEmpty(scripts)

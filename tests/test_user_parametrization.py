@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import float_tolerance
 import scaling
 from scaling.mup import schemes as param_lib
 
@@ -216,7 +217,9 @@ class FoldedReadoutTest(parameterized.TestCase):
           p.init(jax.random.key(1), params)))
     explicit_losses, folded_losses = np.asarray(runs[0]), np.asarray(runs[1])
     self.assertLess(explicit_losses[-1], 0.8 * explicit_losses[0])  # it trains
-    np.testing.assert_allclose(folded_losses, explicit_losses, rtol=2e-6)
+    # One multiplier applied in two places: the same trajectory up to float32 roundings in another order, over
+    # 20 steps of a forward and backward pass through 3 layers, a LayerNorm and a tanh each (about 8 dependent operations).
+    np.testing.assert_allclose(folded_losses, explicit_losses, rtol=float_tolerance.rtol(depth=8, steps=20))
     if name != "adam":
       return
     # A different readout (the law before: std 1/√n_in with multiplier 1/m) is not the same trajectory.

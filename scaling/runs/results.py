@@ -6,6 +6,8 @@ writing functions do nothing on the others.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import dataclasses
 import hashlib
@@ -145,6 +147,24 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Non
   _atomic_write(path, buf.getvalue())
 
 
+_ANNOUNCED: contextvars.ContextVar[tuple[pathlib.Path, str] | None] = contextvars.ContextVar("announced",
+                                                                                             default=None)
+
+
+@contextlib.contextmanager
+def announce_when_made(path: str | os.PathLike, line: str):
+  """Within the block, ``make_dir(path)`` prints ``line`` (once) when it makes ready the folder ``path``.
+
+  An entry point names its run directory this way: a run refused before it writes anything (bad input, a dry run)
+  never prints it.
+  """
+  token = _ANNOUNCED.set((pathlib.Path(path).absolute(), line))
+  try:
+    yield
+  finally:
+    _ANNOUNCED.reset(token)
+
+
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
   """Creates the output folder (and parents); ValueError naming out_dir if it cannot be written."""
   p = pathlib.Path(path)
@@ -156,6 +176,10 @@ def make_dir(path: str | os.PathLike) -> pathlib.Path:
     raise ConfigError(f"out_dir={str(path)!r}: cannot create directory ({e.strerror or e})") from None
   if not os.access(p, os.W_OK):
     raise ConfigError(f"out_dir={str(path)!r}: directory is not writable")
+  announced = _ANNOUNCED.get()
+  if announced is not None and announced[0] == p.absolute():
+    _ANNOUNCED.set(None)
+    print(announced[1], flush=True)
   return p
 
 

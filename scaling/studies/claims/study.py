@@ -114,7 +114,8 @@ class ClaimsConfig(Options):
                                        "128); default: the mode's.", lower=1)
   num_seeds: int | None = option(None, "Seeds (mean and std are over them); default: the mode's.", lower=1)
   seq_len: int | None = option(None, "Sequence length of the random-input claims; default: the mode's.", lower=2)
-  text_file: str | None = option(None, "UTF-8 text for the training claims; default: the built-in synthetic task.")
+  text_file: str | None = option(None, "UTF-8 text for the training claims ('shakespeare': tiny Shakespeare, "
+                                 "shipped with the package); default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")

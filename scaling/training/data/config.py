@@ -28,7 +28,8 @@ class DataConfig(Options):
 
   task: str | None = option(None, "Training data: recall, induction or text; default: text when --text_file is "
                             "given, else recall.", choices=DATASET_NAMES)
-  text_file: str | None = option(None, "UTF-8 text file for character-level training (selects --task=text).")
+  text_file: str | None = option(None, "UTF-8 text file for character-level training (selects --task=text); "
+                                 "'shakespeare' reads tiny Shakespeare, shipped with the package.")
   seq_len: int = option(64, "Sequence length T.", lower=1)
   batch_size: int = option(16, "Sequences per batch.", lower=1)
   vocab_size: int | None = option(None, "Vocabulary size; default: the smallest power of two >= 64 that the "

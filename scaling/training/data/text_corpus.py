@@ -8,8 +8,10 @@ weights are 1. ``load_text`` refuses what cannot serve as text (``DataError``, n
 
 from __future__ import annotations
 
+import importlib.resources
 import math
 import os
+import pathlib
 import stat
 from typing import Any, ClassVar, Sequence
 
@@ -30,12 +32,35 @@ TEXT_BYTES_PER_CHAR = 24
 character), its UTF-32 copy, the int64 search indices and the int32 ids on the host and on the device."""
 
 
+CORPORA = {"shakespeare": "tinyshakespeare.txt"}
+"""The corpora shipped with the package (``corpora/README.md``): a ``text_file`` equal to a name reads its file."""
+
+
 class DataError(ConfigError):
   """A text file that cannot serve as data: missing, a directory, unreadable, empty, binary or too short."""
 
 
+def corpus_path(text_file: str | os.PathLike) -> pathlib.Path:
+  """The file a ``text_file`` value names: a shipped corpus for a name of ``CORPORA``, else the value as a path.
+
+  Args:
+    text_file: ``"shakespeare"`` (tiny Shakespeare, shipped with the package) or the path of a UTF-8 text file.
+
+  Returns:
+    The path to read (not checked: ``load_text`` refuses what cannot be read).
+  """
+  name = os.fspath(text_file)
+  if name in CORPORA:
+    with importlib.resources.as_file(
+        importlib.resources.files("scaling.training.data") / "corpora" / CORPORA[name]) as path:
+      return pathlib.Path(path)
+  return pathlib.Path(name)
+
+
 def load_text(path: str | os.PathLike) -> str:
   """Reads a non-empty UTF-8 text file, raising DataError (naming the file) on bad input.
+
+  ``path`` is a name of ``CORPORA`` (a shipped corpus, ``corpus_path``) or the path of a file.
 
   Refused: a missing path, a directory, anything that is not a regular file
   (a device such as /dev/zero, a pipe or a socket, which may never end), an
@@ -46,6 +71,8 @@ def load_text(path: str | os.PathLike) -> str:
   name = os.fspath(path)
   if not name:
     raise DataError("the text file path is empty")
+  if name in CORPORA:
+    name = str(corpus_path(name))
   try:
     info = os.stat(name)
   except FileNotFoundError:
@@ -186,7 +213,7 @@ def load_text_dataset(text_file: str | os.PathLike, *, seq_len: int, batch_size:
   """Reads, checks, encodes and splits a text file: the ``TextDataset`` of ``DataConfig(text_file=...)``.
 
   Args:
-    text_file: path of a UTF-8 text file (``load_text``).
+    text_file: a shipped corpus's name (``CORPORA``: "shakespeare") or the path of a UTF-8 text file (``load_text``).
     seq_len, batch_size, seed: T, B and the default seed of the batches (positive, as ``DataConfig`` checked them).
     vocab_size: V, at least the file's number of characters (a larger V leaves ids unused); None: that number.
     val_fraction: the held-out end of the file, in (0, 1).

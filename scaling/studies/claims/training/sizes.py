@@ -15,6 +15,7 @@ from typing import Any
 
 from scaling.training.data.config import DataConfig
 from scaling.training.data.dataset import Dataset
+from scaling.training.data import text_corpus
 from scaling.studies.claims.context import Context
 
 
@@ -113,6 +114,8 @@ def depths_of(ctx: Context) -> tuple[int, ...]:
 def data_name(ctx: Context) -> str:
   """What the claims train on, for the numbers: the text file's name or the synthetic task."""
   text = getattr(ctx, "text_file", None)
+  if text in text_corpus.CORPORA:
+    return f"text file {text_corpus.CORPORA[text]} (characters)"
   return f"text file {os.path.basename(text)} (characters)" if text else "synthetic recall task"
 
 
