@@ -41,6 +41,7 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import sys
 from typing import Any, Callable, Sequence
@@ -51,6 +52,7 @@ import jax
 from scaling.base import config as config_lib
 from scaling.training.data import text_corpus
 from scaling.studies import process as process_lib
+from scaling.runs import interrupt
 from scaling.runs import results
 from scaling.base import validation
 from scaling.studies.process import ProcessOptions
@@ -330,7 +332,7 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
       print(f"run directory: {out_dir} (resuming or reusing its results)", flush=True)
     elif own_dir:  # named when the study makes it: a run refused before it writes names no folder
       announce = results.announce_when_made(out_dir, f"run directory: {out_dir} (new)")
-    with announce:
+    with announce, interrupt.stop_at_safe_points():
       process_lib.run(run, config, out_dir, process)
     if own_dir:
       results.link_latest(out_dir)
@@ -340,10 +342,15 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     return fail(f"--text_file: {e}")
   except validation.ConfigError as e:  # bad input; any other exception is a bug and keeps its traceback
     return fail(flag_text(e, cls))
-  except KeyboardInterrupt:
-    if own_dir:
+  except KeyboardInterrupt as e:
+    if own_dir and out_dir.exists():
       results.link_latest(out_dir)
-    return 130
+    status = e.exit_status if isinstance(e, interrupt.Interrupted) else 130
+    name = e.signal_name if isinstance(e, interrupt.Interrupted) else "SIGINT"
+    kept = f"what finished is in {out_dir}; " if out_dir is not None and out_dir.exists() else ""
+    print(f"interrupted ({name}): {kept}to resume, run the same command again: {resume_command(argv)}",
+          file=sys.stderr, flush=True)
+    return status
   except Exception as e:  # pylint: disable=broad-except  (only allocation failures are handled here)
     if not out_of_memory(e):
       raise
@@ -351,6 +358,16 @@ def main(cls: type, run: Callable[[Any, pathlib.Path | None], Any], argv: Sequen
     where = f"; removed what this run wrote to {out_dir}" if out_dir is not None else ""
     return fail(f"out of memory: {_first_line(e)}{where}; use smaller sizes", OUT_OF_MEMORY)
   return 0
+
+
+def resume_command(argv: Sequence[str]) -> str:
+  """The command line that reruns ``argv``: ``python -m experiments.<name> ...`` for an entry point's script."""
+  script = pathlib.Path(argv[0]) if argv else pathlib.Path("?")
+  if script.suffix == ".py" and script.parent.name == "experiments":
+    head = ["python", "-m", f"experiments.{script.stem}"]
+  else:
+    head = [str(argv[0]) if argv else "?"]
+  return " ".join(shlex.quote(a) for a in [*head, *argv[1:]])
 
 
 def run_directory(config: Any, given: bool) -> tuple[Any, bool]:

@@ -12,7 +12,8 @@ data of ``--text_file`` and measures
   Adam with ε scaled as μP prescribes (train's ε scaling ``mup``) and Adam-atan2
   at each of ``--learning_rates`` (one vmapped program per optimizer).
 
-Writes results.json and stability.md (two Markdown tables, for the generated
+Writes runs.jsonl (one row per training run, as each ends: a stopped run
+resumes from it), results.json and stability.md (two Markdown tables, for the generated
 docs/stability.md section: ``python scripts/update_readme.py stability runs/stability/stability.md``).
 """
 

@@ -24,7 +24,8 @@ class StabilityMainTest(absltest.TestCase):
     code, stdout, stderr = experiment_main.run_main(stability, **TINY, text_file=self._text_file(), out_dir=str(out))
     self.assertEqual(code, 0, stderr)
     self.assertIn(f"wrote results.json and stability.md to {out}", stdout)
-    self.assertEqual(sorted(p.name for p in out.iterdir()), ["results.json", "stability.md", "time_split.json"])
+    self.assertEqual(sorted(p.name for p in out.iterdir()), ["results.json", "run.json", "runs.jsonl", "stability.md",
+                                                               "time_split.json"])
     results = json.loads((out / "results.json").read_text())
     self.assertEqual(set(results), {"config", "trained", "log_z", "optimizers"})
     self.assertEqual(results["config"]["width"], 16)

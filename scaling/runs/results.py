@@ -19,12 +19,15 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import time
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from scaling.runs import distributed
+from scaling.runs import interrupt
+from scaling.runs import run_lock
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.base.validation import ConfigError
@@ -210,6 +213,13 @@ def read_complete_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], 
   return rows, False
 
 
+def report_torn(path: pathlib.Path) -> None:
+  """Says on stderr that ``path`` ended in a torn line (a run stopped while writing it), which is dropped."""
+  if distributed.is_writer():
+    print(f"{path}: dropped its torn last line (a run was stopped while writing it); every whole row is kept and "
+          "the rest is computed again", file=sys.stderr, flush=True)
+
+
 def _normalized(row: Mapping[str, Any]) -> dict[str, Any]:
   """A row as it reads back from its file (non-finite numbers as None, tuples as lists)."""
   return json.loads(json.dumps(to_jsonable(row)))
@@ -238,13 +248,17 @@ class RowStream:
         self.partial.unlink(missing_ok=True)
       return
     source = self.partial if self.partial.exists() else self.path
-    self.rows = [r for r in read_complete_jsonl(source)[0] if keep(r)]
+    found, torn = read_complete_jsonl(source)
+    if torn:
+      report_torn(source)
+    self.rows = [r for r in found if keep(r)]
     write_jsonl(self.partial, self.rows)
 
   def write(self, row: Mapping[str, Any]) -> None:
-    """Appends one row (flushed to disk)."""
+    """Appends one row (flushed to disk); a safe point to stop at (``scaling.runs.interrupt.check``)."""
     append_jsonl(self.partial, row)
     self.rows.append(dict(row))
+    interrupt.check()
 
   def close(self) -> None:
     """Moves the complete file into place (an empty file when no row came)."""
@@ -290,6 +304,8 @@ class GroupedRows:
     self.dropped = len(found) - sum(len(g) for g in self.done.values())
     self.reused = len(found) - self.dropped
     """How many rows an earlier run left complete (kept, not computed again)."""
+    if self.torn:
+      report_torn(source)
     if self.done != groups or self.torn or source != self.partial:
       write_jsonl(self.partial, self.rows())
 
@@ -298,7 +314,10 @@ class GroupedRows:
     return [k for k in self.plan if k not in self.done]
 
   def add(self, key: Hashable, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Appends one finished group whole (one write, flushed and fsynced); returns its rows as they read back."""
+    """Appends one finished group whole (one write, flushed and fsynced); returns its rows as they read back.
+
+    A safe point: a stop requested by a signal (``scaling.runs.interrupt``) raises here, once the group is written.
+    """
     rows = [_normalized(r) for r in rows]
     if key not in self.plan:
       raise ValueError(f"group {key!r} is not in the plan")
@@ -310,6 +329,7 @@ class GroupedRows:
         f.flush()
         os.fsync(f.fileno())
     self.done[key] = rows
+    interrupt.check()
     return rows
 
   def rows(self) -> list[dict[str, Any]]:
@@ -365,7 +385,8 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
   kept). One made with other options is refused unless ``overwrite``. With
   ``overwrite``, and for a folder without a manifest, the files named in
   ``outputs`` (and their partial files; folders too) are removed first and the
-  run starts afresh, so no result of another run is mixed in.
+  run starts afresh, so no result of another run is mixed in. The folder's lock
+  (``scaling.runs.run_lock``) is taken first: a second live run into it is refused.
 
   Args:
     out_dir: the folder (--out_dir).
@@ -379,9 +400,12 @@ def open_run(out_dir: str | os.PathLike, config: Any, *, overwrite: bool = False
     The folder.
 
   Raises:
-    ValueError: one line naming the options that differ, when not ``overwrite``.
+    ValueError: one line naming the options that differ, when not ``overwrite``; ``run_lock.RunLocked`` when
+      another live run holds the folder.
   """
   folder = make_dir(out_dir)
+  if distributed.is_writer():
+    run_lock.acquire(folder)
   path = folder / MANIFEST
   want = _normalized({"config": manifest(config, ignore), **(extra or {})})
   have = None

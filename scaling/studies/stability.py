@@ -17,6 +17,7 @@ from scaling.training.data.config import DataConfig
 from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
+from scaling.runs import run_lock
 from scaling.runs import report
 from scaling.runs import results
 from scaling.training.loop import run as loop_lib
@@ -53,11 +54,16 @@ class StabilityConfig(Options):
       raise ConfigError(f"final_window={self.final_window} exceeds steps={self.optim.steps}")
 
 
+OUTPUTS = ("runs.jsonl", "results.json", "stability.md")
+"""The files ``run`` writes into the output folder (besides run.json)."""
+
+
 def _final(values: np.ndarray, window: int) -> np.ndarray:
   """Mean over the last ``window`` steps of a [steps, ...] record (NaN where a step was not finite)."""
   return np.mean(values[-window:], axis=0)
 
 
+@run_lock.held_while_running
 def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
   """Trains the runs, prints the tables and writes results.json and stability.md into ``out_dir``.
 
@@ -74,35 +80,50 @@ def run(config: StabilityConfig, out_dir: pathlib.Path) -> dict:
   family = config.model.with_base_width([config.width])
   model_config = family.model_config(config.parametrization, config.width, vocab_size=dataset.vocab_size,
                                      max_len=dataset.seq_len)
-  results.make_dir(out_dir)
+  results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS)
   what = (f"{config.parametrization}, width {config.width} (base {family.base_width}), depth {family.depth}, "
           f"{config.optim.steps} steps, batch {dataset.batch_size} x {dataset.seq_len} of {dataset.name}")
   print(f"training {what}", flush=True)
   window = config.final_window
+  lrs = tuple(config.learning_rates)
+  z_losses = (0.0, config.z_loss)
+  # One row per training run, each written when it ends: a stopped run resumes with the runs it finished.
+  plan = [(("log_z", i), 1) for i in range(len(z_losses))] + [(("optimizer", i), 1) for i in range(len(OPTIMIZERS))]
+  stream = results.GroupedRows(out_dir / "runs.jsonl", plan, lambda row: (row["part"], row["index"]))
+  if stream.reused:
+    print(f"resuming: {stream.reused} of {len(plan)} runs reused from {out_dir}", flush=True)
 
-  log_z_rows = []
-  for c in (0.0, config.z_loss):
+  for i, c in enumerate(z_losses):
+    if ("log_z", i) in stream.done:
+      continue
     opt = dataclasses.replace(config.optim, optimizer="adam", learning_rate=config.log_z_learning_rate, z_loss=c)
     r = loop_lib.run_training(model_config, opt, dataset, loop_lib.Runs(seed=config.seed),
                               loop_lib.RunOptions(stop_on_divergence=False, record=("loss", "log_z_mean", "log_z_max")))
     rec = r.records
-    log_z_rows.append({"z_loss": c, "log_z_mean_start": float(rec["log_z_mean"][0]),
-                       "log_z_mean_end": float(_final(rec["log_z_mean"], window)),
-                       "log_z_max_end": float(_final(rec["log_z_max"], window)),
-                       "loss_end": float(_final(rec["loss"], window)), "diverged": bool(r.diverged)})
-    print(report.table([log_z_rows[-1]], list(log_z_rows[-1])), flush=True)
+    row = {"z_loss": c, "log_z_mean_start": float(rec["log_z_mean"][0]),
+           "log_z_mean_end": float(_final(rec["log_z_mean"], window)),
+           "log_z_max_end": float(_final(rec["log_z_max"], window)),
+           "loss_end": float(_final(rec["loss"], window)), "diverged": bool(r.diverged)}
+    print(report.table([row], list(row)), flush=True)
+    stream.add(("log_z", i), [{"part": "log_z", "index": i, **row}])
 
-  lrs = tuple(config.learning_rates)
-  opt_rows = []
-  for label, name, eps_scaling in OPTIMIZERS:
+  for i, (label, name, eps_scaling) in enumerate(OPTIMIZERS):
+    if ("optimizer", i) in stream.done:
+      continue
     opt = dataclasses.replace(config.optim, optimizer=name, eps_scaling=eps_scaling, z_loss=0.0)
     r = loop_lib.run_training(model_config, opt, dataset,
                               loop_lib.Runs(seed=[config.seed] * len(lrs), learning_rates=lrs),
                               loop_lib.RunOptions(stop_on_divergence=False, record=("loss",)))
     final = _final(r.records["loss"], window)
-    opt_rows.append({"optimizer": label, **{f"{lr:g}": float(v) for lr, v in zip(lrs, final)},
-                     "diverged_at": [int(s) for s in r.divergence_step]})
-    print(report.table([opt_rows[-1]], list(opt_rows[-1])), flush=True)
+    row = {"optimizer": label, **{f"{lr:g}": float(v) for lr, v in zip(lrs, final)},
+           "diverged_at": [int(s) for s in r.divergence_step]}
+    print(report.table([row], list(row)), flush=True)
+    stream.add(("optimizer", i), [{"part": "optimizer", "index": i, **row}])
+
+  done = stream.finish()
+  strip = lambda row: {k: v for k, v in row.items() if k not in ("part", "index")}
+  log_z_rows = [strip(r) for r in done if r["part"] == "log_z"]
+  opt_rows = [strip(r) for r in done if r["part"] == "optimizer"]
 
   fmt = lambda x: f"{x:.3f}"
   md = [f"Trained: {what}; loss = cross-entropy (nats), mean over the last {window} steps.\n",

@@ -33,6 +33,7 @@ import numpy as np
 from scaling.attention import metrics as metrics_lib
 from scaling.training.model import config as model_config_lib
 from scaling.mup import schemes as parametrization_lib
+from scaling.runs import run_lock
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import distributed
@@ -407,7 +408,8 @@ def write_plots(out_dir, rows) -> list[str]:
   axes = tuple(dict.fromkeys((("parametrization", "width") if width_mode else ()) + varying_axes(rows)))
   rows = [{**r, "line": _label(r, axes, one_rule)} for r in rows]
   names = []
-  fig, axes = plotting.grid_figure(2, 2)
+  beside = plotting.legend_outside(dict.fromkeys(r["line"] for r in rows))
+  fig, axes = plotting.grid_figure(2, 2, width=4.0 + (plotting.LEGEND_WIDTH if beside else 0))
   for metric, label, logy in PLOTS:
     series = metric_series(rows, metric, "line")
     positive = all(v > 0 for _, ys, _ in series.values() for v in ys)
@@ -492,6 +494,7 @@ def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
           for k, v in row.items()}
 
 
+@run_lock.held_while_running
 def run(config: SweepConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.sweep`` runs it: measures, streams rows, plots and prints a table.
 

@@ -31,6 +31,7 @@ from scaling.training.model.family import ModelFamily
 from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.mup import schemes as param_lib
+from scaling.runs import run_lock
 from scaling.runs import plotting
 from scaling.runs import report
 from scaling.runs import distributed
@@ -175,6 +176,7 @@ def _finished(out_dir: pathlib.Path) -> dict[str, Any] | None:
   return summary if summary.get("status") in ("completed", "diverged") else None
 
 
+@run_lock.held_while_running
 def run(config: TrainConfig, out_dir: pathlib.Path) -> dict[str, Any]:
   """The study as ``experiments.train`` runs it: trains, logs, evaluates, plots; returns the summary.
 

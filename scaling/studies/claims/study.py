@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from scaling.training.data import text_corpus
+from scaling.runs import run_lock
 from scaling.runs import distributed
 from scaling.runs import report
 from scaling.training import resources
@@ -261,6 +262,7 @@ OUTPUTS = ("claims.jsonl", "claims.md", "claims_readme.md", "config.json", "timi
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
+@run_lock.held_while_running
 def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.claims`` runs it: measures, streams rows, writes the tables, prints verdicts.
 

@@ -62,6 +62,7 @@ from typing import Any, Callable
 from scaling.training.data.config import DataConfig
 from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
+from scaling.runs import run_lock
 from scaling.runs import distributed
 from scaling.runs import results
 from scaling.training.loop import run as loop_lib
@@ -185,6 +186,7 @@ OUTPUTS = ("results.jsonl", "slopes.jsonl", "slopes.csv", "slopes.md", "coord_ch
 """The files ``run`` writes into the output folder (besides run.json)."""
 
 
+@run_lock.held_while_running
 def run(config: CoordCheckConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.coord_check`` runs it: trains, streams rows, fits slopes, plots, prints them.
 

@@ -54,6 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 from scaling.training.data.config import DataConfig
+from scaling.runs import run_lock
 from scaling.runs import distributed
 from scaling.training.model.family import ModelFamily
 from scaling.training.model import family as model_family_lib
@@ -235,6 +236,7 @@ OUTPUTS = ("results.jsonl", "optimum.jsonl", "optimum.md", "sensitivity.md", "tr
 grid only."""
 
 
+@run_lock.held_while_running
 def run(config: TransferConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
   """The study as ``experiments.transfer`` runs it: trains, streams results, plots and prints; returns the optima.
 
