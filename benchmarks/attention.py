@@ -576,7 +576,8 @@ def _goals_markdown(targets: dict) -> str:
 
 
 def _plot(path: pathlib.Path, timings: list[dict], config: AttentionBenchConfig) -> None:
-  fig, axes = plotting.grid_figure(1, 2, width=5.5, height=4.0)
+  beside = len(IMPLEMENTATIONS) * len(config.head_dims) > plotting.LEGEND_INSIDE
+  fig, axes = plotting.grid_figure(1, 2, width=5.5 + (plotting.LEGEND_WIDTH if beside else 0), height=4.0)
   for ax, mode in zip(axes[0], MODES):
     series = {}
     for impl in IMPLEMENTATIONS:

@@ -203,7 +203,7 @@ def run(bench: StudiesBenchConfig, out_dir: pathlib.Path) -> dict:
 
 def _figure(studies: list[dict[str, Any]], path: pathlib.Path) -> None:
   """Stacked bars: each run's compilation, compute and rest."""
-  fig, axes = plotting.grid_figure(1, 1)
+  fig, axes = plotting.grid_figure(1, 1, width=max(4.0, 1.1 * len(studies)), height=3.6)
   ax = axes[0][0]
   x = np.arange(len(studies))
   bottom = np.zeros(len(studies))
@@ -214,7 +214,7 @@ def _figure(studies: list[dict[str, Any]], path: pathlib.Path) -> None:
   ax.set_xticks(x, [f"{r['study']}\n{r['cache']}" for r in studies])
   ax.set_ylabel("wall time (s)")
   ax.legend()
-  ax.set_title("where each study's time goes (cold and warm compilation cache)")
+  ax.set_title("where each study's time goes\n(cold and warm compilation cache)")
   plotting.save_figure(fig, path)
 
 

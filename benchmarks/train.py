@@ -52,6 +52,7 @@ import functools
 import os
 import pathlib
 import tempfile
+import textwrap
 import time
 from typing import Any
 
@@ -317,7 +318,8 @@ def _figure(path: pathlib.Path, peak: float, thr: dict[str, Any], grid: dict[str
   x = np.arange(len(names))
   ax.bar(x - 0.2, [grid["timings"][n]["cold_s"] for n in names], 0.4, label="cold (incl. compilation)")
   ax.bar(x + 0.2, [grid["timings"][n]["warm_s"] for n in names], 0.4, label="warm")
-  ax.set_xticks(x, [n.replace("one_at_a_time", "1-at-a-time").replace("_", " ") for n in names], fontsize=7)
+  ax.set_xticks(x, [textwrap.fill(n.replace("one_at_a_time", "1-at-a-time").replace("_", " "), 12) for n in names],
+                fontsize=8)
   ax.set_ylabel("wall time (s)")
   ax.legend(fontsize=7)
   ax.set_title(f"{grid['grid']['runs']} runs: vmapped {grid['speedup_cold']:.1f}x cold, "

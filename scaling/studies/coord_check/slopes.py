@@ -101,37 +101,46 @@ def _slope_se(xs: Sequence[float], per_seed: Sequence[Any]) -> float | None:
   return float(np.std(seed_slopes, ddof=1) / math.sqrt(len(seed_slopes)))
 
 
+def _measured(rms: Any) -> bool:
+  """Whether an RMS can be drawn on a log axis: a positive finite number (not None, 0, NaN or inf)."""
+  return rms is not None and math.isfinite(rms) and rms > 0
+
+
 def write_figure(path, rows, slope_rows) -> None:
   """A grid like mup's: rows = parametrizations (and α on the depth axis), columns = steps; RMS against width
   (or depth; log-log), one line per layer.
 
-  Every panel shares one y range; the legend gives each layer's fitted slope.
+  Every panel shares one y range; the legend gives each layer's fitted slope. A layer keeps its colour, marker
+  and dash pattern in every panel; RMS values that are not positive finite numbers (a module that is not
+  measurable, a diverged run) are left out.
   """
   axis = axis_of(rows)
   panels = list(dict.fromkeys(_series(r, axis) for r in rows))
   steps = sorted({r["step"] for r in rows})
   layers = list(dict.fromkeys(r["layer"] for r in rows))
   slope = {(*_series(s, axis), s["layer"], s["step"]): s["slope"] for s in slope_rows}
-  fig, axes = plotting.grid_figure(len(panels), len(steps), width=3.6, height=3.0)
-  positive = [r["rms"] for r in rows if r["rms"] is not None and r["rms"] > 0]
+  fig, axes = plotting.grid_figure(max(1, len(panels)), max(1, len(steps)), width=4.2, height=3.4)
+  positive = [r["rms"] for r in rows if _measured(r["rms"])]
   for i, key in enumerate(panels):
     title = key[0] if len(key) == 1 else f"{key[0]}, α={key[1]:g}"
     for j, step in enumerate(steps):
       ax = axes[i][j]
       series = {}
-      for layer in layers:
+      for n, layer in enumerate(layers):
         points = sorted((r[axis], r["rms"]) for r in rows
                         if _series(r, axis) == key and r["step"] == step and r["layer"] == layer
-                        and r["rms"] is not None and r["rms"] > 0)
-        if points:
-          s = slope.get((*key, layer, step))
-          label = layer if s is None else f"{layer} ({s:+.2f})"
-          series[label] = ([x for x, _ in points], [v for _, v in points])
+                        and _measured(r["rms"]))
+        s = slope.get((*key, layer, step))
+        label = layer if s is None else f"{layer} ({s:+.2f})"
+        # A layer with nothing to draw keeps its place (an empty line, no legend entry): the styles stay in step.
+        series[label if points else f"_{n}"] = ([x for x, _ in points], [v for _, v in points])
       plotting.line_plot(None, series, xlabel=axis, ylabel="RMS" if j == 0 else "", logx2=True, logy=True,
                          title=f"{title}, step {step}", ax=ax)
-      ax.legend(fontsize=5, loc="best")
       if positive:  # one y range for every panel, so growth across steps and parametrizations is comparable
         ax.set_ylim(min(positive) / 1.3, max(positive) * 1.3)
+      if ax.get_legend() is not None:
+        ax.legend(fontsize=plotting.SMALL_FONTSIZE, loc="best", labelspacing=0.25, handlelength=2.5,
+                  borderaxespad=0.3, framealpha=0.8)
   plotting.save_figure(fig, path)
 
 
