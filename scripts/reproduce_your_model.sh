@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# docs/your_model.md: the examples (linen and nnx; an MLP on a synthetic task, a transformer on a text file) made muP
-# from their shapes, coordinate-checked and transferred; their figures copied into docs/ and tables into the page.
+# docs/your_model.md: the first example's output (its block run as it is), and the examples (linen and nnx; an MLP on a
+# synthetic task, a transformer on a text file) made muP from their shapes, coordinate-checked and transferred; their
+# figures copied into docs/ and tables into the page.
 # Usage: scripts/reproduce_your_model.sh [OUT_DIR] [TEXT_FILE]
 set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."
 out=${1:-runs}/examples
 text=${2:-shakespeare}
+"$python" scripts/run_doc_block.py your_model_first_example
 "$python" -m examples.linen_mlp --out_dir="$out/linen_mlp" --coord_seeds=8
 "$python" -m examples.nnx_mlp --out_dir="$out/nnx_mlp" --coord_seeds=8
 "$python" -m examples.linen_transformer --text_file="$text" --out_dir="$out/linen_transformer"

@@ -177,8 +177,11 @@ class ErrorsTest(parameterized.TestCase):
 
   def test_ambiguous_multi_axis_kernel(self):
     base, delta = {"w": {"kernel": jnp.zeros((8, 2, 4))}}, {"w": {"kernel": jnp.zeros((16, 4, 4))}}
-    with self.assertRaisesRegex(ValueError, r"'w/kernel'.*input axes.*\(kind, in_axes\)"):
+    with self.assertRaisesRegex(ValueError, r"'w/kernel'.*input axes.*overrides=\{'w/kernel': \('hidden', 1\)\} "
+                                r"\(if its first axis is its input\), or \{'w/kernel': \('readout', 2\)\}"):
       scaling.infer_kinds(base, delta)
+    self.assertEqual(scaling.infer_kinds(base, delta, overrides={"w/kernel": ("readout", 2)})["w/kernel"].fans,
+                     (64, 4))
     roles = scaling.infer_kinds(base, delta, overrides={"w/kernel": ("hidden", 2)})
     self.assertEqual(roles["w/kernel"].fans, (64, 4))
     with self.assertRaisesRegex(ValueError, r"parameter 'w/kernel' as hidden: in_axes must be an integer in \[1, 2\]"):

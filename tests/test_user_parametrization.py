@@ -321,8 +321,11 @@ class DepthTest(absltest.TestCase):
       self.assertAlmostEqual(p.eps_factor("fc_hidden/kernel", "mup"), 4.0**-alpha / M)
 
   def test_hidden_outside_blocks(self):
-    with self.assertRaisesRegex(ValueError, "'fc_hidden/kernel' is outside the blocks"):
-      scaling.parametrize(_roles(blocks="ln/*"), param_lib.get_parametrization("mup", depth_alpha=1.0, depth=4))
+    depth = param_lib.get_parametrization("mup", depth_alpha=1.0, depth=4)
+    with self.assertRaisesRegex(ValueError, r"'fc_hidden/kernel' is outside the blocks.*blocks=\[\.\.\., 'fc_hidden\*'\]"):
+      scaling.parametrize(_roles(blocks="ln/*"), depth)
+    # The form the message shows, pasted, is accepted.
+    scaling.parametrize(_roles(blocks=["ln/*", "fc_hidden*"]), depth)
 
 
 class ErrorsTest(parameterized.TestCase):

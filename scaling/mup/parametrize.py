@@ -36,6 +36,7 @@ matrices, and the biases and gains inside ``infer_kinds(..., blocks=...)``).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
@@ -267,13 +268,19 @@ def parametrize(roles: roles_lib.Roles, parametrization: str | param_lib.Paramet
                      "model from scaling.mup.unit_scaling's ops and pass forward='model'")
   kinds = [role.kind for role in roles.values()]
   if parametrization.zero_query and "attn_q" not in kinds:
+    queries = [p for p, r in roles.items() if r.kind in _HIDDEN_LIKE and re.search(r"(^|[/._])(q|query|wq|q_proj)"
+                                                                                      r"([/._]|$)", p)]
+    example = (", ".join(f"{p!r}: 'attn_q'" for p in queries) if queries else
+               "'*/query/kernel': 'attn_q'  (a glob of your query kernels' paths)")
     raise ConfigError("zero_query needs to know the query projections: infer_kinds(..., "
-                     "overrides=scaling.FLAX_ATTENTION) or overrides={'<pattern>': 'attn_q'}")
+                     f"overrides=scaling.FLAX_ATTENTION) for Flax's attention, or overrides={{{example}}}")
   if parametrization.depth_alpha:
     outside = [p for p, r in roles.items() if r.kind in _HIDDEN_LIKE and not r.in_block]
     if outside:
-      raise ConfigError(f"depth scaling: hidden matrix {outside[0]!r} is outside the blocks; widen "
-                       "infer_kinds(..., blocks=...) or give it another kind by overrides")
+      block = outside[0].split("/")[0]
+      raise ConfigError(f"depth scaling: hidden matrix {outside[0]!r} is outside the blocks; depth scaling needs "
+                       f"every hidden matrix in a residual block: name its block among them, "
+                       f"infer_kinds(..., blocks=[..., {block + '*'!r}])")
   return RoleParametrization(roles, parametrization, forward)
 
 

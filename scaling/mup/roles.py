@@ -38,7 +38,9 @@ Where the computation cannot tell, the user says (``overrides``: a path pattern 
 in_axes an int (the first axes are the input) or a tuple of axis indices), and the parameters our own layers made
 (``scaling.mup.layers.Kinded``) keep their kind. An override the computation contradicts (input axes it does not sum
 over, a matrix kind for a table it only gathers, a vector kind for a matrix it contracts, a tie it never uses) is
-one error naming the path. What needs a word always: which projections are the attention's q and k (only
+one error naming the path. An error that asks for an override shows the forms that work for that parameter, each
+tried on the rule before it is shown (e.g. ``overrides={'embed/weight': ('embedding', (0,))}`` for a table looked up
+along axis 0), to paste as they are. What needs a word always: which projections are the attention's q and k (only
 ``zero_query`` cares; ``FLAX_ATTENTION`` names them for Flax's attention modules).
 
 Every role carries the parameter's own width multiplier m: target over base of its fan-in (hidden, attention,
@@ -219,7 +221,7 @@ def _override(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any] | None
   return None
 
 
-def _kernel_in_axes(path: str, shape: tuple[int, ...], grown: tuple[int, ...]) -> int:
+def _kernel_in_axes(path: str, shape: tuple[int, ...], grown: tuple[int, ...], kind: str | None = None) -> int:
   """The number of leading input axes of a kernel (Flax layouts; module docstring)."""
   rank = len(shape)
   if rank == 2:
@@ -229,9 +231,54 @@ def _kernel_in_axes(path: str, shape: tuple[int, ...], grown: tuple[int, ...]) -
     return 1
   if module in _SPLIT_BEFORE_LAST or not any(axis < rank - 2 for axis in grown):
     return rank - 1  # DenseGeneral over trailing axes (MHA's out), or Conv [..., in, out] with fixed spatial axes
-  raise ConfigError(
-      f"parameter {path!r} {list(shape)}: cannot tell its input axes from its shape (axes {list(grown)} grow); "
-      f"pass overrides={{{path!r}: (kind, in_axes)}} with in_axes the number of its leading input axes")
+  options = [((kind or _growth_kind(tuple(range(n)), grown), n),
+              "if its first axis is its input" if n == 1 else f"if its first {n} axes are its input")
+             for n in range(1, rank)]
+  raise ConfigError(f"parameter {path!r} {list(shape)}: cannot tell its input axes from its shape (axes "
+                    f"{list(grown)} grow); pass {_choices(path, options)}")
+
+
+def _growth_kind(fan_in: Sequence[int], grown: Sequence[int]) -> str:
+  """The kind of a matrix summed over ``fan_in`` from which of its axes grow (module docstring's table)."""
+  grows_in = any(axis in fan_in for axis in grown)
+  grows_out = any(axis not in fan_in for axis in grown)
+  return {(False, True): "input", (True, True): "hidden", (True, False): "readout",
+          (False, False): "fixed"}[grows_in, grows_out]
+
+
+def _pattern(path: str) -> str:
+  """An ``overrides`` pattern matching exactly ``path`` (fnmatch's special characters bracketed)."""
+  return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+def _override_text(path: str, value: Any) -> str:
+  """``overrides={'path': value}``, as it is passed."""
+  return f"overrides={{{_pattern(path)!r}: {value!r}}}"
+
+
+def _choices(path: str, options: Sequence[tuple[Any, str]]) -> str:
+  """``overrides={'path': value} (when), or {'path': value} (when)``: the override forms to paste."""
+  texts = [f"{_override_text(path, value)}" + (f" ({when})" if when else "") for value, when in options]
+  return texts[0] + "".join(f", or {t[len('overrides='):]}" for t in texts[1:])
+
+
+def _accepted(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_lib.Usage | None,
+              blocks: Sequence[str] | None, options: Sequence[tuple[Any, str]]) -> list[tuple[Any, str]]:
+  """The ``options`` (override value, when it applies) that the role rule takes for ``path`` without an error, one
+  per resulting role, so that an error shows only forms that work when pasted (``'fixed'`` if none does)."""
+  out, made = [], []
+  for value, when in list(options) + [("fixed", "if it does not depend on width")]:
+    try:
+      if use is None or not use.used:
+        role = _shape_role(path, shapes, None, {_pattern(path): value}, blocks)
+      else:
+        role = _role_from_usage(path, shapes, use, _override(path, {_pattern(path): value}), blocks)
+    except ValueError:
+      continue
+    if role not in made:
+      made.append(role)
+      out.append((value, when))
+  return [o for o in out if o[0] != "fixed"] or out
 
 
 def _check_shapes(path: str, shapes: tuple[tuple[int, ...], ...]) -> None:
@@ -271,7 +318,7 @@ def _shape_role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | No
   if found is not None:
     kind, in_axes = found
     if len(target) >= 3 and in_axes is None and kind in _FAN_IN_KINDS + ("input",) and kind != "attn_o":
-      in_axes = _kernel_in_axes(path, target, grown)
+      in_axes = _kernel_in_axes(path, target, grown, kind)
     return _checked(path, Role(kind, target, base, grown, in_axes, in_block))
   name = path.rsplit("/", 1)[-1]
   if name != "embedding" and (name in _VECTOR_NAMES or len(target) <= 1):
@@ -283,9 +330,13 @@ def _shape_role(path: str, shapes: tuple[tuple[int, ...], ...], marked: str | No
     return Role(kind, target, base, grown, None, in_block)
   if name == "embedding":
     if len(target) != 2 or 0 in grown:
-      raise ConfigError(f"parameter {path!r}: an embedding table [vocab, features] whose vocabulary axis grows "
-                       f"(base {list(base)}, delta {list(delta)}); keep the vocabulary fixed or pass "
-                       f"overrides={{{path!r}: kind}}")
+      fixed_axes = tuple(a for a in range(len(target)) if a not in grown)
+      options = [(("embedding", fixed_axes), f"looked up along axes {_axes_text(fixed_axes)}, which stay fixed"),
+                 (("embedding", (0,)), "looked up along axis 0")]
+      what = ("whose vocabulary axis grows" if len(target) == 2 else f"of rank {len(target)}, not [vocab, features]")
+      raise ConfigError(f"parameter {path!r}: an embedding table {what} (base {list(base)}, delta {list(delta)}); "
+                        "keep the vocabulary fixed or pass "
+                        f"{_choices(path, _accepted(path, shapes, None, blocks, options))}")
     if not grown:
       raise _fixed_matrix_error(path, base, delta)
     return Role("embedding", target, base, grown, None, in_block)
@@ -309,15 +360,28 @@ def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_
   grown = tuple(i for i, (b, d) in enumerate(zip(base, delta)) if b != d)
   in_block = blocks is None or _match(path, blocks)
   rank = len(target)
+  lookup = use.lookup_axes
   try:
     fan_in = use.fan_in_axes
   except ValueError as e:
-    raise ConfigError(f"parameter {path!r}: {e}; pass overrides={{{path!r}: (kind, in_axes)}}") from None
-  lookup = use.lookup_axes
-  tied = lookup is not None and fan_in is not None
+    options = list(dict.fromkeys(frozenset(a) for a in use.contracted))
+    said = None
+    if found is not None and found[1] is not None and rank >= 2:
+      said = frozenset(shapes_lib.input_axes(found[1], rank))
+    if said in options:
+      fan_in = said  # the override names which of its contractions is its input
+    elif found is not None and found[0] not in _FAN_IN_KINDS + ("input",) and (found[0] != "embedding"
+                                                                                or lookup is not None):
+      fan_in = None if found[0] == "embedding" else options[0]  # a kind that needs no input axes from them
+    else:
+      choices = [((found[0] if found is not None else _growth_kind(a, grown), tuple(sorted(a))),
+                  f"if axes {_axes_text(a)} are its input") for a in options]
+      raise ConfigError(f"parameter {path!r}: {e}; pass "
+                        f"{_choices(path, _accepted(path, shapes, use, blocks, choices))}") from None
+  tied = lookup is not None and fan_in is not None and use.terminal
   if found is not None:
     kind, in_axes = found
-    if in_axes is not None and fan_in is not None and rank >= 2:
+    if in_axes is not None and fan_in is not None and rank >= 2 and not (kind == "embedding" and lookup is not None):
       said = set(shapes_lib.input_axes(in_axes, rank))
       if said != set(fan_in):
         raise ConfigError(f"parameter {path!r} {list(target)}: overrides say its input axes are {_axes_text(said)}, "
@@ -332,28 +396,32 @@ def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_
       in_axes = tuple(sorted(lookup if kind == "embedding" and lookup is not None else fan_in or ())) or None
     return _checked(path, Role(kind, target, base, grown, in_axes, in_block, tied and kind == "embedding"))
   if lookup is not None:
+    fixed_lookup = tuple(sorted(set(lookup) - set(grown)))
+    fixed_axes = tuple(a for a in range(rank) if a not in grown)
+    table = [(("embedding", fixed_lookup), f"looked up along axes {_axes_text(fixed_lookup)} only"),
+             (("embedding", fixed_axes), f"looked up along axes {_axes_text(fixed_axes)}, which stay fixed"),
+             (("embedding", tuple(sorted(lookup))), "its vocabulary grows with width"),
+             ("embedding", "")]
     if set(lookup) & set(grown):
       raise ConfigError(f"parameter {path!r}: a table looked up along axes {_axes_text(lookup)}, which grow with width "
                         f"(base {list(base)}, delta {list(delta)}); keep the vocabulary fixed or pass "
-                        f"overrides={{{path!r}: kind}}")
-    if tied:
+                        f"{_choices(path, _accepted(path, shapes, use, blocks, table))}")
+    if fan_in is not None:
       if set(lookup) & set(fan_in):
         raise ConfigError(f"parameter {path!r}: looked up and summed over the same axes {_axes_text(lookup)}; pass "
-                          f"overrides={{{path!r}: kind}}")
+                          f"{_choices(path, _accepted(path, shapes, use, blocks, table))}")
       if not use.terminal:
+        options = [("embedding", "an embedding whose product is not the readout")]
         raise ConfigError(f"parameter {path!r}: looked up at the input and contracted, but its product feeds other "
-                          f"layers (not a tied readout); pass overrides={{{path!r}: kind}}")
+                          f"layers (not a tied readout); pass "
+                          f"{_choices(path, _accepted(path, shapes, use, blocks, options))}")
     if not grown:
       return Role("fixed", target, base, grown, None, in_block)
     return Role("embedding", target, base, grown, tuple(sorted(lookup)), in_block, tied)
   if fan_in is not None:
     if rank < 2:
       return _shape_role(path, shapes, None, {}, blocks)
-    grows_in = any(axis in fan_in for axis in grown)
-    grows_out = any(axis not in fan_in for axis in grown)
-    kind = {(False, True): "input", (True, True): "hidden", (True, False): "readout",
-            (False, False): "fixed"}[grows_in, grows_out]
-    return Role(kind, target, base, grown, tuple(sorted(fan_in)), in_block)
+    return Role(_growth_kind(fan_in, grown), target, base, grown, tuple(sorted(fan_in)), in_block)
   if use.elementwise or use.concatenated:
     if not grown:
       return Role("fixed", target, base, grown, None, in_block)
@@ -361,8 +429,10 @@ def _role_from_usage(path: str, shapes: tuple[tuple[int, ...], ...], use: usage_
     if rank >= 2 and name not in _VECTOR_NAMES:  # an additive table (a DenseGeneral's [N, H] bias is a bias)
       fixed_axes = tuple(a for a in range(rank) if a not in grown)
       if not fixed_axes:
+        gain = any(op in ("mul", "div") for op in use.elementwise)
+        options = [("norm" if gain else "bias", "a gain" if gain else "a shift, like a bias")]
         raise ConfigError(f"parameter {path!r} {list(target)}: added to activations with every axis growing; pass "
-                          f"overrides={{{path!r}: kind}}")
+                          f"{_choices(path, _accepted(path, shapes, use, blocks, options))}")
       return Role("embedding", target, base, grown, fixed_axes, in_block)
     gain = any(op in ("mul", "div") for op in use.elementwise)
     shift = any(op in ("add", "sub", "add_any") for op in use.elementwise)
@@ -386,7 +456,7 @@ def _checked(path: str, role: Role) -> Role:
 def _fixed_matrix_error(path: str, base: tuple[int, ...], delta: tuple[int, ...]) -> ValueError:
   return ValueError(
       f"parameter {path!r}: no axis changes between base {list(base)} and delta {list(delta)}, so its role cannot "
-      f"be decided; if it does not depend on width pass overrides={{{path!r}: 'fixed'}}, otherwise build the delta "
+      f"be decided; if it does not depend on width pass {_override_text(path, 'fixed')}, otherwise build the delta "
       "model so that its width-like axes differ from the base's")
 
 
@@ -409,8 +479,11 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, usage: Mapping[str
     usage: {path: ``scaling.mup.usage.Usage``}, how the model's computation uses each parameter
       (``scaling.mup.usage.read_usage`` of its loss at any width); None: shapes and Flax's layouts alone decide.
     overrides: path pattern (``fnmatch`` on "a/b/kernel") -> kind, or -> (kind, in_axes) with in_axes an int (the
-      first axes are the input) or a tuple of axis indices; the first matching pattern wins, before any ``Kinded``
-      kind (e.g. ``scaling.FLAX_ATTENTION`` for Flax's attention modules).
+      first axes are the input) or a tuple of axis indices (an embedding's: the looked-up axes); the first matching
+      pattern wins, before any ``Kinded`` kind (e.g. ``scaling.FLAX_ATTENTION`` for Flax's attention modules).
+      E.g. ``{"embed/weight": ("embedding", (0,))}`` (a table looked up along axis 0), ``{"*/c_fc/kernel":
+      ("hidden", (1,))}`` (a kernel stored [out, in]), ``{"stem/kernel": "fixed"}``. An error that asks for one
+      shows the forms that work for that parameter.
     tied_embedding: the path of an embedding that is also the readout (``Embed.attend``); found from ``usage``
       without it.
     blocks: path pattern(s) of the parameters inside the residual blocks; biases and gains outside them are

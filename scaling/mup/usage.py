@@ -11,7 +11,10 @@ derivatives, ``remat``, ``scan``, ``while``, ``cond``) are followed inside, a sc
   **fan-in** axes, whatever the layout ([in, out], [out, in], [in, heads, head_dim], a fused q/k/v kernel);
 * a ``conv_general_dilated``: its input-feature and spatial axes are its fan-in, the output-feature axis its
   fan-out;
-* a ``gather`` (``jnp.take``, ``table[ids]``, ``nn.Embed``): it is **looked up** along the indexed axes;
+* a ``gather`` (``jnp.take``, ``table[ids]``, ``nn.Embed``, Equinox's ``Embedding`` under ``vmap``): it is
+  **looked up** along the axes the ids select one entry of (a slice of size 1); an axis indexed by a slice as wide
+  as itself is read whole (``vmap`` of a row lookup indexes the feature axis too, from 0), and a gather that looks
+  nothing up only lays the parameter out (a window);
 * an elementwise ``add``/``sub`` (a shift: a bias, an additive table such as learned positions) or
   ``mul``/``div`` (a gain);
 * a concatenation with activations (a class token);
@@ -56,7 +59,7 @@ class Usage:
     contracted: per contraction (``dot_general`` or convolution), the parameter's axes summed over: its fan-in.
     batched: per contraction, the parameter's axes that are batch dimensions of a ``dot_general`` (neither in nor
       out).
-    gathered: per lookup (``gather``), the axes indexed by the ids.
+    gathered: per lookup (``gather``), the axes the ids select one entry of (not those read whole).
     elementwise: the elementwise primitives applied to it ("add", "mul", ...).
     concatenated: it is concatenated with activations (a class token).
     other: names of any other primitive that reads it.
@@ -222,9 +225,12 @@ class _Reader:
             self.records[view.leaf]["other"].append("conv_general_dilated (as the input)")
       return None
     if name == "gather" and viewed == [0]:
-      indexed = params["dimension_numbers"].start_index_map
+      looked_up = _looked_up(params["dimension_numbers"], params["slice_sizes"], shapes[0])
+      if not looked_up:  # every indexed axis read whole or through a window: a slice of the parameter
+        return [[_View(v.leaf, _gathered_axes(v.axes, params["dimension_numbers"], len(out_shapes[0])))
+                 for v in views[0]]]
       for view in views[0]:
-        self.records[view.leaf]["gathered"].append(_union(view.axes, indexed))
+        self.records[view.leaf]["gathered"].append(_union(view.axes, looked_up))
         self.lookups.append((view.leaf, eqn, tuple(self.enclosing)))
       return None
     if name in _IDENTITY and len(eqn.outvars) == len(eqn.invars):
@@ -313,6 +319,24 @@ def _subjaxpr(params: dict[str, Any]) -> Any:
 def _union(axes: Axes, dims: Iterable[int]) -> frozenset[int]:
   """The parameter axes behind the value axes ``dims``."""
   return frozenset().union(*(axes[d] for d in dims)) if dims else frozenset()
+
+
+def _looked_up(dimension_numbers: Any, slice_sizes: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
+  """The operand axes a gather looks up: those its indices select one entry of (a slice of size 1), not the whole
+  axis. ``jax.vmap`` of a row lookup (Equinox's ``Embedding``, ``lax.dynamic_slice``) indexes every axis, the
+  feature axis by a slice as wide as the axis (read whole, from index 0): that axis is not looked up."""
+  return tuple(d for d in dimension_numbers.start_index_map if slice_sizes[d] == 1 and shape[d] != 1)
+
+
+def _gathered_axes(axes: Axes, dimension_numbers: Any, rank: int) -> Axes:
+  """Axes of a gather's output that only slices its operand: the operand's kept (not collapsed, not batching) axes
+  land at ``offset_dims`` in order; the batch axes are new."""
+  dropped = set(dimension_numbers.collapsed_slice_dims) | set(getattr(dimension_numbers, "operand_batching_dims", ()))
+  kept = [a for i, a in enumerate(axes) if i not in dropped]
+  out = [frozenset()] * rank
+  for k, d in enumerate(dimension_numbers.offset_dims):
+    out[d] = kept[k]
+  return tuple(out)
 
 
 def _broadcast(axes: Axes, dims: Sequence[int], rank: int) -> Axes:

@@ -164,6 +164,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "umup_width_covariance": "docs/umup.md",
     "umup_depth_paper": "docs/umup.md",
     "umup_depth_covariance": "docs/umup.md",
+    "your_model_first_example": "docs/your_model.md",
     "your_model_linen_mlp_coord": "docs/your_model.md",
     "your_model_linen_mlp_transfer": "docs/your_model.md",
     "your_model_nnx_mlp_coord": "docs/your_model.md",

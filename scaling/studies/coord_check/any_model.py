@@ -7,7 +7,8 @@ trained by the same ``scaling.training.loop.run.run_training`` as the built-in m
 every module's output is recorded without changing the model, as the RMS of its coordinates and of its change since
 initialization (the same batch through the initial parameters). The slopes against width are those of
 ``scaling.studies.coord_check.slopes``, the verdict per module and its likely cause those of
-``scaling.studies.coord_check.verdicts``.
+``scaling.studies.coord_check.verdicts`` (a module whose RMS is not finite, e.g. an output holding a mask's
+``finfo.min``, is "not measurable" and left out of the figure).
 """
 
 from __future__ import annotations
@@ -127,12 +128,15 @@ def _measure(runs: Sequence[width_family.Run], widths: Sequence[int], steps: int
     result = loop_lib.run_training(program, opt, batches, runs,
                                    loop_lib.RunOptions(record=("loss", *names), stop_on_divergence=False))
     rec = result.records
-    rms_rows = coord_rows(point, {"rms": {m: rec[f"rms/{m}"] for m in shapes}})
-    delta = {m: np.asarray(rec[f"delta_rms/{m}"]) for m in shapes}
-    loss = np.asarray(rec["loss"]).mean(axis=1)
-    return [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]].mean())),
-             "delta_rms_seeds": [float(v) for v in delta[r["layer"]][r["step"]]],
-             "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
+    # An output holding inf or finfo.min (a mask) has RMS inf, its spread over the seeds NaN: recorded as they
+    # are, without numpy's warnings; the verdicts call such a module not measurable (verdicts.not_finite).
+    with np.errstate(invalid="ignore", over="ignore"):
+      rms_rows = coord_rows(point, {"rms": {m: rec[f"rms/{m}"] for m in shapes}})
+      delta = {m: np.asarray(rec[f"delta_rms/{m}"]) for m in shapes}
+      loss = np.asarray(rec["loss"]).mean(axis=1)
+      return [{**r, "delta_rms": stats.finite_or_none(float(delta[r["layer"]][r["step"]].mean())),
+               "delta_rms_seeds": [float(v) for v in delta[r["layer"]][r["step"]]],
+               "loss": stats.finite_or_none(float(loss[r["step"]]))} for r in rms_rows]
 
   points = [{"parametrization": run.name, "width": w} for run in runs for w in widths]
   return grid_run.run_rows(points, compute, "coord_check", out_dir=out_dir, progress=progress,
