@@ -12,10 +12,10 @@ text=${2:-shakespeare}
 "$python" -m examples.linen_mlp --out_dir="$out/linen_mlp" --coord_seeds=8
 "$python" -m examples.nnx_mlp --out_dir="$out/nnx_mlp" --coord_seeds=8
 "$python" -m examples.linen_transformer --text_file="$text" --out_dir="$out/linen_transformer"
-cp "$out/linen_transformer/transfer.png" docs/your_model_linen_transformer_transfer.png
+"$python" scripts/docs_figure.py "$out/linen_transformer/transfer.png" docs/your_model_linen_transformer_transfer.png
 "$python" -m examples.nnx_transformer --text_file="$text" --out_dir="$out/nnx_transformer"
 for name in linen_mlp nnx_mlp linen_transformer nnx_transformer; do
-  cp "$out/$name/coord_check.png" "docs/your_model_$name.png"
+  "$python" scripts/docs_figure.py "$out/$name/coord_check.png" "docs/your_model_$name.png"
   "$python" scripts/update_readme.py "your_model_${name}_coord" "$out/$name/coord_check.md"
   if [ -f "$out/$name/transfer.md" ]; then
     "$python" scripts/update_readme.py "your_model_${name}_transfer" "$out/$name/transfer.md"
