@@ -507,6 +507,9 @@ def infer_kinds(base: Any, delta: Any, target: Any = None, *, usage: Mapping[str
     diff = sorted((set(b) | set(d) | set(t)) - (set(b) & set(d) & set(t)))
     raise ConfigError(f"base, delta and target have different parameters: {', '.join(diff[:6])}; they must be the "
                      "same model at different widths")
+  if not t:
+    raise ConfigError("base, delta and target hold no parameters: pass the parameters of the model at its base and "
+                      "delta widths (a params tree, jax.eval_shape of one, or an nnx Module)")
   if all(b[p][0] == d[p][0] for p in b):
     raise ConfigError("base and delta have the same parameter shapes: build the delta model at another width")
   if usage is not None:

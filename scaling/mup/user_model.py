@@ -191,7 +191,12 @@ def _nnx(factory: ModelFactory, loss_fn: LossFn, width: int) -> FunctionalModel:
 def _pure(model: PureModel, loss_fn: LossFn, width: int) -> FunctionalModel:
   """The plain-function form: the loss calls ``apply`` bound to the parameters; products recorded from the jaxpr."""
   def init(key):
-    return model.init(key), {}
+    params = model.init(key)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+      if not hasattr(leaf, "shape") and not isinstance(leaf, (int, float, np.number)):
+        raise ConfigTypeError(f"model: PureModel.init(key) must return a tree of arrays; at width {width} parameter "
+                              f"{usage.path_key(path)!r} is a {type(leaf).__name__}")
+    return params, {}
 
   def loss(params, state, batch):
     del state
@@ -221,8 +226,7 @@ def functional_model(model: ModelFactory, loss_fn: LossFn, width: int, example_b
     The ``FunctionalModel``.
   """
   kind = model_kind(model)
-  if not callable(loss_fn):
-    raise ConfigTypeError(f"loss_fn must be a function loss_fn(module, batch) -> scalar, got {type(loss_fn).__name__}")
+  check_loss_fn(loss_fn)
   if init is not None and not callable(init):
     raise ConfigTypeError(f"init must be a function init(width, params, key) -> params, got {type(init).__name__}")
   if kind == "linen":
@@ -263,9 +267,20 @@ def materialize_batches(batches: Any, steps: int) -> Any:
 
   Returns:
     A tree of arrays [steps, ...].
+
+  Raises:
+    ConfigError: naming ``batches``, for a source that raises, runs out, or gives a batch that is not a tree of
+      arrays or differs from batch 0 in structure, shape or dtype.
   """
   if callable(batches):
-    items = [batches(t) for t in range(steps)]
+    items = []
+    for t in range(steps):
+      try:
+        items.append(batches(t))
+      except ConfigError:
+        raise
+      except Exception as e:  # the user's function: one line naming it, its traceback kept as the cause
+        raise user_error(f"batches(step) raised {type(e).__name__} at step {t}", e) from e
   elif isinstance(batches, Iterator):
     items = []
     for _ in range(steps):
@@ -273,27 +288,179 @@ def materialize_batches(batches: Any, steps: int) -> Any:
         items.append(next(batches))
       except StopIteration:
         raise ConfigError(f"batches: the iterator ran out after {len(items)} of {steps} batches") from None
+      except ConfigError:
+        raise
+      except Exception as e:
+        raise user_error(f"batches: the iterator raised {type(e).__name__} at batch {len(items)}", e) from e
   else:
-    leaves = jax.tree.leaves(batches)
-    if not leaves or not all(hasattr(x, "shape") for x in leaves):
-      raise ConfigTypeError("batches must be a batch (a tree of arrays), a function of the step, or an iterator of "
-                      f"batches; got {type(batches).__name__}")
+    _check_batch(batches, "batches must be a batch (a tree of arrays), a function of the step, or an iterator of "
+                 "batches")
     return jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (steps, *jnp.shape(x))), batches)
+  first = _check_batch(items[0], "batches: batch 0 must be a tree of arrays")
+  for t, item in enumerate(items[1:], 1):
+    if _check_batch(item, f"batches: batch {t} must be a tree of arrays") != first:
+      raise ConfigError(f"batches: batch {t} differs from batch 0 ({_batch_difference(items[0], item)}); every "
+                        "batch must have the same structure, shapes and dtypes")
   return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *items)
 
 
+def _check_batch(batch: Any, what: str) -> Any:
+  """The structure, shapes and dtypes of a batch (hashable), or ConfigTypeError ``what; got ...``."""
+  leaves, treedef = jax.tree.flatten(batch)
+  bad = next((x for x in leaves if not hasattr(x, "shape") and not isinstance(x, (int, float, np.number))), None)
+  if not leaves or bad is not None or isinstance(batch, (str, bytes)):
+    got = type(batch).__name__ if bad is None or not leaves else f"a leaf of type {type(bad).__name__}"
+    raise ConfigTypeError(f"{what}; got {got}")
+  return treedef, tuple((tuple(np.shape(x)), x.dtype if hasattr(x, "dtype") else type(x).__name__) for x in leaves)
+
+
+def _batch_difference(first: Any, other: Any) -> str:
+  """What differs between two batches, in words (the first leaf that does)."""
+  a, b = jax.tree_util.tree_flatten_with_path(first), jax.tree_util.tree_flatten_with_path(other)
+  if a[1] != b[1]:
+    return f"structure {jax.tree.structure(other)} instead of {jax.tree.structure(first)}"
+  for (path, x), (_, y) in zip(a[0], b[0]):
+    name = usage.path_key(path) or "the batch"
+    if np.shape(x) != np.shape(y):
+      return f"{name!r} has shape {tuple(np.shape(y))} instead of {tuple(np.shape(x))}"
+    dx, dy = (v.dtype if hasattr(v, "dtype") else type(v).__name__ for v in (x, y))
+    if dx != dy:
+      return f"{name!r} has dtype {dy} instead of {dx}"
+  return "a leaf differs"
+
+
+def user_error(what: str, e: BaseException) -> ConfigError:
+  """``what: <e's first line>`` as one ConfigError (a ConfigTypeError for a TypeError), for an exception raised
+  by the user's own code (their model, loss, batches or optimizer); raise it ``from e`` to keep their traceback."""
+  lines = str(e).strip().splitlines()
+  text = lines[0] if lines else type(e).__name__
+  if len(text) > 300:
+    text = text[:297] + "..."
+  return (ConfigTypeError if isinstance(e, TypeError) else ConfigError)(f"{what}: {text}")
+
+
 def check_widths(widths: Any, minimum: int = 2) -> tuple[int, ...]:
-  """The widths as a tuple of at least ``minimum`` distinct positive ints (ValueError naming ``widths`` otherwise)."""
+  """The widths as a tuple of at least ``minimum`` positive ints, increasing, none repeated (ConfigError naming
+  ``widths`` otherwise)."""
+  if isinstance(widths, (str, bytes)):
+    raise ConfigTypeError(f"widths must be a sequence of positive ints, got {widths!r}")
   try:
     values = [w for w in widths]
   except TypeError:
     raise ConfigTypeError(f"widths must be a sequence of positive ints, got {widths!r}") from None
   if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w <= 0 for w in values):
     raise ConfigError(f"widths must be positive ints, got {widths!r}")
-  out = tuple(dict.fromkeys(int(w) for w in values))
+  out = tuple(int(w) for w in values)
+  repeated = next((w for i, w in enumerate(out) if w in out[:i]), None)
+  if repeated is not None:
+    times = "twice" if out.count(repeated) == 2 else f"{out.count(repeated)} times"
+    raise ConfigError(f"widths must not repeat a width: {repeated} is given {times} in {out}")
   if len(out) < minimum:
     raise ConfigError(f"widths must hold at least {minimum} distinct widths, got {widths!r}")
+  if list(out) != sorted(out):
+    raise ConfigError(f"widths must be increasing, got {out} (sorted: {tuple(sorted(out))})")
   return out
+
+
+def check_seeds(seeds: Any) -> tuple[int, ...]:
+  """The seeds as a non-empty tuple of ints that fit int32 (ConfigError naming ``seeds`` otherwise)."""
+  if isinstance(seeds, (str, bytes)):
+    raise ConfigTypeError(f"seeds must be a sequence of ints, got {seeds!r}")
+  try:
+    values = list(seeds)
+  except TypeError:
+    raise ConfigTypeError(f"seeds must be a sequence of ints, got {seeds!r}") from None
+  if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in values):
+    raise ConfigTypeError(f"seeds must be ints, got {seeds!r}")
+  if not values:
+    raise ConfigError("seeds must hold at least one seed")
+  bad = next((int(s) for s in values if not -2**31 <= s < 2**31), None)
+  if bad is not None:
+    raise ConfigError(f"seeds must fit in int32 [-2**31, 2**31), got {bad}")
+  return tuple(int(s) for s in values)
+
+
+def check_loss_fn(loss_fn: Any) -> None:
+  """ConfigTypeError unless ``loss_fn`` is a function that takes (model, batch)."""
+  if not callable(loss_fn):
+    raise ConfigTypeError(f"loss_fn must be a function loss_fn(model, batch) -> scalar, got "
+                          f"{type(loss_fn).__name__}")
+  _check_arity("loss_fn", loss_fn, 2, "loss_fn(model, batch) -> scalar")
+
+
+def _check_arity(name: str, fn: Callable[..., Any], count: int, form: str) -> None:
+  """ConfigTypeError unless ``fn`` can be called with ``count`` positional arguments (unknown signatures pass)."""
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError):
+    return
+  try:
+    signature.bind(*range(count))
+  except TypeError:
+    raise ConfigTypeError(f"{name} must be a function {form}; {getattr(fn, '__name__', type(fn).__name__)} takes "
+                          f"{signature}") from None
+
+
+def check_optimizer(optimizer: Any) -> None:
+  """ConfigTypeError unless ``optimizer`` is a factory ``optimizer(width, params, learning_rate)`` (or None)."""
+  form = "optimizer(width, params, learning_rate) -> optax.GradientTransformation"
+  if optimizer is None:
+    return
+  if isinstance(optimizer, optax.GradientTransformation):
+    raise ConfigTypeError(f"optimizer must be a function {form}, got an optax.GradientTransformation itself: pass "
+                          "lambda width, params, learning_rate: <the optimizer built from learning_rate>")
+  if not callable(optimizer):
+    raise ConfigTypeError(f"optimizer must be None or a function {form}, got {type(optimizer).__name__}")
+  try:
+    first = next(iter(inspect.signature(optimizer).parameters), None)
+  except (TypeError, ValueError):
+    first = None
+  if first == "learning_rate":  # an optax constructor itself (optax.adam): its first argument is the rate
+    name = getattr(optimizer, "__name__", "the optimizer")
+    raise ConfigTypeError(f"optimizer must be a function {form}, got {name}, which takes the learning rate first: "
+                          f"pass lambda width, params, learning_rate: {name}(learning_rate)")
+  _check_arity("optimizer", optimizer, 3, form)
+
+
+def check_optimizer_on(optimizer: OptimizerFactory, width: int, shapes: Params) -> None:
+  """ConfigError naming ``optimizer`` unless ``optimizer(width, shapes, learning_rate)`` gives an optax
+  transformation whose ``init`` and ``update`` trace on parameters of ``shapes`` (nothing compiled)."""
+  form = "optimizer(width, params, learning_rate)"
+
+  def probe(learning_rate, params):
+    tx = optimizer(width, shapes, learning_rate)
+    if not isinstance(tx, optax.GradientTransformation):
+      raise ConfigTypeError(f"{form} must return an optax.GradientTransformation, got {type(tx).__name__} at width "
+                            f"{width}")
+    updates, _ = tx.update(params, tx.init(params), params)
+    return updates
+
+  try:
+    updates = jax.eval_shape(probe, jax.ShapeDtypeStruct((), jnp.float32), shapes)
+  except ConfigError:
+    raise
+  except Exception as e:
+    raise user_error(f"{form} at width {width}: its transformation raised {type(e).__name__} on the model's "
+                     "parameters", e) from e
+  if jax.tree.structure(updates) != jax.tree.structure(shapes) or any(
+      tuple(u.shape) != tuple(p.shape) for u, p in zip(jax.tree.leaves(updates), jax.tree.leaves(shapes))):
+    raise ConfigError(f"{form} at width {width}: its updates do not have the parameters' structure and shapes")
+
+
+def check_loss_output(out: Any, where: str) -> None:
+  """ConfigError unless the loss's output (``jax.eval_shape``'s) is one floating scalar."""
+  form = "loss_fn(model, batch) must return a scalar loss"
+  if out is None:
+    raise ConfigTypeError(f"{form}, got None {where}")
+  leaves = jax.tree.leaves(out)
+  if len(leaves) != 1 or not hasattr(out, "shape"):
+    raise ConfigTypeError(f"{form}, got a {type(out).__name__} of {len(leaves)} values {where} (return the loss "
+                          "alone)")
+  if tuple(out.shape) != ():
+    raise ConfigError(f"{form}, got an array of shape {tuple(out.shape)} {where} (reduce it to one number, e.g. "
+                      "with jnp.mean)")
+  if not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ConfigTypeError(f"{form} of a floating dtype, got {out.dtype} {where}")
 
 
 OptimizerFactory = Callable[[int, Params, Array], optax.GradientTransformation]

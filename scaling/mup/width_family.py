@@ -27,6 +27,13 @@
 A model is ``model(width) -> flax.linen.Module``, ``model(width, rngs) -> flax.nnx.Module`` or ``model(width) ->
 scaling.PureModel(init, apply)`` (any JAX function of a parameter tree: hand-written, Equinox, Haiku); the loss is
 ``loss_fn(model, batch) -> scalar`` calling the model as the user would.
+
+**The boundary** (``ModelWidths.check``, ``check_values``, ``runs``): a bad model is one ``ConfigError`` naming the
+argument, never a JAX traceback from inside a training program. Traced, nothing compiled: the factory at every
+width (an exception it raises, with its traceback kept as the cause), the same parameters at every width and some
+of them growing between each two, floating parameters, the loss on the batch (an exception, or an output that is
+not one floating scalar), an optimizer factory's signature and its transformation on the parameters. Computed
+once, at the smallest width: the model's init (a non-finite parameter, named by its path) and the loss there.
 """
 
 from __future__ import annotations
@@ -56,42 +63,160 @@ def _std(x: Any) -> float:
   return float(np.std(np.asarray(jax.device_get(x), np.float64)))
 
 
+def _shapes_key(batch: Any) -> Any:
+  """The structure, shapes and dtypes of a batch (what tracing the loss on it depends on), hashable."""
+  leaves, treedef = jax.tree.flatten(batch)
+  return treedef, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))) for x in leaves)
+
+
+def _paths(tree: Any) -> dict[str, Any]:
+  """{path: leaf} of a parameter tree."""
+  return {usage_lib.path_key(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
 class ModelWidths:
   """One model at several widths: its functional form, shapes, usage and own init stds, computed once and shared by
-  the ``WidthParametrization`` s of several schemes (``for_schemes``)."""
+  the ``WidthParametrization`` s of several schemes (``for_schemes``).
 
-  def __init__(self, model: user_model.ModelFactory, loss_fn: user_model.LossFn, example_batch: Any):
+  ``check`` and ``check_values`` are the boundary of every study of the model: each user mistake (a factory that
+  raises or builds different parameters at different widths, or nothing that grows; a loss that raises on the
+  batch or returns no floating scalar; an init that draws NaN, a loss that is not finite at initialization) is one
+  ``ConfigError`` naming the argument, raised before any training program is compiled (``check`` compiles nothing).
+  """
+
+  def __init__(self, model: user_model.ModelFactory, loss_fn: user_model.LossFn, example_batch: Any,
+               batch_name: str = "example_batch"):
     user_model.model_kind(model)
-    if not callable(loss_fn):
-      raise ConfigTypeError(f"loss_fn must be a function loss_fn(model, batch) -> scalar, got {type(loss_fn).__name__}")
+    user_model.check_loss_fn(loss_fn)
     self.model = model
     self.loss_fn = loss_fn
     self.example_batch = example_batch
+    self.batch_name = batch_name  # what the errors call the example batch: the argument it came from
+    self._checked = set()  # the (width, batch shapes) whose loss traced to a scalar
+    self._stds = {}  # width -> own_stds
 
   @functools.cache  # pylint: disable=method-cache-max-size-none
   def functional(self, width: int) -> user_model.FunctionalModel:
     """The model at ``width`` as pure functions, with its own initialization (nothing of a scheme applied)."""
-    return user_model.functional_model(self.model, self.loss_fn, width, self.example_batch)
+    try:
+      return user_model.functional_model(self.model, self.loss_fn, width, self.example_batch)
+    except ConfigError:
+      raise
+    except Exception as e:  # the user's factory: one line naming it, its traceback kept as the cause
+      raise user_model.user_error(f"model({width}) raised {type(e).__name__}", e) from e
 
   @functools.cache  # pylint: disable=method-cache-max-size-none
+  def abstract(self, width: int) -> tuple[Any, Any]:
+    """The shapes of the parameters and state at ``width`` (nothing computed; errors name the model)."""
+    fm = self.functional(width)
+    try:
+      params, state = jax.eval_shape(fm.init, jax.random.key(0))
+    except ConfigError:
+      raise
+    except Exception as e:
+      what = {"linen": f"initializing model({width}) (linen: loss_fn(model, batch) on {self.batch_name})",
+              "nnx": f"model({width}, rngs)", "pure": f"model({width}).init(key)"}[fm.kind]
+      raise user_model.user_error(f"model: {what} raised {type(e).__name__}", e) from e
+    leaves = _paths(params)
+    if not leaves:
+      raise ConfigError(f"model: model({width}) has no parameters to train")
+    for path, leaf in leaves.items():
+      if not isinstance(leaf, jax.ShapeDtypeStruct) or not jnp.issubdtype(leaf.dtype, jnp.inexact):
+        got = leaf.dtype if isinstance(leaf, jax.ShapeDtypeStruct) else type(leaf).__name__
+        raise ConfigTypeError(f"model: parameter {path!r} of model({width}) is {got}; every trained parameter must "
+                              "be a floating array (keep anything else out of the parameters)")
+    return params, state
+
   def shapes(self, width: int) -> Any:
     """The parameter shapes at ``width`` (nothing computed)."""
-    return user_model.abstract_params(self.functional(width))
+    return self.abstract(width)[0]
 
   @functools.cache  # pylint: disable=method-cache-max-size-none
   def usage(self, width: int) -> dict[str, usage_lib.Usage]:
     """How the loss uses each parameter, read from its computation at ``width`` (``scaling.mup.usage.read_usage``)."""
-    fm = self.functional(width)
-    params, state = jax.eval_shape(fm.init, jax.random.key(0))
-    return usage_lib.read_usage(fm.loss, params, state, self.example_batch)
+    params, state = self.abstract(width)
+    return usage_lib.read_usage(self.functional(width).loss, params, state, self.example_batch)
 
-  @functools.cache  # pylint: disable=method-cache-max-size-none
+  def check(self, widths: Sequence[int], batch: Any, batch_name: str = "batches") -> None:
+    """The model's boundary at ``widths`` on ``batch``, nothing compiled: the factory builds the same parameters at
+    every width, some of them growing between each two widths, and the loss traces on the batch to one floating
+    scalar (``ConfigError`` naming the argument otherwise)."""
+    widths = sorted(dict.fromkeys(widths))
+    leaves = {w: {p: tuple(x.shape) for p, x in _paths(self.shapes(w)).items()} for w in widths}
+    for a, b in zip(widths, widths[1:]):
+      only_a, only_b = sorted(set(leaves[a]) - set(leaves[b])), sorted(set(leaves[b]) - set(leaves[a]))
+      if only_a or only_b:
+        parts = [f"{', '.join(map(repr, only[:4]))} only at width {w}" for only, w in ((only_a, a), (only_b, b))
+                 if only]
+        raise ConfigError(f"model: model({a}) and model({b}) build different parameters ({'; '.join(parts)}); "
+                          "model(width) must build the same parameters at every width, only their sizes following "
+                          "the width")
+      for path, shape in leaves[a].items():
+        if len(shape) != len(leaves[b][path]):
+          raise ConfigError(f"model: parameter {path!r} has shape {list(shape)} at width {a} but "
+                            f"{list(leaves[b][path])} at width {b}; its rank must not change with the width")
+      if leaves[a] == leaves[b]:
+        raise ConfigError(f"model: no parameter changes shape between widths {a} and {b}: model(width) must build "
+                          "parameters whose sizes follow the width (does it use its width argument?)")
+    for width in widths:
+      key = ("loss", width, _shapes_key(batch))
+      if key in self._checked:
+        continue
+      fm = self.functional(width)
+      params, state = self.abstract(width)
+      try:
+        out = jax.eval_shape(fm.loss, params, state, batch)
+      except ConfigError:
+        raise
+      except Exception as e:
+        raise user_model.user_error(f"loss_fn(model, batch) raised {type(e).__name__} on {batch_name} at width "
+                                    f"{width}", e) from e
+      user_model.check_loss_output(out, f"on {batch_name} at width {width}")
+      self._checked.add(key)
+
+  def own_init(self, width: int) -> tuple[Any, Any]:
+    """The model's own initialization at ``width`` (key 0); a non-finite parameter is an error naming its path.
+    Its stds are kept (``own_stds``), not the parameters."""
+    self.abstract(width)
+    with jax.ensure_compile_time_eval():  # concrete even when first asked for inside a trace
+      params, state = jax.jit(self.functional(width).init)(jax.random.key(0))
+    check_finite_params(params, f"model: its initialization at width {width} (key 0)")
+    self._stds[width] = {path: _std(leaf) for path, leaf in _paths(params).items()}
+    return params, state
+
   def own_stds(self, width: int) -> dict[str, float]:
     """The std of every parameter of the model's own initialization at ``width`` (key 0), by path."""
-    with jax.ensure_compile_time_eval():  # concrete even when first asked for inside a trace
-      params, _ = jax.jit(self.functional(width).init)(jax.random.key(0))
-    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
-    return {usage_lib.path_key(path): _std(leaf) for path, leaf in leaves}
+    if width not in self._stds:
+      self.own_init(width)
+    return self._stds[width]
+
+  def check_values(self, width: int, batch: Any, batch_name: str = "batches",
+                   fm: user_model.FunctionalModel | None = None) -> None:
+    """The model's initialization at ``width`` (key 0; ``fm``'s, default the model's own) is finite, and so is the
+    loss there on ``batch``: one small program each, before any training (ConfigError naming the path otherwise)."""
+    if fm is None:
+      params, state = self.own_init(width)  # what init="base" computes anyway: its stds are kept
+      fm = self.functional(width)
+    else:
+      with jax.ensure_compile_time_eval():
+        params, state = jax.jit(fm.init)(jax.random.key(0))
+      check_finite_params(params, f"init(width, params, key) at width {width} (key 0)")
+    with jax.ensure_compile_time_eval():
+      loss = float(jax.jit(fm.loss)(params, state, batch))
+    if not np.isfinite(loss):
+      raise ConfigError(f"loss_fn(model, batch) is {loss} at initialization (width {width}, key 0, the first batch of "
+                        f"{batch_name}): every parameter is finite, so the loss or the model computes a non-finite "
+                        "value from them")
+
+
+def check_finite_params(params: Any, what: str) -> None:
+  """ConfigError ``what draws non-finite values in parameter 'p' (n NaN, m inf of k)`` for the first such leaf."""
+  for path, leaf in _paths(params).items():
+    x = np.asarray(jax.device_get(leaf))
+    if jnp.issubdtype(x.dtype, jnp.inexact) and not np.isfinite(x).all():
+      nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
+      counts = ", ".join(t for t in (f"{nan} NaN" if nan else "", f"{inf} inf" if inf else "") if t)
+      raise ConfigError(f"{what} draws non-finite values in parameter {path!r} ({counts} of {x.size})")
 
 
 class WidthParametrization:
@@ -152,9 +277,13 @@ class WidthParametrization:
     """How the loss uses each parameter, read once from its computation at the base width (None if not read)."""
     return self.widths.usage(self.base_width) if self.read_computation else None
 
-  @functools.cache  # pylint: disable=method-cache-max-size-none
   def roles(self, width: int) -> roles_lib.Roles:
     """The roles of the parameters at ``width``."""
+    return self._roles(check_positive_int("width", width))
+
+  @functools.cache  # pylint: disable=method-cache-max-size-none
+  def _roles(self, width: int) -> roles_lib.Roles:
+    self.widths.check((self.base_width, self.delta_width, width), self.example_batch, "example_batch")
     shapes = self.widths.shapes
     return roles_lib.infer_kinds(shapes(self.base_width), shapes(self.delta_width), shapes(width),
                                  usage=self.usage, overrides=self.overrides, tied_embedding=self.tied_embedding,
@@ -208,9 +337,13 @@ class WidthParametrization:
       return {}
     return {p.roles.tied_embedding: p.tied_readout_multiplier}
 
-  @functools.cache  # pylint: disable=method-cache-max-size-none
   def model_at(self, width: int) -> user_model.FunctionalModel:
     """The parametrized model at ``width``: the scheme's init, and the tied readout's multiplier applied."""
+    return self._model_at(check_positive_int("width", width))
+
+  @functools.cache  # pylint: disable=method-cache-max-size-none
+  def _model_at(self, width: int) -> user_model.FunctionalModel:
+    self.roles(width)  # the model's boundary at this width (ConfigError naming the argument), nothing compiled
     fm = user_model.functional_model(self.model, self.loss_fn, width, self.example_batch, init=self.init)
     factors = self.readout_factors(width)
     if not factors:
@@ -231,7 +364,7 @@ def for_schemes(model: Any, loss_fn: Any, example: Any, schemes: Sequence[Any], 
       out.append(scheme)
     else:
       shared = next((w.widths for w in out if w.model is model and w.loss_fn is loss_fn), None)
-      shared = ModelWidths(model, loss_fn, example) if shared is None else shared
+      shared = ModelWidths(model, loss_fn, example, "batches") if shared is None else shared
       out.append(WidthParametrization(model, loss_fn, example, scheme, widths=shared,
                                       base_width=min(widths) if base_width is None else base_width, **options))
   if not out:
@@ -261,10 +394,47 @@ def runs(model: Any, loss_fn: Any, example: Any, *, optimizer: Any, init: Any, n
     if init is not None and not callable(init):
       raise ConfigTypeError(f"with an optimizer factory, init must be a function init(width, params, key) -> params "
                             f"or None, got {init!r}")
-    user_model.model_kind(model)
-    return [Run(name, lambda width: user_model.functional_model(model, loss_fn, width, example, init=init), optimizer,
-                None)]
+    user_model.check_optimizer(optimizer)
+    own = ModelWidths(model, loss_fn, example, "batches")
+    own.check(widths, example)
+
+    @functools.cache
+    def model_at(width):
+      return user_model.functional_model(model, loss_fn, width, example, init=init)
+
+    if init is not None:
+      for width in widths:
+        _check_init_fn(model_at(width), own.shapes(width))
+    user_model.check_optimizer_on(optimizer, min(widths), own.shapes(min(widths)))  # a factory's one probe
+    own.check_values(min(widths), example, fm=model_at(min(widths)) if init is not None else None)
+    return [Run(name, model_at, optimizer, None)]
   if "optimizer_name" in options:
     options["optimizer"] = options.pop("optimizer_name")
-  return [Run(wp.parametrization.name, wp.model_at, wp.optimizer, wp.roles(max(widths))) for wp in for_schemes(
-      model, loss_fn, example, schemes, widths=widths, base_width=base_width, init=init or "base", **options)]
+  found = for_schemes(model, loss_fn, example, schemes, widths=widths, base_width=base_width, init=init or "base",
+                      **options)
+  for shared in {id(wp.widths): wp.widths for wp in found}.values():
+    shared.check(widths, example)
+    shared.check_values(min(widths), example)
+  return [Run(wp.parametrization.name, wp.model_at, wp.optimizer, wp.roles(max(widths))) for wp in found]
+
+
+def _check_init_fn(fm: user_model.FunctionalModel, shapes: Any) -> None:
+  """ConfigError naming ``init`` unless ``init(width, params, key)`` traces at ``fm``'s width and returns parameters of
+  the model's structure and shapes (nothing compiled)."""
+  try:
+    params, _ = jax.eval_shape(fm.init, jax.random.key(0))
+  except ConfigError:
+    raise
+  except Exception as e:
+    raise user_model.user_error(f"init(width, params, key) raised {type(e).__name__} at width {fm.width}", e) from e
+  want = {p: (tuple(x.shape), x.dtype) for p, x in _paths(shapes).items()}
+  got = {p: (tuple(getattr(x, "shape", ())), getattr(x, "dtype", None)) for p, x in _paths(params).items()}
+  if got != want:
+    path = next((p for p in sorted(set(want) | set(got)) if want.get(p) != got.get(p)))
+    raise ConfigError(f"init(width, params, key) must return the parameters it is given, changed in value only; at "
+                      f"width {fm.width} parameter {path!r} is {_describe_leaf(got.get(path))} where the model has "
+                      f"{_describe_leaf(want.get(path))}")
+
+
+def _describe_leaf(leaf: tuple[Any, Any] | None) -> str:
+  return "missing" if leaf is None else f"{leaf[1]}{list(leaf[0])}"

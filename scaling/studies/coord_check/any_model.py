@@ -62,7 +62,7 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
       optax.GradientTransformation`` (params: the shapes of the parameter tree).
     schemes: parametrizations compared: names ("sp", "mup", ...), ``scaling.mup.schemes.Parametrization``
       objects or ready ``scaling.WidthParametrization`` s.
-    widths: at least two widths.
+    widths: at least two widths, increasing.
     base_width: the schemes' base width (default: the smallest width).
     init: "base" (None), "paper" or "rescale" (``scaling.WidthParametrization``); with ``optimizer``, an optional
       ``init(width, params, key) -> params`` applied after the model's own initialization.
@@ -81,15 +81,21 @@ def coord_check(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batc
 
   Returns:
     A ``CoordCheckResult`` of every scheme (one row of panels each in its figure).
+
+  Raises:
+    ConfigError: (a ValueError; ``ConfigTypeError`` also a TypeError) one line naming the argument, before anything
+      is trained: a factory that raises, builds different parameters at different widths or none that grows; a
+      loss that raises on the batch or returns no floating scalar; batches that differ in structure; widths that
+      are not increasing or repeat; an optimizer factory of the wrong signature or result
+      (``scaling.mup.width_family.runs``). These compile nothing; an init that draws NaN or a loss that is not
+      finite at initialization is found from the model's init and loss at the smallest width, computed once.
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
     raise ConfigError(f"steps must be a positive int, got {steps!r}")
   if not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate) or learning_rate <= 0:
     raise ConfigError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
-  seeds = np.asarray(list(seeds), np.int32)
-  if seeds.ndim != 1 or not seeds.size:
-    raise ConfigError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
+  seeds = np.asarray(user_model.check_seeds(seeds), np.int32)
   if not isinstance(tolerance, (int, float)) or not tolerance > 0:
     raise ConfigError(f"tolerance must be a positive number, got {tolerance!r}")
   batches = user_model.Batches.of(batches, steps + 1)

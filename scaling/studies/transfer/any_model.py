@@ -119,7 +119,7 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
     optimizer: None (each scheme's optimizer), or ``optimizer(width, params, learning_rate) ->
       optax.GradientTransformation`` (``learning_rate`` is traced: one program serves every learning rate).
     schemes: parametrizations compared (names, ``Parametrization`` objects or ``WidthParametrization`` s).
-    widths: the widths (at least two).
+    widths: the widths (at least two, increasing).
     base_width: the schemes' base width (default: the smallest width).
     log2_lrs: base-2 logarithms of the learning rates tried.
     steps: training steps per run.
@@ -135,6 +135,14 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
 
   Returns:
     A ``TransferResult`` of every scheme.
+
+  Raises:
+    ConfigError: (a ValueError; ``ConfigTypeError`` also a TypeError) one line naming the argument, before anything
+      is trained: a factory that raises, builds different parameters at different widths or none that grows; a
+      loss that raises on the batch or returns no floating scalar; batches that differ in structure; widths that
+      are not increasing or repeat; an optimizer factory of the wrong signature or result
+      (``scaling.mup.width_family.runs``). These compile nothing; an init that draws NaN or a loss that is not
+      finite at initialization is found from the model's init and loss at the smallest width, computed once.
   """
   widths = user_model.check_widths(widths)
   if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -142,9 +150,7 @@ def transfer(model: user_model.ModelFactory, loss_fn: user_model.LossFn, batches
   log2_lrs = tuple(dict.fromkeys(float(x) for x in log2_lrs))
   if not log2_lrs or not all(math.isfinite(x) and -125 <= x <= 63 for x in log2_lrs):
     raise ConfigError(f"log2_lrs must be finite base-2 logarithms in [-125, 63], got {log2_lrs!r}")
-  seeds = [int(s) for s in seeds]
-  if not seeds:
-    raise ConfigError("seeds must hold at least one seed")
+  seeds = list(user_model.check_seeds(seeds))
   last = max(1, steps // 10) if average_last is None else average_last
   if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= steps:
     raise ConfigError(f"average_last must be an int in [1, steps={steps}], got {average_last!r}")
