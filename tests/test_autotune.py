@@ -43,7 +43,9 @@ class AutotuneTest(chex.TestCase):
   def setUp(self):
     super().setUp()
     self.path = self.create_tempdir().full_path + "/tune.json"
-    self.enter_context(mock.patch.dict(os.environ, {autotune.CACHE_ENV: self.path}))
+    # The cache file through the library's own override, not the environment: restoring os.environ after a test
+    # rewrites every variable with setenv, which can crash a process whose XLA threads read the environment.
+    self.enter_context(autotune.cache_file(self.path))
     self.blocks = []  # (block_q, block_k) of every blockwise call traced (the public function's and the dispatcher's)
     real = blockwise.blockwise_attention_unchecked
 
