@@ -2,9 +2,11 @@
 
   python tests/kill_mid_save.py STEP --out_dir=... [train flags]
 
-A thread watches ``<out_dir>/checkpoints`` and kills the process (SIGKILL: nothing
-is cleaned up) as soon as orbax's temporary folder of checkpoint STEP exists,
-that is in the middle of that save. Used by test_sharding.py.
+When the save of checkpoint STEP begins, a thread starts watching
+``<out_dir>/checkpoints`` and kills the process (SIGKILL: nothing is cleaned up)
+as soon as orbax's temporary folder of that checkpoint exists, that is in the
+middle of that save. (Watching only then keeps the polling from taking CPU time
+from the run before it.) Used by test_sharding.py.
 """
 
 import os
@@ -15,6 +17,7 @@ import threading
 import time
 
 from experiments import train
+from scaling.training.loop import checkpoint as checkpoint_lib
 
 
 def _watch(directory: pathlib.Path, step: int) -> None:
@@ -28,7 +31,14 @@ def _watch(directory: pathlib.Path, step: int) -> None:
 def main(argv):
   step, flags = int(argv[1]), argv[2:]
   out_dir = next(f.split("=", 1)[1] for f in flags if f.startswith("--out_dir="))
-  threading.Thread(target=_watch, args=(pathlib.Path(out_dir) / "checkpoints", step), daemon=True).start()
+  save = checkpoint_lib.Checkpoints.save
+
+  def watched_save(self, state, **kwargs):
+    if int(state.step) == step:
+      threading.Thread(target=_watch, args=(pathlib.Path(out_dir) / "checkpoints", step), daemon=True).start()
+    return save(self, state, **kwargs)
+
+  checkpoint_lib.Checkpoints.save = watched_save
   return train.main(["train", *flags])
 
 

@@ -76,10 +76,13 @@ class MatchesJaxNnTest(chex.TestCase, parameterized.TestCase):
 
   def test_default_is_sqrt_and_gqa_and_unbatched(self):
     q, k, v = _qkv(n=6, k=3, t=5, s=11)
-    chex.assert_trees_all_close(scaling.dot_product_attention(q, k, v),
-                                jax.nn.dot_product_attention(q, k, v), atol=1e-5)
-    chex.assert_trees_all_close(scaling.dot_product_attention(q[0], k[0], v[0]),
-                                jax.nn.dot_product_attention(q[0], k[0], v[0]), atol=1e-5)
+    # One program for both calls and their references (eagerly, every op would compile on its own).
+    got, want = jax.jit(lambda q, k, v: ((scaling.dot_product_attention(q, k, v),
+                                          scaling.dot_product_attention(q[0], k[0], v[0])),
+                                         (jax.nn.dot_product_attention(q, k, v),
+                                          jax.nn.dot_product_attention(q[0], k[0], v[0]))))(q, k, v)
+    chex.assert_shape(got[1], q.shape[1:])
+    chex.assert_trees_all_close(got, want, atol=1e-5)
 
   def test_residual_matches_jax_nn(self):
     q, k, v = _qkv()
@@ -91,8 +94,8 @@ class MatchesJaxNnTest(chex.TestCase, parameterized.TestCase):
   def test_gradients_match_jax_nn(self):
     q, k, v = _qkv()
     loss = lambda f: lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v, is_causal=True)))
-    ours = jax.grad(loss(scaling.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
-    ref = jax.grad(loss(jax.nn.dot_product_attention), argnums=(0, 1, 2))(q, k, v)
+    grads = lambda f: jax.grad(loss(f), argnums=(0, 1, 2))(q, k, v)
+    ours, ref = jax.jit(lambda: (grads(scaling.dot_product_attention), grads(jax.nn.dot_product_attention)))()
     chex.assert_trees_all_close(ours, ref, atol=1e-5)
 
   def test_number_scale(self):

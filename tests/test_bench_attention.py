@@ -8,6 +8,7 @@ import re
 import statistics
 
 from absl.testing import absltest
+import pytest
 
 from scaling.attention import dispatch as attention_lib
 from scaling.attention import logits as logits_lib
@@ -23,6 +24,7 @@ def _rule(b, t, n, k, h, causal=True):
   return attention_lib.select_implementation((b, t, n, h), (b, t, k, h), opts, is_causal=causal)
 
 
+@pytest.mark.slow  # a benchmark suite's smoke run in fresh processes
 class AttentionBenchTest(absltest.TestCase):
 
   def test_flop_count(self):

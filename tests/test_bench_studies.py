@@ -1,16 +1,19 @@
 """Benchmark suite `studies`: a smoke run (a tiny coordinate check cold and warm, the step compiled at two depths),
 and its judgements on synthetic numbers whose answer is known both ways."""
 
+import dataclasses
 import json
 import pathlib
 import tempfile
 
 from absl.testing import absltest
+import pytest
 from absl.testing import parameterized
 
 from experiments import cli
 from scaling.base import config as config_lib
 from scaling.studies.claims import study as claims
+from scaling.studies.coord_check import study as coord_check_lib
 from benchmarks import studies
 
 
@@ -59,12 +62,20 @@ class JudgeTest(parameterized.TestCase):
       studies.StudiesBenchConfig(depths=(2,))
 
 
+# QUICK with a smaller coordinate check (one parametrization, shorter and fewer sequences): the cold and the warm run
+# still compile, write and read back every program of a whole study.
+SMOKE = dataclasses.replace(studies.QUICK, coord_check=config_lib.build(coord_check_lib.CoordCheckConfig, {
+    "widths": (16, 32), "steps": 1, "num_seeds": 1, "depth": 1, "parametrizations": ("sp",), "seq_len": 8,
+    "batch_size": 2}))
+
+
+@pytest.mark.slow  # a benchmark suite's smoke run in fresh processes
 class SmokeTest(absltest.TestCase):
 
   def test_quick_run(self):
     with tempfile.TemporaryDirectory() as tmp:
       out = pathlib.Path(tmp)
-      summary = studies.run(studies.QUICK, out)
+      summary = studies.run(SMOKE, out)
       data = json.loads((out / "studies.json").read_text())
       self.assertTrue((out / "studies.png").exists())
       cold, warm = data["studies"]

@@ -9,6 +9,7 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
+import pytest
 import jax
 
 from scaling.training.model import transformer as model_lib
@@ -55,6 +56,7 @@ class FlopsTest(absltest.TestCase):
     self.assertEqual(flops["total"], flops["dense"] + flops["attention"])
 
 
+@pytest.mark.slow  # a benchmark suite's smoke run in fresh processes
 class QuickSuiteTest(absltest.TestCase):
 
   def test_quick_run(self):

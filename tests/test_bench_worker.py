@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from absl.testing import absltest
+import pytest
 
 from scaling.base import config as config_lib
 from scaling.runs import timesplit
@@ -16,7 +17,7 @@ from benchmarks import memory
 from benchmarks import worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = sweep.SweepConfig(d_k=(4, 8), rules=("sqrt", "qk_norm"), seq_len=(8,), batch=1, num_seeds=2)
+TINY = sweep.SweepConfig(d_k=(4,), rules=("sqrt", "qk_norm"), seq_len=(8,), batch=1, num_seeds=2)
 
 
 def _without_experiments(folder: pathlib.Path) -> dict[str, str]:
@@ -28,6 +29,7 @@ def _without_experiments(folder: pathlib.Path) -> dict[str, str]:
   return env
 
 
+@pytest.mark.slow  # a benchmark suite's smoke run in fresh processes
 class WorkerTest(absltest.TestCase):
 
   def test_a_sweep_in_the_worker_is_the_experiments_sweep(self):

@@ -4,6 +4,7 @@ import json
 import pathlib
 
 from absl.testing import absltest
+import pytest
 
 from experiments import benchmark
 from experiments import cli
@@ -15,6 +16,7 @@ from benchmarks import sweep
 from benchmarks import train
 
 
+@pytest.mark.slow  # a benchmark suite's smoke run in fresh processes
 class BenchmarkMainTest(absltest.TestCase):
 
   def test_quick_sweep_suite(self):

@@ -56,6 +56,19 @@ def _finite_lse(lse):
   return jnp.where(jnp.isfinite(lse), lse, 0.0)
 
 
+@functools.lru_cache(maxsize=None)
+def _jit_and_eager_case():
+  """Inputs, options and the dense reference of ``test_jit_and_eager``, computed once for both of its variants."""
+  b, t, s, n, kv_heads, h = 2, 23, 19, 4, 2, 8
+  kwargs = dict(is_causal=True, local_window_size=(9, 2), logit_soft_cap=2.0, rule="post_softmax")
+  q, key, value, ct = _inputs(3, b, t, s, n, kv_heads, h)
+  mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.8, (b, 1, t, s))
+  bias = jax.random.normal(jax.random.PRNGKey(6), (1, n, t, s))
+  want = _run_jitted(functools.partial(_value_and_grads, lambda *a: attention.dot_product_attention(
+      *a, mask, return_residual=True, **kwargs)), q, key, value, bias, ct)
+  return (q, key, value, bias, mask, ct), kwargs, want
+
+
 class BlockwiseMatchesDenseTest(chex.TestCase):
 
   @settings(max_examples=10, deadline=None)
@@ -107,19 +120,13 @@ class BlockwiseMatchesDenseTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_jit_and_eager(self):
-    b, t, s, n, kv_heads, h = 2, 23, 19, 4, 2, 8
-    kwargs = dict(is_causal=True, local_window_size=(9, 2), logit_soft_cap=2.0, rule="post_softmax")
-    q, key, value, ct = _inputs(3, b, t, s, n, kv_heads, h)
-    mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.8, (b, 1, t, s))
-    bias = jax.random.normal(jax.random.PRNGKey(6), (1, n, t, s))
+    (q, key, value, bias, mask, ct), kwargs, want = _jit_and_eager_case()
 
     @self.variant
     def fn(q, key, value, bias):
       return blockwise_attention(q, key, value, bias, mask, block_q=8, block_k=5, return_residual=True, **kwargs)
 
     got = _value_and_grads(fn, q, key, value, bias, ct)
-    want = _run_jitted(functools.partial(_value_and_grads, lambda *a: attention.dot_product_attention(
-        *a, mask, return_residual=True, **kwargs)), q, key, value, bias, ct)
     chex.assert_trees_all_close(got[0], want[0], rtol=1e-5, atol=2e-6)
     chex.assert_trees_all_close(got[2], want[2], rtol=1e-5, atol=5e-6)
 
@@ -245,9 +252,10 @@ class BlockSkippingTest(parameterized.TestCase):
 
   def test_causal_square_visits_half_plus_diagonal(self):
     q, key, value, _ = _inputs(0, 1, 64, 64, 1, 1, 4)
-    self.assertEqual(int(blockwise.blockwise_tile_count(q, key, value, block_q=16, block_k=16, is_causal=True)),
-                     4 * 5 // 2)
-    self.assertEqual(int(blockwise.blockwise_tile_count(q, key, value, block_q=16, block_k=16)), 16)
+    count = functools.partial(blockwise.blockwise_tile_count, block_q=16, block_k=16)
+    causal, full = _run_jitted(lambda *a: (count(*a, is_causal=True), count(*a)), q, key, value)
+    self.assertEqual(int(causal), 4 * 5 // 2)
+    self.assertEqual(int(full), 16)
 
   def test_backward_memory_grows_linearly(self):
     # XLA's buffer plan for a jitted forward+backward: the dense path holds several [N, T, S] float32 arrays,

@@ -59,15 +59,20 @@ class TrainingFixtureTest(parameterized.TestCase):
 class StudyFixtureTest(absltest.TestCase):
 
   def test_coord_check_rows_and_slopes_unchanged(self):
+    # The fixture's widths are 16, 32, 64. A width's rows do not depend on the other widths (the base width is
+    # 16 either way), and the least-squares slope over log2 widths equally spaced gives the middle one zero weight
+    # (half the difference of the ends), so the rows at 16 and 64 reproduce every recorded slope; width 32 of the
+    # same family is replayed by the transfer rows below.
     task = DataConfig(seq_len=8, batch_size=4)
     cfg = coord_check.CoordCheckConfig(
-        grid=grid_lib.WidthGrid(parametrizations=("sp", "mup"), widths=(16, 32, 64)), seeds=Seeds(num_seeds=2),
+        grid=grid_lib.WidthGrid(parametrizations=("sp", "mup"), widths=(16, 64)), seeds=Seeds(num_seeds=2),
         data=task, model=ModelFamily(depth=1, num_heads=2),
         optim=OptimizerConfig(steps=2, learning_rate=0.03))
     rows = coord_check.run_coord_check(cfg, task.make(0))
+    want = [r for r in STUDIES["coord_rows"] if r["width"] in (16, 64)]
     self.assertEqual([(r["parametrization"], r["width"], r["step"], r["layer"]) for r in rows],
-                     [(r["parametrization"], r["width"], r["step"], r["layer"]) for r in STUDIES["coord_rows"]])
-    _close(self, [r["rms_seeds"] for r in rows], [r["rms_seeds"] for r in STUDIES["coord_rows"]], "rms")
+                     [(r["parametrization"], r["width"], r["step"], r["layer"]) for r in want])
+    _close(self, [r["rms_seeds"] for r in rows], [r["rms_seeds"] for r in want], "rms")
     slopes = coord_slopes.slopes(rows)
     _close(self, [s["slope"] for s in slopes], [s["slope"] for s in STUDIES["coord_slopes"]], "slopes")
 

@@ -21,7 +21,7 @@ class LanguageModelsTest(parameterized.TestCase):
       # No module of the blocks breaks μP in one twin and is within the tolerance in the other (the readout's own
       # modules differ: wte, lm_head); "inconclusive" (within two standard errors of the tolerance) is neither.
       common = [m for m in a if m in b and m.startswith("h_")]
-      self.assertGreater(len(common), 10)
+      self.assertLen(common, 7)  # the block and its six modules (ln_1, c_attn, c_proj, ln_2, c_fc, mlp_c_proj)
       clash = {m: (a[m], b[m]) for m in common if {a[m], b[m]} == {"ok", BREAKS}}
       self.assertEmpty(clash, scheme)
 

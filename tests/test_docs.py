@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 
 from absl.testing import absltest
+import pytest
 
 from scaling.runs import report
 
@@ -113,30 +114,60 @@ class LinksTest(absltest.TestCase):
     self.assertEqual(slug("u-μP: unit scale and learning-rate transfer"), "u-μp-unit-scale-and-learning-rate-transfer")
 
 
+def python_blocks() -> tuple[list[str], list[str]]:
+  """(short, examples): the ```python blocks of README.md and docs/ but the recipes (a block right after
+  "<!-- recipe: NAME -->" runs in tests/test_recipes.py, which skips the one whose library is missing), split into
+  the examples whose printed output and run time the page shows (``scripts/run_doc_block.py NAME`` fills the
+  generated section after them: whole studies, run in the slow group) and the rest."""
+  run_doc_block = experiment_main.load_script("run_doc_block")
+  short, examples = [], []
+  for path in doc_files():
+    text = path.read_text()
+    shown = [name for kind, name in markers(text)
+             if kind == "BEGIN" and f"`python scripts/run_doc_block.py {name}`" in text]
+    example_code = {run_doc_block.block_before(text, name) for name in shown}
+    for code in PYTHON_BLOCK.findall(run_doc_block.without_recipes(text)):
+      (examples if code in example_code else short).append(code)
+  return short, examples
+
+
+def run_blocks(test: absltest.TestCase, blocks: list[str]) -> None:
+  """Runs ``blocks`` one after another in a fresh interpreter in an empty folder, as a reader would; fails with
+  every block's traceback."""
+  driver = textwrap.dedent("""
+      import json, sys, traceback
+      failures = []
+      for i, code in enumerate(json.load(sys.stdin)):
+        try:
+          exec(compile(code, f"<python block {i} of README.md and docs/>", "exec"), {"__name__": "__readme__"})
+        except Exception:
+          failures.append(traceback.format_exc())
+      sys.stderr.write("\\n".join(failures))
+      sys.exit(1 if failures else 0)
+      """)
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+  with tempfile.TemporaryDirectory() as tmp:
+    done = subprocess.run([sys.executable, "-c", driver], input=json.dumps(blocks), capture_output=True, text=True,
+                          cwd=tmp, env=env, timeout=900, check=False)
+  test.assertEqual(done.returncode, 0, done.stderr)
+
+
 class ReadmeSnippetsTest(absltest.TestCase):
 
-  def test_every_python_block_of_the_readme_and_the_docs_runs(self):
+  def test_every_short_python_block_of_the_readme_and_the_docs_runs(self):
     self.assertGreaterEqual(len(PYTHON_BLOCK.findall((ROOT / "README.md").read_text())), 4)
-    # A recipe (a block right after "<!-- recipe: NAME -->", docs/your_model.md) runs in tests/test_recipes.py, which
-    # skips the one whose library is missing.
-    without_recipes = experiment_main.load_script("run_doc_block").without_recipes
-    blocks = [b for path in doc_files() for b in PYTHON_BLOCK.findall(without_recipes(path.read_text()))]
-    driver = textwrap.dedent("""
-        import json, sys, traceback
-        failures = []
-        for i, code in enumerate(json.load(sys.stdin)):
-          try:
-            exec(compile(code, f"<python block {i} of README.md and docs/>", "exec"), {"__name__": "__readme__"})
-          except Exception:
-            failures.append(traceback.format_exc())
-        sys.stderr.write("\\n".join(failures))
-        sys.exit(1 if failures else 0)
-        """)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    with tempfile.TemporaryDirectory() as tmp:
-      done = subprocess.run([sys.executable, "-c", driver], input=json.dumps(blocks), capture_output=True, text=True,
-                            cwd=tmp, env=env, timeout=600, check=False)
-    self.assertEqual(done.returncode, 0, done.stderr)
+    short, examples = python_blocks()
+    self.assertNotEmpty(examples)  # the first example of docs/your_model.md shows its output
+    run_blocks(self, short)
+
+
+@pytest.mark.slow
+class ExampleBlocksTest(absltest.TestCase):
+
+  def test_every_example_whose_output_a_page_shows_runs(self):
+    _, examples = python_blocks()
+    self.assertNotEmpty(examples)
+    run_blocks(self, examples)
 
 
 class UpdateReadmeTest(absltest.TestCase):

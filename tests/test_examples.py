@@ -6,6 +6,7 @@ import io
 import pathlib
 
 from absl.testing import absltest
+import pytest
 from absl.testing import parameterized
 
 from examples import linen_mlp
@@ -34,6 +35,7 @@ EXAMPLES = {
 }
 
 
+@pytest.mark.slow  # each example, a whole study, as a user runs it
 class ExamplesTest(parameterized.TestCase):
 
   @parameterized.parameters(*EXAMPLES)

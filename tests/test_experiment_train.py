@@ -1,6 +1,8 @@
 """Smoke tests of `python -m experiments.train`: outputs, divergence, interruption and rejection of bad flags."""
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -171,17 +173,20 @@ class CommandLineTest(absltest.TestCase):
         ([f"--text_file={short}"], "--text_file"),
         (["--width=30"], "--width"),
     )
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    procs = []
-    for i, (args, _) in enumerate(cases):
+    # Each through main's argv in this process (a subprocess costs seconds of imports)...
+    for i, (args, flag) in enumerate(cases):
       out = tmp / f"out{i}"
-      cmd = [sys.executable, "-m", "experiments.train", *args, f"--out_dir={out}"]
-      procs.append((out, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True)))
-    for (args, flag), (out, proc) in zip(cases, procs):
-      stdout, stderr = proc.communicate(timeout=120)
+      stdout, stderr = io.StringIO(), io.StringIO()
+      with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = train.main(["experiments.train", *args, f"--out_dir={out}"])
       with self.subTest(args=args):
-        experiment_main.assert_one_line_error(self, proc.returncode, stdout, stderr, flag, out)
+        experiment_main.assert_one_line_error(self, code, stdout.getvalue(), stderr.getvalue(), flag, out)
+    # ... and one as a user types it, read in the study itself: nothing else on stderr, the status the shell sees.
+    out = tmp / "out_process"
+    proc = subprocess.run([sys.executable, "-m", "experiments.train", f"--text_file={binary}", f"--out_dir={out}"],
+                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+                          timeout=300)
+    experiment_main.assert_one_line_error(self, proc.returncode, proc.stdout, proc.stderr, "--text_file", out)
 
 
 if __name__ == "__main__":

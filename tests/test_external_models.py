@@ -2,6 +2,8 @@
 role and fan-in axes against a hand-written table, the tie found from the computation, overrides the computation
 contradicts, the paper init of an (out, in) kernel, and the base model equal to the model as written."""
 
+import functools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -11,14 +13,29 @@ import numpy as np
 
 import scaling
 from scaling.mup import user_model
+from scaling.mup import width_family
 import external_models as em
 
 BASE = 16
 
 
-def _family(name, scheme="mup", **kw):
+@functools.cache
+def _widths(name):
+  """The model at its widths, one per model for every scheme and option (as ``scaling.coord_check`` shares it
+  between schemes): its computation is read and its own init drawn once."""
   factory, loss, batch_of, _, _ = em.MODELS[name]
-  return scaling.WidthParametrization(factory, loss, batch_of(jax.random.key(0)), scheme, base_width=BASE, **kw)
+  return width_family.ModelWidths(factory, loss, batch_of(jax.random.key(0)))
+
+
+def _family(name, scheme="mup", **kw):
+  w = _widths(name)
+  return scaling.WidthParametrization(w.model, w.loss_fn, w.example_batch, scheme, base_width=BASE, widths=w, **kw)
+
+
+@functools.cache
+def _shared(name, scheme="mup"):
+  """The family of a model without options, one per process (its roles and models at a width are cached)."""
+  return _family(name, scheme)
 
 
 class RolesTest(parameterized.TestCase):
@@ -26,21 +43,21 @@ class RolesTest(parameterized.TestCase):
   @parameterized.parameters(*em.MODELS)
   def test_roles_and_fan_in_axes_equal_the_table(self, name):
     table, tied = em.MODELS[name][3], em.MODELS[name][4]
-    roles = _family(name).roles(4 * BASE)
+    roles = _shared(name).roles(4 * BASE)
     self.assertEqual({p: (r.kind, r.in_axes) for p, r in roles.items()}, table)
     self.assertEqual(roles.tied_embedding, tied)
 
   def test_out_in_kernel_gets_its_fan_in_from_axis_1(self):
     # GPT-2's c_fc kernel is stored [4·d, d]: its fan-in is d, so the paper init std is 1/√d, not 1/√(4·d).
     width = 4 * BASE
-    p = _family("gpt2_tied").at(width)
+    p = _shared("gpt2_tied").at(width)
     self.assertEqual(p.roles["h_0/c_fc/kernel"].fans, (width, 4 * width))
     self.assertAlmostEqual(p.spec("h_0/c_fc/kernel").init_std, width**-0.5)
     self.assertAlmostEqual(p.spec("h_0/mlp_c_proj/kernel").init_std, (4 * width)**-0.5)
 
   def test_tied_readout_multiplier_is_base_over_width(self):
-    self.assertAlmostEqual(_family("gpt2_tied").at(4 * BASE).tied_readout_multiplier, 0.25)
-    self.assertEqual(_family("gpt2_tied", "sp").at(4 * BASE).tied_readout_multiplier, 1.0)
+    self.assertAlmostEqual(_shared("gpt2_tied").at(4 * BASE).tied_readout_multiplier, 0.25)
+    self.assertEqual(_shared("gpt2_tied", "sp").at(4 * BASE).tied_readout_multiplier, 1.0)
 
   def test_naming_the_wrong_table_as_tied_is_an_error(self):
     with self.assertRaisesRegex(ValueError, "'wpe/embedding'.*only looks it up"):
@@ -66,7 +83,7 @@ class BaseModelTest(parameterized.TestCase):
 
   @parameterized.parameters(*em.MODELS)
   def test_base_width_equals_the_model_as_written(self, name):
-    wp = _family(name)
+    wp = _shared(name)
     own, mup = wp.widths.functional(BASE), wp.model_at(BASE)
     key = jax.random.key(3)
     params, state = own.init(key)
@@ -82,7 +99,7 @@ class BaseModelTest(parameterized.TestCase):
   def test_wider_models_follow_the_law_from_the_base(self):
     # Under μP a hidden matrix keeps std ∝ 1/√fan_in and the embedding its base std: with GPT-2's constant 0.02
     # at every width, the hidden std falls as 1/√width from 0.02 and the tables stay at 0.02.
-    wp = _family("gpt2_untied")
+    wp = _shared("gpt2_untied")
     for width in (BASE, 4 * BASE):
       params, _ = jax.jit(wp.model_at(width).init)(jax.random.key(0))
       m = width / BASE

@@ -18,9 +18,9 @@ from scaling.runs import timesplit
 from scaling.studies.grid import run as grid_run
 
 
-def _spec(width: int, rule: str) -> grid_run.GridSpec:
+def _spec(width: int, rule: str, depth: int = 2) -> grid_run.GridSpec:
   data = DataConfig(seq_len=8, batch_size=2)
-  config = ModelFamily(depth=2, num_heads=2, base_width=16, rule=rule).model_config(
+  config = ModelFamily(depth=depth, num_heads=2, base_width=16, rule=rule).model_config(
       "sp", width, vocab_size=data.make(0).vocab_size, max_len=8)
   return grid_run.GridSpec(config, OptimizerConfig(steps=3), data, 0, (-8.0, -6.0), (0, 1), label=rule)
 
@@ -28,7 +28,7 @@ def _spec(width: int, rule: str) -> grid_run.GridSpec:
 class CompileAheadTest(absltest.TestCase):
 
   def test_training_finds_its_programs_compiled(self):
-    spec = _spec(40, "qk_norm")  # width 40: programs no other test compiles
+    spec = _spec(40, "qk_norm", depth=1)  # programs no other test compiles (one block: they compile sooner)
     compiled = collections.Counter()
 
     def listen(event, duration, fun_name="?", **_):
@@ -49,7 +49,7 @@ class CompileAheadTest(absltest.TestCase):
     np.testing.assert_array_equal(trained.records["loss"], expected.records["loss"])
 
   def test_a_failure_ahead_leaves_training_to_compile(self):
-    spec = _spec(24, "sqrt")
+    spec = _spec(32, "sqrt")  # the program other tests of this file train too
     planner = grid_run.GridPlanner()
     with mock.patch.object(grid_run.loop_lib, "compile_grid", side_effect=RuntimeError("no")):
       try:
@@ -67,9 +67,10 @@ class JoinRunsTest(absltest.TestCase):
     spec = _spec(32, "sqrt")
     data = DataConfig(seq_len=8, batch_size=2).make(0)
     part = lambda rates: grid_run.train_grid(dataclasses.replace(spec, log2_lrs=rates, label="part"), data)
-    joined = grid_run.join_runs(part((-8.0,)), part((-10.0, -6.0)))  # the widening on both sides, in any order
-    whole = grid_run.train_grid(dataclasses.replace(spec, log2_lrs=(-10.0, -8.0, -6.0)), data)
-    self.assertEqual(joined.log2_lrs, (-10.0, -8.0, -6.0))
+    # The widening on both sides, in any order; both parts have as many members (one program for the two).
+    joined = grid_run.join_runs(part((-9.0, -8.0)), part((-10.0, -6.0)))
+    whole = grid_run.train_grid(dataclasses.replace(spec, log2_lrs=(-10.0, -9.0, -8.0, -6.0)), data)
+    self.assertEqual(joined.log2_lrs, (-10.0, -9.0, -8.0, -6.0))
     self.assertEqual(joined.spec, whole.spec)
     for key in whole.records:
       np.testing.assert_allclose(joined.records[key], whole.records[key], rtol=1e-5, atol=1e-7, err_msg=key)
@@ -92,7 +93,9 @@ class TrainLikeTest(absltest.TestCase):
   """GridPlanner.train(spec, like=grid): the widening runs the grid's compiled step, with the unpadded results."""
 
   def test_a_widening_runs_its_grids_step_with_its_own_results(self):
-    grid = dataclasses.replace(_spec(48, "sqrt"), log2_lrs=(-16.0, -14.0, -12.0))  # width 48: no other test's
+    # The grid's program is JoinRunsTest's whole grid's (4 rates x 2 seeds); the widening's own (1 rate x 2 seeds) is
+    # no other test's, so compiling it would show.
+    grid = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-16.0, -14.0, -13.0, -12.0))
     widening = dataclasses.replace(grid, log2_lrs=(-10.0,), label="widening")
     planner = grid_run.GridPlanner()
     planner.train(grid)
@@ -142,14 +145,15 @@ class TrainLikeTest(absltest.TestCase):
 class ScannedGridTest(absltest.TestCase):
 
   def test_a_scanned_grid_trains_as_the_unrolled_one_and_returns_its_layout(self):
+    # Depth 2 (two blocks in one scan): the unrolled grid is the program the other tests of this file train.
     spec = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
-    deep = dataclasses.replace(spec, model_config=dataclasses.replace(spec.model_config, depth=4))
-    scanned = dataclasses.replace(deep, model_config=dataclasses.replace(deep.model_config, scan_layers=True))
+    scanned = dataclasses.replace(spec, model_config=dataclasses.replace(spec.model_config, scan_layers=True))
     data = DataConfig(seq_len=8, batch_size=2).make(0)
-    a, b = grid_run.train_grid(deep, data), grid_run.train_grid(scanned, data)
+    a, b = grid_run.train_grid(spec, data), grid_run.train_grid(scanned, data)
     for key in a.records:
       np.testing.assert_allclose(b.records[key], a.records[key], rtol=1e-5, atol=1e-7, err_msg=key)
-    self.assertEqual(set(b.final_params), set(a.final_params))  # block_0 .. block_3, each [M, ...]
+    self.assertIn("block_1", b.final_params)
+    self.assertEqual(set(b.final_params), set(a.final_params))  # block_0, block_1, each [M, ...]
     # Adam moves a coordinate by up to its rate per step whatever the gradient's size (see TrainLikeTest).
     chex.assert_trees_all_close(b.final_params, a.final_params, rtol=0, atol=2 * 2.0 ** -12 * spec.steps)
     chex.assert_trees_all_close(b.initial_params(), a.initial_params(), rtol=0, atol=0)

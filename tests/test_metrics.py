@@ -1,5 +1,6 @@
 """Metrics against closed forms and independent references: numpy for the statistics, jax.grad of a plain attention."""
 
+import functools
 import math
 
 from absl.testing import absltest
@@ -21,6 +22,18 @@ _RULES = {
 }
 _EPS = 1e-6  # QK-norm's epsilon under the mean square
 
+# The functions under test, each compiled once per shape and option: on CPU, compiling one program costs less than
+# compiling every op of the eager path (the functions are jit-able by contract; WeightStatsTest runs both paths).
+_per_head = jax.jit(metrics.attention_metrics_per_head, static_argnames=("rule", "is_causal"))
+_blockwise = jax.jit(metrics.blockwise_attention_metrics_per_head,
+                     static_argnames=("rule", "is_causal", "block_q", "block_k"))
+_logits_and_weights = jax.jit(dense_attention.attention_logits_and_weights, static_argnames=("rule",))
+_weight_stats = jax.jit(metrics.weight_stats_per_head)
+_logit_stats = jax.jit(metrics.logit_stats_per_head)
+_metric_sums = jax.jit(metrics.metric_sums)
+_merge_sums = jax.jit(metrics.merge_sums)
+_finalize_sums = jax.jit(metrics.finalize_sums)
+
 
 def _qkvg(seed, b=2, t=5, s=6, n=4, k=2, h=8, q_std=1.0):
   ks = jax.random.split(jax.random.key(seed), 4)
@@ -39,6 +52,12 @@ def _plain_attention(q, k, v, delta, rule, causal):
   if causal:
     z = jnp.where(np.tril(np.ones(z.shape[-2:], bool)), z, -jnp.inf)
   return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(z, axis=-1) * weight_scale, v)
+
+
+@functools.partial(jax.jit, static_argnames=("rule", "causal"))
+def _plain_attention_grads(q, k, v, delta, g, rule, causal):
+  """jax.vjp of ``_plain_attention`` at cotangent g: the gradients of q, k, v and delta."""
+  return jax.vjp(lambda *a: _plain_attention(*a, rule, causal), q, k, v, delta)[1](g)
 
 
 def _numpy_metrics(q, k, v, g, rule, causal):
@@ -110,24 +129,24 @@ class WeightStatsTest(chex.TestCase):
     logits = jnp.zeros((1, 1, t, t))
     mask = np.tril(np.ones((t, t), bool))[None, None]
     weights = mask / mask.sum(-1, keepdims=True)  # row i uniform over its i + 1 visible keys
-    stats = metrics.weight_stats_per_head(jnp.asarray(weights, jnp.float32), jnp.asarray(mask))
+    stats = _weight_stats(jnp.asarray(weights, jnp.float32), jnp.asarray(mask))
     # Row i sees i + 1 keys uniformly: entropy ln(i + 1).
     np.testing.assert_allclose(stats["entropy"], [np.mean([math.log(i + 1) for i in range(t)])], rtol=1e-5)
     np.testing.assert_allclose(stats["entropy_normalized"], [1.0], rtol=1e-5)  # rows with >= 2 keys
-    np.testing.assert_allclose(metrics.logit_stats_per_head(logits, mask)["var"], [0.0])
+    np.testing.assert_allclose(_logit_stats(logits, mask)["var"], [0.0])
 
   def test_jacobian_against_jax_jacobian(self):
     z = jax.random.normal(jax.random.key(0), (5, 7)) * 2.0
     p = jax.nn.softmax(z)
-    ref = jax.vmap(jax.jacobian(jax.nn.softmax))(z)
-    np.testing.assert_allclose(metrics.softmax_jacobian(p), ref, atol=1e-6)
-    np.testing.assert_allclose(metrics.softmax_jacobian_fro_norm(p),
+    ref = jax.jit(jax.vmap(jax.jacobian(jax.nn.softmax)))(z)
+    np.testing.assert_allclose(jax.jit(metrics.softmax_jacobian)(p), ref, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(metrics.softmax_jacobian_fro_norm)(p),
                                jnp.sqrt(jnp.sum(ref**2, axis=(-2, -1))), rtol=1e-5, atol=1e-7)
 
   def test_logit_stats_closed_form(self):
     z = jnp.arange(12.0).reshape(1, 1, 3, 4)
     mask = jnp.ones((1, 1, 3, 4), bool).at[0, 0, 0, 0].set(False)
-    stats = metrics.logit_stats_per_head(z, mask)
+    stats = _logit_stats(z, mask)
     vals = np.arange(1.0, 12.0)
     np.testing.assert_allclose(stats["mean"], [vals.mean()], rtol=1e-6)
     np.testing.assert_allclose(stats["var"], [vals.var()], rtol=1e-6)
@@ -136,11 +155,10 @@ class WeightStatsTest(chex.TestCase):
   def test_post_softmax_weights_are_renormalized(self):
     k = jax.random.split(jax.random.key(1), 3)
     q, kk, v = (jax.random.normal(x, (1, 5, 1, 16)) for x in k)
-    _, w_post, _ = dense_attention.attention_logits_and_weights(q, kk, rule="post_softmax")
-    _, w_none, _ = dense_attention.attention_logits_and_weights(q, kk, rule="none")
+    _, w_post, _ = _logits_and_weights(q, kk, rule="post_softmax")
+    _, w_none, _ = _logits_and_weights(q, kk, rule="none")
     np.testing.assert_allclose(w_post.sum(-1), 0.25, rtol=1e-5)
-    chex.assert_trees_all_close(metrics.weight_stats_per_head(w_post), metrics.weight_stats_per_head(w_none),
-                                rtol=1e-5)
+    chex.assert_trees_all_close(_weight_stats(w_post), _weight_stats(w_none), rtol=1e-5)
 
 
 class MetricSumsTest(chex.TestCase):
@@ -158,10 +176,10 @@ class MetricSumsTest(chex.TestCase):
     mask[:, :, 4] = False  # a fully masked row (and, below, a fully masked block)
     w = np.where(mask, rng.random((b, n, t, s)), 0.0)
     dz = rng.normal(size=(b, n, t, s))
-    parts = [metrics.metric_sums(*(jnp.asarray(x, jnp.float32) for x in (zb, wb)), jnp.asarray(mb),
-                                 jnp.asarray(db, jnp.float32))
+    parts = [_metric_sums(*(jnp.asarray(x, jnp.float32) for x in (zb, wb)), jnp.asarray(mb),
+                          jnp.asarray(db, jnp.float32))
              for zb, wb, mb, db in zip(*(self._blocks(x, (4, 1, 4)) for x in (z, w, mask, dz)))]
-    merged = metrics.finalize_sums(metrics.merge_sums(metrics.merge_sums(parts[0], parts[1]), parts[2]))
+    merged = _finalize_sums(_merge_sums(_merge_sums(parts[0], parts[1]), parts[2]))
     zv = [z[:, i][mask[:, i]] for i in range(n)]
     np.testing.assert_allclose(merged["logit_mean"], [x.mean() for x in zv], rtol=1e-6)
     np.testing.assert_allclose(merged["logit_var"], [x.var() for x in zv], rtol=1e-3)
@@ -172,24 +190,24 @@ class MetricSumsTest(chex.TestCase):
     np.testing.assert_allclose(merged["grad_norm_logits"], np.linalg.norm(dz, axis=(2, 3)).mean(0), rtol=1e-5)
     # Splitting is invisible: one block of all rows gives the same numbers (to the float32 precision of a mean of
     # 1e4 + noise, ~1e4 × 6e-8, the tolerance of the variance above).
-    whole = metrics.finalize_sums(metrics.metric_sums(*(jnp.asarray(x, jnp.float32) for x in (z, w)),
-                                                      jnp.asarray(mask), jnp.asarray(dz, jnp.float32)))
+    whole = _finalize_sums(_metric_sums(*(jnp.asarray(x, jnp.float32) for x in (z, w)), jnp.asarray(mask),
+                                        jnp.asarray(dz, jnp.float32)))
     chex.assert_trees_all_close(merged, whole, rtol=1e-3)
 
   def test_empty_block_is_neutral(self):
     z = jax.random.normal(jax.random.key(4), (1, 2, 3, 5))
     w = jax.nn.softmax(z)
-    full = metrics.metric_sums(z, w)
-    empty = metrics.metric_sums(z, w, jnp.zeros(z.shape, bool))
-    chex.assert_trees_all_close(metrics.finalize_sums(metrics.merge_sums(empty, full)), metrics.finalize_sums(full))
-    chex.assert_trees_all_close(metrics.finalize_sums(metrics.merge_sums(full, empty)), metrics.finalize_sums(full))
+    full = _metric_sums(z, w)
+    empty = _metric_sums(z, w, jnp.zeros(z.shape, bool))
+    chex.assert_trees_all_close(_finalize_sums(_merge_sums(empty, full)), _finalize_sums(full))
+    chex.assert_trees_all_close(_finalize_sums(_merge_sums(full, empty)), _finalize_sums(full))
 
   def test_per_head_functions_are_one_block(self):
     z = jax.random.normal(jax.random.key(5), (2, 3, 4, 5))
-    stats = metrics.finalize_sums(metrics.metric_sums(z, jax.nn.softmax(z)))
+    stats = _finalize_sums(_metric_sums(z, jax.nn.softmax(z)))
     self.assertEqual(set(stats), {f"logit_{k}" for k in ("mean", "var", "std", "absmax")} | set(
-        metrics.weight_stats_per_head(jax.nn.softmax(z))))
-    chex.assert_trees_all_close({f"logit_{k}": v for k, v in metrics.logit_stats_per_head(z).items()},
+        _weight_stats(jax.nn.softmax(z))))
+    chex.assert_trees_all_close({f"logit_{k}": v for k, v in _logit_stats(z).items()},
                                 {k: v for k, v in stats.items() if k.startswith("logit_")})
 
 
@@ -208,8 +226,8 @@ class LayerMetricsTest(chex.TestCase):
     per_head = lambda x: (x * rows).sum((0, 2)) / rows.sum((0, 2))
     z2 = [np.mean(z[:, i][mask[:, i]] ** 2) for i in range(n)]
     lse = np.log(e.sum(-1)[rows])
-    got = metrics.attention_layer_metrics(jnp.asarray(z, jnp.float32), jnp.asarray(p, jnp.float32),
-                                          jnp.asarray(mask))
+    got = jax.jit(metrics.attention_layer_metrics)(jnp.asarray(z, jnp.float32), jnp.asarray(p, jnp.float32),
+                                                   jnp.asarray(mask))
     self.assertEqual(set(got), {"attn_entropy", "attn_max_prob", "attn_max_logit", "attn_logits_rms", "attn_max_lse"})
     np.testing.assert_allclose(got["attn_entropy"], per_head(ent).mean(), rtol=1e-5)
     np.testing.assert_allclose(got["attn_max_prob"], per_head(p.max(-1)).mean(), rtol=1e-5)
@@ -229,10 +247,8 @@ class GradNormTest(chex.TestCase):
   @parameterized.parameters("sqrt", "qk_norm", "post_softmax")
   def test_against_jax_grad(self, rule):
     q, k, v, g = _qkvg(2)
-    got = metrics.attention_metrics_per_head(q, k, v, g, rule=rule, is_causal=True)
-    zero = jnp.zeros((2, 4, 5, 6))
-    _, vjp = jax.vjp(lambda *a: _plain_attention(*a, rule, True), q, k, v, zero)
-    gq, gk, gv, gz = vjp(g)
+    got = _per_head(q, k, v, g, rule=rule, is_causal=True)
+    gq, gk, gv, gz = _plain_attention_grads(q, k, v, jnp.zeros((2, 4, 5, 6)), g, rule, True)
     np.testing.assert_allclose(got["grad_norm_q"], np.linalg.norm(gq, axis=(1, 3)).mean(0), rtol=1e-4)
     np.testing.assert_allclose(got["grad_norm_k"], np.linalg.norm(gk, axis=(1, 3)).mean(0), rtol=1e-4)
     np.testing.assert_allclose(got["grad_norm_v"], np.linalg.norm(gv, axis=(1, 3)).mean(0), rtol=1e-4)
@@ -248,8 +264,7 @@ class BlockwiseMetricsTest(chex.TestCase):
   @parameterized.product(rule=("sqrt", "none", "qk_norm", "post_softmax"), causal=(False, True))
   def test_against_numpy(self, rule, causal):
     q, k, v, g = _qkvg(3, t=11, s=11, q_std=2.0)
-    blockwise = metrics.blockwise_attention_metrics_per_head(q, k, v, g, rule=rule, is_causal=causal, block_q=4,
-                                                             block_k=3)
+    blockwise = _blockwise(q, k, v, g, rule=rule, is_causal=causal, block_q=4, block_k=3)
     want = _numpy_metrics(q, k, v, g, rule, causal)
     self.assertEqual(set(blockwise), set(want))
     for name in want:
@@ -257,7 +272,7 @@ class BlockwiseMetricsTest(chex.TestCase):
 
   def test_dense_against_numpy(self):
     q, k, v, g = _qkvg(6, t=7, s=9)
-    got = metrics.attention_metrics_per_head(q, k, v, g, rule="qk_norm")
+    got = _per_head(q, k, v, g, rule="qk_norm")
     want = _numpy_metrics(q, k, v, g, "qk_norm", causal=False)
     self.assertEqual(set(got), set(want))
     for name in want:

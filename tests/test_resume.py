@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 from absl.testing import absltest
+import pytest
 from absl.testing import parameterized
 import chex
 import jax
@@ -27,12 +29,15 @@ from experiments import sweep
 from experiments import train
 from scaling.runs import results
 from scaling.studies import sweep as sweep_lib
+from scaling.studies import train as train_lib
+from scaling.studies.coord_check import study as coord_check_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = dict(d_k=[2, 4], rules=["sqrt", "none"], seq_len=4, batch=1, num_heads=1, num_seeds=1)
 COORD = dict(parametrizations=["sp"], widths=[16, 32], steps=1, depth=1, num_heads=2, num_seeds=1, seq_len=8,
              batch_size=2)
-CLAIMS = dict(ids=["variance_is_dk", "scale_is_temperature"], d_k=[64, 128], num_seeds=1, seq_len=8)
+# A quick claim, then one that takes a second or so: the kill most often lands between them.
+CLAIMS = dict(ids=["scale_is_temperature", "head_dim_constant"], d_k=[64, 128], num_seeds=1, seq_len=8)
 TRAIN = dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=16, log_every=5,
              checkpoint_every=4)
 
@@ -46,6 +51,13 @@ def _start(module, out_dir, **flag_values):
   cmd = [sys.executable, "-m", *experiment_main.argv(module, out_dir=str(out_dir), **flag_values)]
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
   return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _run_without_figures(module, figures, **flag_values):
+  """``run_main`` of an uninterrupted reference run, ``figures`` (the study's function drawing its PNGs) skipped: only
+  its rows and tables are compared (the resumed run still draws its own)."""
+  with mock.patch.object(*figures, return_value=[]):
+    return experiment_main.run_main(module, **flag_values)
 
 
 def _kill_when(proc, ready, test, timeout=300.0):
@@ -211,6 +223,7 @@ class ManifestTest(parameterized.TestCase):
     self.assertEqual(sorted(p.name for p in out.iterdir()), [results.MANIFEST])
 
 
+@pytest.mark.slow  # a training run in its own process, killed and resumed
 class KillAndResumeTest(chex.TestCase):
 
   def _check_rows_without_timings(self, path):
@@ -224,7 +237,7 @@ class KillAndResumeTest(chex.TestCase):
     size = len(SWEEP["rules"])
     _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
     done = _done_keys(cut / "results.partial.jsonl", size, lambda row: row["d_k"])
-    code, _, err = experiment_main.run_main(sweep, out_dir=str(whole), **SWEEP)
+    code, _, err = _run_without_figures(sweep, (sweep_lib, "write_plots"), out_dir=str(whole), **SWEEP)
     self.assertEqual(code, 0, err)
     self.assertFalse((cut / "results.jsonl").exists())
     with open(cut / "results.partial.jsonl", "a") as f:  # and a torn line on top
@@ -235,6 +248,7 @@ class KillAndResumeTest(chex.TestCase):
     self.assertIn(f"4 configurations (2 reused from {cut}", stdout)  # 2 rules at d_k 2 before the kill
     for name in ("results.jsonl", "results.csv"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertTrue((cut / "summary.png").exists())
     self.assertFalse((cut / "results.partial.jsonl").exists())
     # Each head dimension was computed once: d_k 2 before the kill, d_k 4 after it.
     self.assertEqual(done, [2])
@@ -248,7 +262,7 @@ class KillAndResumeTest(chex.TestCase):
     size = 5 * (COORD["steps"] + 1)  # embed, attention logits, attention output, MLP output, readout; steps 0..k
     _kill_when(proc, lambda: _complete_groups(cut / "results.partial.jsonl", size) >= 1, self)
     done = _done_keys(cut / "results.partial.jsonl", size, lambda row: row["width"])
-    code, _, err = experiment_main.run_main(coord_check, out_dir=str(whole), **COORD)
+    code, _, err = _run_without_figures(coord_check, (coord_check_lib, "write_figure"), out_dir=str(whole), **COORD)
     self.assertEqual(code, 0, err)
     self.assertLen(_lines(whole / "results.jsonl"), size * len(COORD["widths"]))
     code, stdout, err = experiment_main.run_main(coord_check, out_dir=str(cut), **COORD)
@@ -256,6 +270,7 @@ class KillAndResumeTest(chex.TestCase):
     self.assertIn("resuming: 1 of 2", stdout)
     for name in ("results.jsonl", "slopes.jsonl", "slopes.csv"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertTrue((cut / "coord_check.png").exists())
     self.assertEqual(done, [16])
     _assert_each_measured_once(self, cut / "timings.jsonl", lambda row: row["width"], [16, 32], done)
     self._check_rows_without_timings(cut / "results.jsonl")
@@ -292,7 +307,8 @@ class KillAndResumeTest(chex.TestCase):
       return folder.exists() and any(p.name.isdigit() for p in folder.iterdir())
 
     _kill_when(proc, saved, self)
-    code, _, err = experiment_main.run_main(train, out_dir=str(whole), **{**TRAIN, "checkpoint_every": 0})
+    code, _, err = _run_without_figures(train, (train_lib, "write_plots"), out_dir=str(whole),
+                                        **{**TRAIN, "checkpoint_every": 0})
     self.assertEqual(code, 0, err)
     self.assertFalse((whole / "checkpoints").exists())
     self.assertFalse((cut / "summary.json").exists())
@@ -305,6 +321,7 @@ class KillAndResumeTest(chex.TestCase):
     # Same history (no step doubled or lost) and the same final and held-out losses, bit for bit.
     for name in ("metrics.jsonl", "summary.json"):
       self.assertEqual((cut / name).read_bytes(), (whole / name).read_bytes(), name)
+    self.assertTrue((cut / "loss.png").exists())
     steps = [json.loads(line)["step"] for line in _lines(cut / "metrics.jsonl")]
     self.assertEqual(steps, sorted({*range(0, TRAIN["steps"], TRAIN["log_every"]), TRAIN["steps"] - 1}))
     self._check_rows_without_timings(cut / "metrics.jsonl")

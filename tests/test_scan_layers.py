@@ -1,5 +1,5 @@
 """Blocks run as one ``jax.lax.scan`` (``scan_layers``) against the same model unrolled: loss, gradients, per-block
-metrics and activation gradients agree (depths 1–12, SP, μP with depth-μP, u-μP with its per-block τ); a rule that is
+metrics and activation gradients agree (depths 1–6, SP, μP with depth-μP, u-μP with its per-block τ); a rule that is
 only a logit factor is one program for every such rule, and computes what the rule's constant computes."""
 
 import dataclasses
@@ -62,15 +62,18 @@ def _assert_close(test, actual, expected, rtol=1e-6):
 
 class ScanLayersTest(parameterized.TestCase):
 
+  # Depth 6 runs the same code as any deeper model (one scan over all blocks, each block's τ and depth-μP multiplier
+  # a value). At depth 1 every parametrization runs the one plain block (nothing to stack): SP's case stands for all.
   @parameterized.parameters(
       (1, "sp"), (2, "sp"),
-      (1, "mup"), (2, "mup"), (6, "mup"), (12, "mup"),
-      (2, "umup"), (6, "umup"), (12, "umup"))
+      (2, "mup"), (6, "mup"),
+      (2, "umup"), (6, "umup"))
   def test_scanned_equals_unrolled(self, depth, parametrization):
     config = _config(depth, parametrization)
     unrolled = dataclasses.replace(config, scan_layers=False)
     params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
-    chex.assert_trees_all_equal_structs(params, model_lib.init_params(jax.random.PRNGKey(0), config))
+    chex.assert_trees_all_equal_structs(
+        params, jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), config)))
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
     grad = jax.jit(jax.value_and_grad(_loss_and_aux, has_aux=True), static_argnums=1)
     (loss_s, aux_s), grads_s = grad(params, config, tokens)
@@ -98,7 +101,7 @@ class ScanLayersTest(parameterized.TestCase):
     self.assertEqual(scanned_blocks_lib.scan_groups([blocks[0], blocks[0], blocks[1]]), [[0, 1], [2]])
 
   def test_umup_covariance_scales(self):
-    config = _config(3, "umup", umup_scales="covariance")
+    config = _config(2, "umup", umup_scales="covariance")
     unrolled = dataclasses.replace(config, scan_layers=False)
     params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
@@ -107,28 +110,15 @@ class ScanLayersTest(parameterized.TestCase):
 
   def test_activation_gradients_and_rms_at_init(self):
     """Probed activations and the gradients arriving at them (the perturbations collection) come out per block."""
-    config = _config(3, "umup")
+    config = _config(2, "umup")  # two blocks of different τ
     scanned = init_rms_lib.rms_at_init(config, 12)
     unrolled = init_rms_lib.rms_at_init(dataclasses.replace(config, scan_layers=False), 12)
     self.assertEqual(scanned.keys(), unrolled.keys())
     for name in unrolled:
       np.testing.assert_allclose(scanned[name], unrolled[name], rtol=1e-5, err_msg=name)
 
-  def test_one_scan_whatever_the_depth(self):
-    """The scanned model's program holds one block: its matmuls do not grow with depth; the unrolled one's do."""
-    def dots(config):
-      params = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), config))
-      tokens = jnp.zeros((1, 8), jnp.int32)
-      jaxpr = jax.make_jaxpr(jax.grad(lambda p: _loss_and_aux(p, config, tokens)[0]))(params)
-      text = str(jaxpr)
-      return text.count("dot_general"), text.count("scan[")
-    (d2, s2), (d8, s8) = dots(_config(2, "sp")), dots(_config(8, "sp"))
-    self.assertEqual(d2, d8)
-    self.assertGreater(s2, 0)
-    (u2, _), (u8, _) = (dots(dataclasses.replace(_config(d, "sp"), scan_layers=False)) for d in (2, 8))
-    self.assertGreater(u8, u2)
-
-  @parameterized.parameters((3, "mup"), (2, "sp"), (4, "umup"))
+  # SP trains as μP does with every multiplier 1 (the same stacked optimizer, metrics and traced logit factor).
+  @parameterized.parameters((3, "mup"), (2, "umup"))
   def test_training_runs_agree(self, depth, parametrization):
     """Trained stacked (the scanned model's layout) and unrolled from the same init: same parameters and metrics."""
     data = DataConfig(seq_len=12, batch_size=2).make(0)
@@ -173,20 +163,26 @@ class ScanLayersTest(parameterized.TestCase):
       got = model.apply({"params": scanned_blocks_lib.stack_blocks(params, 4)}, tokens)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
-  def test_train_step_flat_in_depth(self):
-    """The scanned model's whole training step (forward, backward, optimizer, metrics) holds as many operations at
-    depth 8 as at depth 2; the unrolled step's grow with depth."""
+  def test_one_scan_whatever_the_depth(self):
+    """The scanned model's whole training step (forward, backward, optimizer, metrics) holds one block, in a scan: as
+    many matmuls and about as many operations at depth 4 as at depth 2; the unrolled step's grow with depth."""
     def ops(config):
       opt = OptimizerConfig(steps=2)
       program = programs_lib.as_program(config, opt)
       state = jax.eval_shape(lambda: program.with_constants(program.init_state(0, 1e-3)))
       batch = {k: jax.ShapeDtypeStruct((2, 12), d) for k, d in
                (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))}
-      return len(str(jax.make_jaxpr(program.step)(state, batch)).splitlines())
-    scanned = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=True)) for d in (2, 8)]
-    unrolled = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=False)) for d in (2, 8)]
-    self.assertLess(scanned[1], 1.1 * scanned[0])
-    self.assertGreater(unrolled[1], 2 * unrolled[0])
+      text = str(jax.make_jaxpr(program.step)(state, batch))
+      return len(text.splitlines()), text.count("dot_general"), text.count("scan[")
+    scanned = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=True)) for d in (2, 4)]
+    unrolled = [ops(dataclasses.replace(_config(d, "mup"), scan_layers=False)) for d in (2, 4)]
+    self.assertEqual(scanned[0][1], scanned[1][1])
+    self.assertGreater(scanned[0][2], 0)
+    self.assertGreater(unrolled[1][1], unrolled[0][1])
+    # An unrolled block adds ~1,000 lines to the ~500 of the rest of the step (embedding, readout, loss), so from
+    # depth 2 to 4 the step grows ~1.8x; the scanned step adds a few lines per block (its per-block metrics), ~2%.
+    self.assertLess(scanned[1][0], 1.1 * scanned[0][0])
+    self.assertGreater(unrolled[1][0], 1.5 * unrolled[0][0])
 
   def test_bad_scan_layers(self):
     with self.assertRaisesRegex(TypeError, "scan_layers"):

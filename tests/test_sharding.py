@@ -11,6 +11,7 @@ import tempfile
 
 import chex
 from absl.testing import absltest
+import pytest
 from absl.testing import parameterized
 import numpy as np
 
@@ -102,6 +103,7 @@ class DistributedConfigTest(absltest.TestCase):
       self.assertTrue(cli.parse(cls, ["prog", "--distributed"]).cluster.distributed, cls.__name__)
 
 
+@pytest.mark.slow  # the studies on several devices, each in its own process
 class SeveralDevicesTest(absltest.TestCase):
   """One job on 1 device (the reference) and on 4 devices, and the sweep as 2 processes of 1 device each."""
 
@@ -179,6 +181,7 @@ class SeveralDevicesTest(absltest.TestCase):
     np.testing.assert_allclose(values, values1, **METRIC_TOL)
 
 
+@pytest.mark.slow  # two processes sharing a checkpoint, one killed mid-save
 class TwoProcessCheckpointTest(absltest.TestCase):
   """A training run of 2 processes saves orbax checkpoints into its shared --out_dir; one process killed in the
   middle of a save, both are rerun and resume from the last complete checkpoint, ending as an uninterrupted run."""

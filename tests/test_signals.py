@@ -6,6 +6,7 @@ by SIGINT then SIGTERM. Then it reruns it to the end. Each stopped run must exit
 crash, and the final result files must equal, byte for byte, those of an uninterrupted run.
 """
 
+import contextlib
 import os
 import pathlib
 import random
@@ -13,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 from absl.testing import absltest
+import pytest
 from absl.testing import parameterized
 import chex
 
@@ -26,27 +29,40 @@ from experiments import sweep
 from experiments import train
 from experiments import transfer
 from scaling.runs import results
+from scaling.studies import sweep as sweep_lib
+from scaling.studies import train as train_lib
+from scaling.studies.coord_check import study as coord_check_lib
+from scaling.studies.transfer import study as transfer_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 
-# Each experiment on a tiny configuration with several units of results (the safe points), and the files to compare.
+# Each experiment on a tiny configuration with several units of results (the safe points), the files to compare, and
+# the functions drawing its figures (skipped in the uninterrupted reference run: only results are compared). A run
+# stops at the safe point after the one the signal came in: the signal lands in a grid's second point, and the resumed
+# run computes the other parametrization's points (at two widths each: they share their programs with the first's).
+# The sweep, stopped twice, needs five head dimensions for the same.
 CASES = {
     "sweep": (sweep, dict(d_k=[2, 4, 8, 16, 32], rules=["sqrt", "none"], seq_len=4, batch=1, num_heads=1,
-                          num_seeds=1), "results.partial.jsonl", ("results.jsonl", "results.csv")),
-    "coord_check": (coord_check, dict(parametrizations=["sp", "mup"], widths=[16, 32, 64], steps=1, depth=1,
+                          num_seeds=1), "results.partial.jsonl", ("results.jsonl", "results.csv"),
+              ((sweep_lib, "write_plots"),)),
+    "coord_check": (coord_check, dict(parametrizations=["sp", "mup"], widths=[16, 32], steps=1, depth=1,
                                       num_heads=2, num_seeds=1, seq_len=8, batch_size=2),
-                    "results.partial.jsonl", ("results.jsonl", "slopes.jsonl")),
-    "transfer": (transfer, dict(parametrizations=["sp", "mup"], widths=[16, 32, 64], log2_lrs=[-6, -4], steps=2,
+                    "results.partial.jsonl", ("results.jsonl", "slopes.jsonl"), ((coord_check_lib, "write_figure"),)),
+    "transfer": (transfer, dict(parametrizations=["sp", "mup"], widths=[16, 32], log2_lrs=[-6, -4], steps=2,
                                 depth=1, num_heads=2, num_seeds=1, seq_len=8, batch_size=2),
-                 "results.partial.jsonl", ("results.jsonl", "optimum.jsonl")),
+                 "results.partial.jsonl", ("results.jsonl", "optimum.jsonl"),
+                 ((transfer_lib, "write_figure"), (transfer_lib, "write_sensitivity_figure"))),
     "claims": (claims, dict(ids=["variance_is_dk", "scale_is_temperature", "linear_uniform"],
-                            d_k=[64, 128], num_seeds=1, seq_len=8), "claims.partial.jsonl", ("claims.jsonl",)),
-    "train": (train, dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=1500,
-                          log_every=10, checkpoint_every=100), "metrics.partial.jsonl", ("metrics.jsonl",)),
+                            d_k=[64, 128], num_seeds=1, seq_len=8), "claims.partial.jsonl", ("claims.jsonl",), ()),
+    # A safe point every logged step; 200 steps train for a second or more after the first one, several times the
+    # most the signal waits, and save one checkpoint.
+    "train": (train, dict(width=16, depth=1, num_heads=2, seq_len=8, batch_size=2, eval_batches=1, steps=200,
+                          log_every=10, checkpoint_every=100), "metrics.partial.jsonl", ("metrics.jsonl",),
+              ((train_lib, "write_plots"),)),
     "stability": (stability, dict(width=16, base_width=8, depth=1, num_heads=2, seq_len=12, batch_size=4, steps=6,
                                   final_window=2, learning_rates=[1e-3, 3e-2], log_z_learning_rate=1e-2, z_loss=1e-2),
-                  "runs.partial.jsonl", ("runs.jsonl", "stability.md")),
+                  "runs.partial.jsonl", ("runs.jsonl", "stability.md"), ()),
 }
 
 
@@ -85,11 +101,12 @@ def _stop_when_started(test, module, out_dir, flags, partial, sig, rng):
   return proc.returncode, err
 
 
+@pytest.mark.slow  # an experiment in its own process, stopped by a signal and resumed
 class SignalTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*((name, name) for name in CASES))
   def test_stopped_then_finished_equals_an_uninterrupted_run(self, name):
-    module, flags, partial, compared = CASES[name]
+    module, flags, partial, compared, figures = CASES[name]
     if name == "stability":
       flags = {**flags, "text_file": self.create_tempfile("data.txt", content=TEXT).full_path}
     tmp = pathlib.Path(self.create_tempdir().full_path)
@@ -110,7 +127,10 @@ class SignalTest(parameterized.TestCase):
       self.skipTest(f"{name} finished before the signal could stop it")
     code, _, err = experiment_main.run_main(module, out_dir=str(cut), **flags)
     self.assertEqual(code, 0, err)
-    code, _, err = experiment_main.run_main(module, out_dir=str(whole), **flags)
+    with contextlib.ExitStack() as stack:
+      for figure in figures:
+        stack.enter_context(mock.patch.object(*figure, return_value=[]))
+      code, _, err = experiment_main.run_main(module, out_dir=str(whole), **flags)
     self.assertEqual(code, 0, err)
     for file in compared:
       self.assertEqual((cut / file).read_bytes(), (whole / file).read_bytes(), file)

@@ -21,13 +21,13 @@ from scaling.training.model import transformer as model_lib
 from scaling.training.model.config import ModelConfig
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training import resources
+from scaling.training import sharding
 from scaling.training.loop import evaluation as evaluation_lib
 from scaling.training.loop import initialization as init_lib
 from scaling.training.loop import run as loop_lib
 from scaling.training.loop import losses as losses_lib
 from scaling.training.loop import programs as programs_lib
 from scaling.training.loop import step as step_lib
-from scaling.training.loop import transformer_step
 
 T = 12
 STEPS = 40  # every run takes the same steps, so the tests share their compiled steps
@@ -129,10 +129,6 @@ class ZLossTest(parameterized.TestCase):
 
 class TrainStepTest(chex.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    chex.clear_trace_counter()
-
   def test_step_metrics_against_an_independent_gradient(self):
     cfg, opt = _config(), _adam()
     state = init_lib.init_train_state(0, cfg, opt)
@@ -215,17 +211,14 @@ class TrainStepTest(chex.TestCase):
     np.testing.assert_allclose(metrics["log_z_max"], lse[wn > 0].max(), rtol=1e-5)
 
   def test_traces_once(self):
+    # The library's step (compiled by test_step_metrics_against_an_independent_gradient): the states it returns have
+    # the initial state's signature, so every step runs the one traced and compiled program.
     cfg, opt = _config(), _adam()
-    model = model_lib.Transformer(cfg)
-    optimizer = programs_lib.optimizer_for(cfg, opt)
-
-    def step_fn(state, batch):
-      return transformer_step.train_step(state, batch, model=model, optimizer=optimizer, opt_config=opt)
-
-    step = jax.jit(chex.assert_max_traces(step_fn, n=1))
+    step = step_lib.make_train_step(cfg, opt)
     state = init_lib.init_train_state(0, cfg, opt)
     for i in range(4):
       state, metrics = step(state, _dataset().batch(i))
+    self.assertEqual(step._cache_size(), 1)  # pylint: disable=protected-access
     chex.assert_tree_all_finite((state, metrics))
     self.assertEqual(int(state.step), 4)
 
@@ -285,8 +278,10 @@ class GridTest(chex.TestCase):
 
   def test_grid_init(self):
     cfg, opt = _config(), _adam()
-    # Three members, as in test_vmapped_grid_equals_separate_runs (same compiled init).
-    states = init_lib.make_init(cfg, opt, grid=True)(jnp.asarray([3, 4, 3]), jnp.asarray([0.5, 0.25, 0.125]))
+    # Three members placed as run_training places them, as in test_vmapped_grid_equals_separate_runs (same compiled
+    # init).
+    (seeds, lrs), _ = sharding.shard((np.asarray([3, 4, 3], np.int32), np.asarray([0.5, 0.25, 0.125], np.float32)))
+    states = init_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
     np.testing.assert_allclose(states.opt_state.hyperparams["learning_rate"], [0.5, 0.25, 0.125])
     chex.assert_shape(states.params["embed"]["embedding"], (3, 16, 16))
     chex.assert_trees_all_equal(_member(states.params, 0), _member(states.params, 2))
@@ -294,7 +289,7 @@ class GridTest(chex.TestCase):
     chex.assert_trees_all_equal(_member(states.params, 1), init_lib.make_init(cfg, opt)(4, 0.25).params)
 
   def test_optimizers_of_one_model_share_its_parameter_init(self):
-    cfg = _config(width=24, head_dim=12)  # a shape no other test compiles
+    cfg = _config(width=24, head_dim=12, depth=1)  # a shape no other test compiles; one block compiles faster
     optimizers = {"adam": _adam(), "cosine": COSINE,
                   "sgd": OptimizerConfig(optimizer="sgd", momentum=0.9, steps=STEPS)}
     compiled = []
@@ -354,12 +349,20 @@ class GridTest(chex.TestCase):
     if not even and not uneven:
       self.skipTest("the rule runs every grid of this model all at once")
     for members in (*even[:1], *uneven[:1]):
-      seeds, lrs = jnp.arange(members), jnp.geomspace(1e-3, 1e-1, members)
+      # Placed and initialized as run_training does. Three members are the grid the other grid tests train: its
+      # steps are theirs, which donate the state (chunk=3 is all at once); every step gets its own copy of the state,
+      # placed from the host.
+      (seeds, lrs), _ = sharding.shard((np.arange(members, dtype=np.int32),
+                                        np.geomspace(1e-3, 1e-1, members).astype(np.float32)))
       state = init_lib.make_init(cfg, opt, grid=True)(seeds, lrs)
       batch = step_lib.grid_batches(_dataset(), 0, seeds)
-      chunked = step_lib.make_train_step(cfg, opt, grid=True, chunk=chunks[members])
-      whole = step_lib.make_train_step(cfg, opt, grid=True)
-      (got, got_metrics), (want, want_metrics) = chunked(state, batch), whole(state, batch)
+      shared = members == 3
+      chunked = step_lib.make_train_step(cfg, opt, grid=True, donate=shared, chunk=chunks[members])
+      whole_step = step_lib.make_train_step(cfg, opt, grid=True, donate=shared, chunk=3 if shared else None)
+      host = jax.device_get(state)
+      copy = lambda s: jax.tree.map(lambda x, like: jax.device_put(np.asarray(x), like.sharding), s, state)
+      whole = lambda s, b: whole_step(copy(s), b)
+      (got, got_metrics), (want, want_metrics) = chunked(copy(host), batch), whole(host, batch)
       # The same sums in another order: the loss within float32's bound for the model's depth of dependent
       # operations; the parameters within what one ulp of the inputs moves them, as Adam's first step
       # g/(|g| + eps) amplifies the rounding of gradients near zero far beyond any fixed bound.
@@ -369,7 +372,7 @@ class GridTest(chex.TestCase):
                    got.params, want.params, moved)
       if members % chunks[members]:
         continue
-      analysis = chunked.lower(state, batch).compile().memory_analysis()
+      analysis = chunked.lower(copy(host), batch).compile().memory_analysis()
       if analysis is None:
         self.skipTest("no memory analysis on this backend")
       planned = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
@@ -459,11 +462,11 @@ class RunTrainingTest(chex.TestCase):
     self.assertTrue(state.params["embed"]["embedding"].is_deleted())  # donated to the lean step
 
   def test_the_callers_state_survives_donation(self):
-    init = init_lib.make_init(_config(), _adam(steps=3))(0, 1e-2)
+    init = init_lib.make_init(_config(), _adam())(0, 1e-2)
     before = jax.tree.map(np.asarray, init)
-    result = loop_lib.run_training(_config(), _adam(steps=3), _dataset(), options=loop_lib.RunOptions(state=init))
+    result = loop_lib.run_training(_config(), _adam(), _dataset(), options=loop_lib.RunOptions(state=init))
     chex.assert_trees_all_equal(jax.tree.map(np.asarray, init), before)
-    self.assertEqual(int(result.state.step), 3)
+    self.assertEqual(int(result.state.step), STEPS)
 
   def _check_last_finite(self, result, cfg, opt, init):
     """The kept state is the last one whose loss was finite and not diverged: the parameters before the update
@@ -618,16 +621,18 @@ class ScheduleTest(chex.TestCase):
     self.assertEqual(_cosine_factor(0), 0.0)
     self.assertEqual(_cosine_factor(WARMUP), 1.0)
     np.testing.assert_allclose(_cosine_factor(STEPS), END)
-    # The peak from the config, logged at every step (records) and at the logged steps (history).
+    # The peak from the config, logged at every step (records) and at the logged steps (history). The runs keep their
+    # last finite state: they run the undonated step that the diverging-with-warmup test and the last check compile.
     result = loop_lib.run_training(cfg, COSINE, _dataset(),
-                                   options=loop_lib.RunOptions(log_every=7, record=("learning_rate",)))
+                                   options=loop_lib.RunOptions(log_every=7, record=("learning_rate",),
+                                                               keep_last_finite=True))
     np.testing.assert_allclose(result.records["learning_rate"], 1e-2 * expected, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose([r["learning_rate"] for r in result.history],
                                [1e-2 * expected[r["step"]] for r in result.history], rtol=1e-5, atol=1e-9)
     # A peak injected into the optimizer state (as a grid member's) is scaled by the same factor.
     injected = loop_lib.run_training(cfg, COSINE, _dataset(),
                                      options=loop_lib.RunOptions(state=init_lib.make_init(cfg, COSINE)(0, 3e-3),
-                                                                 record=("learning_rate",)))
+                                                                 record=("learning_rate",), keep_last_finite=True))
     np.testing.assert_allclose(injected.records["learning_rate"], 3e-3 * expected, rtol=1e-5, atol=1e-9)
     # The config's own closed form agrees.
     np.testing.assert_allclose([float(COSINE.applied_learning_rate(1.0, t)) for t in range(STEPS)], expected,

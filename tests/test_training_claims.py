@@ -592,7 +592,10 @@ def test_logit_variance_fn_matches_the_models_own_logit_rms():
   tokens = dataset.eval_batch(0, 0)["inputs"]
   stacked = jax.tree.map(lambda p: p[None], params)
   var = np.asarray(scale_claims.logit_variance_fn(config)(stacked, tokens))[0]  # [depth, N]
-  _, state = model_lib.Transformer(config).apply({"params": params}, tokens, mutable=["metrics", "intermediates"])
+  # One compiled forward pass (op by op, each of its operations would compile a program of its own).
+  forward = jax.jit(lambda p, t: model_lib.Transformer(config).apply({"params": p}, t,
+                                                                      mutable=["metrics", "intermediates"]))
+  _, state = forward(params, tokens)
   for i in range(config.depth):
     rms = float(np.asarray(jax.tree.leaves(state["metrics"][f"block_{i}"]["attn"]["attn_logits_rms"])[0]))
     attn = state["intermediates"][f"block_{i}"]["attn"]
@@ -777,16 +780,19 @@ def test_attention_grad_norm_is_the_norm_of_dl_dwq_and_dl_dwk(rule):
   """attention_grad_norm_fn (a shared program for logit-factor rules, α passed in) against jax.grad of each member's
   loss under its own unrolled model, and the norm taken by hand."""
   ctx = _ctx()
-  spec = grids_lib.grid_spec(ctx, rule=rule, depth=grids_lib.SCAN_FROM_DEPTH, steps=2)
+  # Only the trained parameters are read: the grid records the loss alone (a smaller program to compile).
+  spec = grids_lib.grid_spec(ctx, rule=rule, depth=grids_lib.SCAN_FROM_DEPTH, steps=2, record=("loss",))
   assert spec.model_config.scan_layers  # the claims' deep grids run scanned
   run = ctx.planner.train(spec)
   batch = sizes_lib.dataset_of(ctx).eval_batch(0, 0)
   got = np.asarray(nan_claims.attention_grad_norm_fn(spec.model_config, spec.opt_config)(run.final_params, batch))
   config = dataclasses.replace(spec.model_config, scan_layers=False)
   model = model_lib.Transformer(config)
+  # One compiled gradient for every member (op by op, each member would run hundreds of small programs).
+  grad = jax.jit(jax.grad(lambda p: losses_lib.loss_fn(p, batch, model=model)[0]))
   for m in range(spec.members):
-    params = jax.tree.map(lambda a: a[m], run.final_params)
-    grads = jax.grad(lambda p: losses_lib.loss_fn(p, batch, model=model)[0])(params)
+    params = jax.tree.map(lambda a: np.asarray(a)[m], run.final_params)  # sliced on the host: no program per leaf
+    grads = grad(params)
     squares = sum(float(np.sum(np.square(np.asarray(grads[f"block_{i}"]["attn"][n]["kernel"], np.float64))))
                   for i in range(config.depth) for n in ("query", "key"))
     np.testing.assert_allclose(got[m], math.sqrt(squares), rtol=1e-4)
