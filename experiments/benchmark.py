@@ -3,11 +3,12 @@
   python -m experiments.benchmark                      # every suite but studies and attention_rule
   python -m experiments.benchmark --suite=studies      # the studies' time split (about an hour on 2 cores)
   python -m experiments.benchmark --suite=attention_rule   # the attention rule's timings (about 20 min on 2 cores)
+  python -m experiments.benchmark --suite=tests        # the test suite's wall time (README's test-time line)
   python -m experiments.benchmark --suite=sweep --quick
   python -m experiments.benchmark --suite=attention --seq_lens=512,2048 --head_dims=64 --repeats=3
 
 The suites live in benchmarks/ (sweep.py, attention.py,
-train.py, attention_profile.py, attention_rule.py, studies.py). Each prints a
+train.py, attention_profile.py, attention_rule.py, studies.py, pytest_time.py). Each prints a
 table and writes <suite>.json and <suite>.png (and
 <suite>.md, for the generated sections of docs/benchmarks.md) into --out_dir; --quick runs
 each on tiny sizes (a smoke run, not a measurement). --seq_lens, --head_dims,
@@ -36,6 +37,7 @@ from scaling.base.config import Options
 from benchmarks import attention as attention_bench
 from benchmarks import attention_profile as attention_profile_bench
 from benchmarks import attention_rule as attention_rule_bench
+from benchmarks import pytest_time as tests_bench
 from benchmarks import studies as studies_bench
 from benchmarks import sweep as sweep_bench
 from benchmarks import train as train_bench
@@ -50,11 +52,12 @@ SUITES: dict[str, tuple[Callable[[Any, pathlib.Path], dict], Options, Options]] 
     "attention_rule": (attention_rule_bench.run, attention_rule_bench.AttentionRuleConfig(),
                        attention_rule_bench.QUICK),
     "studies": (studies_bench.run, studies_bench.StudiesBenchConfig(), studies_bench.QUICK),
+    "tests": (tests_bench.run, tests_bench.TestsBenchConfig(), tests_bench.QUICK),
 }
 """Suite name: (its run(config, out_dir), its default config, its quick config)."""
-DEFAULT_SUITES = tuple(name for name in SUITES if name not in ("studies", "attention_rule"))
-"""The suites of a plain run: all but studies (which runs the claims, coordinate check and transfer, twice each) and
-attention_rule (a few hundred compiled attention programs)."""
+DEFAULT_SUITES = tuple(name for name in SUITES if name not in ("studies", "attention_rule", "tests"))
+"""The suites of a plain run: all but studies (which runs the claims, coordinate check and transfer, twice each),
+attention_rule (a few hundred compiled attention programs) and tests (the whole test suite)."""
 RULE_COMMAND_LINE = ("rule_tables", "rule_repeats", "rule_max_gflop")
 """The options of ``attention_rule.AttentionRuleConfig`` that have flags."""
 
@@ -68,7 +71,7 @@ class BenchmarkConfig(Options):
                  if spec.name not in attention_bench.COMMAND_LINE)
 
   suite: tuple[str, ...] = option(DEFAULT_SUITES, "Suites to run, comma-separated (studies, about an hour of "
-                                  "other experiments' runs, and attention_rule only when named).",
+                                  "other experiments' runs, attention_rule and tests only when named).",
                                   choices=tuple(SUITES))
   quick: bool = option(False, "Tiny sizes: a smoke run, not a measurement.")
   attention: attention_bench.AttentionBenchConfig = option(SUITES["attention"][1], "The attention suite.")

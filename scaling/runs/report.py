@@ -183,6 +183,8 @@ GENERATED_SECTIONS: dict[str, str] = {
     "bench_attention_rule": "docs/benchmarks.md",
     "bench_train": "docs/benchmarks.md",
     "bench_studies": "docs/benchmarks.md",
+    "bench_tests": "docs/benchmarks.md",
+    "test_time": "README.md",
 }
 """Where each generated section lives: its name -> the file that holds it, relative to the repository root."""
 
