@@ -57,6 +57,16 @@ class BenchmarkMainTest(absltest.TestCase):
 
 
 
+class RerunBoundTest(absltest.TestCase):
+
+  def test_the_time_outside_the_sweep_bounds_the_whole_process_speedup(self):
+    # First run 20 s; the second 8 s of which 5 s in the sweep: 3 s outside it, so at most 20 / 3 faster.
+    rerun = {"runs": [{"wall_s": 20.0, "in_run_s": 16.0}, {"wall_s": 8.0, "in_run_s": 5.0}]}
+    text = sweep.outside_run_bound(rerun)
+    self.assertIn("3.0 s are spent outside the sweep", text)
+    self.assertIn(f"at most {20 / 3:.1f}× faster", text)
+
+
 class BenchmarkFlagsTest(absltest.TestCase):
 
   def test_suites_and_their_configs(self):

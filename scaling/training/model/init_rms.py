@@ -33,7 +33,7 @@ def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, f
   model = Transformer(config)
   init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
   tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, config.vocab_size)
-  variables = model.init(init_key, tokens[:, :-1])
+  variables = jax.jit(model.init)(init_key, tokens[:, :-1])
   params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
 
   def loss(params, perturbations):
