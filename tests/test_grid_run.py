@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from scaling.training.data.config import DataConfig
+from scaling.training.model import transformer as model_lib
 from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
 from scaling.runs import timesplit
@@ -145,9 +146,11 @@ class TrainLikeTest(absltest.TestCase):
 class ScannedGridTest(absltest.TestCase):
 
   def test_a_scanned_grid_trains_as_the_unrolled_one_and_returns_its_layout(self):
-    # Depth 2 (two blocks in one scan): the unrolled grid is the program the other tests of this file train.
-    spec = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
-    scanned = dataclasses.replace(spec, model_config=dataclasses.replace(spec.model_config, scan_layers=True))
+    # Depth 2 (two blocks in one scan, the default): the scanned grid is the program the other tests of this file
+    # train.
+    scanned = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
+    self.assertTrue(model_lib.trains_stacked(scanned.model_config))
+    spec = dataclasses.replace(scanned, model_config=dataclasses.replace(scanned.model_config, scan_layers=False))
     data = DataConfig(seq_len=8, batch_size=2).make(0)
     a, b = grid_run.train_grid(spec, data), grid_run.train_grid(scanned, data)
     for key in a.records:
@@ -157,6 +160,15 @@ class ScannedGridTest(absltest.TestCase):
     # Adam moves a coordinate by up to its rate per step whatever the gradient's size (see TrainLikeTest).
     chex.assert_trees_all_close(b.final_params, a.final_params, rtol=0, atol=2 * 2.0 ** -12 * spec.steps)
     chex.assert_trees_all_close(b.initial_params(), a.initial_params(), rtol=0, atol=0)
+
+  def test_a_default_model_trains_scanned_and_returns_one_block_per_block(self):
+    spec = dataclasses.replace(_spec(16, "sqrt", depth=3), log2_lrs=(-8.0,), seeds=(0,))
+    self.assertTrue(spec.model_config.scan_layers)  # the default of ModelFamily and ModelConfig
+    self.assertTrue(model_lib.trains_stacked(spec.model_config))
+    run = grid_run.train_grid(spec, DataConfig(seq_len=8, batch_size=2).make(0))
+    self.assertEqual({k for k in run.final_params if k.startswith("block_")}, {"block_0", "block_1", "block_2"})
+    shapes = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), spec.model_config))
+    chex.assert_trees_all_equal_shapes(jax.tree.map(lambda a: a[0], run.final_params), shapes)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ a random moment more has passed, rerun it with the same flags, and compare the
 result files byte for byte with those of an uninterrupted run.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -21,6 +22,7 @@ import pytest
 from absl.testing import parameterized
 import chex
 import jax
+import numpy as np
 
 import experiment_main
 from experiments import claims
@@ -183,6 +185,84 @@ class CheckpointTest(chex.TestCase):
     self.assertEqual(record, {"step": 7, "data_position": 7, "seed": 3, "initial_loss": 2.5})
     with self.assertRaisesRegex(ValueError, "seed 3, not 4"):
       saver.restore(state, seed=4)
+    saver.close()
+
+
+class CheckpointLayoutTest(parameterized.TestCase):
+  """A checkpoint keeps one ``block_{i}`` per block: a scanned run's (blocks trained stacked) resumes unrolled and an
+  unrolled run's resumes scanned, from the same values, and trains on as the uninterrupted run does."""
+
+  @parameterized.named_parameters(("scanned_to_unrolled", True, False), ("unrolled_to_scanned", False, True))
+  def test_resumes_in_the_other_layout(self, saved_scanned, resumed_scanned):
+    from scaling.training.data.config import DataConfig  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import run as loop_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import sharded as sharded_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.model import scanned_blocks  # pylint: disable=g-import-not-at-top
+    from scaling.training.model.family import ModelFamily  # pylint: disable=g-import-not-at-top
+    from scaling.training.optimizer import OptimizerConfig  # pylint: disable=g-import-not-at-top
+    depth, seed, cut = 3, 5, 2
+    data = DataConfig(seq_len=8, batch_size=2).make(seed)
+    family = ModelFamily(depth=depth, num_heads=2, base_width=16, depth_alpha=0.5)
+    self.assertTrue(family.scan_layers)  # the default
+    config = family.model_config("mup", 16, vocab_size=data.vocab_size, max_len=8)
+    configs = {True: config, False: dataclasses.replace(config, scan_layers=False)}
+    opt = OptimizerConfig(steps=4, learning_rate=1e-2)
+    folder = pathlib.Path(self.create_tempdir().full_path) / "ckpt"
+    checkpoints = checkpoint.Checkpoints(folder, depth=depth)
+    saved = {}
+
+    def log(step, row):
+      if step == 0:
+        saved["initial_loss"] = row["loss"]
+
+    def save(done, state):
+      if done == cut:
+        saved["state"] = jax.device_get(state)
+        checkpoints.save(state, seed=seed, initial_loss=saved["initial_loss"])
+
+    whole = loop_lib.run_training(configs[saved_scanned], opt, data, loop_lib.Runs(seed=seed),
+                                  loop_lib.RunOptions(callback=log, after_step=save))
+    self.assertEqual(scanned_blocks.is_stacked(saved["state"].params, depth), saved_scanned)
+    target = sharded_lib.make_run_init(configs[resumed_scanned], opt)(seed, opt.learning_rate)
+    restored, record = checkpoints.restore(target, seed=seed)
+    self.assertEqual((record["step"], record["initial_loss"]), (cut, saved["initial_loss"]))
+    self.assertEqual(scanned_blocks.is_stacked(restored.params, depth), resumed_scanned)
+    chex.assert_trees_all_equal_structs(restored, target)
+    chex.assert_trees_all_equal_shapes_and_dtypes(restored, target)
+    # The same values, leaf by leaf, in the per-block layout (parameters, Adam's moments, the multipliers).
+    per_block = checkpoint.per_block_state(restored, depth)
+    self.assertEqual({k for k in per_block.params if k.startswith("block_")}, {f"block_{i}" for i in range(depth)})
+    chex.assert_trees_all_equal(per_block, checkpoint.per_block_state(saved["state"], depth))
+    resumed = loop_lib.run_training(configs[resumed_scanned], opt, data, loop_lib.Runs(seed=seed),
+                                    loop_lib.RunOptions(state=restored, initial_loss=record["initial_loss"]))
+    self.assertEqual(int(resumed.state.step), int(whole.state.step))
+    # Scanned and unrolled blocks compute the same function, in float32 rounded otherwise.
+    chex.assert_trees_all_close(checkpoint.per_block_state(resumed.state, depth),
+                                checkpoint.per_block_state(whole.state, depth), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(resumed.final_loss, whole.final_loss, rtol=1e-6)
+    checkpoints.close()
+
+  def test_a_checkpoint_saved_stacked_restores_unchanged(self):
+    """The per-block layout on disk round-trips every leaf of a scanned model's state exactly (``per_block_state``
+    and ``stacked_state`` are inverses, the per-parameter scalars kept once)."""
+    from scaling.training.loop import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import initialization as init_lib  # pylint: disable=g-import-not-at-top
+    from scaling.training.model.family import ModelFamily  # pylint: disable=g-import-not-at-top
+    from scaling.training.optimizer import OptimizerConfig  # pylint: disable=g-import-not-at-top
+    config = ModelFamily(depth=3, num_heads=2, base_width=16).model_config("umup", 16, vocab_size=8, max_len=4)
+    state = init_lib.make_init(config, OptimizerConfig(steps=3))(1, 1e-2)
+    state = state.replace(params=jax.tree.map(lambda x: x + 0.5, state.params))
+    per_block = checkpoint.per_block_state(state, 3)
+    self.assertEqual({k for k in per_block.params if k.startswith("block_")}, {"block_0", "block_1", "block_2"})
+    chex.assert_trees_all_equal(checkpoint.stacked_state(per_block, 3, state), state)
+    folder = pathlib.Path(self.create_tempdir().full_path) / "ckpt"
+    with self.assertRaisesRegex(ValueError, "depth"):
+      checkpoint.Checkpoints(folder, depth=0)
+    saver = checkpoint.Checkpoints(folder, depth=3)
+    saver.save(state, seed=1, initial_loss=2.0)
+    restored, _ = saver.restore(init_lib.make_init(config, OptimizerConfig(steps=3))(0, 1e-3), seed=1)
+    chex.assert_trees_all_equal(restored, state)
     saver.close()
 
 

@@ -186,7 +186,9 @@ class TwoProcessCheckpointTest(absltest.TestCase):
   """A training run of 2 processes saves orbax checkpoints into its shared --out_dir; one process killed in the
   middle of a save, both are rerun and resume from the last complete checkpoint, ending as an uninterrupted run."""
 
-  FLAGS = ["--width=16", "--depth=1", "--num_heads=2", "--seq_len=8", "--batch_size=2", "--steps=12", "--log_every=2",
+  # Two blocks, trained stacked (scanned, the default): each checkpoint unstacks them, the resumed run stacks them back
+  # onto its devices.
+  FLAGS = ["--width=16", "--depth=2", "--num_heads=2", "--seq_len=8", "--batch_size=2", "--steps=12", "--log_every=2",
            "--checkpoint_every=4"]
 
   def _start(self, out, kill_at=None):

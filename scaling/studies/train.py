@@ -157,7 +157,7 @@ def _resume(config: TrainConfig, out_dir: pathlib.Path, model_config: ModelConfi
     return None, None, None
   from scaling.training.loop import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top  (orbax only when used)
 
-  checkpoints = checkpoint_lib.Checkpoints(directory)
+  checkpoints = checkpoint_lib.Checkpoints(directory, depth=model_config.depth)
   if checkpoints.latest_step() is None:
     return checkpoints, None, None
   seed = config.seeds.seed

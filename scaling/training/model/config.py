@@ -64,10 +64,12 @@ class ModelConfig:
     qk_norm_gains: with a ``QKNorm`` rule, learn per-coordinate gains [H] of the
       normalized q and k (``query_gain``, ``key_gain``); False: no gains, no such parameters.
     scan_layers: run consecutive blocks of equal shape and scales as one ``jax.lax.scan`` over their stacked
-      parameters (compile time flat in depth); False: the blocks unrolled. Both compute the same function. The
+      parameters (compile time flat in depth; the default); False: the blocks unrolled. Both compute the same
+      function. Blocks parametrized unlike each other run unrolled either way (``transformer.scans_blocks``). The
       model takes its parameters with one ``block_{i}`` per block (as ``init_params`` makes them) or stacked
       (``stack_blocks``: ``block_0`` holds every block's, [depth, ...]; the layout training keeps, so the
-      optimizer too runs once over the stacked parameters).
+      optimizer too runs once over the stacked parameters; checkpoints and a grid's final parameters keep one
+      ``block_{i}`` per block).
   """
 
   vocab_size: int
@@ -92,7 +94,7 @@ class ModelConfig:
   causal: bool = True
   rope_base: float = 10000.0
   qk_norm_gains: bool = True
-  scan_layers: bool = False
+  scan_layers: bool = True
 
   def __post_init__(self):
     for name in ("vocab_size", "width", "depth", "num_heads", "head_dim", "max_len", "block_q", "block_k"):

@@ -68,8 +68,9 @@ class ModelFamily(Options):
                               "[0.5, 1] (0.5: depth-muP, 1: CompleteP).", lower=0.0, upper=1.0)
   base_depth: int | None = option(None, "Depth at which the parametrization is tuned (depth scaling is 1 there); "
                                   "default: --depth (m_L = 1).", lower=1)
-  scan_layers: bool = option(False, "Run the blocks as one jax.lax.scan over their stacked parameters (the "
-                             "parameter tree keeps one block_{i} per block; same function as unrolled).")
+  scan_layers: bool = option(True, "Run the blocks as one jax.lax.scan over their stacked parameters (compile "
+                             "time flat in depth); --scan_layers=false unrolls them. Both compute the same function; "
+                             "checkpoints and returned parameters keep one block_{i} per block.")
   umup_scales: str = option("paper", "u-muP's op scales: paper (the fixed closed forms of Blake et al. 2024 and "
                             "graphcore-research/unit-scaling) or covariance (this project's correction for positions "
                             "correlated at init; scales change with T). Only umup reads it.",

@@ -125,9 +125,34 @@ def stack_blocks(params: Any, depth: int) -> dict[str, Any]:
 
 def unstack_blocks(params: Any, depth: int, *, leading: int = 0) -> dict[str, Any]:
   """The parameters with one ``block_{i}`` per block (the inverse of ``stack_blocks``); as given if not stacked.
-  ``leading``: axes before the depth axis (1 for a grid's members [M, depth, ...])."""
+
+  Args:
+    params: a tree keyed like the model's parameters (the parameters, or an optimizer's moments of them); its leaves
+      may be arrays or ``jax.ShapeDtypeStruct`` (then the blocks' shapes, dtypes and shardings).
+    depth: the number of blocks.
+    leading: axes before the depth axis (1 for a grid's members [M, depth, ...]). A stacked leaf with no depth axis
+      (no more than ``leading`` axes: an optimizer's per-parameter scalar) is every block's.
+
+  Returns:
+    The tree with ``block_0`` … ``block_{depth-1}`` in place of the stacked ``block_0``.
+  """
   if not is_stacked(params, depth):
     return dict(params)
   rest = {k: v for k, v in params.items() if k != "block_0"}
-  at = lambda i: (slice(None),) * leading + (i,)
-  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: a[at(i)], params["block_0"]) for i in range(depth)}}
+  return {**rest, **{f"block_{i}": jax.tree.map(lambda a, i=i: _block_leaf(a, i, leading), params["block_0"])
+                     for i in range(depth)}}
+
+
+def _block_leaf(a: Any, i: int, leading: int) -> Any:
+  """Block i's part of a stacked leaf: its slice at axis ``leading``, or the leaf itself if it has no such axis; for a
+  ``jax.ShapeDtypeStruct``, the slice's (a ``NamedSharding`` loses that axis of its spec)."""
+  if len(a.shape) <= leading:
+    return a
+  if not isinstance(a, jax.ShapeDtypeStruct):
+    return a[(slice(None),) * leading + (i,)]
+  sharding = a.sharding
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    spec = (*sharding.spec, *(None,) * (len(a.shape) - len(sharding.spec)))
+    sharding = jax.sharding.NamedSharding(sharding.mesh,
+                                          jax.sharding.PartitionSpec(*spec[:leading], *spec[leading + 1:]))
+  return jax.ShapeDtypeStruct(a.shape[:leading] + a.shape[leading + 1:], a.dtype, sharding=sharding)

@@ -103,7 +103,7 @@ class Transformer(nn.Module):
                                  name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
-    if cfg.scan_layers and not self.is_initializing():
+    if cfg.scan_layers and not self.is_initializing() and scans_blocks(cfg):
       x = scanned_blocks_lib.scanned_blocks(self, x, specs, s.blocks)
     else:
       for i in range(cfg.depth):
@@ -173,19 +173,36 @@ def parametrized(config: ModelConfig) -> parametrize_lib.RoleParametrization:
   return parametrize_lib.parametrize(roles, config.parametrization, forward="model")
 
 
-def trains_stacked(config: ModelConfig) -> bool:
-  """Whether training keeps the blocks' parameters stacked (``stack_blocks``): a scanned model of several blocks.
+def scans_blocks(config: ModelConfig) -> bool:
+  """Whether ``Transformer(config)`` runs its blocks as scans (``scanned_blocks``).
 
-  Raises ConfigError if its blocks' parameters do not share their roles, specs and ε factors (the optimizer then
-  updates each stacked leaf with the first block's)."""
-  if not (config.scan_layers and config.depth > 1):
-    return False
-  _check_blocks_share_specs(config)
-  return True
+  Args:
+    config: the model.
+
+  Returns:
+    True for a model of several blocks with ``scan_layers`` whose blocks' parameters share their roles, specs and ε
+    factors (every model the built-in parametrizations make); False otherwise: blocks parametrized unlike each other
+    (a scan would give every block the first one's multipliers) run unrolled, the same function.
+  """
+  return bool(config.scan_layers and config.depth > 1 and _blocks_share_specs(config))
+
+
+def trains_stacked(config: ModelConfig) -> bool:
+  """Whether training keeps the blocks' parameters stacked (``stack_blocks``): a model that scans its blocks
+  (``scans_blocks``), so that the optimizer updates each stacked leaf once, with the first block's specs.
+
+  Args:
+    config: the model.
+
+  Returns:
+    ``scans_blocks(config)``.
+  """
+  return scans_blocks(config)
 
 
 @functools.lru_cache(maxsize=64)
-def _check_blocks_share_specs(config: ModelConfig) -> None:
+def _blocks_share_specs(config: ModelConfig) -> bool:
+  """Whether every block's parameters have the roles, specs and ε factors of ``block_0``'s at the same path."""
   p = parametrized(config)
   for path in p.roles:
     head, _, rest = path.partition("/")
@@ -193,8 +210,8 @@ def _check_blocks_share_specs(config: ModelConfig) -> None:
       first = f"block_0/{rest}"
       if (p.roles[path].kind != p.roles[first].kind or p.spec(path) != p.spec(first)
           or p.eps_factor(path, "mup") != p.eps_factor(first, "mup")):
-        raise ConfigError(f"scan_layers: parameter {path!r} is parametrized unlike {first!r} (kind, init, "
-                          "multipliers, learning rate or ε); its blocks cannot train stacked")
+        return False
+  return True
 
 
 def param_kinds(config: ModelConfig) -> Any:
