@@ -3,9 +3,9 @@
 Runs ``python -m pytest -q`` from the repository root in a fresh process (the default group: every test but the
 long end-to-end runs marked ``slow``), then ``python -m pytest -q -m slow`` (that group, which CI runs too), and
 reports each one's wall time, its counts of tests and the machine's cores beside the target ``TARGET_S`` for the
-default group. Writes tests.json and tests.md, the README's test-time line
-(``python scripts/update_readme.py test_time runs/benchmark/latest/tests.md``). It needs a clone: the tests are
-not part of the installed package.
+default group. Writes tests.json, tests.md (the README's test-time line: ``python scripts/update_readme.py test_time
+runs/benchmark/latest/tests.md``) and each group's whole pytest output (pytest_<group>.log). It needs a clone: the
+tests are not part of the installed package.
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ def parse_summary(output: str) -> dict[str, Any]:
   raise ValueError(f"no pytest summary line in the output: {output.strip()[-300:]!r}")
 
 
-def time_group(group: str, paths: tuple[str, ...] | None = None) -> dict[str, Any]:
-  """Runs one group in a fresh ``python -m pytest -q`` process from the repository root; its wall time and counts."""
+def time_group(group: str, paths: tuple[str, ...] | None = None, log: pathlib.Path | None = None) -> dict[str, Any]:
+  """Runs one group in a fresh ``python -m pytest -q`` process from the repository root; its wall time and counts.
+  ``log``: a file that gets pytest's whole output (which tests failed, and why)."""
   if group not in GROUPS:
     raise ConfigError(f"group must be one of {', '.join(GROUPS)}; got {group!r}")
   paths = tuple(paths or ())
@@ -79,6 +80,8 @@ def time_group(group: str, paths: tuple[str, ...] | None = None) -> dict[str, An
   start = time.perf_counter()
   done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
   wall = time.perf_counter() - start
+  if log is not None:
+    log.write_text(done.stdout + done.stderr)
   summary = parse_summary(done.stdout)
   return {"group": group, "command": " ".join(["pytest", "-q", *GROUPS[group], *paths]), "wall_s": wall,
           "returncode": done.returncode, "load_average": load, **summary}
@@ -95,7 +98,7 @@ def run(bench: TestsBenchConfig, out_dir: pathlib.Path) -> dict:
   if not (ROOT / "tests").is_dir() or not (ROOT / "pytest.ini").is_file():
     raise ConfigError(f"the tests suite runs the test suite of a clone, and {ROOT} has no tests/ or pytest.ini")
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  rows = [time_group(group, bench.paths) for group in bench.groups]
+  rows = [time_group(group, bench.paths, out_dir / f"pytest_{group}.log") for group in bench.groups]
   for row in rows:
     row["meets_target"] = (row["wall_s"] <= TARGET_S) if row["group"] == "default" and not bench.paths else None
   results = {"config": dataclasses.asdict(bench), "cores": cores, "groups": rows}

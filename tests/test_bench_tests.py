@@ -63,7 +63,9 @@ class SuiteTest(absltest.TestCase):
       summary = pytest_time.run(pytest_time.QUICK, out)
       data = json.loads((out / "tests.json").read_text())
       markdown = (out / "tests.md").read_text()
+      log = (out / "pytest_default.log").read_text()
     (row,) = data["groups"]
+    self.assertEqual(pytest_time.parse_summary(log)["passed"], row["passed"])  # the whole output, summary included
     self.assertEqual((row["group"], row["returncode"], row["failed"]), ("default", 0, 0))
     self.assertGreater(row["passed"], 0)
     self.assertGreaterEqual(row["wall_s"], row["pytest_s"])  # the process's wall time holds pytest's own
