@@ -1,5 +1,6 @@
 """Depth as the axis of the coordinate check and of the learning-rate transfer: rows, slopes, multipliers, flags."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -171,6 +172,8 @@ class DepthCoordCheckTest(chex.TestCase):
     deep = DEPTHS[-1]
     cfg = _grid().model_config(FAMILY, {"parametrization": "sp", "depth_alpha": 1.0, "width": WIDTH, "depth": deep},
                                self.dataset)
+    # The blocks unrolled, so that flax captures every submodule's output (the study's model scans them).
+    cfg = dataclasses.replace(cfg, scan_layers=False)
     model = model_lib.Transformer(cfg)
     forward = jax.jit(lambda seed, tokens: model.apply(
         {"params": model_lib.init_params(jax.random.PRNGKey(seed), cfg)}, tokens, capture_intermediates=True,
