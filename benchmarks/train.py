@@ -346,7 +346,7 @@ def run(config: TrainBenchConfig, out_dir: pathlib.Path) -> dict:
     prof = profile(config, pathlib.Path(trace_dir))
   grid = grid_comparison(config)
   results = {"config": dataclasses.asdict(config), "devices": [str(d) for d in jax.devices()],
-             "matmul_peak_flops_per_s": peak,
+             "device_kind": jax.devices()[0].device_kind, "matmul_peak_flops_per_s": peak,
              "matmul_size": config.matmul_size, "throughput": thr,
              "profile": prof, **grid,
              "load_average": [load_before, os.getloadavg()[0]]}

@@ -12,6 +12,9 @@
 # It prints the planned training, its expected time on the present device and on one H200 (datasheet peaks, see
 # scaling/training/resources.py) and whether that fits 8 minutes first; --dry_run stops there. Further flags go to
 # experiments.claims (e.g. --mode=quick --d_k=64,128 --seq_len=16 to try the script at tiny sizes on a CPU).
+# The H200 plan assumes a fraction of the datasheet peak; run `python -m experiments.benchmark --suite=train` on
+# the H200 first and pass --device_efficiency_from=runs/benchmark/latest/train.json to plan at the training
+# step's measured FLOP/s instead (the suite's model is smaller than the notes', so that plan errs long).
 set -euo pipefail
 python=${PYTHON:-python3}  # the interpreter (PYTHON=... picks another, e.g. a virtualenv's)
 cd "$(dirname "$0")/.."

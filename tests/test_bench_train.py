@@ -71,6 +71,7 @@ class QuickSuiteTest(absltest.TestCase):
     self.assertIn("fraction_of_peak", buf.getvalue())
     data = json.loads((out / "train.json").read_text())
     self.assertGreater(data["matmul_peak_flops_per_s"], 0)
+    self.assertEqual(data["device_kind"], jax.devices()[0].device_kind)  # what a plan's measured efficiency checks
     thr = data["throughput"]
     self.assertGreater(thr["steps_per_s"], 0)
     self.assertAlmostEqual(thr["flops_per_s"], thr["flops_per_step"]["total"] * thr["steps_per_s"], delta=1.0)

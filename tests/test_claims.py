@@ -536,7 +536,8 @@ class DeviceScriptTest(absltest.TestCase):
     done = self._script(str(out), self._text(tmp), "--dry_run")
     self.assertEqual(done.returncode, 0, done.stderr)
     self.assertRegex(done.stdout, r"mode paper_8min: planned training: 12 grids \(\d+ distinct programs\), \d+ runs, .* min")
-    minutes = re.search(r"on one NVIDIA H200 \(datasheet peak × 0.3\): about ([\d.]+) min .* which fits 8 min",
+    minutes = re.search(r"on one NVIDIA H200 \(datasheet peak × 0.3, an assumed efficiency, not measured; [^)]*\): "
+                        r"about ([\d.]+) min .* which fits 8 min",
                         done.stdout)
     self.assertIsNotNone(minutes, done.stdout)
     self.assertLess(float(minutes.group(1)), 8.0)
@@ -599,6 +600,42 @@ class AcceleratorPlanTest(absltest.TestCase):
     self.assertTrue(np.allclose(np.diff(s["log2_lrs"]), 1.0))  # octaves
     self.assertIn(round(np.log2(1e-3)), np.round(s["log2_lrs"]))  # around 1e-3
     self.assertGreaterEqual(min(s["steps"].values()), s["nan_window"])  # "within 100 steps" stays measurable
+
+
+class MeasuredEfficiencyTest(absltest.TestCase):
+  """The plan's efficiency from a train suite's train.json measured on the accelerator: its step FLOP/s over the
+  datasheet peak."""
+
+  @staticmethod
+  def _train_json(kind="NVIDIA H200", flops_per_s=98.9e12):
+    return {"device_kind": kind, "throughput": {"variants": {"every_metric": {"flops_per_s": flops_per_s}}}}
+
+  def test_step_flops_over_the_datasheet_peak(self):
+    # 98.9 TFLOP/s of float32 (TF32 on the tensor cores: 494.5 TFLOP/s dense) is a fifth of the peak.
+    self.assertAlmostEqual(device_time.measured_efficiency(self._train_json(), "NVIDIA H200"), 98.9 / 494.5)
+
+  def test_refused(self):
+    for results, message in ((self._train_json("cpu"), "measured on 'cpu'"),
+                             (self._train_json("NVIDIA A100-SXM4-80GB"), "not on 'NVIDIA H200'"),
+                             (self._train_json(flops_per_s=600e12), "must lie in"),
+                             (self._train_json(flops_per_s=0.0), "must lie in"),
+                             ({"throughput": {}}, "not a train suite's")):
+      with self.assertRaisesRegex(ValueError, message):
+        device_time.measured_efficiency(results, "NVIDIA H200")
+
+  def test_the_plan_states_compute_at_the_measured_efficiency(self):
+    path = pathlib.Path(self.create_tempdir().full_path) / "train.json"
+    path.write_text(json.dumps(self._train_json()))
+    ctx = claims.Context(mode="paper", text_file=None)
+    assumed, measured = claims.time_estimate(ctx), claims.time_estimate(ctx, efficiency_from=str(path))
+    self.assertIn("an assumed efficiency, not measured", assumed)
+    self.assertIn(f"datasheet peak × {98.9 / 494.5:.3g}, the training step's efficiency measured by {path}", measured)
+    plan = claims.accelerator_plan(ctx, model=claims.device_time_model(str(path)))
+    self.assertAlmostEqual(plan["compute"], plan["compute_at_peak"] * 494.5 / 98.9)
+    self.assertIn(f"{plan['compute'] / 60:.1f} min of compute", measured)
+    missing = path.with_name("missing.json")
+    with self.assertRaisesRegex(claims.ConfigError, "device_efficiency_from: .*missing.json"):
+      claims.time_estimate(ctx, efficiency_from=str(missing))
 
 
 class ClaimsFlagsTest(absltest.TestCase):

@@ -110,3 +110,47 @@ def accelerator_seconds(programs: Sequence[tuple[float, str, int]], device_kind:
   out["total"] = sum(out.values())
   out["compute_at_peak"] = at_peak
   return out
+
+
+def measured_efficiency(train_results: dict[str, Any], device_kind: str, dtype: str = "float32",
+                        variant: str = "every_metric") -> float:
+  """The fraction of ``device_kind``'s datasheet peak a training step reached, from a run of the benchmark's train
+  suite (``python -m experiments.benchmark --suite=train``, its train.json) on that accelerator.
+
+  It is the step's model FLOP/s (``benchmarks.train.throughput``: compilation excluded) over
+  ``accelerator_peak(device_kind, dtype)``, so that a plan's compute is the planned FLOPs at the FLOP/s a training
+  step was measured to reach, not at an assumed fraction.
+
+  Args:
+    train_results: train.json's contents.
+    device_kind: the accelerator the plan is for; train.json's ``device_kind`` must name the same one.
+    dtype: the matmul dtype of the planned programs.
+    variant: the timed step (``benchmarks.train.STEP_VARIANTS``): "every_metric", what the training grids run.
+
+  Returns:
+    The fraction, in (0, 1].
+
+  Raises:
+    ValueError: results that are not a train suite's, measured on another device, or a fraction outside (0, 1].
+  """
+  try:
+    measured_on = str(train_results["device_kind"])
+    flops_per_s = float(train_results["throughput"]["variants"][variant]["flops_per_s"])
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"train_results: not a train suite's train.json with device_kind and the {variant!r} step's "
+                     f"flops_per_s ({type(e).__name__}: {e})") from e
+  peak = accelerator_peak(device_kind, dtype)
+  if not _same_kind(measured_on, device_kind):
+    raise ValueError(f"train_results: measured on {measured_on!r}, not on {device_kind!r}")
+  fraction = flops_per_s / peak
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f"train_results: {flops_per_s:.3g} FLOP/s is {fraction:.3g} of {device_kind}'s datasheet peak; "
+                     "a measured fraction must lie in (0, 1]")
+  return fraction
+
+
+def _same_kind(a: str, b: str) -> bool:
+  """Whether two device kinds name the same ``ACCELERATOR_PEAKS`` entry."""
+  key = lambda kind: next((name for name in ACCELERATOR_PEAKS if name.lower() in kind.lower()), None)
+  return key(a) is not None and key(a) == key(b)
+

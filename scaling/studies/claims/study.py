@@ -24,6 +24,7 @@ them: ``run_claims`` measures the selected claims, ``run`` is the study behind
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import textwrap
 import time
@@ -120,6 +121,10 @@ class ClaimsConfig(Options):
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
+  device_efficiency_from: str | None = option(
+      None, "A train.json that `python -m experiments.benchmark --suite=train` wrote on the accelerator the plan is "
+      "for (an NVIDIA H200): the plan's compute on it at the training step's measured FLOP/s; default: at an assumed "
+      "fraction of its datasheet peak.")
   compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
                                "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
@@ -217,24 +222,45 @@ def accelerator_plan(ctx: Context, ids: tuple[str, ...] | None = None, device_ki
 
 
 def describe_accelerator_plan(plan: dict[str, float], device_kind: str = DEVICE_KIND,
-                              budget: float = DEVICE_BUDGET_SECONDS, model: device_time.TimeModel = DEVICE_TIME_MODEL
-                              ) -> str:
-  """``accelerator_plan``'s seconds in words, with whether they fit ``budget``."""
+                              budget: float = DEVICE_BUDGET_SECONDS, model: device_time.TimeModel = DEVICE_TIME_MODEL,
+                              measured_by: str | None = None) -> str:
+  """``accelerator_plan``'s seconds in words, with whether they fit ``budget``; ``measured_by`` names the train.json
+  that measured ``model.efficiency`` (``device_time.measured_efficiency``), None where it is assumed."""
   fits = "fits" if plan["total"] <= budget else "does NOT fit"
-  return (f"on one {device_kind} (datasheet peak × {model.efficiency:g}): about {plan['total'] / 60:.1f} min "
+  source = (f"the training step's efficiency measured by {measured_by}" if measured_by
+            else "an assumed efficiency, not measured; --device_efficiency_from gives a measured one")
+  return (f"on one {device_kind} (datasheet peak × {model.efficiency:.3g}, {source}): about {plan['total'] / 60:.1f} min "
           f"({plan['compute'] / 60:.1f} min of compute, {plan['compile'] / 60:.1f} of compilation, "
           f"{plan['steps'] / 60:.1f} of per-step overhead, {plan['fixed'] / 60:.1f} outside training), which {fits} "
           f"{budget / 60:g} min; its compute alone at the full datasheet peak would take "
           f"{plan['compute_at_peak'] / 60:.1f} min")
 
 
-def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
+def device_time_model(efficiency_from: str | None) -> device_time.TimeModel:
+  """``DEVICE_TIME_MODEL``, its efficiency measured by the train suite's train.json at ``efficiency_from`` on
+  ``DEVICE_KIND`` (``device_time.measured_efficiency``) where one is given.
+
+  Raises:
+    ConfigError: a file that is missing, not JSON, not a train suite's, or measured on another device.
+  """
+  if efficiency_from is None:
+    return DEVICE_TIME_MODEL
+  path = pathlib.Path(efficiency_from)
+  try:
+    measured = device_time.measured_efficiency(json.loads(path.read_text()), DEVICE_KIND)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"device_efficiency_from: {path}: {e}") from e
+  return dataclasses.replace(DEVICE_TIME_MODEL, efficiency=measured)
+
+
+def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None, efficiency_from: str | None = None) -> str:
   """The planned training of the selected claims and its expected time on the present device, in words, and on
   ``DEVICE_KIND`` from its datasheet.
 
   The compute is the floating-point operations of ``planned_grids`` at the measured matmul rate (small models run
   below it, so read it as a lower bound), plus COMPILE_SECONDS per distinct program (``GridPlan.compiled``).
   """
+  model = device_time_model(efficiency_from)
   plan = planned_grids(ctx, ids)
   if not plan:
     return f"no training claims selected; {hardware()}"
@@ -245,7 +271,8 @@ def time_estimate(ctx: Context, ids: tuple[str, ...] | None = None) -> str:
           f"{flops / 1e12:.3g} TFLOP; on {hardware()} at the measured {rate / 1e9:.3g} GFLOP/s of a "
           f"{matmul_size()}² matmul: at least {seconds / 60:.1f} min ({flops / rate / 60:.1f} min of compute, about "
           f"{COMPILE_SECONDS:g} s of compilation per distinct program); "
-          + describe_accelerator_plan(accelerator_plan(ctx, ids)))
+          + describe_accelerator_plan(accelerator_plan(ctx, ids, model=model), model=model,
+                                      measured_by=efficiency_from))
 
 
 def verdict_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -284,12 +311,12 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       need += f" (this host: {e})"
   else:
     resources.check(memory, values)  # before planning, so that a run too large is refused at once
-  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids)}; {need}", flush=True)
+  print(f"mode {ctx.mode}: {time_estimate(ctx, config.ids, config.device_efficiency_from)}; {need}", flush=True)
   if config.dry_run:
     return []
   start = time.perf_counter()
   results.open_run(out_dir, config, overwrite=config.output.overwrite, outputs=OUTPUTS,
-                   ignore=("dry_run", "compile_ahead"))
+                   ignore=("dry_run", "compile_ahead", "device_efficiency_from"))
   version = results.code_version()
   results.write_json(out_dir / "config.json", {"config": dataclasses.asdict(config), "sizes": ctx.sizes(), **version})
   ids = [c.id for c in all_claims() if not config.ids or c.id in config.ids]
