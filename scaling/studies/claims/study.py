@@ -122,9 +122,9 @@ class ClaimsConfig(Options):
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
   device_efficiency_from: str | None = option(
-      None, "A train.json that `python -m experiments.benchmark --suite=train` wrote on the accelerator the plan is "
-      "for (an NVIDIA H200): the plan's compute on it at the training step's measured FLOP/s; default: at an assumed "
-      "fraction of its datasheet peak.")
+      None, "A train.json that the benchmark's train suite (experiments.benchmark) wrote on the accelerator the plan "
+      "is for (an NVIDIA H200): the plan's compute on it at the training step's measured FLOP/s; default: at an "
+      "assumed fraction of its datasheet peak.")
   compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
                                "them are measured (one device; the time split counts that compilation apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
