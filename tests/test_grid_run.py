@@ -149,7 +149,7 @@ class ScannedGridTest(absltest.TestCase):
     # Depth 2 (two blocks in one scan, the default): the scanned grid is the program the other tests of this file
     # train.
     scanned = dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-14.0, -12.0))
-    self.assertTrue(model_lib.trains_stacked(scanned.model_config))
+    self.assertTrue(model_lib.scans_blocks(scanned.model_config))
     spec = dataclasses.replace(scanned, model_config=dataclasses.replace(scanned.model_config, scan_layers=False))
     data = DataConfig(seq_len=8, batch_size=2).make(0)
     a, b = grid_run.train_grid(spec, data), grid_run.train_grid(scanned, data)
@@ -164,7 +164,7 @@ class ScannedGridTest(absltest.TestCase):
   def test_a_default_model_trains_scanned_and_returns_one_block_per_block(self):
     spec = dataclasses.replace(_spec(16, "sqrt", depth=3), log2_lrs=(-8.0,), seeds=(0,))
     self.assertTrue(spec.model_config.scan_layers)  # the default of ModelFamily and ModelConfig
-    self.assertTrue(model_lib.trains_stacked(spec.model_config))
+    self.assertTrue(model_lib.scans_blocks(spec.model_config))
     run = grid_run.train_grid(spec, DataConfig(seq_len=8, batch_size=2).make(0))
     self.assertEqual({k for k in run.final_params if k.startswith("block_")}, {"block_0", "block_1", "block_2"})
     shapes = jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), spec.model_config))

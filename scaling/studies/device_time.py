@@ -79,13 +79,19 @@ def accelerator_peak(device_kind: str, dtype: str, tf32: bool = True) -> float:
   Returns:
     FLOP/s.
   """
-  for name, peaks in ACCELERATOR_PEAKS.items():
-    if name.lower() in device_kind.lower():
-      key = "tf32" if dtype == "float32" and tf32 else dtype
-      if key not in peaks:
-        raise ValueError(f"dtype: no {dtype!r} peak for {device_kind!r}; known: {', '.join(peaks)}")
-      return peaks[key]
-  raise ValueError(f"device_kind: no datasheet peaks for {device_kind!r}; known: {', '.join(ACCELERATOR_PEAKS)}")
+  name = _accelerator_name(device_kind)
+  if name is None:
+    raise ValueError(f"device_kind: no datasheet peaks for {device_kind!r}; known: {', '.join(ACCELERATOR_PEAKS)}")
+  peaks = ACCELERATOR_PEAKS[name]
+  key = "tf32" if dtype == "float32" and tf32 else dtype
+  if key not in peaks:
+    raise ValueError(f"dtype: no {dtype!r} peak for {device_kind!r}; known: {', '.join(peaks)}")
+  return peaks[key]
+
+
+def _accelerator_name(device_kind: str) -> str | None:
+  """The key of ``ACCELERATOR_PEAKS`` that ``device_kind`` names (e.g. "H200" in "NVIDIA H200"), or None."""
+  return next((name for name in ACCELERATOR_PEAKS if name.lower() in device_kind.lower()), None)
 
 
 def accelerator_seconds(programs: Sequence[tuple[float, str, int]], device_kind: str,
@@ -140,17 +146,10 @@ def measured_efficiency(train_results: dict[str, Any], device_kind: str, dtype: 
     raise ValueError(f"train_results: not a train suite's train.json with device_kind and the {variant!r} step's "
                      f"flops_per_s ({type(e).__name__}: {e})") from e
   peak = accelerator_peak(device_kind, dtype)
-  if not _same_kind(measured_on, device_kind):
+  if _accelerator_name(measured_on) != _accelerator_name(device_kind):
     raise ValueError(f"train_results: measured on {measured_on!r}, not on {device_kind!r}")
   fraction = flops_per_s / peak
   if not 0.0 < fraction <= 1.0:
     raise ValueError(f"train_results: {flops_per_s:.3g} FLOP/s is {fraction:.3g} of {device_kind}'s datasheet peak; "
                      "a measured fraction must lie in (0, 1]")
   return fraction
-
-
-def _same_kind(a: str, b: str) -> bool:
-  """Whether two device kinds name the same ``ACCELERATOR_PEAKS`` entry."""
-  key = lambda kind: next((name for name in ACCELERATOR_PEAKS if name.lower() in kind.lower()), None)
-  return key(a) is not None and key(a) == key(b)
-

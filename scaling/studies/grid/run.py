@@ -347,7 +347,7 @@ def train_grid(spec: GridSpec, dataset: Dataset) -> GridRun:
 def unrolled_params(params: Any, model_config: Any) -> Any:
   """Members' parameters [M, ...] with one ``block_{i}`` per block, as ``model.init_params`` lays them out (a scanned
   model trains them stacked, ``scaling.training.model.scanned_blocks.stack_blocks``); as given for any other model."""
-  if not (isinstance(model_config, ModelConfig) and model_lib.trains_stacked(model_config)):
+  if not (isinstance(model_config, ModelConfig) and model_lib.scans_blocks(model_config)):
     return params
   # Sliced on the host: no compiled slice per shape.
   return scanned_blocks_lib.unstack_blocks(jax.device_get(params), model_config.depth, leading=1)

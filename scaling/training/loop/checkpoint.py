@@ -82,7 +82,7 @@ def stacked_state(state: Any, depth: int, target: Any) -> Any:
   Returns:
     ``state`` stacked as ``target`` is.
   """
-  like = _keyed_like(set(per_block_state(target, depth).params))
+  like = _keyed_like(set(state.params))
   stacked = jax.tree.map(lambda node: scanned_blocks.stack_blocks(node, depth) if like(node) else node, state,
                          is_leaf=like)
   return jax.tree.map(lambda x, t: x if x.ndim == len(t.shape) else x[0], stacked, target)

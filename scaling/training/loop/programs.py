@@ -106,7 +106,7 @@ class TransformerProgram:
 def transformer_params(model_config: ModelConfig, seed: Any) -> Any:
   """The parameters of ``model_config`` from ``PRNGKey(seed)``, stacked where the model trains them stacked."""
   params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
-  if model_lib.trains_stacked(model_config):
+  if model_lib.scans_blocks(model_config):
     params = scanned_blocks_lib.stack_blocks(params, model_config.depth)
   return params
 

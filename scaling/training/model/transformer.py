@@ -103,7 +103,7 @@ class Transformer(nn.Module):
                                  name="pos_embed")(jnp.arange(t))[None]
     layers.record(self, "embed_rms", layers.rms(x))
     x = layers.probe(self, "act_embed", x)
-    if cfg.scan_layers and not self.is_initializing() and scans_blocks(cfg):
+    if not self.is_initializing() and scans_blocks(cfg):
       x = scanned_blocks_lib.scanned_blocks(self, x, specs, s.blocks)
     else:
       for i in range(cfg.depth):
@@ -174,7 +174,9 @@ def parametrized(config: ModelConfig) -> parametrize_lib.RoleParametrization:
 
 
 def scans_blocks(config: ModelConfig) -> bool:
-  """Whether ``Transformer(config)`` runs its blocks as scans (``scanned_blocks``).
+  """Whether ``Transformer(config)`` runs its blocks as scans (``scanned_blocks``), and so whether training keeps the
+  blocks' parameters stacked (``stack_blocks``; the optimizer updates each stacked leaf once, with the first block's
+  specs).
 
   Args:
     config: the model.
@@ -185,19 +187,6 @@ def scans_blocks(config: ModelConfig) -> bool:
     (a scan would give every block the first one's multipliers) run unrolled, the same function.
   """
   return bool(config.scan_layers and config.depth > 1 and _blocks_share_specs(config))
-
-
-def trains_stacked(config: ModelConfig) -> bool:
-  """Whether training keeps the blocks' parameters stacked (``stack_blocks``): a model that scans its blocks
-  (``scans_blocks``), so that the optimizer updates each stacked leaf once, with the first block's specs.
-
-  Args:
-    config: the model.
-
-  Returns:
-    ``scans_blocks(config)``.
-  """
-  return scans_blocks(config)
 
 
 @functools.lru_cache(maxsize=64)
