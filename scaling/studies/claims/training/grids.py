@@ -31,8 +31,8 @@ SCAN_FROM_DEPTH = 4
 """Grids of models this deep or deeper run their blocks as one scan (``ModelConfig.scan_layers``: the same function,
 compiled once for every block); shallower ones ask for unrolled blocks. Compiling a quick-mode grid's step (6 members)
 took 5.1 s unrolled and 5.4 s scanned at depth 2, 7.0 s and 4.2 s at depth 6, 10.3 s and 5.0 s at depth 12 on two CPU
-cores; and the two forms, the same function, differ in float32 rounding (a relative 1e-7 to 6e-7 in the recorded
-metrics of a quick-mode depth-2 grid after 30 steps), which the claims' printed numbers would show."""
+cores; and the two forms, the same function, differ in float32 rounding, which could move a last printed digit of
+the claims."""
 
 
 NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
