@@ -9,8 +9,10 @@ Each measured claim declares a criterion (a statistic, the thresholds for
 holds / does not hold, partly in between, and the reason the thresholds follow
 from the claim's words); the verdict is computed from the measured statistic.
 The notes' citations are checked against their sources instead (verdict
-"source agrees" or "source disagrees", with the passage quoted), never
-measured. Random-input claims take about a minute; the training claims train
+"source agrees", "source contradicts", "not stated in the source" or "not
+found in the passage checked", with the passage quoted), never measured.
+Supporting measurements (no claim of the notes) are decided like claims and
+counted apart. Random-input claims take about a minute; the training claims train
 grids of learning rates x seeds per logit rule, depth and setup. Modes: quick
 (reduced sizes, minutes), cpu_hour (the largest sizes planned for an hour on 2
 CPU cores) and paper (the notes' setting, for an accelerator:

@@ -25,7 +25,11 @@ from scaling.studies.claims import study as claims
 from scaling.studies.claims.random_input import attention_variants
 from scaling.studies.claims.training import depth as depth_claims
 from scaling.studies.claims.random_input import exp_overflow as exp_overflow_claims
+from scaling.studies.claims.random_input import feature_scaling as feature_scaling_claims
+from scaling.studies.claims.random_input import projection_init as projection_init_claims
+from scaling.studies.claims.random_input import scale_order as scale_order_claims
 from scaling.studies.claims.random_input import head_dim_and_retrieval as head_dim_and_retrieval_claims
+from scaling.studies.claims.training import hard_selection as hard_selection_claims
 from scaling.studies.claims.random_input import logit_variance as logit_variance_claims
 from scaling.studies.claims.training import mup_transfer as mup_transfer_claims
 from scaling.studies.claims.training import nan_and_gradient as nan_and_gradient_claims
@@ -42,7 +46,8 @@ from scaling.studies.claims import verdicts
 import experiment_main
 
 RANDOM_IDS = [c.id for c in claims.RANDOM_INPUT_CLAIMS]
-MEASURED = [c for c in claims.all_claims() if c.kind == verdicts.MEASURED]
+UNTRAINED_RANDOM_IDS = [c.id for c in claims.RANDOM_INPUT_CLAIMS if not c.training]
+MEASURED = [c for c in claims.all_claims() if c.kind in (verdicts.MEASURED, verdicts.SUPPORTING)]
 TINY = dict(mode="quick", d_k=[64, 128], num_seeds=2, seq_len=16)
 TINY_COMMAND = "--d_k=64,128 --seq_len=16"  # num_seeds 2 is the quick mode's
 
@@ -55,10 +60,12 @@ DECISIONS = {
     "d64_std_8": (0.001, 0.1, 0.5),  # |std/8 − 1|
     "d64_magnitudes": (0.3, 0.05, 0.001),  # fraction of rows whose largest |z| reaches 24
     "d512_std": (0.002, 0.1, 0.3),  # |std/22.6 − 1|
-    "d512_range": (2.0, 1.0, 0.0),  # parts that hold: 3σ in [−68, 68], the working range [−5, 5]
+    "d512_range": (2.0, 1.0, 0.0),  # parts that hold: most in [−68, 68], far beyond [−5, 5]
     "scaled_back_to_3": (0.997, 0.95, 0.5),  # fraction inside [−3, 3]
-    "unscaled_one_hot": (0.95, 0.77, 0.3),  # the smaller max probability at d_k 64 and 128
-    "gradients_vanish": (0.64, 0.2, 0.0),  # fraction of rows whose Jacobian fell 100× below 1/√d_k's median
+    "gpt_init_unit_variance": (0.01, 0.1, 0.5),  # largest |Var − 1| of q, k components over widths
+    "unscaled_one_hot": (0.87, 0.3, 0.05),  # share of the distance to one-hot closed from the smallest to largest d_k
+    "softmax_derivative_vanishes": (2.0, 1.0, 0.0),  # parts that hold: the identity, its vanishing as p_i → 1
+    "gradients_vanish": (2.0, 1.0, 0.0),  # parts that hold: note 1 at d_k 64, note 2 at d_k 512
     "linear_uniform": (0.05, 0.3, 0.9),  # KL from uniform relative to 1/√d_k's
     "quadratic_uniform": (1e-4, 0.3, 0.9),
     "post_softmax_breaks": (0.75, 0.005, 1e-7),  # mean |row sum − 1|
@@ -66,10 +73,11 @@ DECISIONS = {
     "temperature_needed_at_128": (1.0, 0.1, 0.0),  # |log2 τ| needed
     "fp16_exp_overflow": (3.0, 1.0, 0.0),  # dtypes (of float16, bfloat16, float32) that overflow
     "low_precision_nan_even_scaled": (5.0, 50.0, 600.0),  # smallest outlier factor with non-finite rows
-    "nan_gradient_explosion": (0.9, 0.3, 0.0),  # share of affected gradient entries that exploded (not NaN)
+    "nan_gradient_explosion": (2.0, 1.0, 0.0),  # parts that hold: softmax outputs NaN, gradients explode
+    "divide_right_after_qk": (0.0, 0.0005, 0.2),  # non-finite rows dividing right after QKᵀ
     "clamp_before_scale": (0.0, 0.0005, 0.2),  # non-finite rows with the clamp
     "online_softmax_mitigates": (0.0, 0.5, 1.0),  # online / dense non-finite rows
-    "fp32_or_clamp_solves": (2.0, 1.0, 0.0),  # remedies that solve it as written: FP32, the clamp
+    "fp32_or_clamp_solves": (2.0, 1.0, 0.0),  # remedies that solve it: FP32 (max-subtracted), the clamp
     "rope_changes_norms": (0.1, 0.005, 2e-7),  # relative norm change
     "rope_keeps_variance": (0.01, 0.1, 0.5),  # |Var with / without − 1|
     "rope_compatible_with_sqrt": (2.0, 0.5, 0.0),  # parts that hold: offset only, 1/√d_k at every offset
@@ -79,16 +87,18 @@ DECISIONS = {
     "layernorm_not_enough": (1.0, 0.5, 0.0),  # exponent of Var ∝ d_k^a
     "rmsnorm_cheaper": (0.7, 0.97, 1.1),  # RMSNorm time / LayerNorm time
     "rmsnorm_stabilizes_gradients": (5.9, 0.5, 0.0),  # decades of gradient spread RMSNorm removes
-    "head_dim_constant": (0.87, 0.1, -0.01),  # row-max spread growing d_k less that with d_k fixed
+    "head_dim_constant": (2.0, 1.0, 0.0),  # arms that hold: q, k independent, at the trained q-k alignment
     "retrieval_not_dominated": (0.91, 0.3, 0.0),  # attention mass scaling moves off the top keys
+    "feature_scales_oscillate": (0.7, 0.2, 0.0),  # back-and-forth share, raw less standardized features
 }
 
 
 def _measuring(claim: verdicts.Claim, value: float, **numbers) -> verdicts.Claim:
   """``claim`` with a measurement that reports ``value`` as its statistic (and no standard error, where its
-  criterion reads one)."""
+  criterion reads one); the statistics of its other readings (``Claim.beside``) are NaN, not measured."""
   spread = {f"{claim.criterion.statistic}_se": None} if claim.criterion.noise else {}
-  measure = lambda ctx: verdicts.Measurement({claim.criterion.statistic: value, **spread, **numbers},
+  others = {r.criterion.statistic: float("nan") for r in claim.beside}
+  measure = lambda ctx: verdicts.Measurement({**others, claim.criterion.statistic: value, **spread, **numbers},
                                              f"measured {value}")
   return dataclasses.replace(claim, measure=measure)
 
@@ -102,7 +112,8 @@ class CriteriaTest(absltest.TestCase):
 
   def test_every_random_input_claim_has_decisions(self):
     self.assertCountEqual(DECISIONS, RANDOM_IDS)
-    self.assertTrue(all(not c.training for c in claims.RANDOM_INPUT_CLAIMS))
+    # The one random-input row that reads a trained model: its q-k alignment.
+    self.assertEqual([c.id for c in claims.RANDOM_INPUT_CLAIMS if c.training], ["head_dim_constant"])
     ids = [c.id for c in claims.all_claims()]
     self.assertEqual(ids[:len(RANDOM_IDS)], RANDOM_IDS)
     self.assertLen(set(ids), len(ids))
@@ -179,24 +190,27 @@ class CriteriaTest(absltest.TestCase):
 
 # The claim ids of the notes, written out: the random-input claims, then the training claims, in table order.
 EXPECTED_IDS = (
-    "variance_is_dk", "sqrt_normalizes", "sqrt_adjusted_factor", "d64_std_8", "d64_magnitudes", "d512_std",
-    "d512_range", "scaled_back_to_3", "unscaled_one_hot", "gradients_vanish", "linear_uniform", "quadratic_uniform",
-    "post_softmax_breaks", "sqrt_flatter_at_128", "temperature_needed_at_128", "fp16_exp_overflow",
-    "low_precision_nan_even_scaled", "nan_gradient_explosion", "clamp_before_scale", "online_softmax_mitigates",
-    "fp32_or_clamp_solves", "rope_changes_norms", "rope_keeps_variance", "rope_compatible_with_sqrt", "qk_norm_robust",
-    "scale_is_temperature", "lower_temperature_focuses", "layernorm_not_enough", "rmsnorm_cheaper",
-    "rmsnorm_stabilizes_gradients", "head_dim_constant", "retrieval_not_dominated",
-    "train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_depth6_converges_worse",
-    "train_depth6_oscillates", "train_depth6_slow", "train_depth6_tiny_lr_clipping", "train_post_softmax_worse",
-    "train_depth12_cannot_converge", "train_linear_less_expressive", "train_sqrt_optimal",
+    "variance_is_dk", "sqrt_normalizes", "sqrt_adjusted_factor", "gpt_init_unit_variance", "d64_std_8",
+    "d64_magnitudes", "d512_std", "d512_range", "scaled_back_to_3", "unscaled_one_hot", "softmax_derivative_vanishes",
+    "gradients_vanish", "linear_uniform", "quadratic_uniform", "post_softmax_breaks", "sqrt_flatter_at_128",
+    "temperature_needed_at_128", "fp16_exp_overflow", "low_precision_nan_even_scaled", "nan_gradient_explosion",
+    "divide_right_after_qk", "clamp_before_scale", "online_softmax_mitigates", "fp32_or_clamp_solves",
+    "rope_changes_norms", "rope_keeps_variance", "rope_compatible_with_sqrt", "qk_norm_robust", "scale_is_temperature",
+    "lower_temperature_focuses", "layernorm_not_enough", "rmsnorm_cheaper", "rmsnorm_stabilizes_gradients",
+    "head_dim_constant", "retrieval_not_dominated", "feature_scales_oscillate",
+    "train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_attention_hard_selection",
+    "train_depth6_converges_worse", "train_depth6_oscillates", "train_depth6_slow", "train_depth6_tiny_lr_clipping",
+    "train_post_softmax_worse", "train_depth12_cannot_converge", "train_linear_less_expressive", "train_sqrt_optimal",
     "train_norms_dont_replace_scaling", "train_scaled_grads_stable", "train_qk_correlate", "train_mup_lr_transfer",
     "train_rmsnorm_on_par", "layernorm_covariate_shift", "vanishing_is_fundamental",
+    "extreme_tokens_are_separators_and_ends",
     "cite_vaswani_motivation", "cite_gpt3_rmsnorm", "cite_t5_fixed_sqrt", "cite_vit_reference",
-    "cite_xiong_ln_scaling", "cite_flashattention_overflow",
+    "cite_xiong_ln_scaling", "cite_flashattention_overflow", "cite_roformer_rope_scaling", "cite_head_dim_64_or_128",
 )
 TRAINING_IDS = {i for i in EXPECTED_IDS if i.startswith("train_")}
 CITATION_IDS = {i for i in EXPECTED_IDS if i.startswith("cite_")}
-UNMEASURABLE_IDS = {"layernorm_covariate_shift", "vanishing_is_fundamental"}
+UNMEASURABLE_IDS = {"layernorm_covariate_shift", "vanishing_is_fundamental", "extreme_tokens_are_separators_and_ends"}
+SUPPORTING_IDS = {"rope_compatible_with_sqrt", "train_qk_correlate"}
 
 
 class ClaimListTest(absltest.TestCase):
@@ -204,17 +218,23 @@ class ClaimListTest(absltest.TestCase):
   def test_table_holds_every_claim_once_in_order(self):
     ids = tuple(c.id for c in claims.all_claims())
     self.assertEqual(ids, EXPECTED_IDS)
-    self.assertEqual({c.id for c in claims.all_claims() if c.training}, TRAINING_IDS)
+    # head_dim_constant, a random-input row, reads the q-k alignment of trained models.
+    self.assertEqual({c.id for c in claims.all_claims() if c.training}, TRAINING_IDS | {"head_dim_constant"})
     self.assertEqual({c.id for c in claims.all_claims() if c.kind == verdicts.CITATION}, CITATION_IDS)
     self.assertEqual({c.id for c in claims.all_claims() if c.kind == verdicts.NOT_MEASURABLE}, UNMEASURABLE_IDS)
+    self.assertEqual({c.id for c in claims.all_claims() if c.kind == verdicts.SUPPORTING}, SUPPORTING_IDS)
+    ids = set(EXPECTED_IDS)
+    for claim in claims.all_claims():
+      self.assertContainsSubset(set(claim.supports) if claim.kind == verdicts.SUPPORTING else set(), ids, claim.id)
 
   def test_every_claim_is_measured_by_its_own_function(self):
     names = [c.measure.__name__ for c in MEASURED]
     self.assertLen(set(names), len(names))
-    homes = {True: (nan_and_gradient_claims, depth_claims, scale_rule_claims, qk_correlation_claims,
-                    mup_transfer_claims, norm_claims),
-             False: (logit_variance_claims, softmax_saturation_claims, exp_overflow_claims, outlier_overflow_claims,
-                     rope_claims, norms_and_temperature_claims, head_dim_and_retrieval_claims)}
+    homes = {True: (nan_and_gradient_claims, hard_selection_claims, depth_claims, scale_rule_claims,
+                    qk_correlation_claims, mup_transfer_claims, norm_claims, head_dim_and_retrieval_claims),
+             False: (logit_variance_claims, projection_init_claims, softmax_saturation_claims, exp_overflow_claims,
+                     outlier_overflow_claims, scale_order_claims, rope_claims, norms_and_temperature_claims,
+                     head_dim_and_retrieval_claims, feature_scaling_claims)}
     for claim in MEASURED:
       (home,) = [m for m in homes[claim.training] if m.__name__ == claim.measure.__module__]
       self.assertIs(getattr(home, claim.measure.__name__), claim.measure, claim.id)
@@ -222,7 +242,7 @@ class ClaimListTest(absltest.TestCase):
   def test_config_accepts_exactly_the_table_ids(self):
     self.assertEqual(claims.ClaimsConfig(ids=("head_dim_constant", "train_qk_correlate")).ids,
                      ("head_dim_constant", "train_qk_correlate"))
-    with self.assertRaisesRegex(ValueError, "ids must be one of the 55 listed below; got 'variance_is_dk_typo' "
+    with self.assertRaisesRegex(ValueError, "ids must be one of the 63 listed below; got 'variance_is_dk_typo' "
                                 "\\(did you mean 'variance_is_dk'\\?\\)\n  variance_is_dk, sqrt_normalizes, "):
       claims.ClaimsConfig(ids=("variance_is_dk_typo",))
 
@@ -238,6 +258,9 @@ class ClaimListTest(absltest.TestCase):
     cases = (("train_nan_within_100_steps", 0.75, claims.HOLDS), ("train_nan_within_100_steps", 0.3, claims.PARTLY),
              ("train_nan_within_100_steps", 0.1, claims.FAILS), ("train_grad_norm_below_1e-6", -7.2, claims.HOLDS),
              ("train_grad_norm_below_1e-6", -5.0, claims.PARTLY), ("train_grad_norm_below_1e-6", -3.0, claims.FAILS),
+             ("train_attention_hard_selection", 0.95, claims.HOLDS),
+             ("train_attention_hard_selection", 0.7, claims.PARTLY),
+             ("train_attention_hard_selection", 0.4, claims.FAILS),
              ("train_depth6_converges_worse", 0.05, claims.HOLDS), ("train_depth6_converges_worse", 0.01, claims.PARTLY),
              ("train_depth6_converges_worse", -0.01, claims.FAILS),
              ("train_depth6_oscillates", 3.0, claims.HOLDS), ("train_depth6_oscillates", 1.5, claims.PARTLY),
@@ -251,13 +274,13 @@ class ClaimListTest(absltest.TestCase):
              ("train_depth12_cannot_converge", 0.2, claims.FAILS),
              ("train_linear_less_expressive", 0.1, claims.HOLDS), ("train_linear_less_expressive", 0.03, claims.PARTLY),
              ("train_linear_less_expressive", 0.0, claims.FAILS),
-             ("train_sqrt_optimal", 0.5, claims.HOLDS), ("train_sqrt_optimal", 2.0, claims.PARTLY),
-             ("train_sqrt_optimal", 3.5, claims.FAILS),
+             ("train_sqrt_optimal", 2.0, claims.HOLDS), ("train_sqrt_optimal", 1.0, claims.PARTLY),
+             ("train_sqrt_optimal", 0.0, claims.FAILS),
              ("train_norms_dont_replace_scaling", 0.05, claims.HOLDS),
              ("train_norms_dont_replace_scaling", 0.01, claims.PARTLY),
              ("train_norms_dont_replace_scaling", -0.02, claims.FAILS),
-             ("train_scaled_grads_stable", 0.5, claims.HOLDS), ("train_scaled_grads_stable", 1.5, claims.PARTLY),
-             ("train_scaled_grads_stable", 3.0, claims.FAILS),
+             ("train_scaled_grads_stable", 2.0, claims.HOLDS), ("train_scaled_grads_stable", 1.0, claims.PARTLY),
+             ("train_scaled_grads_stable", 0.0, claims.FAILS),
              ("train_qk_correlate", 0.2, claims.HOLDS), ("train_qk_correlate", 0.05, claims.PARTLY),
              ("train_qk_correlate", 0.0, claims.FAILS), ("train_mup_lr_transfer", 0.05, claims.HOLDS),
              ("train_mup_lr_transfer", 0.3, claims.PARTLY),
@@ -439,6 +462,13 @@ class CitationTest(absltest.TestCase):
     self.assertAlmostEqual(near["margin"]["distance"], 0.005)
     self.assertTrue(all(c.criterion.reason for c in MEASURED))
 
+  def test_a_count_of_parts_on_a_threshold_is_no_knife_edge(self):
+    claim = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "d512_range")  # two parts: holds > 1.5, fails < 0.5
+    self.assertTrue(claim.criterion.discrete)
+    row = _measuring(claim, 1.5).evaluate(claims.Context())
+    self.assertEqual(row["verdict"], claims.PARTLY)
+    self.assertNotIn("Knife-edge", row["finding"])
+
 
 class TinyRunTest(absltest.TestCase):
   """``experiments.claims`` on every random-input claim at tiny sizes (one run shared by the tests)."""
@@ -447,13 +477,13 @@ class TinyRunTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.out = pathlib.Path(tempfile.mkdtemp(dir=absltest.TEST_TMPDIR.value)) / "claims_tiny"  # fresh: never resumed
-    cls.code, cls.stdout, cls.stderr = experiment_main.run_main(claims_experiment, ids=RANDOM_IDS,
+    cls.code, cls.stdout, cls.stderr = experiment_main.run_main(claims_experiment, ids=UNTRAINED_RANDOM_IDS,
                                                                 out_dir=str(cls.out), **TINY)
     cls.rows = {r["id"]: r for r in results.read_jsonl(cls.out / "claims.jsonl")}
 
   def test_files_and_rows(self):
     self.assertEqual(self.code, 0, self.stderr)
-    self.assertEqual(list(self.rows), RANDOM_IDS)
+    self.assertEqual(list(self.rows), UNTRAINED_RANDOM_IDS)
     for i, r in self.rows.items():
       self.assertContainsSubset({"id", "source", "claim", "criterion", "statistic", "value", "verdict", "finding",
                                  "numbers", "command"}, r)
@@ -465,8 +495,12 @@ class TinyRunTest(absltest.TestCase):
     self.assertEqual(config["sizes"]["d_k"], [64, 128])
     table = (self.out / "claims.md").read_text()
     self.assertIn("| claim | source | criterion | verdict | what we measured | reproduce |", table)
-    # Header, rule and one row per claim (a legend of the inconclusive verdicts precedes it when one is reached).
-    self.assertLen([line for line in table.splitlines() if line.startswith("|")], 2 + len(RANDOM_IDS))
+    # Header, rule and one row per claim (a legend of the inconclusive verdicts precedes it when one is reached); the
+    # supporting measurements in a table of their own, with its header and rule.
+    supporting = [i for i in UNTRAINED_RANDOM_IDS if i in SUPPORTING_IDS]
+    self.assertLen([line for line in table.splitlines() if line.startswith("|")],
+                   2 + len(UNTRAINED_RANDOM_IDS) + (2 if supporting else 0))
+    self.assertIn("| measurement | why it is here | criterion | result | informs |", table)
     readme = (self.out / "claims_readme.md").read_text()
     self.assertIn("Random-input claims (mode quick: d_k 64, 128; 16 tokens", readme)
     self.assertNotIn("Training claims", readme)
@@ -491,8 +525,10 @@ class TinyRunTest(absltest.TestCase):
     self.assertIsNone(sweep["all in float32; max-subtracted"])  # float32 never overflows up to ×300
     self.assertEqual(rows["clamp_before_scale"]["verdict"], claims.HOLDS)  # the clamp leaves nothing to overflow
     readings = rows["fp32_or_clamp_solves"]["numbers"]["readings"]
-    self.assertEqual(readings["as written"]["part_verdicts"], {"FP32": claims.FAILS, "clamp": claims.HOLDS})
-    self.assertEqual(readings["with max-subtraction"]["part_verdicts"], {"FP32": claims.HOLDS, "clamp": claims.HOLDS})
+    self.assertEqual(readings["FP32 without max-subtraction"]["part_verdicts"],
+                     {"FP32": claims.FAILS, "clamp": claims.HOLDS})
+    self.assertEqual(readings["FP32 with max-subtraction"]["part_verdicts"],
+                     {"FP32": claims.HOLDS, "clamp": claims.HOLDS})
     self.assertEqual(rows["online_softmax_mitigates"]["verdict"], claims.FAILS)  # same accumulation: no mitigation
     self.assertAlmostEqual(rows["post_softmax_breaks"]["value"], 1 - 64**-0.5, places=4)  # rows sum to 1/√d_k
     self.assertEqual(rows["nan_gradient_explosion"]["numbers"]["inf_fraction"]["mean"], 0.0)  # NaN, not inf

@@ -283,11 +283,13 @@ class HeadlineTest(absltest.TestCase):
     self.assertIn("  (`stat` = 0.9; holds if < 1, does not hold if > 2; inconclusive within 2 standard errors)",
                   report.claims_headline([plain], self.CONFIG).splitlines())
 
-  def test_citations_counted_apart_from_measured_claims(self):
-    cited = {**_row("cite_x", "source disagrees", float("nan")), "kind": "checked against the source"}
-    text = report.claims_headline([*self.ROWS, cited], self.CONFIG)
+  def test_citations_and_supporting_measurements_counted_apart_from_measured_claims(self):
+    cited = {**_row("cite_x", "source contradicts", float("nan")), "kind": "checked against the source"}
+    supporting = {**_row("train_x", "holds", 0.5), "kind": "supporting measurement"}
+    text = report.claims_headline([*self.ROWS, cited, supporting], self.CONFIG)
     self.assertIn("5 claims of the notes measured", text)
-    self.assertIn("partly **1**; 1 factual citations checked against their sources: source disagrees **1**.", text)
+    self.assertIn("partly **1**; 1 supporting measurements (no claim of the notes) beside them; 1 factual citations "
+                  "checked against their sources: source contradicts **1**.", text)
 
   def test_synthetic_task_and_not_measured(self):
     rows = [_row("variance_is_dk", "not measured", float("nan"))]

@@ -26,6 +26,7 @@ from scaling.studies.claims.random_input import inputs
 from scaling.studies.claims.random_input import rope as rope_claims
 from scaling.studies.claims.random_input import softmax_saturation as saturation
 from scaling.studies.claims import verdicts
+from scaling.studies.claims.training import qk_correlation as qk_claims
 
 HOLDS, PARTLY, FAILS = verdicts.HOLDS, verdicts.PARTLY, verdicts.FAILS
 BY_ID = {c.id: c for c in claims.RANDOM_INPUT_CLAIMS}
@@ -120,10 +121,28 @@ class WorkingRangeTest(absltest.TestCase):
     self.assertAlmostEqual(float(np.mean(np.max(_softmax(z), axis=-1))), logit_variance.DOMINANT_MAX_PROB, delta=0.03)
 
   def test_parts_both_ways(self):
-    for frac, bound, verdict in ((0.997, 6.0, HOLDS), (0.997, 20.0, PARTLY), (0.5, 20.0, FAILS)):
-      score, _ = parts.score_parts(logit_variance.D512_PARTS, {"3σ in [−68, 68]": frac,
-                                                               "working range [−5, 5]": abs(math.log2(bound / 5))})
-      self.assertEqual(_verdict("d512_range", score), verdict, (frac, bound))
+    # Gaussian logits in numpy: the fractions inside [−68, 68] and outside [−5, 5] for stds √512, 1 and 100.
+    rng = np.random.default_rng(7)
+    for std, verdict, by_part in ((512**0.5, HOLDS, (HOLDS, HOLDS)), (1.0, PARTLY, (HOLDS, FAILS)),
+                                  (100.0, PARTLY, (FAILS, HOLDS))):
+      z = std * rng.standard_normal(200_000)
+      values = {"most in [−68, 68]": float(np.mean(np.abs(z) <= 68)),
+                "far beyond [−5, 5]": float(np.mean(np.abs(z) > 5))}
+      score, verdicts_by_part = parts.score_parts(logit_variance.D512_PARTS, values)
+      self.assertEqual((_verdict("d512_range", score), tuple(verdicts_by_part.values())), (verdict, by_part), std)
+    reading = logit_variance.WORKING_RANGE_READING.criterion
+    self.assertEqual((reading.verdict(abs(math.log2(6.0 / 5))), reading.verdict(abs(math.log2(20.0 / 5)))),
+                     (HOLDS, FAILS))
+
+  def test_measured_fractions_match_the_gaussian(self):
+    ctx = claims.Context(**{**TINY, "d_k": (64, 128, 512)})
+    row = BY_ID["d512_range"].evaluate(ctx)
+    n = row["numbers"]
+    self.assertAlmostEqual(n["frac_outside_5"], math.erfc(5 / (512**0.5 * 2**0.5)), delta=0.03)  # P(|z| > 5), σ = √512
+    self.assertAlmostEqual(n["frac_within_68"], math.erf(68 / (512**0.5 * 2**0.5)), delta=0.01)
+    self.assertAlmostEqual(n["three_sigma_half_width"], 3 * 512**0.5, delta=0.1 * 3 * 512**0.5)
+    self.assertEqual(row["verdict"], HOLDS, row["finding"])
+    self.assertEqual([b["statistic"] for b in row["beside"]], ["abs_log2_bound_over_5"])
 
 
 class FlatterAt128Test(absltest.TestCase):
@@ -151,27 +170,79 @@ class FlatterAt128Test(absltest.TestCase):
 
 class Fp32OrClampTest(absltest.TestCase):
 
-  def _sweep(self, fp32_alone: float, clamp: float) -> dict:
-    """A synthetic outlier sweep (2 seeds × 3 factors) with failures only in float32 without max-subtraction and in
-    the clamp."""
+  def _sweep(self, fp32: float, fp32_alone: float, clamp: float) -> dict:
+    """A synthetic outlier sweep (2 seeds × 3 factors) with failures only in float32 with (``fp32``) and without
+    (``fp32_alone``) max-subtraction and in the clamp."""
     names = [outliers._sweep_name(t, how, sub)
              for t in variants.LOW_PRECISION for how in outliers.SWEEP_HOWS for sub in (False, True)]
     names += [outliers._sweep_name("float32", "float32", sub) for sub in (False, True)]
     sweep = {n: np.zeros((2, 3)) for n in names}
+    sweep[outliers._sweep_name("float32", "float32", True)][:, -1] = fp32
     sweep[outliers._sweep_name("float32", "float32", False)][:, -1] = fp32_alone
     sweep[outliers._sweep_name("float16", "clamp", False)][:, -1] = clamp
     return sweep
 
-  def test_both_readings_both_ways(self):
+  def test_verdict_reads_fp32_with_max_subtraction(self):
     criterion = outliers.SOLVES_CRITERION
-    out = outliers.fp32_or_clamp_parts(self._sweep(0.0, 0.0))
-    self.assertEqual([criterion.verdict(r["parts_solved"]) for r in out.values()], [HOLDS, HOLDS])
-    out = outliers.fp32_or_clamp_parts(self._sweep(0.2, 0.0))  # FP32 needs max-subtraction
-    self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
-                     {"as written": PARTLY, "with max-subtraction": HOLDS})
-    out = outliers.fp32_or_clamp_parts(self._sweep(0.2, 0.2))
-    self.assertEqual({k: criterion.verdict(r["parts_solved"]) for k, r in out.items()},
-                     {"as written": FAILS, "with max-subtraction": PARTLY})
+    verdict = lambda sweep: {k: criterion.verdict(r["parts_solved"])
+                             for k, r in outliers.fp32_or_clamp_parts(sweep).items()}
+    with_max, without = outliers.WITH_MAX, outliers.WITHOUT_MAX
+    self.assertEqual(verdict(self._sweep(0.0, 0.0, 0.0)), {with_max: HOLDS, without: HOLDS})
+    self.assertEqual(verdict(self._sweep(0.0, 0.2, 0.0)), {with_max: HOLDS, without: PARTLY})  # needs max-subtraction
+    self.assertEqual(verdict(self._sweep(0.0, 0.2, 0.2)), {with_max: PARTLY, without: FAILS})
+    self.assertEqual(verdict(self._sweep(0.2, 0.2, 0.2)), {with_max: FAILS, without: FAILS})
+    with self.assertRaisesRegex(ValueError, "float32"):
+      outliers.fp32_or_clamp_parts({outliers._sweep_name("float16", "clamp", False): np.zeros((2, 3))})
+
+  def test_float32_outliers_overflow_only_without_max_subtraction(self):
+    d = 128
+    q, k, v = (_normal(i, (1, 16, 1, d)) for i in range(3))
+    q, k = (inputs.with_outliers(jnp.asarray(x), 300.0) for x in (q, k))
+    subtracted, plain = jax.jit(lambda q, k, v: tuple(
+        attention.dot_product_attention(q, k, v, rule="sqrt", subtract_max=s, implementation="xla")
+        for s in (True, False)))(q, k, v)
+    np.testing.assert_allclose(subtracted, jax.nn.dot_product_attention(q, k, v), rtol=1e-4, atol=1e-5)
+    z = np.einsum("btnh,bsnh->bnts", np.asarray(q, np.float64), np.asarray(k, np.float64)) / d**0.5
+    self.assertGreater(z.max(), 89)  # float32's exp overflows past 88.7: the reference says some row must break
+    self.assertEqual((float(variants.nonfinite_rows(subtracted)) > 0, float(variants.nonfinite_rows(plain)) > 0),
+                     (False, True))
+
+
+class NanGradientTest(absltest.TestCase):
+
+  def _inputs(self, signs: tuple[float, float, float, float]):
+    """q, k, v [1, 8, 1, 128] whose first and last tokens of q and k are ±u (u all ones), before the outliers."""
+    q, k, v = (_normal(i, (1, 8, 1, 128)) for i in range(3))
+    for x, (first, last) in ((q, signs[:2]), (k, signs[2:])):
+      x[0, 0, 0], x[0, -1, 0] = first, last
+    return jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+
+  def test_nan_output_follows_a_positive_overflow(self):
+    f16_max = float(np.finfo(np.float16).max)
+    run = jax.jit(outliers.nan_then_gradient, static_argnums=3)
+    # (signs of q_0, q_last, k_0, k_last): the outlier logits ±300²·128/√128 are far beyond float16's max; a row with
+    # a +inf logit has a NaN softmax (inf − inf), a row with −inf only does not.
+    for signs, share in (((1, 1, 1, 1), 1.0), ((1, -1, 1, 1), 0.5), ((1, 1, -1, -1), 0.0)):
+      q, k, v = self._inputs(signs)
+      got = {n: float(x) for n, x in run(q, k, v, 300.0).items()}
+      z = np.einsum("btnh,bsnh->bnts", *(np.asarray(inputs.with_outliers(x, 300.0), np.float64) for x in (q, k)))
+      over = np.any(np.abs(z) > f16_max, axis=-1)  # numpy: the rows whose logits leave float16's range
+      positive = np.any(z > f16_max, axis=-1)
+      self.assertAlmostEqual(got["overflowed_rows"], float(np.mean(over)), msg=signs)
+      self.assertAlmostEqual(got["nan_rows_of_overflowed"], float(np.sum(over & positive) / np.sum(over)), msg=signs)
+      self.assertAlmostEqual(got["nan_rows_of_overflowed"], share, msg=signs)
+      self.assertEqual(got["inf"], 0.0, signs)  # the gradient turns NaN: nothing explodes
+      self.assertEqual(got["exploded_share"], 0.0, signs)
+      values = {"softmax outputs NaN": got["nan_rows_of_overflowed"], "gradients explode": got["exploded_share"]}
+      self.assertEqual(_verdict("nan_gradient_explosion", parts.score_parts(outliers.NAN_PARTS, values)[0]),
+                       {1.0: PARTLY, 0.5: PARTLY, 0.0: FAILS}[share], signs)
+    plain = run(*self._inputs((1, 1, 1, 1)), 1.0)  # no outliers: nothing overflows, the share is not measured
+    self.assertTrue(math.isnan(float(plain["nan_rows_of_overflowed"])))
+
+  def test_parts_both_ways(self):
+    for values, verdict in (((1.0, 0.9), HOLDS), ((1.0, 0.0), PARTLY), ((0.0, 0.0), FAILS)):
+      score, _ = parts.score_parts(outliers.NAN_PARTS, dict(zip(("softmax outputs NaN", "gradients explode"), values)))
+      self.assertEqual(_verdict("nan_gradient_explosion", score), verdict, values)
 
 
 class OnlineSoftmaxTest(absltest.TestCase):
@@ -210,14 +281,35 @@ class OnlineSoftmaxTest(absltest.TestCase):
 
 class HeadDimConstantTest(absltest.TestCase):
 
-  def test_contrast_only_with_aligned_q_and_k(self):
-    for rho, verdict in ((0.0, FAILS), (0.5, HOLDS)):  # iid: growing d_k keeps the scale as well as fixing it
-      with mock.patch.object(head_dim, "QK_ALIGNMENT", rho):
-        row = BY_ID["head_dim_constant"].evaluate(claims.Context(**TINY))
-      self.assertEqual(row["verdict"], verdict, row["finding"])
+  def test_a_verdict_per_arm(self):
+    ctx = claims.Context(**TINY)
+    criterion = BY_ID["head_dim_constant"].criterion
+    for rho, verdict, by_arm in ((0.0, FAILS, (FAILS, FAILS)), (0.5, PARTLY, (FAILS, HOLDS))):
+      m = head_dim.head_dim_measurement(ctx, rho, "given")
+      self.assertEqual((criterion.verdict(m.numbers["parts_holding"]), tuple(m.numbers["part_verdicts"].values())),
+                       (verdict, by_arm), m.finding)
+      self.assertIn(f"ρ = {rho:.3g} (given)", m.finding)
     # With aligned q, k one head of d_k = width sees its own key at ρ√d_k: the row max grows with the width.
-    grown = row["numbers"]["values"]["grown aligned row max"]
+    grown = m.numbers["values"]["grown aligned row max"]
     self.assertGreater(grown[1024]["mean"], 0.5 * 1024**0.5 * 0.8)
+    with self.assertRaisesRegex(ValueError, "rho"):
+      head_dim.head_dim_measurement(ctx, 1.0, "given")
+
+  def test_rho_comes_from_the_trained_q_k_grids(self):
+    claim = BY_ID["head_dim_constant"]
+    ctx = claims.Context(**TINY)
+    grids = claim.grids(ctx)
+    self.assertTrue(claim.training)
+    self.assertEqual({rule for _, rule in grids}, {"sqrt"})
+    self.assertEqual(grids, {key: spec for key, spec in qk_claims.qk_grids(ctx).items() if key[1] == "sqrt"})
+    with self.assertRaisesRegex(ValueError, "rule"):
+      qk_claims.qk_rule_grids(ctx, "nope")
+    measured = {32: {"init": np.array([0.05, 0.06]), "final": np.array([0.3, 0.5])},
+                64: {"init": np.array([0.04, 0.05]), "final": np.array([0.2, np.nan])}}
+    with mock.patch.object(head_dim, "trained_qk_alignment", return_value=measured):
+      row = claim.evaluate(ctx)
+    self.assertAlmostEqual(row["numbers"]["qk_alignment"], np.mean([0.3, 0.5, 0.2]), places=3)  # the finite runs' mean
+    self.assertIn("3 of 4 runs finite", row["finding"])
 
 
 class LowerTemperatureTest(absltest.TestCase):
@@ -303,6 +395,21 @@ class RetrievalTest(absltest.TestCase):
     still = float(head_dim.top_mass(0 * q, k, "none", 5) - head_dim.top_mass(0 * q, k, "sqrt", 5))  # uniform either way
     self.assertEqual((_verdict("retrieval_not_dominated", moved), _verdict("retrieval_not_dominated", still)),
                      (HOLDS, FAILS))
+
+  def test_a_constant_scale_keeps_the_top_keys(self):
+    q, k = _normal(0, (1, 6, 1, 64)), _normal(1, (1, 256, 1, 64))
+    z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+    top = lambda x: np.sort(np.argsort(-x, axis=-1)[..., :5], axis=-1)  # numpy's top 5 keys per query
+    for rule in ("sqrt", rules_lib.FixedScale(-1.0, 1.0)):  # 1/√d_k, and a reversed ranking
+      factor = 64**-0.5 if rule == "sqrt" else -1.0
+      want = float(np.mean(np.any(top(z) != top(factor * z), axis=-1)))
+      self.assertEqual(float(head_dim.top_keys_changed(q, k, rule, 5)), want)
+    reading = BY_ID["retrieval_not_dominated"].beside[0].criterion
+    self.assertEqual((reading.verdict(float(head_dim.top_keys_changed(q, k, "sqrt", 5))),
+                      reading.verdict(float(head_dim.top_keys_changed(q, k, rules_lib.FixedScale(-1.0, 1.0), 5)))),
+                     (FAILS, HOLDS))
+    with self.assertRaisesRegex(ValueError, "top"):
+      head_dim.top_keys_changed(q, k, "sqrt", 0)
 
 
 if __name__ == "__main__":

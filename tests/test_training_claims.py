@@ -23,7 +23,9 @@ from scaling.studies.grid import optimum as optimum_lib
 from scaling.studies import stats
 from scaling.studies.claims.training import best_learning_rate as best_lr
 from scaling.studies.claims.training import depth as depth_claims
+from scaling.studies.claims.training import hard_selection as hard_claims
 from scaling.studies.claims.training import loss_curves as curves
+from scaling.studies.claims.training import mup_transfer as mup_claims
 from scaling.studies.claims.training import nan_and_gradient as nan_claims
 from scaling.studies.claims.training import qk_correlation as qk_claims
 from scaling.studies.claims.training import scale_rules as scale_claims
@@ -64,7 +66,7 @@ class _Written(grid_run.GridPlanner):
 
 def test_claims_are_training_claims_with_unique_ids():
   ids = [c.id for c in TRAINING_CLAIMS]
-  assert len(ids) == len(set(ids)) == 14
+  assert len(ids) == len(set(ids)) == 15
   for c in TRAINING_CLAIMS:
     assert c.training and c.source and c.text and c.grids is not None
 
@@ -277,7 +279,7 @@ def test_qk_alignment_fn_is_one_when_key_equals_query():
 # others train grids of their own; their measurements are checked on written-out grids below, which trains nothing).
 TRAINED = ("train_nan_within_100_steps", "train_grad_norm_below_1e-6", "train_depth6_converges_worse",
            "train_depth6_oscillates", "train_depth6_slow", "train_post_softmax_worse", "train_scaled_grads_stable",
-           "train_qk_correlate", "train_mup_lr_transfer")
+           "train_qk_correlate", "train_mup_lr_transfer", "train_attention_hard_selection")
 
 
 @pytest.fixture(scope="module")
@@ -302,10 +304,15 @@ def test_dry_run_plans_the_grids_the_run_trains(trained):
   an edge an optimum sat at (found only by training), and the run compiles at least the distinct programs it counts
   (the plan's compilation is per distinct program)."""
   _, planned, grids, split = trained
-  declared = [g.spec for g in grids if "widened" not in g.spec.label]
-  assert list(planned.grids) == declared  # the same models, optimizers, rates and seeds, in order
-  assert [(g.steps, g.members) for g in planned.grids] == [g.records["loss"].shape[:2] for g in grids
-                                                            if "widened" not in g.spec.label]
+  found = lambda label: "widened" in label or label.endswith(best_lr.REFINED)  # grids placed by an optimum
+  declared = [g.spec for g in grids if not found(g.spec.label)]
+  assert [g for g in planned.grids if not found(g.label)] == declared  # the same models, rates and seeds, in order
+  assert [(g.steps, g.members) for g in planned.grids if not found(g.label)] == [
+      g.records["loss"].shape[:2] for g in grids if not found(g.spec.label)]
+  # Each refinement trained is planned on its grid's compiled step (at rates standing for those found).
+  for g in grids:
+    if g.spec.label.endswith(best_lr.REFINED):
+      assert any(p.label == g.spec.label and p.program_key()[0] == g.spec.program_key()[0] for p in planned.grids)
   programs = planned.compiled()
   assert programs < len(planned)  # rules that are a logit factor share a program
   assert split.compiles >= programs
@@ -326,7 +333,11 @@ def test_measure_returns_its_statistic(rows, claim):
 
 
 def test_measurements_report_seed_statistics(rows):
-  assert set(rows["train_nan_within_100_steps"]["numbers"]["nan_fraction_none_per_seed"]) == {"mean", "std"}
+  nan = rows["train_nan_within_100_steps"]["numbers"]
+  assert len(nan["nan_fraction_low_precision_seeds"]) == 2 and nan["nan_fraction_low_precision_runs"] == 8
+  assert set(nan["per_depth"]) == {"1 float32", "1 bfloat16", "1 float16"}  # the low precisions at depth 1
+  hard = rows["train_attention_hard_selection"]["numbers"]
+  assert hard["early_steps_by_depth"] == {"1": 1} and 0.0 < hard["early_max_prob_none"] <= 1.0
   depth6 = rows["train_depth6_converges_worse"]["numbers"]
   assert set(depth6["none"]["final_loss"]) == {"mean", "std"}
   assert depth6["relative_final_gap"] is not None
@@ -383,6 +394,79 @@ def test_compare_at_best_lr_known_answer(monkeypatch):
   assert out["relative_final_gap_per_seed"]["mean"] == pytest.approx(np.mean([(3.0 - 2.4) / 2.4, (3.2 - 2.6) / 2.6]),
                                                                      rel=1e-3)
   assert out["a"]["initial_loss"]["mean"] == 5.0
+
+
+def test_refined_values_are_the_midpoints_around_the_best_rate():
+  assert best_lr.refined_values((-12.0, -10.0, -8.0), 1) == (-11.0, -9.0)
+  assert best_lr.refined_values((-12.0, -10.0, -7.0), 2) == (-8.5,)  # at an edge: one neighbour
+  assert best_lr.refined_values((-12.0, -10.0), 0) == (-11.0,)
+  for values, best in (((-10.0,), 0), ((-8.0, -10.0), 0), ((-12.0, -10.0), 2)):
+    with pytest.raises(ValueError, match="ascending"):
+      best_lr.refined_values(values, best)
+
+
+def test_near_best_keeps_the_rates_within_two_paired_standard_errors():
+  final = np.array([[2.0, 2.0, 2.0],     # the best
+                    [2.1, 1.9, 2.3],     # differences 0.1, −0.1, 0.3: mean 0.1, within 2 standard errors
+                    [2.05, 2.05, 2.05],  # 0.05 every seed: no spread, so not within
+                    [NAN, 2.0, 2.0],     # a diverged seed
+                    [2.0, 2.0, 2.0]])    # a tie
+  d = final[1] - final[0]
+  assert np.mean(d) <= 2 * np.std(d, ddof=1) / math.sqrt(3)  # the reference: 0.1 <= 0.23
+  assert best_lr.near_best(final, 0) == [0, 1, 4]
+  assert best_lr.near_best(final[:, :1], 0) == [0, 4]  # one seed: ties only
+  assert best_lr.near_best(final, None) == []
+  with pytest.raises(ValueError, match="rates, seeds"):
+    best_lr.near_best(final[0], 0)
+
+
+def test_compare_at_best_lr_refined_reports_the_gap_over_the_rates_near_the_best(monkeypatch):
+  """Rates 2^-12, 2^-10, 2^-8, each grid's best 2^-10 (interior); refined at 2^-11 and 2^-9. Rule a: 2^-9 within the
+  seeds' noise of its best (3.0, 3.0 against 3.05, 2.99), rule b: none; the gap over the pairs: (3.02 − 2.5) / 2.5 and
+  (3.0 − 2.5) / 2.5."""
+  rates = (-12.0, -10.0, -8.0)
+  finals = {"a": [4.0, 4.0, 3.0, 3.0, 4.0, 4.0], "b": [3.0, 3.0, 2.5, 2.5, 3.0, 3.0]}
+  refined = {"a": [3.5, 3.5, 3.05, 2.99], "b": [2.8, 2.8, 2.9, 2.9]}
+  grids = {k: _fake_grid(v, log2_lrs=rates, spec=grid_run.GridSpec(None, None, None, 0, rates, (0, 1), label=k))
+           for k, v in finals.items()}
+
+  def fake(spec):
+    assert spec.label.endswith(best_lr.REFINED) and spec.log2_lrs == (-11.0, -9.0)
+    return _fake_grid(refined[spec.label[0]], spec=spec)
+
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], steps={3: 10}, fixed_step=5))
+  planner = _Written(fake)
+  ctx = types.SimpleNamespace(mode="fake", planner=planner)
+  out = best_lr.compare_at_best_lr(ctx, grids, "a", "b", 3, refine=True)
+  assert len(planner.asked) == 2
+  assert out["a"]["refined_by"] == [f"{2.0 ** x:.3g}" for x in (-11.0, -9.0)]
+  assert out["a"]["near_best_learning_rates"] == [f"{2.0 ** x:.3g}" for x in (-10.0, -9.0)]
+  assert out["b"]["near_best_learning_rates"] == [f"{2.0 ** -10:.3g}"]
+  assert out["relative_final_gap"] == pytest.approx(0.2, rel=1e-3)
+  assert out["relative_final_gap_near_best"] == {"min": pytest.approx(0.2, rel=1e-3),
+                                                 "max": pytest.approx(0.52 / 2.5, rel=1e-3)}
+  words = best_lr.choice_words(out, {"a": "rule a", "b": "rule b"})
+  assert "refined around it (rule a at 0.000488, 0.00195; rule b at 0.000488, 0.00195)" in words
+  assert "give the gap from 0.2 to 0.208" in words
+  # Without refine (or in a mode without refine_best_lr) nothing more is trained and nothing is said.
+  plain = best_lr.compare_at_best_lr(types.SimpleNamespace(mode="fake", planner=_Written(pytest.fail)), grids, "a",
+                                     "b", 3)
+  assert "relative_final_gap_near_best" not in plain and best_lr.choice_words(plain, {"a": "a"}) == ""
+
+
+def test_refinements_are_planned_on_their_grids_compiled_step():
+  ctx = _ctx(_Written(lambda spec: pytest.fail("planning trained a grid")))
+  spec = grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-10.0, -6.0, -2.0))
+  finer = best_lr.refined_plan_spec(ctx, spec)
+  assert finer.label.endswith(best_lr.REFINED) and finer.log2_lrs == (-8.0, -8.0, -8.0)  # padded to 3 rates
+  assert finer.program_key() == spec.program_key() and finer.flops() == spec.flops()
+  assert best_lr.refined_plan_spec(ctx, grids_lib.grid_spec(ctx, rule="sqrt", depth=1, log2_lrs=(-6.0,))) is None
+  quick = types.SimpleNamespace(**{**vars(ctx), "mode": "quick"})
+  assert best_lr.refined_plan_spec(quick, spec) is None
+  claim = next(c for c in TRAINING_CLAIMS if c.id == "train_norms_dont_replace_scaling")
+  plan = ctx.planner.plan(claim.grids(ctx).values())
+  base = ctx.planner.plan(scale_claims.norm_grids(ctx).values())
+  assert len(plan) == 2 * len(base) and plan.compiled() == base.compiled()  # one refinement per grid, no new program
 
 
 def _depth6_worse_row(widened_loss):
@@ -468,23 +552,28 @@ def test_depth12_cannot_converge_counts_divergence_and_stalls_at_fair_rates():
 # The depth-6 grids at rates 2^-10 (1/√d_k's best) and 2^-8, and the tiny-rate grids 2 and 4 octaves below 2^-10, each
 # 2 rates x 2 seeds (members: rate-major); initial loss 4, so converged = final <= 3.6 and never above 12. Per case:
 # the unscaled depth-6 grid, the unscaled and 1/√d_k tiny-rate grids, then the statistic (the fraction of unscaled runs
-# converging with the tiny rate and clipping, at the rates where every 1/√d_k run so trained converges, minus the
-# fraction converging at 2^-10 unclipped, per seed then averaged), the verdict, and the unscaled model's own best rate
-# unclipped: (rate, fraction converged).
+# converging with the tiny rate and clipping, at the rates where every 1/√d_k run so trained converges) and its
+# verdict, the unscaled model's own best rate unclipped: (rate, fraction converged), and beside, the statistic less
+# the fraction converging at 2^-10 unclipped (per seed, then averaged) and its verdict.
 DIVERGES = [NAN, 13.0, 3.9, 3.9]  # at 2^-10: one NaN, one above 3 x 4 (diverged though finite); 2^-8 stalls
 TINY_CASES = (
-    ("holds", DIVERGES, [2.0] * 4, [2.0] * 4, 1.0, verdicts.HOLDS, (-8.0, 0.0)),
-    ("inconclusive", DIVERGES, [2.0, 2.0, 2.0, 3.9], [2.0] * 4, 0.75, verdicts.INCONCLUSIVE, (-8.0, 0.0)),  # 1, 0.5
-    ("not_needed", [2.0, 2.0, 3.9, 3.9], [2.0] * 4, [2.0] * 4, 0.0, verdicts.FAILS, (-10.0, 1.0)),
-    ("neither_way", DIVERGES, [3.9, 3.7, NAN, 3.9], [2.0] * 4, 0.0, verdicts.FAILS, (-8.0, 0.0)),
-    ("fair_rates_only", DIVERGES, [2.0, 2.0, 3.9, 3.9], [2.0, 2.0, 3.9, 2.0], 1.0, verdicts.HOLDS, (-8.0, 0.0)),
-    ("not_measured", DIVERGES, [2.0] * 4, [3.9, 2.0, 2.0, 3.9], None, verdicts.NOT_MEASURED, (-8.0, 0.0)),
+    ("holds", DIVERGES, [2.0] * 4, [2.0] * 4, 1.0, verdicts.HOLDS, (-8.0, 0.0), 1.0, verdicts.HOLDS),
+    ("inconclusive", DIVERGES, [2.0, 2.0, 2.0, 3.9], [2.0] * 4, 0.75, verdicts.INCONCLUSIVE, (-8.0, 0.0),  # 1, 0.5
+     0.75, verdicts.INCONCLUSIVE),
+    ("not_needed", [2.0, 2.0, 3.9, 3.9], [2.0] * 4, [2.0] * 4, 1.0, verdicts.HOLDS, (-10.0, 1.0), 0.0, verdicts.FAILS),
+    ("neither_way", DIVERGES, [3.9, 3.7, NAN, 3.9], [2.0] * 4, 0.0, verdicts.FAILS, (-8.0, 0.0), 0.0, verdicts.FAILS),
+    ("one_in_four", DIVERGES, [2.0, 3.9, 3.9, 3.9], [2.0] * 4, 0.25, verdicts.INCONCLUSIVE, (-8.0, 0.0),  # 0.5, 0
+     0.25, verdicts.INCONCLUSIVE),
+    ("fair_rates_only", DIVERGES, [2.0, 2.0, 3.9, 3.9], [2.0, 2.0, 3.9, 2.0], 1.0, verdicts.HOLDS, (-8.0, 0.0), 1.0,
+     verdicts.HOLDS),
+    ("not_measured", DIVERGES, [2.0] * 4, [3.9, 2.0, 2.0, 3.9], None, verdicts.NOT_MEASURED, (-8.0, 0.0), None,
+     verdicts.NOT_MEASURED),
 )
 
 
-@pytest.mark.parametrize("none_base, none_tiny, sqrt_tiny, value, verdict, own", [c[1:] for c in TINY_CASES],
-                         ids=[c[0] for c in TINY_CASES])
-def test_tiny_lr_clipping_on_written_grids(none_base, none_tiny, sqrt_tiny, value, verdict, own):
+@pytest.mark.parametrize("none_base, none_tiny, sqrt_tiny, value, verdict, own, gain, gain_verdict",
+                         [c[1:] for c in TINY_CASES], ids=[c[0] for c in TINY_CASES])
+def test_tiny_lr_clipping_on_written_grids(none_base, none_tiny, sqrt_tiny, value, verdict, own, gain, gain_verdict):
   calls = []
 
   def fake(spec):
@@ -502,9 +591,12 @@ def test_tiny_lr_clipping_on_written_grids(none_base, none_tiny, sqrt_tiny, valu
   assert row["numbers"]["none_own_best_no_clipping"] == {"best_learning_rate": f"{2.0 ** own[0]:.3g}",
                                                          "converged_fraction": own[1]}
   assert (row["value"], row["verdict"]) == (value, verdict)
+  (needed,) = row["beside"]
+  assert (needed["statistic"], needed["value"], needed["verdict"]) == ("tuning_gain", gain, gain_verdict)
   if value is not None:
     assert row["numbers"]["without_tuning"]["learning_rate"] == f"{2.0 ** -10:.3g}"
-    assert row["value"] == pytest.approx(np.mean(row["numbers"]["tuning_gain_seeds"]))
+    assert row["value"] == pytest.approx(np.mean(row["numbers"]["converged_fraction_seeds"]))
+    assert gain == pytest.approx(np.mean(row["numbers"]["tuning_gain_seeds"]))
 
 
 def test_converged_and_tiny_rates():
@@ -516,71 +608,108 @@ def test_converged_and_tiny_rates():
 
 
 class _ParamsGrid(grid_run.GridRun):
-  """A written grid whose initial parameters are the marker "init" (its final ones: "final")."""
+  """A written grid whose parameters are each member's logit variance (``logit_variance_fn`` is replaced by one that
+  reads them): after training ``final_params`` [M], at initialization ``initial`` per seed."""
+
+  initial = (1.0, 1.0)
 
   def initial_params(self):
-    return "init"
+    return np.tile(np.asarray(self.initial, np.float64), self.spec.num_values)
 
 
-def _sqrt_optimal_row(monkeypatch, loss_of_c, var_final, var_init=(1.0, 1.0)):
-  """train_sqrt_optimal on written grids: the 1/√d_k grid's best rate is its middle one, its logit variance per seed
-  ``var_init`` and ``var_final`` there; each multiplier 2^c of 1/√d_k ends at loss ``loss_of_c(c)``. Returns (the row,
-  the multipliers (log2 c) of each grid trained)."""
-  trained = []
+# The 1/√d_k grid written for train_sqrt_optimal: rates 2^-12, 2^-10, 2^-8 (the middle one best, interior), and its
+# refinement around 2^-10 at the midpoints 2^-11 and 2^-9: 2^-9's loss is within two standard errors of the best
+# (differences 0.05 and −0.01 per seed: mean 0.02, standard error 0.03), 2^-11's is not. Per member: (final loss,
+# logit variance after training); the best rate's variance is the case's.
+SQRT_RATES, SQRT_REFINED = (-12.0, -10.0, -8.0), (-11.0, -9.0)
+SQRT_REFINED_GRID = ([2.3, 2.3, 2.05, 1.99], [50.0, 50.0, 4.0, 4.0])
+
+
+def _sqrt_optimal_row(monkeypatch, loss_of_c, var_init, var_final=(1.0, 1.0)):
+  """train_sqrt_optimal on written grids (``SQRT_RATES``, refined at ``SQRT_REFINED``): its logit variance per seed
+  ``var_init`` at initialization and ``var_final`` after training at the best rate; each multiplier 2^c of 1/√d_k ends
+  at loss ``loss_of_c(c)``. Returns (the row, the multipliers (log2 c) of each grid trained, the rates of each
+  refinement trained)."""
+  trained, refined = [], []
 
   def fake(spec):
     if spec.attn_mults is not None:
       c = np.log2(np.asarray(spec.attn_mults) / math.sqrt(8))  # α = c·√d_k, d_k 8
       trained.append(tuple(float(x) for x in np.round(c, 9)))
       return _fake_grid(np.repeat([loss_of_c(x) for x in c], 2), log2_lrs=spec.log2_lrs, attn_mults=spec.attn_mults)
-    return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], log2_lrs=(-12.0, -10.0, -8.0), cls=_ParamsGrid,
-                      final_params="final")  # the 1/√d_k grid: the middle learning rate is best (interior)
+    if spec.label.endswith(best_lr.REFINED):
+      refined.append(spec.log2_lrs)
+      assert spec.log2_lrs == SQRT_REFINED
+      loss, var = SQRT_REFINED_GRID
+      return _fake_grid(loss, spec=spec, final_params=np.asarray(var))
+    grid = _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], cls=_ParamsGrid, spec=spec,
+                      final_params=np.asarray([99.0, 99.0, *var_final, 99.0, 99.0]))
+    grid.initial = var_init
+    return grid
 
-  per_member = lambda per_seed: np.asarray([99.0, 99.0, *per_seed, 99.0, 99.0])[:, None, None] * np.ones((1, 1, 2))
-  variance = {"init": per_member(var_init), "final": per_member(var_final)}
-  monkeypatch.setattr(scale_claims, "logit_variance_fn", lambda config: lambda params, tokens: variance[params])
-  row = next(c for c in TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(_ctx(_Written(fake)))
-  return row, trained
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], log2_lrs=SQRT_RATES))
+  monkeypatch.setattr(scale_claims, "logit_variance_fn",
+                      lambda config: lambda params, tokens: np.asarray(params)[:, None, None] * np.ones((1, 1, 2)))
+  ctx = types.SimpleNamespace(mode="fake", seed=0, num_seeds=2, text_file=None, planner=_Written(fake))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_sqrt_optimal").evaluate(ctx)
+  return row, trained, refined
 
 
-# Per seed, the 1/√d_k logits' variance after training, and the verdict on |log2 Var| (holds <= 1, fails >= 3).
-VARIANCE_CASES = (("holds", (1.1, 0.9), 0.0, verdicts.HOLDS),
-                  ("fails", (16.5, 15.5), 4.0, verdicts.FAILS),
-                  ("inconclusive", (1.5, 2.9), math.log2(2.2), verdicts.INCONCLUSIVE))  # log2: 0.58, 1.54
+# Per seed, the 1/√d_k logits' variance at initialization; the multipliers' loss (a parabola in log2 c with its vertex
+# at 0.5: inside √2, so that part holds; at −1.6: past the grid's edge −1, widened to −3, a different optimum); the
+# parts score (each part decided on the seeds' mean; holds > 1.5, fails < 0.5) and the verdict.
+PARTS_CASES = (("holds", (1.1, 0.9), 0.5, 2.0, 0.0, verdicts.HOLDS),
+               ("partly", (16.5, 15.5), 0.5, 1.0, 0.0, verdicts.PARTLY),  # log2 16 = 4: the variance part fails
+               ("fails", (16.5, 15.5), -1.6, 0.0, 0.0, verdicts.FAILS),
+               # log2 2.2 = 1.14 (partly) on the mean; per seed log2 1.5 = 0.58 (holds), log2 2.9 = 1.54 (partly):
+               # scores 2 and 1.5, standard error 0.25, so 1.5 ± 0.5 reaches the holds threshold.
+               ("inconclusive", (1.5, 2.9), 0.5, 1.5, 0.25, verdicts.INCONCLUSIVE))
 
 
-@pytest.mark.parametrize("var_final, value, verdict", [c[1:] for c in VARIANCE_CASES],
-                         ids=[c[0] for c in VARIANCE_CASES])
-def test_sqrt_optimal_reads_the_logit_variance(monkeypatch, var_final, value, verdict):
-  row, trained = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + (c - 0.5) ** 2, var_final)
-  assert row["statistic"] == "abs_log2_logit_variance"
-  assert row["value"] == pytest.approx(value, abs=1e-3)
-  log2_var = np.log2(var_final)
-  assert row["standard_error"] == pytest.approx(abs(log2_var[0] - log2_var[1]) / 2, rel=1e-3)  # std/√2 of two
-  assert row["verdict"] == verdict
-  assert row["numbers"]["logit_variance_init"]["mean"] == 1.0
-  # The other reading beside it: the loss-optimal multiplier, a parabola with its vertex at log2 c = 0.5 (interior).
+@pytest.mark.parametrize("var_init, vertex, value, se, verdict", [c[1:] for c in PARTS_CASES],
+                         ids=[c[0] for c in PARTS_CASES])
+def test_sqrt_optimal_reads_the_variance_at_initialization_and_the_optimal_multiplier(monkeypatch, var_init, vertex,
+                                                                                       value, se, verdict):
+  row, trained, refined = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + (c - vertex) ** 2, var_init)
+  assert row["statistic"] == "parts_holding"
+  assert (row["value"], row["standard_error"], row["verdict"]) == (pytest.approx(value), pytest.approx(se), verdict)
+  numbers = row["numbers"]
+  assert numbers["abs_log2_logit_variance_init"] == pytest.approx(abs(math.log2(np.mean(var_init))), abs=1e-3)
+  assert numbers["abs_optimal_log2_multiplier"] == pytest.approx(abs(vertex), abs=1e-6)
+  assert trained[0] == (-1.0, 0.0, 1.0) and refined == [SQRT_REFINED]
+  assert numbers["learning_rate"] == f"{2.0 ** -10:.3g}"  # the multipliers run at the best rate of the refined grid
+  # Beside: the variance after training (1 at the best rate): holds.
   (other,) = row["beside"]
-  assert (other["statistic"], other["verdict"]) == ("abs_optimal_log2_multiplier", verdicts.HOLDS)
-  assert other["value"] == pytest.approx(0.5, abs=1e-6) and other["standard_error"] == 0.0
-  assert trained == [(-1.0, 0.0, 1.0)]  # interior: not widened
-  assert "Beside, the loss-optimal multiplier" in row["finding"]
+  assert (other["statistic"], other["value"], other["verdict"]) == ("abs_log2_logit_variance_final", 0.0,
+                                                                    verdicts.HOLDS)
+  assert "Beside, the variance after training" in row["finding"]
+
+
+def test_sqrt_optimal_says_how_the_choice_of_rate_enters(monkeypatch):
+  """The refined grid's rates within the seeds' noise of the best (2^-10 and 2^-9) and |log2 Var| after training
+  over them: 0 at 2^-10, log2 4 = 2 at 2^-9."""
+  row, _, _ = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + (c - 0.5) ** 2, (1.0, 1.0))
+  numbers = row["numbers"]
+  assert numbers["refined_lrs_by"] == [f"{2.0 ** x:.3g}" for x in SQRT_REFINED]
+  assert numbers["near_best_learning_rates"] == [f"{2.0 ** x:.3g}" for x in (-10.0, -9.0)]
+  assert numbers["abs_log2_logit_variance_final_near_best"] == {"min": 0.0, "max": pytest.approx(2.0)}
+  assert "ranges from 0 to 2" in row["finding"]
 
 
 def test_sqrt_optimal_widens_the_multipliers_past_an_edge(monkeypatch):
   # The optimum at log2 c = -1.6 lies past the grid's edge (-1): widened by 2 octaves (-2, -3), it is interior.
-  row, trained = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + (c + 1.6) ** 2, (1.0, 1.0))
+  row, trained, _ = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + (c + 1.6) ** 2, (1.0, 1.0))
   assert trained == [(-1.0, 0.0, 1.0), (-2.0, -3.0)]
-  (other,) = row["beside"]
-  assert other["value"] == pytest.approx(1.6, abs=1e-6)
-  assert (other["at_edge"], other["verdict"]) == (False, verdicts.FAILS)
+  assert row["numbers"]["abs_optimal_log2_multiplier"] == pytest.approx(1.6, abs=1e-6)
+  assert not row["numbers"]["optimum_at_edge"]
+  assert row["numbers"]["part_verdicts"] == {p.name: v for p, v in zip(scale_claims.SQRT_OPTIMAL_PARTS,
+                                                                       (verdicts.HOLDS, verdicts.FAILS))}
   assert row["numbers"]["widened_by"] == [-2.0, -3.0]
-  # Still falling at the widened edge: the optimum is not located, whatever its value.
-  row, trained = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + 0.01 * c, (1.0, 1.0))
+  # Still falling at the widened edge: the optimum is not located, so the claim is inconclusive.
+  row, trained, _ = _sqrt_optimal_row(monkeypatch, lambda c: 2.0 + 0.01 * c, (1.0, 1.0))
   assert trained == [(-1.0, 0.0, 1.0), (-2.0, -3.0)]
-  (other,) = row["beside"]
-  assert (other["value"], other["at_edge"], other["verdict"]) == (3.0, True, verdicts.INCONCLUSIVE_EDGE)
-  assert row["verdict"] == verdicts.HOLDS  # the verdict answers the note's reading, the variance
+  assert (row["numbers"]["optimum_at_edge"], row["verdict"]) == (True, verdicts.INCONCLUSIVE_EDGE)
+  assert row["beside"][0]["verdict"] == verdicts.HOLDS  # the variance after training has no multiplier edge
 
 
 def test_logit_variance_fn_matches_the_models_own_logit_rms():
@@ -607,10 +736,11 @@ def test_logit_variance_fn_matches_the_models_own_logit_rms():
     np.testing.assert_allclose(math.sqrt(np.mean(var[i] + means**2)), rms, rtol=1e-4)
 
 
-def _transfer_row(monkeypatch, optima, slopes):
+def _transfer_row(monkeypatch, optima, slopes, from_step=1):
   """train_mup_lr_transfer on written transfer grids (widths 16 and 64, rates 2^-10, 2^-8, 2^-6, 10 steps, 2 seeds):
   each (parametrization, width) ends at loss 2 + 0.01 (log2 lr − ``optima[(name, width)]``)²; every layer output's
-  RMS is 1 at step 0 and (width / 16)^``slopes[name][seed]`` after. Returns (the row, the widened grids trained)."""
+  RMS is 1 before step ``from_step`` and (width / 16)^``slopes[name][seed]`` from it on. Returns (the row, the widened
+  grids trained)."""
   monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], transfer_widths=(16, 64),
                                                     transfer_steps=10, transfer_log2_lrs=(-10.0, -8.0, -6.0),
                                                     coord_lr=2.0**-8, transfer_parametrizations=("sp", "mup")))
@@ -622,7 +752,7 @@ def _transfer_row(monkeypatch, optima, slopes):
       widened.append((name, width, spec.log2_lrs))
     final = [2.0 + 0.01 * (x - optima[(name, width)]) ** 2 for x in spec.log2_lrs for _ in spec.seeds]
     size = np.ones((steps, spec.members))
-    size[1:] = np.tile([(width / 16) ** slopes[name][j] for j in range(len(spec.seeds))], len(spec.log2_lrs))
+    size[from_step:] = np.tile([(width / 16) ** slopes[name][j] for j in range(len(spec.seeds))], len(spec.log2_lrs))
     rms = {m: size for m in ("embed_rms", "readout_rms")}
     rms.update({m: np.repeat(size[..., None], 2, axis=-1) for m in ("attn_logits_rms", "attn_out_rms", "mlp_out_rms")})
     return _fake_grid(final, steps=steps, spec=spec, records=rms)
@@ -656,6 +786,34 @@ def test_mup_coordinate_check_on_written_grids(monkeypatch, mup_slopes, value, v
   assert row["numbers"]["sp_optimal_log2_lr_spread"] == pytest.approx(1.5)
 
 
+def test_mup_coordinate_check_reads_the_whole_run(monkeypatch):
+  """μP's layer outputs grow like width^0.8 only at the last step (9), after the warmup: the whole run is read."""
+  row, _ = _transfer_row(monkeypatch, FLAT, {"mup": (0.8, 0.8), "sp": (1.0, 1.0)}, from_step=9)
+  assert row["numbers"]["warmup_steps"] < 9 and row["numbers"]["coord_check_steps"] == 10
+  assert (row["value"], row["verdict"]) == (pytest.approx(0.8), verdicts.FAILS)
+  assert row["numbers"]["coord"]["mup"]["at"].endswith("step 9")
+  assert row["numbers"]["coord"]["mup"]["max_slope_warmup"] == pytest.approx(0.0)
+
+
+def test_mup_transfer_says_mup_scales_the_logits_by_d_head(monkeypatch):
+  """The logit scale read from the models: μP's α/d_head with α = √8 (1/√d_head at the base width 16, d_head 8; heads
+  of width / 2), SP's 1/√d_head."""
+  row, _ = _transfer_row(monkeypatch, FLAT, {"mup": (0.0, 0.0), "sp": (1.0, 1.0)})
+  scales = row["numbers"]["logit_scale_by_width"]
+  for width, d_head in ((16, 8), (64, 32)):
+    mup, sp = scales["mup"][str(width)], scales["sp"][str(width)]
+    assert mup["head_dim"] == d_head
+    assert mup["logit_scale"] == pytest.approx(math.sqrt(8) / d_head, rel=1e-3)
+    assert sp["logit_scale"] == pytest.approx(1 / math.sqrt(d_head), rel=1e-3)
+  assert "μP here scales the logits by α/d_head (α = 2.828)" in row["finding"]
+  assert "SP here scales the logits by α/√d_head (α = 1)" in row["finding"]
+  assert "both notes call a pitfall" in row["finding"]
+  assert mup_claims.scale_rule_words({"8": {"logit_scale": 0.5, "head_dim": 8, "times_head_dim": 4.0,
+                                            "times_sqrt_head_dim": 1.41},
+                                      "32": {"logit_scale": 0.2, "head_dim": 32, "times_head_dim": 6.4,
+                                             "times_sqrt_head_dim": 1.13}}) == "0.5 at d_head 8, 0.2 at d_head 32"
+
+
 def test_mup_transfer_at_the_widened_edge_is_inconclusive(monkeypatch):
   row, widened = _transfer_row(monkeypatch, {**FLAT, ("mup", 64): -1.0}, {"mup": (0.0, 0.0), "sp": (1.0, 1.0)})
   assert ("mup", 64, (-4.0,)) in widened
@@ -664,17 +822,29 @@ def test_mup_transfer_at_the_widened_edge_is_inconclusive(monkeypatch):
   assert row["verdict"] == verdicts.HOLDS
 
 
-def test_scaled_grads_stable_reports_the_unscaled_model_beside():
+# (decades spanned with 1/√d_k, without it; parts holding (stable: <= 1 decade; more stable than unscaled: by >= 0.5
+# decade), verdict, the two parts' verdicts).
+STABLE_CASES = (
+    (0.5, 2.5, 2.0, verdicts.HOLDS, (verdicts.HOLDS, verdicts.HOLDS)),
+    (0.5, 0.5, 1.0, verdicts.PARTLY, (verdicts.HOLDS, verdicts.FAILS)),  # stable, but as stable without the scale
+    (2.5, 2.5, 0.0, verdicts.FAILS, (verdicts.FAILS, verdicts.FAILS)),
+    (1.5, 2.5, 1.5, verdicts.PARTLY, (verdicts.PARTLY, verdicts.HOLDS)),  # 1.5 is not above 2 − ½
+)
+
+
+@pytest.mark.parametrize("sqrt_decades, none_decades, value, verdict, parts", STABLE_CASES)
+def test_scaled_grads_stable_needs_stable_and_more_stable_than_unscaled(sqrt_decades, none_decades, value, verdict,
+                                                                        parts):
   def fake(spec):
-    rule = _rule(spec)
     grad = np.ones((10, 6))
-    grad[0] = 10.0 ** (0.5 if rule == "sqrt" else 2.5)  # max / min over steps: 0.5 and 2.5 decades
+    grad[0] = 10.0 ** (sqrt_decades if _rule(spec) == "sqrt" else none_decades)  # max / min over steps
     return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], log2_lrs=(-12.0, -10.0, -8.0), records={"grad_norm": grad})
   row = next(c for c in TRAINING_CLAIMS if c.id == "train_scaled_grads_stable").evaluate(_ctx(_Written(fake)))
-  assert (row["value"], row["standard_error"], row["verdict"]) == (0.5, 0.0, verdicts.HOLDS)
-  assert row["numbers"]["unscaled"]["max_decades"] == 2.5
-  assert row["numbers"]["max_decades_unscaled_minus_scaled"]["mean"] == 2.0
-  assert "without the scale spans 2.50 decades" in row["finding"]
+  assert (row["value"], row["standard_error"], row["verdict"]) == (value, 0.0, verdict)
+  assert row["numbers"]["unscaled"]["max_decades"] == pytest.approx(none_decades)
+  assert row["numbers"]["decades_gap"] == pytest.approx(none_decades - sqrt_decades)
+  assert tuple(b["verdict"] for b in row["beside"]) == parts
+  assert f"without the scale spans {none_decades:.2f} decades" in row["finding"]
 
 
 def test_clipped_optimizer_clips_the_global_norm():
@@ -796,3 +966,164 @@ def test_attention_grad_norm_is_the_norm_of_dl_dwq_and_dl_dwk(rule):
     squares = sum(float(np.sum(np.square(np.asarray(grads[f"block_{i}"]["attn"][n]["kernel"], np.float64))))
                   for i in range(config.depth) for n in ("query", "key"))
     np.testing.assert_allclose(got[m], math.sqrt(squares), rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------
+# The loss curve's swings (train_depth6_oscillates), the NaN fraction per precision (train_nan_within_100_steps) and
+# the attention early in training (train_attention_hard_selection).
+
+
+def test_window_means_swings_and_their_noise_floor():
+  losses = np.array([[9.0, 5.0], [9.0, 5.0],  # first half: left out of the swings
+                     [4.0, 3.0], [2.0, 3.0], [5.0, 2.0], [5.0, 2.0], [2.0, 1.0], [4.0, 1.0]])
+  np.testing.assert_allclose(curves.window_means(losses[2:], 2), [[3.0, 3.0], [5.0, 2.0], [3.0, 1.0]])
+  # Second half (steps 4..7) in windows of 2: run 0 means 5, 3 (a fall: no swing); in windows of 1: 5, 5, 2, 4 rises 2.
+  np.testing.assert_allclose(curves.swings(losses, 2), [0.0, 0.0])
+  np.testing.assert_allclose(curves.swings(losses, 1), [2.0, 0.0])
+  # Within-window variances (ddof 1): run 0 windows (5, 5), (2, 4): 0 and 2, so σ_w = √(1 / 2); one pair of windows.
+  np.testing.assert_allclose(curves.swing_noise_floor(losses, 2), [math.sqrt(0.5) / math.sqrt(math.pi), 0.0])
+  with pytest.raises(ValueError, match="two windows"):
+    curves.swings(losses, 3)
+  with pytest.raises(ValueError, match="width"):
+    curves.window_means(losses, 0)
+
+
+def test_swings_of_a_noisy_falling_curve_stay_at_its_noise_floor():
+  """Batch noise alone (iid around a falling line) swings about as much as ``swing_noise_floor`` predicts, and far
+  less than the step-to-step RMS: the smoothed statistic is not the noise."""
+  rng = np.random.default_rng(0)
+  steps, runs, sigma = 400, 2000, 0.1
+  losses = np.linspace(4.0, 3.8, steps)[:, None] + sigma * rng.standard_normal((steps, runs))
+  width = 20
+  got = float(np.mean(curves.swings(losses, width)))
+  pairs = steps // 2 // width - 1
+  # E max(0, X) for X ~ N(−slope·width, 2σ²/width): the mean rise of two window means of a falling noisy line.
+  drift, sd = 0.2 / (steps - 1) * width, math.sqrt(2.0 / width) * sigma
+  want = pairs * (sd / math.sqrt(2 * math.pi) * math.exp(-drift ** 2 / (2 * sd ** 2))
+                  - drift * 0.5 * math.erfc(drift / (sd * math.sqrt(2))))
+  assert got == pytest.approx(want, rel=0.05)
+  floor = float(np.mean(curves.swing_noise_floor(losses, width)))
+  assert floor == pytest.approx(pairs * sigma / math.sqrt(width) / math.sqrt(math.pi), rel=0.05)
+  assert got <= floor < 0.2 * float(np.mean(curves.roughness(losses))) * pairs
+
+
+def _curve_grid(spec, curves_by_rate):
+  """A GridRun of ``spec`` (rates × 2 seeds) whose members' losses are the given [steps] curves, one per rate."""
+  loss = np.stack([np.asarray(c, np.float64) for c in curves_by_rate for _ in range(len(spec.seeds))], axis=1)
+  return grid_run.GridRun(spec=spec, records={"loss": loss}, final_params=None, wall_time=0.0)
+
+
+def test_oscillation_reads_the_smoothed_swings_at_the_best_rate(monkeypatch):
+  """40 steps: windows of 2, second half (20 steps) in 10 windows. At the best rate (the middle one, lowest final
+  loss) the unscaled loss alternates 3, 4 by window (5 rises of 1), the 1/√d_k loss 2.5, 2.9 (5 rises of 0.4)."""
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], steps={1: 40}))
+  rates = (-12.0, -10.0, -8.0)
+
+  def fake(spec):
+    low, high = (3.0, 4.0) if _rule(spec) == "none" else (2.5, 2.9)
+    best = np.repeat([5.0] * 10 + [low, high] * 5, 2)  # windows of 2 steps
+    return _curve_grid(dataclasses.replace(spec, log2_lrs=rates), (best + 1.0, best, best + 1.0))
+
+  ctx = types.SimpleNamespace(mode="fake", seed=0, num_seeds=2, text_file=None, planner=_Written(fake))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_depth6_oscillates").evaluate(ctx)
+  assert row["numbers"]["window_steps"] == 2
+  assert row["numbers"]["swings"]["none"]["mean"] == pytest.approx(5.0)
+  assert row["numbers"]["swings"]["sqrt"]["mean"] == pytest.approx(2.0)
+  assert (row["value"], row["standard_error"], row["verdict"]) == (2.5, 0.0, verdicts.HOLDS)
+  (raw,) = row["beside"]  # step to step: |1| and |0.4| at every other step, ratio 2.5 too
+  assert (raw["statistic"], raw["value"]) == ("roughness_ratio", 2.5)
+
+
+def test_nan_fraction_is_decided_in_low_precision_with_each_precision_beside():
+  """Written grids (2 rates × 2 seeds) at depth 1: float32 never NaN; bfloat16 always NaN unscaled; float16 NaN at
+  the first rate. 1/√d_k stays finite, so every rate counts."""
+  asked = []
+
+  def fake(spec):
+    dtype, rule = spec.model_config.dtype, _rule(spec)
+    asked.append((dtype, rule, spec.steps))
+    finals = {"float32": [2.0] * 4, "bfloat16": [NAN] * 4, "float16": [NAN, NAN, 2.0, 2.0]}[dtype]
+    return _fake_grid(finals if rule == "none" else [2.0] * 4, steps=spec.steps, spec=spec)
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_nan_within_100_steps").evaluate(_ctx(_Written(fake)))
+  assert sorted(asked) == sorted((d, r, 4) for d in ("float32", "bfloat16", "float16") for r in ("none", "sqrt"))
+  assert (row["value"], row["standard_error"], row["verdict"]) == (0.75, 0.0, verdicts.HOLDS)  # (4 + 2) of 8
+  assert row["numbers"]["nan_fraction_low_precision_runs"] == 8
+  beside = {b["statistic"]: (b["value"], b["verdict"]) for b in row["beside"]}
+  assert beside == {"nan_fraction_float32": (0.0, verdicts.FAILS), "nan_fraction_bfloat16": (1.0, verdicts.HOLDS),
+                    "nan_fraction_float16": (0.5, verdicts.HOLDS)}
+
+
+def test_nan_grids_train_the_low_precisions_for_the_window_only(monkeypatch):
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], steps={1: 300}, nan_window=100))
+  ctx = types.SimpleNamespace(mode="fake", seed=0, num_seeds=2, text_file=None, planner=grid_run.GridPlanner())
+  grids = nan_claims.nan_grids(ctx)
+  assert {k: g.steps for k, g in grids.items()} == {
+      (1, "float32", "none"): 300, (1, "float32", "sqrt"): 300, (1, "bfloat16", "none"): 100,
+      (1, "bfloat16", "sqrt"): 100, (1, "float16", "none"): 100, (1, "float16", "sqrt"): 100}
+  assert grids[(1, "float16", "none")].model_config.dtype == "float16"
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["fake"], nan_low_dtypes=()))
+  assert set(nan_claims.nan_grids(ctx)) == {(1, "float32", "none"), (1, "float32", "sqrt")}
+
+
+def test_early_steps_uniform_max_prob_and_early_max_prob():
+  assert [hard_claims.early_steps(n) for n in (1, 4, 10, 11, 100, 300)] == [1, 1, 1, 2, 10, 30]
+  assert hard_claims.uniform_max_prob(1) == 1.0
+  assert hard_claims.uniform_max_prob(4) == pytest.approx((1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
+  max_prob = np.arange(2 * 3 * 2, dtype=np.float64).reshape(2, 3, 2)  # [steps, M, depth]
+  step0, early = hard_claims.early_max_prob(max_prob, 2)
+  np.testing.assert_allclose(step0, [0.5, 2.5, 4.5])
+  np.testing.assert_allclose(early, [3.5, 5.5, 7.5])  # (0 + 1 + 6 + 7) / 4, ...
+  for bad in (lambda: hard_claims.early_steps(0), lambda: hard_claims.uniform_max_prob(0),
+              lambda: hard_claims.early_max_prob(max_prob, 3)):
+    with pytest.raises(ValueError):
+      bad()
+
+
+def test_hard_selection_on_written_grids(monkeypatch):
+  """20 steps: the first 2 are early. At the best rate (the middle one), unscaled max p is 0.96 then 0.92 (early mean
+  0.94), 1/√d_k 0.4 then 0.3; the other rates (worse losses) are not read."""
+  monkeypatch.setitem(sizes_lib.SIZES, "fake", dict(sizes_lib.SIZES["test"], steps={1: 20}))
+  rates = (-12.0, -10.0, -8.0)
+
+  def fake(spec):
+    first, second = (0.96, 0.92) if _rule(spec) == "none" else (0.4, 0.3)
+    prob = np.full((20, 6, 1), 0.1)
+    prob[0], prob[1] = first, second
+    prob[:, [0, 1, 4, 5]] = 0.0  # the other rates
+    spec = dataclasses.replace(spec, log2_lrs=rates)
+    return _fake_grid([3.0, 3.0, 2.0, 2.0, 3.0, 3.0], steps=20, spec=spec, records={"attn_max_prob": prob})
+  ctx = types.SimpleNamespace(mode="fake", seed=0, num_seeds=2, text_file=None, planner=_Written(fake))
+  row = next(c for c in TRAINING_CLAIMS if c.id == "train_attention_hard_selection").evaluate(ctx)
+  assert (row["value"], row["standard_error"], row["verdict"]) == (0.94, 0.0, verdicts.HOLDS)
+  beside = {b["statistic"]: (b["value"], b["verdict"]) for b in row["beside"]}
+  assert beside == {"step0_max_prob_none": (0.96, verdicts.HOLDS), "early_max_prob_gap": (0.59, verdicts.HOLDS)}
+  assert row["numbers"]["early_max_prob_sqrt"] == 0.35
+  assert row["numbers"]["uniform_max_prob"] == pytest.approx(stats.round_finite(hard_claims.uniform_max_prob(8)))
+
+
+@pytest.mark.parametrize("rule", ["none", "sqrt"])
+def test_recorded_max_prob_is_that_of_the_models_attention_at_step_0(rule):
+  """The grid's recorded attn_max_prob at step 0 against softmax(scale · q·kᵀ) by hand (numpy, causal) from the
+  model's query and key projections at the initial parameters, on each member's first batch."""
+  ctx = _ctx()
+  spec = grids_lib.grid_spec(ctx, rule=rule, depth=1, steps=1)
+  run = ctx.planner.train(spec)
+  config = spec.model_config
+  model = model_lib.Transformer(config)
+  params = run.initial_params()
+  dataset = sizes_lib.dataset_of(ctx)
+  _, seeds, _ = spec.member_arrays()
+  scale = 1.0 if rule == "none" else 1.0 / math.sqrt(config.head_dim)
+  for m, seed in enumerate(seeds):
+    member = jax.tree.map(lambda a: np.asarray(a)[m], params)
+    tokens = dataset.batch(0, int(seed))["inputs"]
+    _, state = model.apply({"params": member}, tokens, mutable=["intermediates"])
+    attn = state["intermediates"]["block_0"]["attn"]
+    q, k = (np.asarray(rope_lib.apply_rope(attn[n][0], base=config.rope_base), np.float64)
+            for n in ("q_projected", "k_projected"))
+    logits = scale * np.einsum("bthd,bshd->bhts", q, k)
+    t = logits.shape[-1]
+    logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(run.records["attn_max_prob"][0, m, 0], p.max(-1).mean(), rtol=1e-4)

@@ -266,16 +266,20 @@ def claims_headline(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
   options = config.get("config") if isinstance(config, Mapping) else None
   if not isinstance(options, Mapping) or "mode" not in options:
     raise ConfigError("config must be the run's config.json: {'config': {'mode': ..., 'text_file': ...}, ...}")
-  # A row's kind (claims.jsonl): "measured", "not measurable here" (no criterion can be declared), or a claim checked
-  # against its source (never a measured verdict).
+  # A row's kind (claims.jsonl): "measured", "not measurable here" (no criterion can be declared), "supporting
+  # measurement" (no claim of the notes: not counted among them), or a claim checked against its source (never a
+  # measured verdict).
+  kinds = ("measured", "not measurable here", "supporting measurement")
   measured = [r for r in rows if r.get("kind", "measured") == "measured"]
   unmeasurable = [r for r in rows if r.get("kind") == "not measurable here"]
-  cited = [r for r in rows if r.get("kind", "measured") not in ("measured", "not measurable here")]
+  supporting = [r for r in rows if r.get("kind") == "supporting measurement"]
+  cited = [r for r in rows if r.get("kind", "measured") not in kinds]
   tally = lambda group: ", ".join(f"{v} **{n}**" for v, n in collections.Counter(r["verdict"] for r in group).items())
   data = f"text file `{options['text_file']}`" if options.get("text_file") else "the built-in synthetic task"
   checked = f"; {len(cited)} factual citations checked against their sources: {tally(cited)}" if cited else ""
   run = f"; run on {config['code']}, {config['date']}" if "code" in config and "date" in config else ""
   unsettled = f"; {len(unmeasurable)} claims not measurable here" if unmeasurable else ""
+  unsettled += f"; {len(supporting)} supporting measurements (no claim of the notes) beside them" if supporting else ""
   lines = [f"{len(measured)} claims of the notes measured by `python -m experiments.claims` (mode {options['mode']}, "
            f"training claims on {data}{run}); verdicts: {tally(measured)}{unsettled}{checked}.",
            "Criterion: a claim's verdict is its declared criterion applied to one statistic measured in that run "

@@ -48,7 +48,7 @@ def parts_criterion(statistic: str, what: str, parts: tuple[Part, ...], reason: 
   of parts, above n − ½), does not hold when none holds even partly (below ½), partly otherwise."""
   each = "; ".join(f"{p.name}: {p.criterion.text}" for p in parts)
   return Criterion(statistic, f"{what}, each counting 1 if it holds, ½ if partly, 0 if not ({each})",
-                   holds=(">", len(parts) - 0.5), fails=("<", 0.5), reason=reason)
+                   holds=(">", len(parts) - 0.5), fails=("<", 0.5), reason=reason, discrete=True)
 
 
 def parts_text(verdicts: dict[str, str]) -> str:

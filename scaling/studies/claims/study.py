@@ -44,6 +44,9 @@ from scaling.runs import results
 from scaling.base.config import option
 from scaling.base.config import Options
 from scaling.studies.grid import run as grid_run
+from scaling.studies.claims.history import criteria_history
+from scaling.studies.claims.history import page_versions
+from scaling.studies.claims.training.grid_sizes import grid_sizes
 from scaling.studies.claims.training.sizes import follows_num_seeds
 # The public names of the claims' parts, importable from here.
 from scaling.studies.claims.table import all_claims
@@ -64,7 +67,7 @@ from scaling.studies.claims.verdicts import NOT_MEASURABLE
 from scaling.studies.claims.verdicts import NOT_MEASURED
 from scaling.studies.claims.verdicts import PARTLY
 from scaling.studies.claims.verdicts import SOURCE_AGREES
-from scaling.studies.claims.verdicts import SOURCE_DISAGREES
+from scaling.studies.claims.verdicts import SOURCE_CONTRADICTS
 from scaling.studies.claims.verdicts import VERDICTS
 from scaling.base.validation import ConfigError
 
@@ -79,7 +82,8 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
   """Measures the claims of ``all_claims()`` (all, or those in ``ids``); returns one JSON-ready row per claim.
 
   Each row is ``Claim.evaluate``'s (id, source, claim, criterion, statistic, value, verdict, finding, numbers)
-  with ``command``, the command line that reproduces it alone. Timed claims (``Claim.timed``) are measured last,
+  with ``command``, the command line that reproduces it alone, and for a training claim ``sizes``, those of the
+  grids it was decided at (``grid_sizes``). Timed claims (``Claim.timed``) are measured last,
   once compiling ahead has stopped (nothing is left to train then), so that no compilation runs beside their clocks;
   the rows come back in table order.
   """
@@ -94,6 +98,8 @@ def run_claims(ctx: Context | None = None, ids: tuple[str, ...] | None = None,
     if claim.timed:
       ctx.planner.close()
     rows[claim.id] = {**claim.evaluate(ctx), "command": command(ctx, claim.id)}
+    if claim.training:
+      rows[claim.id]["sizes"] = grid_sizes(claim.grids(ctx).values())
     if on_result:
       on_result(rows[claim.id])
   return [rows[c.id] for c in selected]
@@ -341,6 +347,10 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
       finally:
         ctx.planner.close()
   rows = stream.finish()
+  # Each criterion against the published pages (git history of docs/claims.md in this checkout), for the tables.
+  checkout = pathlib.Path(__file__).resolve().parents[3]
+  past = criteria_history(rows, ctx.mode, page_versions(checkout))
+  rows = [{**r, "criterion_history": past[r["id"]]} if r["id"] in past else r for r in rows]
   results.write_text(out_dir / "claims.md", markdown_table(rows))
   results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))
   indent = " " * 16

@@ -32,5 +32,22 @@ UNMEASURABLE_CLAIMS: tuple[UnmeasurableClaim, ...] = (
         "vanishing gradients from the other causes of a failed run (learning rate, depth, initialization).",
         related=("gradients_vanish", "fp16_exp_overflow", "fp32_or_clamp_solves", "train_grad_norm_below_1e-6",
                  "train_depth12_cannot_converge")),
+    UnmeasurableClaim(
+        "extreme_tokens_are_separators_and_ends", "note 2 §2.3",
+        "In FP16/BF16 training, even with √d_k scaling, the dot products that can still overflow are those of "
+        "individual extreme tokens: special separator tokens and the first and last tokens of long sequences.",
+        would_need="a pretrained language model whose vocabulary has special separator tokens and that was trained on "
+        "long sequences, run in float16 or bfloat16 on long inputs, with its 1/√d_k attention logits (or its "
+        "non-finite rows) recorded per layer, head and token position; the criterion would compare the largest |q·k| "
+        "at separator tokens and at the first and last positions with that at the other tokens",
+        why="the models here are character-level transformers trained from scratch for minutes (the vocabulary is "
+        "the characters of the text file, tiny Shakespeare: no separator or other special token), on sequences of at "
+        "most 256 characters (the training sizes of every mode), and no pretrained weights are available offline "
+        "(the package ships and loads none). Which tokens of a model carry its extreme logits is a property of its long pretraining on such tokens and "
+        "such sequences, so a short character-level run that showed none would not speak against the claim. The "
+        "random-input rows place the outliers on the first and last tokens by construction: they measure what such "
+        "tokens do to FP16/BF16 attention and to its fixes, not which tokens become extreme in a trained model.",
+        related=("low_precision_nan_even_scaled", "nan_gradient_explosion", "clamp_before_scale",
+                 "online_softmax_mitigates")),
 )
 """The claims no measurement here can settle, in the order of their table."""

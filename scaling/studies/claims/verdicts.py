@@ -41,12 +41,15 @@ INCONCLUSIVE_VERDICTS = (INCONCLUSIVE, INCONCLUSIVE_EDGE)
 NOISE_SES = 2.0
 VERDICTS = (HOLDS, PARTLY, FAILS, *INCONCLUSIVE_VERDICTS)
 NOT_MEASURED = "not measured"
-# The verdicts of citation claims. NOT_IN_PASSAGE: only part of the source was read, and that part neither says what
-# the note attributes to it nor contradicts it (absent from an abstract is not a disagreement).
-SOURCE_AGREES, SOURCE_DISAGREES = "source agrees", "source disagrees"
+# The verdicts of citation claims. SOURCE_CONTRADICTS: the source says otherwise. NOT_STATED: the whole source was read
+# and it never says it (silence, not disagreement). NOT_IN_PASSAGE: only part of the source was read, and that part
+# neither says what the note attributes to it nor contradicts it (absent from an abstract is neither).
+SOURCE_AGREES, SOURCE_CONTRADICTS = "source agrees", "source contradicts"
+NOT_STATED = "not stated in the source"
 NOT_IN_PASSAGE = "not found in the passage checked"
-CITATION_VERDICTS = (SOURCE_AGREES, SOURCE_DISAGREES, NOT_IN_PASSAGE)
+CITATION_VERDICTS = (SOURCE_AGREES, SOURCE_CONTRADICTS, NOT_STATED, NOT_IN_PASSAGE)
 MEASURED, CITATION = "measured", "checked against the source"  # the kinds of claims
+SUPPORTING = "supporting measurement"  # the kind of a measured row that no claim of the notes makes (Claim.supports)
 NOT_MEASURABLE = "not measurable here"  # the kind, and the verdict, of a claim no measurement here can settle
 KNIFE_EDGE = 0.1  # a statistic within 10% (relative) of a threshold: the finding shows the margin
 
@@ -69,6 +72,8 @@ class Criterion:
       there: fewer than two seeds, nothing to take): ``INCONCLUSIVE`` when a threshold lies within ``NOISE_SES``
       standard errors of the value.
     repeats: what that standard error is over, in words ("seeds"; a timing's "timing rounds").
+    discrete: the statistic takes a few values only (a count of parts that hold, in halves): a value on a threshold
+      is no knife-edge, and the finding says nothing of its margin.
     edge: the key of a boolean in the numbers, true when the optimum the statistic is made of stays at the edge of
       the grid searched (after any widening): the verdict is then ``INCONCLUSIVE_EDGE``.
   """
@@ -81,6 +86,7 @@ class Criterion:
   noise: bool = False
   edge: str | None = None
   repeats: str = "seeds"
+  discrete: bool = False
 
   def __post_init__(self):
     for name, (op, threshold) in (("holds", self.holds), ("fails", self.fails)):
@@ -230,7 +236,9 @@ class Claim:
   """A claim from the notes, how to measure it and the criterion that decides it.
 
   A training claim (``training``) declares the grids it trains in ``grids``: ``grids(ctx)`` maps names to
-  ``scaling.studies.grid.run.GridSpec`` s, read without training anything to plan a run. ``beside`` holds other
+  ``scaling.studies.grid.run.GridSpec`` s, read without training anything to plan a run. A row with ``supports`` is
+  a supporting measurement, not a claim of the notes: its statement is ours, its criterion decides it as any other,
+  and it names the ids of the claims it informs; the tables show it apart and the verdict counts leave it out. ``beside`` holds other
   readings of the claim's words, each decided by its own criterion from the same numbers and reported in the row
   beside the verdict, which answers ``criterion``. A ``timed`` claim's statistic is a wall-clock time: it is measured
   after every other claim, with nothing compiling beside it (``scaling.studies.claims.study.run_claims``).
@@ -245,11 +253,19 @@ class Claim:
   grids: Callable[[Any], dict[Any, Any]] | None = None
   beside: tuple[Reading, ...] = ()
   timed: bool = False
-  kind = MEASURED
+  supports: tuple[str, ...] = ()
 
   def __post_init__(self):
     if self.training and self.grids is None:
       raise ConfigError(f"claim {self.id}: a training claim declares the grids it trains (grids)")
+    if isinstance(self.supports, str):
+      raise ConfigError(f"claim {self.id}: supports must be a tuple of claim ids, got the string {self.supports!r}")
+
+  @property
+  def kind(self) -> str:
+    """``SUPPORTING`` for a measurement that no claim of the notes makes (``supports`` names the rows it informs),
+    ``MEASURED`` otherwise."""
+    return SUPPORTING if self.supports else MEASURED
 
   def evaluate(self, ctx: Context) -> dict[str, Any]:
     """Measures the claim and decides its verdict; returns the JSON-ready row.
@@ -264,7 +280,8 @@ class Claim:
     main = decide(self.criterion, m.numbers, f"claim {self.id}: the measurement")
     value, margin = main["value"], main["margin"]
     finding = " ".join(s for s in (m.finding, _decision_words(main)) if s)
-    if (main["verdict"] not in INCONCLUSIVE_VERDICTS and margin is not None and margin["relative"] < KNIFE_EDGE
+    if (not self.criterion.discrete and main["verdict"] not in INCONCLUSIVE_VERDICTS and margin is not None
+        and margin["relative"] < KNIFE_EDGE
         and (margin["distance"] or margin["threshold"])):
       finding += (f" Knife-edge: {self.criterion.statistic} = {float(value):.4g} is {margin['distance']:+.3g} from "
                   f"the threshold {margin['threshold']:g}.")
@@ -282,30 +299,34 @@ class Claim:
            "finding": finding, "numbers": m.numbers}
     if beside:
       row["beside"] = beside
+    if self.supports:
+      row["supports"] = list(self.supports)
     return row
 
 
 def citation_verdict(part_verdicts: Sequence[str]) -> str:
   """The verdict of a citation claim made of parts, from its parts' verdicts.
 
-  A claim is as good as its weakest part: the source disagrees with the claim if it disagrees with any part (one
-  wrong half makes the citation wrong); it agrees only if it agrees with every part; otherwise some part was not found
-  in the passage checked, and nothing checked contradicts the claim.
+  A claim is as good as its weakest part: the source contradicts the claim if it contradicts any part (one wrong
+  half makes the citation wrong); it agrees only if it agrees with every part; otherwise, nothing read contradicts the
+  claim and some part is not stated in the source (read in full) or, failing that, not found in the passage checked.
 
   Args:
     part_verdicts: one verdict of ``CITATION_VERDICTS`` per part (at least one).
 
   Returns:
-    ``SOURCE_DISAGREES``, ``SOURCE_AGREES`` or ``NOT_IN_PASSAGE``.
+    ``SOURCE_CONTRADICTS``, ``SOURCE_AGREES``, ``NOT_STATED`` or ``NOT_IN_PASSAGE``.
   """
   if isinstance(part_verdicts, str) or not part_verdicts:
     raise ConfigError("part_verdicts must be a non-empty sequence of citation verdicts")
   unknown = [v for v in part_verdicts if v not in CITATION_VERDICTS]
   if unknown:
     raise ConfigError(f"part_verdicts: unknown verdict(s) {unknown!r}; use {', '.join(map(repr, CITATION_VERDICTS))}")
-  if SOURCE_DISAGREES in part_verdicts:
-    return SOURCE_DISAGREES
-  return SOURCE_AGREES if all(v == SOURCE_AGREES for v in part_verdicts) else NOT_IN_PASSAGE
+  if SOURCE_CONTRADICTS in part_verdicts:
+    return SOURCE_CONTRADICTS
+  if all(v == SOURCE_AGREES for v in part_verdicts):
+    return SOURCE_AGREES
+  return NOT_STATED if NOT_STATED in part_verdicts else NOT_IN_PASSAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,16 +356,16 @@ class CitationClaim:
     id, source, text: as ``Claim``'s.
     reference: the work (and section) the claim is checked against.
     passage: the passage of that source, quoted.
-    verdict: one of ``CITATION_VERDICTS``: whether the source says what the note says it says.
-      ``NOT_IN_PASSAGE`` only where part of the source was read (``full_text`` False): a claim checked against the
-      whole text either is there (agrees) or is attributed to a source that does not say it (disagrees).
+    verdict: one of ``CITATION_VERDICTS``: whether the source says what the note says it says. ``SOURCE_CONTRADICTS``
+      where the source says otherwise; ``NOT_STATED`` only where the whole source was read (``full_text``) and it
+      is silent on the claim; ``NOT_IN_PASSAGE`` only where part of it was read (``full_text`` False).
     check: how the passage bears on the claim.
     compared_with: what was read (the whole text or which sections, in which copy: the paper's HTML or PDF text, a
       transcription, a repository file at a commit) and compared word for word with the quoted passage; empty when
       nothing was, and the row then says it is not verified verbatim.
     full_text: whether every section and appendix of the source was read.
     parts: for a claim that asserts several things, each part with its own verdict; ``verdict`` must then be
-      ``citation_verdict`` of theirs (any part disagreeing makes the claim disagree).
+      ``citation_verdict`` of theirs (any part contradicted makes the claim contradicted).
   """
 
   id: str
@@ -367,7 +388,10 @@ class CitationClaim:
                         f"{', '.join(map(repr, CITATION_VERDICTS))}")
     if self.verdict == NOT_IN_PASSAGE and self.full_text:
       raise ConfigError(f"citation {self.id}: {NOT_IN_PASSAGE!r} needs a partial reading; the full text was read, "
-                        f"so the source either agrees or disagrees")
+                        f"so the source agrees, contradicts it or does not state it")
+    if self.verdict == NOT_STATED and not self.full_text:
+      raise ConfigError(f"citation {self.id}: {NOT_STATED!r} needs the full text read; with part of it read, the "
+                        f"claim is {NOT_IN_PASSAGE!r}")
     if self.parts and self.verdict != citation_verdict([p.verdict for p in self.parts]):
       raise ConfigError(f"citation {self.id}: verdict {self.verdict!r} does not follow from its parts' verdicts "
                         f"{[p.verdict for p in self.parts]!r} (expected "
@@ -389,8 +413,9 @@ class CitationClaim:
     if not self.parts:
       return ""
     each = " ".join(f"Part “{p.text}”: {p.verdict}. {p.evidence}" for p in self.parts)
-    return (f"{each} Verdict of the claim: {self.verdict} (a claim with parts agrees only if every part does, and "
-            f"disagrees if any part does).")
+    return (f"{each} Verdict of the claim: {self.verdict} (a claim with parts agrees only if every part does, is "
+            f"contradicted if any part is, and is otherwise not stated, or not found in the passage checked, as its "
+            f"parts are).")
 
   def verbatim(self) -> str:
     """What was read, and whether the passage is verbatim, in one sentence."""

@@ -38,6 +38,7 @@ from scaling.studies.claims.parts import score_parts
 from scaling.studies.claims.verdicts import Claim
 from scaling.studies.claims.verdicts import Criterion
 from scaling.studies.claims.verdicts import Measurement
+from scaling.studies.claims.verdicts import Reading
 from scaling.studies.stats import mean_std
 from scaling.studies.stats import round_sig
 
@@ -45,6 +46,7 @@ EXEMPT_STDS = (0.5, 2.0)  # entry stds of q and k that note 1 §3 exempts ("the 
 SQRT_STDS = (1.0, *EXEMPT_STDS)  # entry stds of q and k of the 1/√d_k variance measurement
 D_K_512 = 512  # note 2 §2.1's example
 WORKING_RANGE = 5.0  # note 2 §2.1: softmax's "working range" is [−5, 5]
+D512_HALF_WIDTH = 68.0  # note 2 §2.1: most unscaled logits at d_k = 512 fall in [−68, 68] (3σ)
 DOMINANT_MAX_PROB = 0.5  # a key "dominates" its row above this probability (unscaled_one_hot's lower threshold)
 
 
@@ -185,7 +187,8 @@ def _magnitudes(ctx: Context, d: int) -> dict[str, np.ndarray]:
     z = dense_lib.attention_logits(q, k, rule="none")
     s = z / math.sqrt(d)
     return {"std": jnp.std(z), "within_3_std": jnp.mean(jnp.abs(z) <= 3 * math.sqrt(d)),
-            "outside_5": jnp.mean(jnp.abs(z) > 5), "scaled_within_3": jnp.mean(jnp.abs(s) <= 3),
+            "within_68": jnp.mean(jnp.abs(z) <= D512_HALF_WIDTH),
+            "outside_5": jnp.mean(jnp.abs(z) > WORKING_RANGE), "scaled_within_3": jnp.mean(jnp.abs(s) <= 3),
             "scaled_within_5": jnp.mean(jnp.abs(s) <= 5)}
 
   return ctx.cached(("magnitudes", d), lambda: ctx.per_seed("magnitudes", lambda rng: iid_qkv(rng, ctx, d)[:2],
@@ -234,33 +237,40 @@ def _working_range(ctx: Context) -> dict[str, np.ndarray]:
 
 
 D512_PARTS = (
-    Part("3σ in [−68, 68]", Criterion("frac_within_68", "fraction of unscaled iid logits at d_k = 512 inside [−68, 68]",
-                                      holds=(">=", 0.99), fails=("<", 0.9))),
-    Part("working range [−5, 5]", Criterion(
-        "abs_log2_bound_over_5", "|log2(a/5)|, a the 3σ half-width of iid row logits at which the mean max attention "
-        f"probability reaches {DOMINANT_MAX_PROB:g} (a key dominates its row)", holds=("<=", 0.5), fails=(">", 1.0))),
+    Part("most in [−68, 68]", Criterion("frac_within_68", "fraction of unscaled iid logits at d_k = 512 inside "
+                                        "[−68, 68]", holds=(">=", 0.99), fails=("<", 0.9))),
+    Part("far beyond [−5, 5]", Criterion("frac_outside_5", "fraction of unscaled iid logits at d_k = 512 outside "
+                                         "[−5, 5]", holds=(">=", 0.5), fails=("<", 0.1))),
 )
+WORKING_RANGE_READING = Reading(
+    "softmax's working range ends near ±5 (where one key takes over half its row)",
+    Criterion("abs_log2_bound_over_5", "|log2(a/5)|, a the 3σ half-width of iid row logits at which the mean max "
+              f"attention probability reaches {DOMINANT_MAX_PROB:g} (a key dominates its row)", holds=("<=", 0.5),
+              fails=(">", 1.0), reason="[−5, 5] names that end if it is within √2 of 5, not if it is off by over 2×"))
 
 
 def _d512_range(ctx: Context) -> Measurement:
   v = _magnitudes(ctx, D_K_512)
   bound = _working_range(ctx)["bound"]
-  frac, a = seed_mean(v["within_3_std"]), seed_mean(bound)
+  frac, outside, a = seed_mean(v["within_68"]), seed_mean(v["outside_5"]), seed_mean(bound)
   off = abs(math.log2(a / WORKING_RANGE)) if math.isfinite(a) else math.nan
-  score, verdicts = score_parts(D512_PARTS, {"3σ in [−68, 68]": frac, "working range [−5, 5]": off})
+  score, verdicts = score_parts(D512_PARTS, {"most in [−68, 68]": frac, "far beyond [−5, 5]": outside})
+  half = 3 * seed_mean(v["std"])
   found = (f"rows of {ctx.seq_len} iid Gaussian logits leave softmax's working range (a key takes over "
            f"{DOMINANT_MAX_PROB:g} of the row on average) once their 3σ range passes ±{a:.3g} (std "
-           f"{float(np.std(bound)):.2g} over seeds), {a / WORKING_RANGE:.2g}× the note's ±{WORKING_RANGE:g}, so ±68 is "
-           f"{68 / a:.2g}× beyond it"
+           f"{float(np.std(bound)):.2g} over seeds), {a / WORKING_RANGE:.2g}× the note's ±{WORKING_RANGE:g}"
            if math.isfinite(a) else "the mean max probability never reaches "
            f"{DOMINANT_MAX_PROB:g} for logit stds {WORKING_SIGMAS[0]:g}–{WORKING_SIGMAS[-1]:g}, so no bound was found")
   return Measurement(
       {"parts_holding": score, "part_verdicts": verdicts, "frac_within_68": round_sig(frac),
-       "working_range_bound": mean_std(bound, 4), "abs_log2_bound_over_5": round_sig(off),
-       "frac_outside_5": mean_std(v["outside_5"], 4), "frac_within_3_std": mean_std(v["within_3_std"], 4),
+       "frac_outside_5": round_sig(outside), "three_sigma_half_width": round_sig(half),
+       "three_sigma_over_5": round_sig(half / WORKING_RANGE), "working_range_bound": mean_std(bound, 4),
+       "abs_log2_bound_over_5": round_sig(off), "frac_outside_5_by_seed": mean_std(v["outside_5"], 4),
+       "frac_within_68_by_seed": mean_std(v["within_68"], 4), "frac_within_3_std": mean_std(v["within_3_std"], 4),
        "keys_per_row": ctx.seq_len},
-      f"At d_k = {D_K_512}, {frac:.2%} of unscaled iid logits lie in [−68, 68] (3σ) and "
-      f"{seed_mean(v['outside_5']):.1%} outside [−5, 5]; {found} ({seeds_text(ctx)}). Parts: {parts_text(verdicts)}.")
+      f"At d_k = {D_K_512}, {frac:.2%} of unscaled iid logits lie in [−68, 68] and {outside:.1%} outside [−5, 5]; "
+      f"their measured 3σ half-width is {half:.3g}, {half / WORKING_RANGE:.3g}× the working range's 5. Beside: "
+      f"{found} ({seeds_text(ctx)}). Parts: {parts_text(verdicts)}.")
 
 
 def _scaled_back_to_3(ctx: Context) -> Measurement:
@@ -315,10 +325,10 @@ LOGIT_VARIANCE_CLAIMS: tuple[Claim, ...] = (
           "At d_k = 512 most unscaled values fall in [−68, 68] (3σ), far beyond softmax's working range (usually "
           "[−5, 5]).",
           parts_criterion("parts_holding", "parts of the claim that hold", D512_PARTS,
-                          reason="3σ of a Gaussian holds 99.7%: 'most' is at least 99%, under 90% it is not 3σ; the "
-                          "working range ends where a key takes over half its row (the one-hot row's lower threshold), "
-                          "and [−5, 5] names that end if it is within √2 of 5, not if it is off by over 2×"),
-          _d512_range),
+                          reason="3σ of a Gaussian holds 99.7%: 'most' is at least 99%, under 90% it is not 3σ; "
+                          "values spread 'far beyond' [−5, 5] when most of them lie outside it, and not when under a "
+                          "tenth do"),
+          _d512_range, beside=(WORKING_RANGE_READING,)),
     Claim("scaled_back_to_3", "note 2 §2.1",
           "After dividing by √d_k the values return to [−3, 3].",
           Criterion("min_frac_within_3", "smallest over d_k 64, 128, 512 of the fraction of 1/√d_k iid logits in "

@@ -30,6 +30,7 @@ from scaling.studies.claims.random_input.inputs import iid_qkv
 from scaling.studies.claims.random_input.inputs import with_outliers
 from scaling.studies.claims.parts import Part
 from scaling.studies.claims.parts import parts_criterion
+from scaling.studies.claims.parts import parts_text
 from scaling.studies.claims.parts import score_parts
 from scaling.studies.claims.verdicts import Claim
 from scaling.studies.claims.verdicts import Criterion
@@ -131,22 +132,34 @@ def _low_precision_nan_even_scaled(ctx: Context) -> Measurement:
 SOLVES = Criterion("max_nonfinite_rows", "largest fraction of non-finite rows over outlier factors ×1–×300 "
                    f"(d_k {LOW_PRECISION_D_K}, 1/√d_k)", holds=("<=", 0.0), fails=(">", 0.001))
 SOLVES_PARTS = (Part("FP32", SOLVES), Part("clamp", SOLVES))
-READINGS = {"as written": False, "with max-subtraction": True}  # FP32 alone, or FP32 with max-subtraction
+WITH_MAX, WITHOUT_MAX = "FP32 with max-subtraction", "FP32 without max-subtraction"
+READINGS = {WITH_MAX: True, WITHOUT_MAX: False}  # FP32 with the max-subtraction note 1 §4 ④ requires, or without
 SOLVES_CRITERION = parts_criterion(
-    "parts_solved_as_written", "the remedies that solve the overflow, read as written: FP32 as the one change (no "
-    "max-subtraction) and q·k clamped to [−100, 100] (float16 and bfloat16, with and without max-subtraction)",
-    SOLVES_PARTS, reason="the note offers FP32 itself as the fix and names no max-subtraction (the reading 'FP32 with "
-    "max-subtraction' is judged by the same criterion in the finding); 'solved' = no non-finite row at all, over 0.1% "
-    "left is not solved")
+    "parts_solved", "the remedies that solve the overflow: FP32 (all of attention in float32, softmax "
+    "max-subtracted as note 1 §4 ④ requires) and q·k clamped to [−100, 100] (float16 and bfloat16, with and without "
+    "max-subtraction)", SOLVES_PARTS,
+    reason="FP32 is judged with the max-subtracted softmax the notes require ('softmax 必须减最大值', note 1 §4 ④; "
+    "without it the finding gives the number); 'solved' = no non-finite row at all, over 0.1% left is not solved")
 
 
 def fp32_or_clamp_parts(sweep: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
   """Per reading of READINGS, the parts of 'solved by FP32 or by clamping' (``score_parts`` of SOLVES_PARTS) from the
-  outlier sweep ({condition name: [seeds, factors] fractions of non-finite rows}).
+  outlier sweep.
 
-  FP32 is float32 attention without ("as written": FP32 as the one change) or with max-subtraction; the clamp is the
-  worst of ``clamped_attention`` in float16 and bfloat16, with and without max-subtraction, in either reading.
+  FP32 is float32 attention with (WITH_MAX, the verdict's) or without (WITHOUT_MAX) max-subtraction; the clamp is
+  the worst of ``clamped_attention`` in float16 and bfloat16, with and without max-subtraction, in either reading.
+
+  Args:
+    sweep: {condition name: [seeds, factors] fractions of non-finite rows}, with both float32 conditions and at
+      least one clamped one.
+
+  Returns:
+    {reading: {"parts_solved", "max_nonfinite_rows": {part: worst fraction}, "part_verdicts"}}.
   """
+  needed = [_sweep_name("float32", "float32", sub) for sub in READINGS.values()]
+  missing = [n for n in needed if n not in sweep]
+  if missing or not any("clamped" in n for n in sweep):
+    raise ValueError(f"sweep lacks the float32 conditions {missing} or any clamped condition")
   worst = lambda names: max(float(np.max(np.mean(sweep[n], axis=0))) for n in names)
   clamp = worst([n for n in sweep if "clamped" in n])
   out = {}
@@ -164,18 +177,17 @@ def _fp32_or_clamp_solves(ctx: Context) -> Measurement:
   fixed = {_sweep_name("float32", "float32", True), _sweep_name("float32", "float32", False)}
   fixed |= {n for n in sweep if "clamped" in n}
   broken = [n for n, v in sweep.items() if n not in fixed and np.mean(v, axis=0)[-1] > 0]
-  fp32 = lambda r: (f"FP32 leaves up to {r['max_nonfinite_rows']['FP32']:.2%} non-finite rows "
-                    f"({r['part_verdicts']['FP32']})")
-  written, subtracted = readings["as written"], readings["with max-subtraction"]
+  subtracted, plain = readings[WITH_MAX], readings[WITHOUT_MAX]
   return Measurement(
-      {"parts_solved_as_written": written["parts_solved"], "readings": readings,
-       "verdict_with_max_subtraction": SOLVES_CRITERION.verdict(subtracted["parts_solved"]), **_sweep_numbers(ctx)},
-      f"Over outlier factors ×1–×300 at d_k = {LOW_PRECISION_D_K} with 1/√d_k: the clamp (float16 and bfloat16, with "
-      f"and without max-subtraction) leaves up to {written['max_nonfinite_rows']['clamp']:.2%} non-finite rows "
-      f"({written['part_verdicts']['clamp']}). As written (FP32 as the one change, without max-subtraction; non-finite "
-      f"rows from {first}) {fp32(written)}; read as FP32 with max-subtraction {fp32(subtracted)}, so that reading "
-      f"{SOLVES_CRITERION.verdict(subtracted['parts_solved'])}. At ×300, {len(broken)} of {len(sweep) - len(fixed)} "
-      f"other conditions have non-finite rows ({seeds_text(ctx)}).")
+      {"parts_solved": subtracted["parts_solved"], "readings": readings,
+       "parts_solved_without_max_subtraction": plain["parts_solved"], **_sweep_numbers(ctx)},
+      f"Over outlier factors ×1–×300 at d_k = {LOW_PRECISION_D_K} with 1/√d_k: FP32 with the max-subtracted softmax "
+      f"leaves up to {subtracted['max_nonfinite_rows']['FP32']:.2%} non-finite rows "
+      f"({subtracted['part_verdicts']['FP32']}); the clamp (float16 and bfloat16, with and without max-subtraction) "
+      f"leaves up to {subtracted['max_nonfinite_rows']['clamp']:.2%} ({subtracted['part_verdicts']['clamp']}). FP32 "
+      f"without max-subtraction, which the notes rule out, would leave up to {plain['max_nonfinite_rows']['FP32']:.2%} "
+      f"(non-finite rows from {first}). At ×300, {len(broken)} of {len(sweep) - len(fixed)} other conditions have "
+      f"non-finite rows ({seeds_text(ctx)}).")
 
 
 def _clamp_before_scale(ctx: Context) -> Measurement:
@@ -245,37 +257,77 @@ def _fmt_ratio(x: float) -> str:
   return "n/a" if not math.isfinite(x) else f"{x:.3g}"
 
 
+NAN_PARTS = (
+    Part("softmax outputs NaN", Criterion(
+        "nan_rows_of_overflowed", "share of the query rows whose float16 logits overflow (a non-finite q·k/√d_k) "
+        "whose softmax output has a NaN, outliers ×300, max-subtracted", holds=(">=", 0.5), fails=("<", 0.1))),
+    Part("gradients explode", Criterion(
+        "exploded_share_of_affected", "share of the affected gradient entries (non-finite or > 100× the float32 "
+        "gradient's largest) that are ±inf or large rather than NaN, float16, outliers ×300", holds=(">=", 0.5),
+        fails=("<", 0.1))),
+)
+
+
+def nan_then_gradient(q: jax.Array, k: jax.Array, v: jax.Array, factor: float) -> dict[str, jax.Array]:
+  """What the overflow of float16 1/√d_k attention (max-subtracted) does to the softmax output and the gradient, the
+  first and last tokens of q and k scaled by ``factor`` (``with_outliers``).
+
+  Args:
+    q: [B, T, N, H] queries (float32; cast to float16 inside).
+    k, v: [B, S, N, H] keys and values.
+    factor: the outliers' norm over the rest's.
+
+  Returns:
+    {"nan_rows_of_overflowed": share of the rows with a non-finite logit whose softmax weights have a NaN (NaN when
+    no row overflows), "overflowed_rows", "nan_weight_rows", "rows" (non-finite output rows): fractions of all rows;
+    "nan", "inf": fractions of the gradient's entries (w.r.t. q); "exploded_share": share of the affected gradient
+    entries (non-finite or > 100× the float32 gradient's largest) that are ±inf or large rather than NaN}.
+  """
+  qo, ko = with_outliers(q, factor), with_outliers(k, factor)
+  low = lambda x: x.astype(jnp.float16)
+  logits, weights = dense_lib.attention_logits_and_weights(low(qo), low(ko), rule="sqrt", float32_softmax=False,
+                                                           subtract_max=True)[:2]
+  overflowed = jnp.any(~jnp.isfinite(logits.astype(jnp.float32)), axis=-1)
+  nan_weights = jnp.any(jnp.isnan(weights.astype(jnp.float32)), axis=-1)
+  n_over = jnp.sum(overflowed)
+  nan_share = jnp.where(n_over > 0, jnp.sum(overflowed & nan_weights) / jnp.maximum(n_over, 1), jnp.nan)
+
+  def loss(q, k, dtype, soft32):
+    out = low_precision_output(with_outliers(q, factor), with_outliers(k, factor), v, dtype=dtype, rule="sqrt",
+                               acc32=False, softmax32=soft32, subtract_max=True)
+    return jnp.sum(out.astype(jnp.float32) * v)
+
+  ref = jnp.max(jnp.abs(jax.grad(loss)(q, k, jnp.float32, True)))
+  g = jax.grad(loss)(q, k, jnp.float16, False)
+  nonfinite = ~jnp.isfinite(g)
+  exploded = jnp.isinf(g) | (jnp.isfinite(g) & (jnp.abs(g) > 100 * ref))
+  affected = jnp.maximum(jnp.sum(nonfinite | exploded), 1)
+  return {"nan_rows_of_overflowed": nan_share, "overflowed_rows": jnp.mean(overflowed),
+          "nan_weight_rows": jnp.mean(nan_weights), "nan": jnp.mean(jnp.isnan(g)), "inf": jnp.mean(jnp.isinf(g)),
+          "exploded_share": jnp.sum(exploded) / affected,
+          "rows": nonfinite_rows(low_precision_output(qo, ko, v, dtype=jnp.float16, rule="sqrt", acc32=False,
+                                                      softmax32=False, subtract_max=True))}
+
+
 def _nan_gradient(ctx: Context) -> Measurement:
   d = LOW_PRECISION_D_K
   factor = SWEPT_FACTORS[-1]
-
-  def compute(q, k, v):
-    def loss(q, k, dtype, soft32):
-      out = low_precision_output(with_outliers(q, factor), with_outliers(k, factor), v, dtype=dtype, rule="sqrt",
-                                 acc32=False, softmax32=soft32, subtract_max=True)
-      return jnp.sum(out.astype(jnp.float32) * v)
-
-    ref = jnp.max(jnp.abs(jax.grad(loss)(q, k, jnp.float32, True)))
-    g = jax.grad(loss)(q, k, jnp.float16, False)
-    nonfinite = ~jnp.isfinite(g)
-    exploded = jnp.isinf(g) | (jnp.isfinite(g) & (jnp.abs(g) > 100 * ref))
-    affected = jnp.maximum(jnp.sum(nonfinite | exploded), 1)
-    return {"nan": jnp.mean(jnp.isnan(g)), "inf": jnp.mean(jnp.isinf(g)),
-            "exploded_share": jnp.sum(exploded) / affected,
-            "rows": nonfinite_rows(low_precision_output(with_outliers(q, factor), with_outliers(k, factor), v,
-                                                        dtype=jnp.float16, rule="sqrt", acc32=False,
-                                                        softmax32=False, subtract_max=True))}
-
-  v = ctx.cached("nan_gradient", lambda: ctx.per_seed("nan_gradient", lambda rng: iid_qkv(rng, ctx, d), compute))
-  share = seed_mean(v["exploded_share"])
+  v = ctx.cached("nan_gradient", lambda: ctx.per_seed("nan_gradient", lambda rng: iid_qkv(rng, ctx, d),
+                                                      lambda q, k, v: nan_then_gradient(q, k, v, factor)))
+  nan_share, share = seed_mean(v["nan_rows_of_overflowed"]), seed_mean(v["exploded_share"])
+  score, verdicts = score_parts(NAN_PARTS, {"softmax outputs NaN": nan_share, "gradients explode": share})
   return Measurement(
-      {"exploded_share_of_affected": round_sig(share), "nan_fraction": mean_std(v["nan"], 4),
+      {"parts_holding": score, "part_verdicts": verdicts, "nan_rows_of_overflowed": round_sig(nan_share),
+       "exploded_share_of_affected": round_sig(share), "overflowed_rows": mean_std(v["overflowed_rows"], 4),
+       "nan_softmax_rows": mean_std(v["nan_weight_rows"], 4), "nan_fraction": mean_std(v["nan"], 4),
        "inf_fraction": mean_std(v["inf"], 4), "nonfinite_output_rows": mean_std(v["rows"], 4), "factor": factor},
       f"float16 1/√d_k attention (max-subtracted) at d_k = {d} with outlier tokens ×{factor:g}: "
-      f"{seed_mean(v['rows']):.1%} of output rows are non-finite; the gradient with respect to q is NaN in "
+      f"{seed_mean(v['overflowed_rows']):.2%} of query rows have an overflowing logit, and {nan_share:.1%} of those "
+      f"rows get a NaN softmax output ({seed_mean(v['nan_weight_rows']):.2%} of all rows; "
+      f"{seed_mean(v['rows']):.2%} of output rows are non-finite); the gradient with respect to q is NaN in "
       f"{seed_mean(v['nan']):.2%} and ±inf in {seed_mean(v['inf']):.2%} of entries; of the affected entries "
       f"(non-finite or > 100× the float32 gradient's largest), {share:.1%} exploded (inf or large) rather than NaN "
-      f"({seeds_text(ctx)}).")
+      f"({seeds_text(ctx)}). Parts: {parts_text(verdicts)}.")
 
 
 OUTLIER_OVERFLOW_CLAIMS: tuple[Claim, ...] = (
@@ -290,10 +342,10 @@ OUTLIER_OVERFLOW_CLAIMS: tuple[Claim, ...] = (
           _low_precision_nan_even_scaled),
     Claim("nan_gradient_explosion", "note 2 §2.3",
           "The overflow makes softmax output NaN, and then the gradients explode.",
-          Criterion("exploded_share_of_affected", "share of the affected gradient entries (non-finite or > 100× the "
-                    "float32 gradient's largest) that are ±inf or large rather than NaN, float16, outliers ×300",
-                    holds=(">=", 0.5), fails=("<", 0.1),
-                    reason="'explode' = grow without bound (inf or huge); NaN is not an explosion"),
+          parts_criterion("parts_holding", "parts of the claim that hold", NAN_PARTS,
+                          reason="'makes softmax output NaN' = most rows whose logits overflow get a NaN output, "
+                          "under a tenth do not; 'explode' = grow without bound (inf or huge against float32), NaN is "
+                          "not an explosion: most affected gradient entries exploding holds, under a tenth does not"),
           _nan_gradient),
     Claim("clamp_before_scale", "note 2 §2.3",
           f"Clamping QKᵀ to [−{CLAMP:g}, {CLAMP:g}] before the scale is a defensive fix for the overflow.",

@@ -1,7 +1,9 @@
-"""Random-input claims about RoPE and the 1/√d_k scale (note 2 §2.4; RoFormer).
+"""Random-input claims about RoPE and the 1/√d_k scale (note 2 §2.4), and a supporting measurement for RoFormer.
 
-Whether RoPE changes the norms of q and k or the variance of the logits, and whether with RoPE q·k depends on the
-positions only through their offset, with 1/√d_k the right scale at every offset. Each measurement, then the claims
+Whether RoPE changes the norms of q and k or the variance of the logits (note 2 §2.4), and whether with RoPE q·k
+depends on the positions only through their offset, with 1/√d_k the right scale at every offset: a statement of ours
+(``rope_compatible_with_sqrt``), measured beside the citation of RoFormer (``cite_roformer_rope_scaling`` in
+``scaling.studies.claims.citations``), which note 2 credits with that analysis. Each measurement, then the claims
 (``ROPE_CLAIMS``).
 """
 
@@ -159,14 +161,14 @@ ROPE_CLAIMS: tuple[Claim, ...] = (
                     "and position sets", holds=("<", 0.05), fails=(">", 0.2),
                     reason="'does not change' = within 5% (sampling noise); a 20% change is a change"),
           _rope_variance),
-    Claim("rope_compatible_with_sqrt", "note 2 references (RoFormer)",
-          "RoFormer's compatibility analysis: with RoPE, q·k depends on the positions only through their offset, and "
-          "1/√d_k stays the right scale.",
-          parts_criterion("parts_holding", "parts of the claim that hold, the library's RoPE on iid q, k at d_k 64 "
+    Claim("rope_compatible_with_sqrt", "ours, on note 2's RoFormer reference (cite_roformer_rope_scaling)",
+          "With RoPE (base 10000) on iid q and k, q·k depends on the positions only through their offset, and 1/√d_k "
+          "keeps the logit variance at 1 at every offset.",
+          parts_criterion("parts_holding", "parts of the statement that hold, the library's RoPE on iid q, k at d_k 64 "
                           "and 128", ROPE_PARTS,
                           reason="the offset dependence is an identity (float32 rounding of the angles stays below "
                           "1e-4; 1e-2 is another function); '1/√d_k stays right' = unit variance at every offset, "
                           "within 5%, and a 20% change is a change"),
-          _rope_compatible),
+          _rope_compatible, supports=("cite_roformer_rope_scaling",)),
 )
 """The claims about RoPE, in table order."""

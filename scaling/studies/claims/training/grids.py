@@ -23,7 +23,7 @@ from scaling.studies.claims.training.sizes import seeds_of
 from scaling.studies.claims.training.sizes import sizes
 
 
-RECORD = ("loss", "grad_norm", "layer_grad_norm", "attn_max_logit", "attn_entropy")
+RECORD = ("loss", "grad_norm", "layer_grad_norm", "attn_max_logit", "attn_entropy", "attn_max_prob")
 """The metrics a grid records at every step (``grid_spec``'s default)."""
 
 

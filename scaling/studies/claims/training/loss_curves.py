@@ -1,6 +1,7 @@
 """Per-run readings of training loss curves ([steps, M] losses, one column per run; pure numpy, known-answer tests in
 tests/test_training_claims.py): divergence, stalls, convergence, final losses, the best learning rate of a grid's
-table, roughness and the steps to reach a loss.
+table, roughness, the swings of the loss smoothed over windows (and what batch noise alone gives) and the steps to
+reach a loss.
 
 Divergence follows ``scaling.training.loop.run``: a run diverges at a non-finite loss or one above 3 × its step-0 loss; a
 run stalls when its final loss stays above a fraction (the sizes' ``stall_fraction``, 0.9) of its step-0 loss.
@@ -110,3 +111,63 @@ def steps_to_reach(losses: np.ndarray, target: np.ndarray, width: int) -> np.nda
     if hit.size:
       out[m] = hit[0] + width - 1
   return out
+
+
+def window_means(losses: np.ndarray, width: int) -> np.ndarray:
+  """The loss averaged over consecutive windows of ``width`` steps (the last partial window dropped).
+
+  Args:
+    losses: [steps, M] training losses.
+    width: steps per window (>= 1, at most ``steps``).
+
+  Returns:
+    [steps // width, M]: row k is the mean of steps k·width .. (k + 1)·width − 1 (NaN where any is non-finite).
+  """
+  losses = np.asarray(losses, np.float64)
+  if losses.ndim != 2 or not 1 <= int(width) <= losses.shape[0]:
+    raise ValueError(f"losses must be [steps, M] and width in 1 .. steps; got shape {losses.shape}, width {width}")
+  n = losses.shape[0] // int(width)
+  return losses[:n * int(width)].reshape(n, int(width), losses.shape[1]).mean(axis=1)
+
+
+def swings(losses: np.ndarray, width: int) -> np.ndarray:
+  """Per run, how far its smoothed loss climbs back up over the second half of training: the sum of the rises
+  (never the falls) between consecutive ``width``-step window means (``window_means``) of the second half.
+
+  A curve that only falls swings 0; averaging ``width`` steps divides the step-to-step batch noise's standard
+  deviation by √width, so what remains is the ups and downs of the curve itself.
+
+  Args:
+    losses: [steps, M] training losses.
+    width: steps per window (>= 1); the second half must hold at least two windows.
+
+  Returns:
+    [M] (NaN for a run whose second half has a non-finite loss).
+  """
+  losses = np.asarray(losses, np.float64)
+  half = losses[losses.shape[0] // 2:]
+  if half.shape[0] < 2 * int(width):
+    raise ValueError(f"the second half ({half.shape[0]} steps) must hold two windows of {width} steps")
+  return np.sum(np.maximum(np.diff(window_means(half, width), axis=0), 0.0), axis=0)
+
+
+def swing_noise_floor(losses: np.ndarray, width: int) -> np.ndarray:
+  """Per run, the ``swings`` that batch noise alone would give a curve that only falls: (number of window pairs) ×
+  σ_w/√π, with σ_w the within-window standard deviation of the step losses over √width (the mean rise of a
+  difference of two independent window means N(0, 2σ_w²) is σ_w/√π).
+
+  Args:
+    losses: [steps, M] training losses.
+    width: steps per window (>= 2); the second half must hold at least two windows.
+
+  Returns:
+    [M].
+  """
+  losses = np.asarray(losses, np.float64)
+  half = losses[losses.shape[0] // 2:]
+  if int(width) < 2 or half.shape[0] < 2 * int(width):
+    raise ValueError(f"width must be >= 2 and the second half ({half.shape[0]} steps) hold two windows of it")
+  n = half.shape[0] // int(width)
+  chunks = half[:n * int(width)].reshape(n, int(width), half.shape[1])
+  sigma_w = np.sqrt(np.mean(np.var(chunks, axis=1, ddof=1), axis=0) / int(width))
+  return (n - 1) * sigma_w / np.sqrt(np.pi)

@@ -1,5 +1,7 @@
 """The training claim that μP's initialization and scaling are consistent across width (note 1 §3, §4 ②): the
-coordinate check of μP on grids of several widths, and beside it the spread over widths of the optimal learning rate.
+coordinate check of μP on grids of several widths over every step of their run, with the logit scale μP's models apply
+(α/d_head, the scaling by d_k that note 1 §5 and note 2 §2.2 call a pitfall), and beside it the spread over widths of
+the optimal learning rate.
 """
 
 from __future__ import annotations
@@ -81,10 +83,39 @@ def largest_slope(slope_rows: Sequence[dict[str, Any]], parametrization: str, up
   return max(rows, key=lambda r: r["slope"]) if rows else None
 
 
+def logit_scales(runs: dict[tuple[str, int], GridRun], parametrization: str) -> dict[str, dict[str, float]]:
+  """The logit scale each width's model of ``parametrization`` applies, read from its model: per width, its head
+  dimension d_head, the scale s (softmax(s·q·k)), s·d_head (constant over widths for a rule α/d_head) and s·√d_head
+  (constant for α/√d_head)."""
+  out = {}
+  for (name, width), run in sorted(runs.items(), key=lambda kv: kv[0][1]):
+    if name != parametrization:
+      continue
+    config = run.model_config
+    scale = float(config.attention_rule.logit_scale(config.head_dim))
+    out[str(width)] = {"head_dim": int(config.head_dim), "logit_scale": stats.round_finite(scale),
+                       "times_head_dim": stats.round_finite(scale * config.head_dim),
+                       "times_sqrt_head_dim": stats.round_finite(scale * math.sqrt(config.head_dim))}
+  return out
+
+
+def scale_rule_words(scales: dict[str, dict[str, float]]) -> str:
+  """What ``logit_scales`` shows of one parametrization's rule, in words: "α/d_head (α = ...)" when s·d_head is the
+  same at every width, "α/√d_head (α = ...)" when s·√d_head is, else the scales themselves."""
+  if not scales:
+    return "n/a"
+  for key, form in (("times_head_dim", "α/d_head"), ("times_sqrt_head_dim", "α/√d_head")):
+    values = [v[key] for v in scales.values()]
+    if len(values) > 1 and np.allclose(values, values[0], rtol=1e-6):
+      return f"{form} (α = {values[0]:.4g})"
+  return ", ".join(f"{v['logit_scale']:.4g} at d_head {v['head_dim']}" for v in scales.values())
+
+
 def measure_mup_transfer(ctx: Context) -> Measurement:
-  """The coordinate check of μP (the largest slope of log2 RMS against log2 width of any layer output over the first
-  steps, at the learning rate nearest ``coord_lr``), SP's beside it; and the spread over widths of the optimal log2
-  learning rate under μP (each width's grid widened past an edge its optimum sits at), with SP's."""
+  """The coordinate check of μP (the largest slope of log2 RMS against log2 width of any layer output at any step of
+  the whole run, at the learning rate nearest ``coord_lr``), SP's beside it, and the logit scale μP's models apply;
+  and the spread over widths of the optimal log2 learning rate under μP (each width's grid widened past an edge its
+  optimum sits at), with SP's."""
   s = sizes(ctx)
   runs = trained(ctx, transfer_grids(ctx))
   names = tuple(s["transfer_parametrizations"])
@@ -96,19 +127,19 @@ def measure_mup_transfer(ctx: Context) -> Measurement:
   coord_lr = coord_log2_lr(ctx)
   upto = min(steps - 1, max(1, runs[(names[0], widths[0])].opt_config.warmup))
   slope_rows = coord_check_slopes(runs, coord_lr)
-  early = [r for r in slope_rows if r["step"] <= upto]
-  modules = coord_verdicts.verdicts(early, tolerance=coord_verdicts.TOLERANCE)
+  modules = coord_verdicts.verdicts(slope_rows, tolerance=coord_verdicts.TOLERANCE)
   coord: dict[str, Any] = {}
   for name in ("mup", "sp"):
-    top, whole = largest_slope(slope_rows, name, upto), largest_slope(slope_rows, name)
+    whole, early = largest_slope(slope_rows, name), largest_slope(slope_rows, name, upto)
     coord[name] = {
-        "max_slope": None if top is None else stats.round_finite(top["slope"]),
-        "max_slope_se": None if top is None else stats.round_finite(top["slope_se"]),
-        "at": None if top is None else f"{top['layer']}, step {top['step']}",
-        "max_slope_all_steps": None if whole is None else stats.round_finite(whole["slope"]),
-        "at_all_steps": None if whole is None else f"{whole['layer']}, step {whole['step']}",
+        "max_slope": None if whole is None else stats.round_finite(whole["slope"]),
+        "max_slope_se": None if whole is None else stats.round_finite(whole["slope_se"]),
+        "at": None if whole is None else f"{whole['layer']}, step {whole['step']}",
+        "max_slope_warmup": None if early is None else stats.round_finite(early["slope"]),
+        "at_warmup": None if early is None else f"{early['layer']}, step {early['step']}",
         "modules_above_tolerance": [m["layer"] for m in modules
                                     if m["parametrization"] == name and m["verdict"] != "ok"]}
+  scales = {name: logit_scales(runs, name) for name in names}
   # Another reading: the learning rate tuned at one width carries over.
   out: dict[str, Any] = {}
   for name in names:
@@ -130,9 +161,10 @@ def measure_mup_transfer(ctx: Context) -> Measurement:
   numbers = {**about(ctx), "widths": list(widths), "depth": s["transfer_depth"], "steps": steps,
              "log2_lrs": list(log2_lrs),
              "coord_check": f"slope of log2 RMS against log2 width of every layer output (embedding, each block's "
-                            f"attention logits, attention and MLP outputs, readout) at steps 0..{upto} (the warmup, up "
-                            f"to the peak rate) at learning rate {lr_label(coord_lr)}; its standard error over seeds",
-             "coord_check_learning_rate": lr_label(coord_lr), "coord_check_steps": upto,
+                            f"attention logits, attention and MLP outputs, readout) at every step 0..{steps - 1} of the "
+                            f"run at learning rate {lr_label(coord_lr)}; its standard error over seeds",
+             "coord_check_learning_rate": lr_label(coord_lr), "coord_check_steps": steps, "warmup_steps": upto,
+             "logit_scale_by_width": scales,
              "mup_max_coord_slope": coord["mup"]["max_slope"], "mup_max_coord_slope_se": coord["mup"]["max_slope_se"],
              "sp_max_coord_slope": coord["sp"]["max_slope"], "coord": coord,
              "optimum": "parabola vertex through the best grid point and its neighbours, else the grid argmin; a "
@@ -145,12 +177,19 @@ def measure_mup_transfer(ctx: Context) -> Measurement:
                       for name in names for w, vs in out[name]["widened_by"].items())
   shown = [(label, coord[name]) for name, label in (("mup", "μP"), ("sp", "SP")) if name in names]
   finding = (f"Widths {', '.join(map(str, widths))}, {steps} steps on the {data_name(ctx)}. Coordinate check (the "
-             f"note's reading) at learning rate {lr_label(coord_lr)}, steps 0..{upto}: the largest slope of log2 RMS "
-             "against log2 width is " + ", ".join(f"{pm(c['max_slope'], c['max_slope_se'], '.2f')} under {label} "
-                                                   f"({c['at']})" for label, c in shown)
-             + f"; over all {steps} steps " + ", ".join(f"{fmt(c['max_slope_all_steps'], '.2f')} under {label} "
-                                                        f"({c['at_all_steps']})" for label, c in shown)
-             + ". Learning-rate transfer (another reading): the optimal log2 learning rate was "
+             f"note's reading) at learning rate {lr_label(coord_lr)}, over all {steps} steps: the largest slope of "
+             "log2 RMS against log2 width is " + ", ".join(f"{pm(c['max_slope'], c['max_slope_se'], '.2f')} under "
+                                                            f"{label} ({c['at']})" for label, c in shown)
+             + f"; over the warmup (steps 0..{upto}) " + ", ".join(f"{fmt(c['max_slope_warmup'], '.2f')} under "
+                                                                    f"{label} ({c['at_warmup']})" for label, c in shown)
+             + ". " + "".join(f"{label} here scales the logits by {scale_rule_words(scales[name])}: "
+                              + ", ".join(f"{v['logit_scale']:.4g} at width {w} (d_head {v['head_dim']})"
+                                          for w, v in scales[name].items()) + ". "
+                              for name, label in (("mup", "μP"), ("sp", "SP")) if name in names)
+             + ("Scaling by d_k (α/d_head) is the rule both notes call a pitfall (note 1 §5 '用 d_k 或 d_k² 缩放', "
+                "note 2 §2.2 '如果除以 d_k，方差会变成 1/d_k'), so the width-consistent rules checked here are μP's, "
+                "not the notes' 1/√d_k. " if scale_rule_words(scales.get("mup", {})).startswith("α/d_head") else "")
+             + "Learning-rate transfer (another reading): the optimal log2 learning rate was "
              + " and ".join(f"{fmt_opt(name)} under {label} (spread {fmt(out[name]['spread'], '.2f')} octaves)"
                             for name, label in (("mup", "μP"), ("sp", "SP")) if name in names)
              + (f" ({widened})" if widened else "") + ".")
@@ -165,7 +204,8 @@ MUP_TRANSFER_CLAIMS: tuple[Claim, ...] = (
         Criterion("mup_max_coord_slope", "the coordinate check of μP (the note's reading: width-consistent "
                   "initialization and scaling): the largest slope of log2 RMS against log2 width of any layer output "
                   "(embedding, each block's attention logits, attention and MLP outputs, readout) at any step of the "
-                  "warmup, at the learning rate nearest 1e-2 (SP's beside it)", holds=("<=", coord_verdicts.TOLERANCE),
+                  "whole run, at the learning rate nearest 1e-2 (SP's beside it)",
+                  holds=("<=", coord_verdicts.TOLERANCE),
                   fails=(">=", 0.5), noise=True,
                   reason="'consistent across width' = every layer's output keeps its size as the width grows: slopes "
                          f"at most {coord_verdicts.TOLERANCE:g} (the coordinate check's tolerance, Tensor Programs V "

@@ -79,6 +79,47 @@ def qk_grids(ctx: Context) -> dict[tuple[int, str], GridSpec]:
           for width in s["qk_widths"] for rule in s["qk_rules"]}
 
 
+def qk_rule_grids(ctx: Context, rule: str = "sqrt") -> dict[tuple[int, str], GridSpec]:
+  """The q-k grids of one rule (``qk_grids``'s entries of ``rule``: each q-k width).
+
+  Args:
+    ctx: the context (its mode's q-k widths and rules).
+    rule: one of the mode's ``qk_rules``.
+
+  Returns:
+    {(width, rule): spec}, the same specs as ``qk_grids`` (so each is trained once, whichever claim reads it).
+  """
+  rules = tuple(sizes(ctx)["qk_rules"])
+  if rule not in rules:
+    raise ValueError(f"rule must be one of the mode's q-k rules {rules}, got {rule!r}")
+  return {key: spec for key, spec in qk_grids(ctx).items() if key[1] == rule}
+
+
+def trained_qk_alignment(ctx: Context, rule: str = "sqrt") -> dict[int, dict[str, np.ndarray]]:
+  """The q-k alignment |mean cos(q_t, k_t)| (``qk_alignment``) of the models of ``qk_rule_grids``, at init and after
+  training.
+
+  Args:
+    ctx: the context (mode, seeds, text file, planner); each grid is trained once per context.
+    rule: one of the mode's ``qk_rules``.
+
+  Returns:
+    {width: {"init": [seeds], "final": [seeds]}}, on the first evaluation batch of the data.
+  """
+  grids = qk_rule_grids(ctx, rule)
+
+  def compute():
+    tokens = dataset_of(ctx).eval_batch(0, int(ctx.seed))["inputs"]
+    out = {}
+    for (width, _), run in trained(ctx, grids).items():
+      fn = qk_alignment_fn(run.model_config)
+      out[width] = {name: qk_alignment(jax.device_get(fn(params, tokens)))
+                    for name, params in (("init", run.initial_params()), ("final", run.final_params))}
+    return out
+
+  return ctx.cached(("trained_qk_alignment", rule), compute)
+
+
 def measure_qk_correlate(ctx: Context) -> Measurement:
   """The increase of the q-k alignment |mean cos(q_t, k_t)| during training with 1/√d_k, and the growth of the
   largest attention logit, per rule and width, at the learning rate nearest ``qk_lr``."""
@@ -121,12 +162,14 @@ def measure_qk_correlate(ctx: Context) -> Measurement:
 
 QK_CORRELATION_CLAIMS: tuple[Claim, ...] = (
     Claim(
-        "train_qk_correlate", "note 1 §3",
-        "In training, q and k become correlated (so the independence behind Var(q·k) = d_k stops holding).",
+        "train_qk_correlate", "μP (Yang et al. 2021, Tensor Programs V), the premise of note 1 §3's iid derivation",
+        "In training, q and k become correlated (so the independence behind Var(q·k) = d_k stops holding); no note "
+        "says this: it is μP's reason for 1/d_k, and the premise the notes' iid derivation (note 1 §3) leaves out.",
         Criterion("alignment_increase_sqrt", "increase during training of |mean cos(q_t, k_t)| (same position, per "
                   "layer and head, averaged) with 1/√d_k, mean over widths and seeds", holds=(">=", 0.1),
                   fails=("<=", 0.02), noise=True,
                   reason="a rise of 0.1 in cosine is a correlation; 0.02 is within init noise"),
-        measure_qk_correlate, training=True, grids=qk_grids),
+        measure_qk_correlate, training=True, grids=qk_grids,
+        supports=("sqrt_normalizes", "head_dim_constant", "train_mup_lr_transfer")),
 )
-"""The claims of this module, in the order of their table (``scaling.studies.claims.training.families``)."""
+"""The rows of this module (a supporting measurement), in the order of their table, in the order of their table (``scaling.studies.claims.training.families``)."""

@@ -24,7 +24,7 @@ _OCTAVES_FROM_1E4 = tuple(math.log2(1e-4) + k for k in range(7))  # 1e-4 .. 6.4e
 _COMMON = dict(nan_window=100, stall_fraction=0.9, warmup_fraction=0.1, clip=1.0, tiny_octaves_below=(2.0, 4.0),
                qk_rules=QK_RULES, qk_lr=1e-3, coord_lr=1e-2, edge_octaves=2.0,
                transfer_depth=2, transfer_parametrizations=("sp", "mup"), attn_log2_mults=(-2.0, -1.0, 0.0, 1.0, 2.0),
-               dtypes=("float32",))
+               dtypes=("float32",), refine_best_lr=False, nan_low_dtypes=("bfloat16", "float16"))
 
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -38,12 +38,13 @@ SIZES: dict[str, dict[str, Any]] = {
                        log2_lrs=_OCTAVES_FROM_1E4[2:5], fixed_step=250, qk_widths=(512,), qk_rules=("sqrt",),
                        transfer_widths=(128, 512), transfer_log2_lrs=(-13.0, -12.0, -11.0, -10.0, -9.0),
                        transfer_steps=300, transfer_parametrizations=("mup",),
-                       depth12_setups=((True, False), (False, False), (False, True))),
+                       depth12_setups=((True, False), (False, False), (False, True)), nan_low_dtypes=()),
     "cpu_hour": dict(_COMMON, width=64, num_heads=2, head_dim=32, seq_len=32, batch_size=8, num_seeds=3,
                      depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 300, 6: 300, 12: 200},
                      log2_lrs=_OCTAVES_FROM_1E4[::2] + (math.log2(1e-2),), fixed_step=100, qk_widths=(64, 128),
                      transfer_widths=(32, 64, 128),
-                     transfer_log2_lrs=tuple(float(x) for x in range(-13, -3)), transfer_steps=300),
+                     transfer_log2_lrs=tuple(float(x) for x in range(-13, -3)), transfer_steps=300,
+                     refine_best_lr=True),
     "quick": dict(_COMMON, width=32, num_heads=2, head_dim=16, seq_len=32, batch_size=8, num_seeds=None,
                   depth_small=2, depth_converge=6, depth_diverge=12, steps={2: 100, 6: 100, 12: 100},
                   log2_lrs=(math.log2(1e-4), math.log2(1e-3), math.log2(1e-2)), fixed_step=30, qk_widths=(32, 64),
@@ -53,7 +54,8 @@ SIZES: dict[str, dict[str, Any]] = {
                  depth_small=1, depth_converge=1, depth_diverge=1, steps={1: 4},
                  log2_lrs=(-10.0, -2.0), fixed_step=2,
                  qk_widths=(16,), qk_rules=("sqrt",), transfer_widths=(16,), transfer_log2_lrs=(-10.0, -6.0, -2.0),
-                 transfer_steps=4, transfer_parametrizations=("mup",), attn_log2_mults=(-1.0, 0.0, 1.0)),
+                 transfer_steps=4, transfer_parametrizations=("mup",), attn_log2_mults=(-1.0, 0.0, 1.0),
+                 refine_best_lr=True),
 }
 """The training sizes of each mode. "paper" is the notes' setting (d_k 64, width 512 = 8 heads, sequences of 256,
 depths 2, 6 and 12, about 2,000 steps, learning rates in octaves, 3 seeds, float32 and bfloat16); "paper_8min" keeps
@@ -69,7 +71,12 @@ planned for about an hour on two CPU cores; "quick" keeps every claim at minutes
 depth: "within 100 steps" is run as written); "test" is tiny, for the unit tests only.
 
 In every mode: ``coord_lr``, the learning rate of the coordinate check read from the transfer grids (the rate of
-``experiments.coord_check``); ``edge_octaves``, how far a grid is widened past the edge its optimum sits at."""
+``experiments.coord_check``); ``edge_octaves``, how far a grid is widened past the edge its optimum sits at;
+``refine_best_lr``, whether the comparisons that ask for it train a finer grid around each grid's best rate (the log2
+midpoints between it and its neighbours; cpu_hour and test: picking the best of rates two octaves apart is itself
+noisy, ``scaling.studies.claims.training.best_learning_rate``); ``nan_low_dtypes``, the compute precisions the
+"NaN within 100 steps" claim also trains in, at the converging depth for its first ``nan_window`` steps (none in
+paper_8min, which keeps float32 only)."""
 
 
 NORM_SETUPS = ((True, False), (True, True), (False, False), (False, True))
@@ -128,7 +135,12 @@ def describe_sizes(ctx: Context) -> str:
   return (f"width {s['width']}, {s['num_heads']} heads of d_k {s['head_dim']}, sequences of {s['seq_len']}, batch "
           f"{s['batch_size']}; depths {', '.join(map(str, depths))} for "
           f"{', '.join(str(s['steps'][d]) for d in depths)} steps of constant-rate Adam at {len(lrs)} learning rates "
-          f"{lrs[0]:.3g} .. {lrs[-1]:.3g}; {len(seeds_of(ctx))} seeds; {' and '.join(s['dtypes'])}; depth "
+          f"{lrs[0]:.3g} .. {lrs[-1]:.3g}"
+          f"{' (and the midpoints around each best rate)' if s['refine_best_lr'] else ''}; {len(seeds_of(ctx))} "
+          f"seeds; {' and '.join(s['dtypes'])}"
+          + (f" ({' and '.join(s['nan_low_dtypes'])} compute for the first {s['nan_window']} steps at depth "
+             f"{s['depth_converge']}, for the NaN claim)" if s['nan_low_dtypes'] else "")
+          + f"; depth "
           f"{s['depth_diverge']} {'; '.join(setup_name(*x) for x in s.get('depth12_setups', NORM_SETUPS))} (warmup: "
           f"{s['warmup_fraction']:.0%} of the steps); tiny learning "
           f"rates {' and '.join(f'{o:g}' for o in s['tiny_octaves_below'])} octaves below 1/√d_k's best at depth "
