@@ -66,6 +66,22 @@ class CriteriaHistoryTest(absltest.TestCase):
     self.assertIn("**changed after its verdict was first published**", text)
     self.assertIn("with verdict holds under: “old”", text)
     self.assertNotIn("changed after", history.history_text(got["b"]))
+    self.assertTrue(got["a"]["thresholds_changed"])  # no thresholds to compare: never called unchanged
+
+  def test_a_change_that_keeps_the_thresholds_says_so(self):
+    versions = [("p1", "2026-12-01", _page("aaaa111", [("cpu_hour", "a", "x: holds if < 1, does not hold if > 2, "
+                                                        "partly otherwise", "holds")]))]
+    same = "x over seeds: holds if < 1, does not hold if > 2, partly otherwise; inconclusive if ..."
+    moved = "x: holds if < 1.5, does not hold if > 2, partly otherwise"
+    got = history.criteria_history(self._rows(a=same), "cpu_hour", versions)["a"]
+    self.assertFalse(got["thresholds_changed"])
+    self.assertIn("(its thresholds unchanged, first published in", history.history_text(got))
+    got = history.criteria_history(self._rows(a=moved), "cpu_hour", versions)["a"]
+    self.assertTrue(got["thresholds_changed"])
+    self.assertNotIn("thresholds unchanged", history.history_text(got))
+    self.assertEqual(history.thresholds("a: holds if >= 0.5, does not hold if < 0.1, partly otherwise; b: holds if "
+                                        "> 1.5, does not hold if < 0.5, partly otherwise"),
+                     ["holds if >= 0.5, does not hold if < 0.1", "holds if > 1.5, does not hold if < 0.5"])
 
   def test_a_criterion_changed_since_the_last_page_is_new(self):
     got = history.criteria_history(self._rows(a="newer", b="same"), "cpu_hour", self.VERSIONS)

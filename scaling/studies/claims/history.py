@@ -139,7 +139,9 @@ def criteria_history(rows: Iterable[Mapping[str, Any]], mode: str,
     "first_criterion"}}: "first_published" the first version publishing the claim in this mode (None: never
     published); "criterion_since" the first version of the latest unbroken run of versions that publish today's
     criterion (None: today's criterion is not the last published one, i.e. it changed after the last publication);
-    "changed_after_publication" whether the criterion first published differs from today's.
+    "changed_after_publication" whether the criterion first published differs from today's; "thresholds_changed"
+    whether its "holds if …, does not hold if …" clauses differ (False: only the wording around them changed; True
+    where today's criterion states none to compare).
   """
   published: list[dict[tuple[str, str], Published]] = [parse_page(text, c, d) for c, d, text in versions or ()]
   out = {}
@@ -150,7 +152,8 @@ def criteria_history(rows: Iterable[Mapping[str, Any]], mode: str,
     seen = [p[key] for p in published if key in p]
     if versions is None or not seen:
       out[row["id"]] = {"available": versions is not None, "first_published": None, "criterion_since": None,
-                        "changed_after_publication": False, "first_verdict": None, "first_criterion": None}
+                        "changed_after_publication": False, "first_verdict": None, "first_criterion": None,
+                        "thresholds_changed": False}
       continue
     since = None
     for entry in reversed(seen):
@@ -161,8 +164,18 @@ def criteria_history(rows: Iterable[Mapping[str, Any]], mode: str,
     out[row["id"]] = {"available": True, "first_published": dataclasses.asdict(first),
                       "criterion_since": dataclasses.asdict(since) if since else None,
                       "changed_after_publication": first.criterion != now, "first_verdict": first.verdict,
-                      "first_criterion": first.criterion}
+                      "first_criterion": first.criterion,
+                      "thresholds_changed": not thresholds(now) or thresholds(first.criterion) != thresholds(now)}
   return out
+
+
+_THRESHOLDS = re.compile(r"holds if [<>]=? [^,]+, does not hold if [<>]=? [^,;:)]+")
+
+
+def thresholds(criterion: str) -> list[str]:
+  """The "holds if …, does not hold if …" clauses of a criterion, in order (a claim of parts has one per part, then
+  its own)."""
+  return _THRESHOLDS.findall(criterion)
 
 
 def _version(entry: Mapping[str, Any]) -> str:
@@ -184,7 +197,8 @@ def history_text(info: Mapping[str, Any] | None) -> str:
   else:
     words = "Criterion history: changed since the last published page (new in this run)"
   if info["changed_after_publication"]:
-    words += (f"; **changed after its verdict was first published** (first published in "
+    same = "its thresholds unchanged, " if not info.get("thresholds_changed", True) else ""
+    words += (f"; **changed after its verdict was first published** ({same}first published in "
               f"{_version(info['first_published'])} with verdict {info['first_verdict']} under: "
               f"“{info['first_criterion']}”)")
   return words + "."
