@@ -23,6 +23,7 @@ text=${2:-shakespeare}
 shift $(( $# < 2 ? $# : 2 ))
 ids=train_nan_within_100_steps,train_grad_norm_below_1e-6,train_depth6_converges_worse,train_depth6_oscillates
 ids=$ids,train_depth6_slow,train_depth6_tiny_lr_clipping,train_depth12_cannot_converge,train_scaled_grads_stable
+ids=$ids,train_attention_hard_selection  # reads the grids above: nothing more is trained
 "$python" -m experiments.claims --mode=paper_8min --ids="$ids" --text_file="$text" --out_dir="$out" "$@"
 for f in claims.md claims_readme.md; do
   if [[ -f "$out/$f" ]]; then echo "tables: $out/$f"; fi
