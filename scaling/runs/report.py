@@ -144,6 +144,7 @@ GENERATED_SECTIONS: dict[str, str] = {
     "headline": "README.md",
     "claims": "docs/claims.md",
     "claims_cpu_hour": "docs/claims.md",
+    "claims_compute_dtype": "docs/claims.md",
     "sweep": "docs/sweep.md",
     "stability": "docs/stability.md",
     "coord_check_width": "docs/coord_check.md",

@@ -47,6 +47,9 @@ def hardware() -> str:
   return (f"{jax.default_backend()}: {len(devices)} × {devices[0].device_kind}, {os.cpu_count()} host CPU cores")
 
 BATCH, HEADS = 4, 2  # sequences and heads per seed (as the d_k sweep's defaults)
+COMPUTE_DTYPES = ("float32", "bfloat16")
+"""The training models' compute precisions (``ModelConfig.dtype``: projections, MLP and residual stream; parameters,
+attention logits and softmax stay float32) a run may choose; the default first."""
 SWEEP_RULES = ("none", "sqrt", "linear", "quadratic")
 
 
@@ -54,15 +57,19 @@ class Context:
   """What the claims are measured on (mode, sizes, seeds, text file), with measurements shared between claims.
 
   ``d_k``, ``seq_len`` and ``num_seeds`` default to the mode's (``MODES``);
-  ``text_file`` is read only by the training claims, whose grids ``planner`` plans and trains (each once).
+  ``text_file`` is read only by the training claims, whose grids ``planner`` plans and trains (each once), in
+  ``compute_dtype`` (one of ``COMPUTE_DTYPES``) unless a grid names its own precision.
   """
 
   def __init__(self, *, mode: str = "quick", d_k: tuple[int, ...] | None = None, seq_len: int | None = None,
-               num_seeds: int | None = None, seed: int = 0, text_file: str | None = None):
+               num_seeds: int | None = None, seed: int = 0, text_file: str | None = None,
+               compute_dtype: str = "float32"):
     if mode not in MODES:
       raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    if compute_dtype not in COMPUTE_DTYPES:
+      raise ConfigError(f"unknown compute_dtype {compute_dtype!r}; known: {', '.join(COMPUTE_DTYPES)}")
     sizes = MODES[mode]
-    self.mode, self.seed, self.text_file = mode, int(seed), text_file
+    self.mode, self.seed, self.text_file, self.compute_dtype = mode, int(seed), text_file, compute_dtype
     self.d_k = tuple(sorted(set(d_k or sizes["d_k"])))
     self.seq_len = int(seq_len or sizes["seq_len"])
     self.num_seeds = int(num_seeds or sizes["num_seeds"])
@@ -74,7 +81,7 @@ class Context:
     """The sizes this context measures at (JSON-ready)."""
     return {"mode": self.mode, "d_k": list(self.d_k), "seq_len": self.seq_len, "num_seeds": self.num_seeds,
             "seed": self.seed, "widths": list(self.widths), "batch": BATCH, "heads": HEADS,
-            "text_file": self.text_file, "hardware": hardware()}
+            "text_file": self.text_file, "compute_dtype": self.compute_dtype, "hardware": hardware()}
 
   def overrides(self) -> list[str]:
     """The flags that differ from the mode's sizes (so that a command reproduces this context)."""
@@ -89,6 +96,8 @@ class Context:
       flags.append(f"--seed={self.seed}")
     if self.text_file is not None:
       flags.append(f"--text_file={shlex.quote(str(self.text_file))}")
+    if self.compute_dtype != COMPUTE_DTYPES[0]:
+      flags.append(f"--compute_dtype={self.compute_dtype}")
     return flags
 
   def cached(self, key: Any, compute: Callable[[], Any]) -> Any:

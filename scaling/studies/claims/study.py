@@ -53,6 +53,7 @@ from scaling.studies.claims.table import all_claims
 from scaling.studies.claims.table import markdown_table
 from scaling.studies.claims.table import readme_markdown
 from scaling.studies.claims.context import BATCH
+from scaling.studies.claims.context import COMPUTE_DTYPES
 from scaling.studies.claims.context import Context
 from scaling.studies.claims.context import HEADS
 from scaling.studies.claims.context import hardware
@@ -125,6 +126,11 @@ class ClaimsConfig(Options):
   text_file: str | None = option(None, "UTF-8 text for the training claims ('shakespeare': tiny Shakespeare, "
                                  "shipped with the package); default: the built-in synthetic task.")
   seed: int = option(0, "Base random seed.", lower=0, upper=2**31 - 1)
+  compute_dtype: str = option("float32", "Compute precision of the training claims' models (projections, MLP and "
+                              "residual stream; parameters, attention logits and softmax stay float32), except the "
+                              "grids that name their own precisions: those of the NaN, gradient-norm, hard-selection "
+                              "and stable-gradient claims (the mode's dtypes).",
+                              choices=COMPUTE_DTYPES)
   dry_run: bool = option(False, "Print the planned training and its expected time on this device, then stop "
                          "(nothing is measured or written).")
   device_efficiency_from: str | None = option(
@@ -150,7 +156,7 @@ class ClaimsConfig(Options):
   def context(self) -> Context:
     """The measurement context of these options."""
     return Context(mode=self.mode, d_k=self.d_k, seq_len=self.seq_len, num_seeds=self.num_seeds, seed=self.seed,
-                   text_file=self.text_file)
+                   text_file=self.text_file, compute_dtype=self.compute_dtype)
 
 
 def planned_grids(ctx: Context, ids: tuple[str, ...] | None = None) -> grid_run.GridPlan:

@@ -42,7 +42,7 @@ NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
 def grid_spec(ctx: Context, *, rule: str, depth: int, width: int | None = None, parametrization: str = "sp",
               log2_lrs: Sequence[float] | None = None, steps: int | None = None, base_width: int | None = None,
               fixed_head_dim: bool = True, schedule: str = "constant", pre_ln: bool = True, warmup: bool = False,
-              norm: str = "layer", dtype: str = "float32", attn_mults: Sequence[float] | None = None,
+              norm: str = "layer", dtype: str | None = None, attn_mults: Sequence[float] | None = None,
               label: str | None = None, record: Sequence[str] = RECORD) -> GridSpec:
   """The grid of learning rates × seeds of one model, at the sizes of ``ctx.mode``.
 
@@ -60,7 +60,7 @@ def grid_spec(ctx: Context, *, rule: str, depth: int, width: int | None = None, 
     pre_ln: pre-LN blocks (False: post-LN, as the original Transformer).
     warmup: a linear warmup over the mode's ``warmup_fraction`` of the steps (constant schedule).
     norm: the blocks' normalization, "layer" or "rms".
-    dtype: the model's compute dtype.
+    dtype: the model's compute dtype (default: the context's ``compute_dtype``, float32 without one).
     attn_mults: α of the logit scale α/d_head the grid sweeps at the one learning rate of ``log2_lrs`` (None: the
       rule's, and the grid sweeps the learning rates).
     label: the grid in words (default: "depth-{depth} training grids").
@@ -70,6 +70,7 @@ def grid_spec(ctx: Context, *, rule: str, depth: int, width: int | None = None, 
     The ``GridSpec``.
   """
   s = sizes(ctx)
+  dtype = getattr(ctx, "compute_dtype", "float32") if dtype is None else dtype
   width = s["width"] if width is None else width
   log2_lrs = tuple(float(x) for x in (s["log2_lrs"] if log2_lrs is None else log2_lrs))
   steps = s["steps"][depth] if steps is None else steps
