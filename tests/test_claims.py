@@ -377,6 +377,22 @@ class ContextTest(absltest.TestCase):
     self.assertEqual(claims.command(ctx, "x"), "python -m experiments.claims --mode=quick --ids=x --d_k=64,128 "
                      "--num_seeds=1 --seed=3 --text_file='my text.txt'")
 
+  def test_compute_dtype_reaches_the_grids_that_name_no_precision(self):
+    ctx = claims.Context(mode="quick", text_file=None, compute_dtype="bfloat16")
+    self.assertEqual(claims.command(ctx, "x"), "python -m experiments.claims --mode=quick --ids=x "
+                     "--compute_dtype=bfloat16")
+    self.assertEqual(claims.ClaimsConfig(compute_dtype="bfloat16").context().compute_dtype, "bfloat16")
+    by_id = {c.id: c for c in claims.all_claims()}
+    default = claims.Context(mode="quick")
+    for claim_id in ("train_depth6_oscillates", "train_sqrt_optimal", "train_mup_lr_transfer"):
+      self.assertEqual({s.model_config.dtype for s in by_id[claim_id].grids(ctx).values()}, {"bfloat16"}, claim_id)
+      self.assertEqual({s.model_config.dtype for s in by_id[claim_id].grids(default).values()}, {"float32"})
+    # The NaN claim's grids name their precisions: float32 for every depth, low precision beside it.
+    nan_dtypes = {s.model_config.dtype for s in by_id["train_nan_within_100_steps"].grids(ctx).values()}
+    self.assertEqual(nan_dtypes, {"float32", "bfloat16", "float16"})
+    with self.assertRaisesRegex(ValueError, "compute_dtype"):
+      claims.Context(compute_dtype="float16")
+
   def test_sqrt_flatter_needs_two_seeds_for_its_tolerance(self):
     claim = next(c for c in claims.RANDOM_INPUT_CLAIMS if c.id == "sqrt_flatter_at_128")
     sweep = {(rule, d): {"entropy_normalized": [0.9 + 0.01 * (d == 128)], "max_prob": [0.07], "logit_std": [d**0.5]}
