@@ -51,11 +51,15 @@ class CompareTest(absltest.TestCase):
         run.mkdir()
         results.write_jsonl(run / "claims.jsonl", rows)
         results.write_jsonl(run / "timings.jsonl", [{"id": r["id"], "seconds": 1.0} for r in rows])
+        results.write_json(run / "config.json", {"code": f"commit {run.name}", "date": "2026-12-05",
+                                                 "config": {"mode": "quick"}, "sizes": {"hardware": "cpu"}})
       out = pathlib.Path(d) / "out.md"
       done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_claims.py"), *map(str, runs),
                              "float32", "bfloat16", str(out)], capture_output=True, text=True, cwd=ROOT)
       self.assertEqual(done.returncode, 0, done.stderr)
       self.assertIn("| claim | statistic | float32 | bfloat16 |", out.read_text())
+      self.assertIn("The float32 run against the bfloat16 run: float32 run on commit f32, 2026-12-05 (mode quick, "
+                    "hardware cpu) and bfloat16 run on commit bf16", out.read_text())
       bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_claims.py"), "x"], capture_output=True,
                            text=True, cwd=ROOT)
       self.assertEqual(bad.returncode, 2)
