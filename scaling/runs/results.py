@@ -66,13 +66,19 @@ def write_text(path: str | os.PathLike, text: str) -> None:
   _atomic_write(path, text)
 
 
+def checkout_root() -> pathlib.Path:
+  """The folder this package's checkout would be (the parent of ``scaling/``): a git checkout's top when the package
+  runs from a clone, a site-packages folder when installed."""
+  return pathlib.Path(__file__).resolve().parents[2]
+
+
 def code_version(root: str | os.PathLike | None = None) -> dict[str, str]:
   """The code a run runs and when: {"code": the git commit of the checkout it is imported from (short hash, with
   "+changes" when tracked files other than Markdown pages differ from it: the pages are what runs write, e.g. the
   generated sections a reproduce script fills in between its runs), else the installed distribution's version;
   "date": UTC day}. ``root``: the checkout (default: the one this package sits in)."""
   date = time.strftime("%Y-%m-%d", time.gmtime())
-  root = pathlib.Path(__file__).resolve().parents[2] if root is None else pathlib.Path(root).resolve()
+  root = checkout_root() if root is None else pathlib.Path(root).resolve()
   try:
     git = lambda *args: subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
                                        check=True).stdout.strip()

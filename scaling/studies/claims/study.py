@@ -354,8 +354,7 @@ def run(config: ClaimsConfig, out_dir: pathlib.Path) -> list[dict[str, Any]]:
         ctx.planner.close()
   rows = stream.finish()
   # Each criterion against the published pages (git history of docs/claims.md in this checkout), for the tables.
-  checkout = pathlib.Path(__file__).resolve().parents[3]
-  past = criteria_history(rows, ctx.mode, page_versions(checkout))
+  past = criteria_history(rows, ctx.mode, page_versions(results.checkout_root()))
   rows = [{**r, "criterion_history": past[r["id"]]} if r["id"] in past else r for r in rows]
   results.write_text(out_dir / "claims.md", markdown_table(rows))
   results.write_text(out_dir / "claims_readme.md", readme_markdown(rows, ctx, version))
