@@ -9,10 +9,12 @@ Two measurements, each side by side in one run:
   run writes its wall time split into compilation, compute and the rest (``scaling.runs.timesplit``; ``time_split.json``
   in its output folder); the table puts both runs of every study beside the targets (``TARGETS``) and says whether
   each is met.
-* Compilation against depth. The training step of one model (and of a vmapped grid of ``grid_members`` learning
-  rates) compiled at depth 2 and at depth 12, with the blocks unrolled and scanned (``ModelConfig.scan_layers``),
-  every variant compiled afresh in interleaved rounds (best of ``rounds``); the ratio depth 12 / depth 2 against the
-  target ``DEPTH_TARGET``.
+* Compilation against depth, two ways. The training run as a user starts it (``python -m experiments.train`` on its
+  defaults but ``--depth``), in a fresh process with an empty compilation cache at each depth: the compilation its
+  own time split measured (every program: the parameters' init, the step, the evaluation). And the training step
+  alone of one model (and of a vmapped grid of ``grid_members`` learning rates) at each depth, with the blocks
+  unrolled and scanned (``ModelConfig.scan_layers``). Every variant afresh in interleaved rounds (best of
+  ``rounds``); the ratio depth 12 / depth 2 against the target ``DEPTH_TARGET``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from scaling.base.config import Options
 from scaling.studies.claims import study as claims_lib
 from scaling.studies.coord_check import study as coord_check_lib
 from scaling.studies.transfer import study as transfer_lib
+from scaling.studies import train as train_lib
 from benchmarks import timing
 from benchmarks import worker
 from scaling.base.validation import ConfigError
@@ -55,7 +58,7 @@ STUDIES = ("claims", "coord_check", "transfer")
 TARGETS = {"claims": (240.0, 0.40), "coord_check": (60.0, None), "transfer": (600.0, None)}
 """Study: (most wall seconds of the cold run, largest share of compilation in it or None)."""
 DEPTH_TARGET = 1.3
-"""The most a depth-12 training step may take to compile over a depth-2 one."""
+"""The most a depth-12 training run (and its step alone) may take to compile over a depth-2 one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +70,9 @@ class StudiesBenchConfig(Options):
   coord_check: coord_check_lib.CoordCheckConfig = option(coord_check_lib.CoordCheckConfig(),
                                                          "The coordinate check run.")
   transfer: transfer_lib.TransferConfig = option(transfer_lib.TransferConfig(), "The width transfer run.")
-  depths: tuple[int, ...] = option((2, 12), "Depths whose training step is compiled.", lower=1)
+  train: train_lib.TrainConfig = option(train_lib.TrainConfig(), "The training run compiled at each depth (its "
+                                        "model's depth replaced).")
+  depths: tuple[int, ...] = option((2, 12), "Depths whose training run and training step are compiled.", lower=1)
   width: int = option(64, "Width of the depth measurement's model.", lower=1)
   grid_members: int = option(15, "Members of the vmapped grid compiled beside the single run.", lower=2)
   rounds: int = option(2, "Rounds of the depth measurement (best of).", lower=1)
@@ -84,6 +89,8 @@ class StudiesBenchConfig(Options):
 
 
 QUICK = StudiesBenchConfig(studies=("coord_check",), depths=(1, 2), width=16, grid_members=2, rounds=1,
+                           train=config_lib.build(train_lib.TrainConfig, {"width": 16, "steps": 2,
+                                                                          "eval_batches": 1}),
                            coord_check=config_lib.build(coord_check_lib.CoordCheckConfig,
                                                         {"widths": (16, 32), "steps": 1, "num_seeds": 1, "depth": 1}))
 """Tiny sizes for a smoke run (one small study, shallow models), not a measurement."""
@@ -138,6 +145,28 @@ def step_compile_seconds(depth: int, width: int, members: int, scan: bool) -> fl
   return time.perf_counter() - start
 
 
+def time_train_depths(config: StudiesBenchConfig) -> list[dict[str, Any]]:
+  """The training run's compilation seconds (its own time split) at each depth, cold: a fresh process and cache
+  folder per run, best of ``config.rounds`` interleaved rounds."""
+  best: dict[int, dict[str, Any]] = {}
+  for _ in range(config.rounds):
+    for depth in config.depths:
+      train = dataclasses.replace(config.train, model=dataclasses.replace(config.train.model, depth=depth))
+      with tempfile.TemporaryDirectory(prefix=f"studies-train-depth{depth}-") as tmp:
+        split = run_study("train", train, pathlib.Path(tmp) / "cache", pathlib.Path(tmp) / "out")
+      if depth not in best or split["compile_s"] < best[depth]["compile_s"]:
+        best[depth] = {"depth": depth, "flags": list(config_lib.command_line(train)), **split}
+  return [best[d] for d in config.depths]
+
+
+def train_depth_ratio(rows: list[dict[str, Any]]) -> dict[str, Any]:
+  """The training run's compilation at the deepest depth over the shallowest, against ``DEPTH_TARGET``."""
+  lo = min(rows, key=lambda r: r["depth"])
+  hi = max(rows, key=lambda r: r["depth"])
+  ratio = hi["compile_s"] / lo["compile_s"]
+  return {"ratio": ratio, "meets_target": ratio <= DEPTH_TARGET}
+
+
 def time_depths(config: StudiesBenchConfig) -> list[dict[str, Any]]:
   """Compile seconds per (members, layout, depth), best of ``config.rounds`` interleaved rounds."""
   variants = [(m, scan, d) for m in (1, config.grid_members) for scan in (False, True) for d in config.depths]
@@ -184,10 +213,15 @@ def run(bench: StudiesBenchConfig, out_dir: pathlib.Path) -> dict:
   results = {"config": dataclasses.asdict(bench), "devices": [str(d) for d in jax.devices()],
              "load_average": [os.getloadavg()[0]]}
   studies = [judge(r) for r in time_studies(bench)]
+  train_rows = time_train_depths(bench)
+  train_ratio = train_depth_ratio(train_rows)
+  print(f"studies: experiments.train compilation at depths {bench.depths}: "
+        + ", ".join(f"{r['compile_s']:.1f}s" for r in train_rows) + f" (ratio {train_ratio['ratio']:.2f})", flush=True)
   depth_rows = time_depths(bench)
   ratios = depth_ratios(depth_rows, bench.depths)
   results["load_average"].append(os.getloadavg()[0])
-  results.update(studies=studies, depths=depth_rows, depth_ratios=ratios)
+  results.update(studies=studies, train_depths=train_rows, train_depth_ratio=train_ratio, depths=depth_rows,
+                 depth_ratios=ratios)
   print(report.table([{k: r[k] for k in ("study", "cache", "wall_s", "compile_s", "compute_s", "rest_s", "compiles",
                                          "cache_hits", "meets_target")} for r in studies],
                      ("study", "cache", "wall_s", "compile_s", "compute_s", "rest_s", "compiles", "cache_hits",
@@ -198,7 +232,7 @@ def run(bench: StudiesBenchConfig, out_dir: pathlib.Path) -> dict:
   _figure(studies, out_dir / "studies.png")
   return {**{f"{r['study']}_cold_s": r["wall_s"] for r in studies if r["cache"] == "cold"},
           "targets_met": all(r["meets_target"] for r in studies if r["meets_target"] is not None)
-          and all(r["meets_target"] for r in ratios)}
+          and all(r["meets_target"] for r in ratios) and train_ratio["meets_target"]}
 
 
 def _figure(studies: list[dict[str, Any]], path: pathlib.Path) -> None:
@@ -240,6 +274,19 @@ def readme_markdown(results: dict[str, Any]) -> str:
   lines.append("")
   c = results["config"]
   lo, hi = min(c["depths"]), max(c["depths"])
+  if results.get("train_depths"):
+    ratio = results["train_depth_ratio"]
+    lines.append(f"Compilation of the training run as a user starts it (`python -m experiments.train` on its defaults "
+                 f"but `--depth`), cold: a fresh process and compilation-cache folder per run, the compilation its "
+                 f"own time split measured, best of {c['rounds']} interleaved rounds; target: depth {hi} within "
+                 f"{DEPTH_TARGET:g}× depth {lo}:")
+    lines.append("")
+    lines.append(report.markdown_table(
+        ("command", "wall s", "compilation s", "programs", "ratio", "met"),
+        [(f"`{' '.join(['train', *r['flags']])}`", f"{r['wall_s']:.1f}", f"{r['compile_s']:.1f}", r["compiles"],
+          f"{ratio['ratio']:.2f}" if r["depth"] == hi else "",
+          _verdict(ratio["meets_target"]) if r["depth"] == hi else "") for r in results["train_depths"]]))
+    lines.append("")
   lines.append(f"Compilation of the training step (every metric; SP, width {c['width']}, 4 heads, batch 8 × 64) at "
                f"depth {lo} and {hi}, blocks unrolled or scanned (`--scan_layers`), best of {c['rounds']} "
                f"interleaved rounds; target: depth {hi} within {DEPTH_TARGET:g}× depth {lo}:")

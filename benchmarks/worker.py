@@ -36,6 +36,7 @@ KINDS = {
     "claims": ("scaling.studies.claims.study", "ClaimsConfig"),
     "coord_check": ("scaling.studies.coord_check.study", "CoordCheckConfig"),
     "transfer": ("scaling.studies.transfer.study", "TransferConfig"),
+    "train": ("scaling.studies.train", "TrainConfig"),
     "memory": ("benchmarks.memory", "MemoryConfig"),
 }
 """Job kind: (its module, the name of its config class there). Imported when a job runs, not before (a memory

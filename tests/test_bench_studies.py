@@ -1,5 +1,5 @@
-"""Benchmark suite `studies`: a smoke run (a tiny coordinate check cold and warm, the step compiled at two depths),
-and its judgements on synthetic numbers whose answer is known both ways."""
+"""Benchmark suite `studies`: a smoke run (a tiny coordinate check cold and warm, the training run and the step compiled
+at two depths), and its judgements on synthetic numbers whose answer is known both ways."""
 
 import dataclasses
 import json
@@ -45,6 +45,12 @@ class JudgeTest(parameterized.TestCase):
     self.assertEqual([r["ratio"] for r in ratios], [2.5, 1.25])
     self.assertEqual([r["meets_target"] for r in ratios], [False, True])
 
+  def test_train_depth_ratio(self):
+    rows = [{"depth": 12, "compile_s": 7.0}, {"depth": 2, "compile_s": 5.0}]
+    self.assertEqual(studies.train_depth_ratio(rows), {"ratio": 1.4, "meets_target": False})
+    rows[0]["compile_s"] = 6.0
+    self.assertTrue(studies.train_depth_ratio(rows)["meets_target"])
+
   def test_study_configs_are_the_commands_they_show(self):
     # The command each row shows (python -m experiments.<study> with the row's flags) builds the config timed.
     for bench in (studies.StudiesBenchConfig(), studies.QUICK):
@@ -54,6 +60,8 @@ class JudgeTest(parameterized.TestCase):
     self.assertCountEqual(config_lib.command_line(studies.QUICK.coord_check),
                           ("--widths=16,32", "--steps=1", "--num_seeds=1", "--depth=1"))
     self.assertEqual(studies.StudiesBenchConfig().claims, cli.parse(claims.ClaimsConfig, ["prog", "--mode=quick"]))
+    # The training run is timed on experiments.train's defaults (its depth replaced at each depth).
+    self.assertEqual(config_lib.command_line(studies.StudiesBenchConfig().train), ())
     with self.assertRaisesRegex(ValueError, "study must be one of"):
       studies.QUICK.config_of("sweep")
 
@@ -87,6 +95,13 @@ class SmokeTest(absltest.TestCase):
       self.assertGreater(warm["compiles"], 0)
       self.assertEqual(warm["cache_hits"], warm["compiles"])
       self.assertLen(data["depth_ratios"], 4)
+      # The training run at each depth, cold: a fresh cache, only what the run wrote itself read back.
+      self.assertEqual([r["depth"] for r in data["train_depths"]], list(SMOKE.depths))
+      for run in data["train_depths"]:
+        self.assertLess(run["cache_hits"], run["compiles"])
+        self.assertGreater(run["compile_s"], 0)
+      self.assertAlmostEqual(data["train_depth_ratio"]["ratio"],
+                             data["train_depths"][1]["compile_s"] / data["train_depths"][0]["compile_s"])
       self.assertIn("coord_check_cold_s", summary)
       markdown = (out / "studies.md").read_text()
       self.assertIn("| study | cache |", markdown)

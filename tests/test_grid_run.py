@@ -159,7 +159,9 @@ class ScannedGridTest(absltest.TestCase):
     self.assertEqual(set(b.final_params), set(a.final_params))  # block_0, block_1, each [M, ...]
     # Adam moves a coordinate by up to its rate per step whatever the gradient's size (see TrainLikeTest).
     chex.assert_trees_all_close(b.final_params, a.final_params, rtol=0, atol=2 * 2.0 ** -12 * spec.steps)
-    chex.assert_trees_all_close(b.initial_params(), a.initial_params(), rtol=0, atol=0)
+    # The same draws in both layouts (identical with XLA's default flags; the tests' flags may round the two
+    # programs' draws apart in the last bits: tests/test_param_draws.py).
+    chex.assert_trees_all_close(b.initial_params(), a.initial_params(), rtol=1e-6, atol=0)
 
   def test_a_default_model_trains_scanned_and_returns_one_block_per_block(self):
     spec = dataclasses.replace(_spec(16, "sqrt", depth=3), log2_lrs=(-8.0,), seeds=(0,))

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from scaling.mup import layers
 from scaling.mup import roles as roles_lib
@@ -494,6 +495,25 @@ def _model_scales(width, depth, seq_len, vocab=65, seed=0, umup_scales="covarian
           for k, v in init_rms_lib.rms_at_init(cfg, seq_len, seed).items()}
 
 
+def _assert_every_tensor_in_band(test, width, depth, seq_len):
+  """Every activation, activation gradient and weight gradient of the covariance-scaled model in [0.5, 2]."""
+  scales = _model_scales(width, depth, seq_len, umup_scales="covariance")
+  test.assertLen([k for k in scales if k.startswith("act/")], 3 + 11 * depth)
+  test.assertLen([k for k in scales if k.startswith("grad/")], 3 + 11 * depth)
+  test.assertLen([k for k in scales if k.startswith("weight/")], 3 + 8 * depth)
+  test.assertEmpty({k: round(v, 3) for k, v in scales.items() if not 0.5 <= v <= 2.0})
+
+
+@pytest.mark.slow  # 16 blocks that cannot share one scan (each has scales of its own): compiled unrolled
+class DeepModelUnitScaleTest(parameterized.TestCase):
+  """The deep corners of ``ModelUnitScaleTest`` (depth 16, T = 64 and T = 1024): the covariance scales keep every
+  tensor in the band where the gradient is most correlated across positions and blocks."""
+
+  @parameterized.parameters((64, 16, 64), (64, 16, 1024))
+  def test_every_tensor_in_band(self, width, depth, seq_len):
+    _assert_every_tensor_in_band(self, width, depth, seq_len)
+
+
 class ModelUnitScaleTest(parameterized.TestCase):
   """The u-μP model under ``umup_scales="covariance"`` is unit-scaled at init: RMS in the [0.5, 2] band of unit
   scaling, an independent criterion.
@@ -501,7 +521,8 @@ class ModelUnitScaleTest(parameterized.TestCase):
   Corners of widths 64–1024, depths 2–16 and sequence lengths 64–1024 (batch 1, vocabulary 65 as in
   character-level text): every activation, every activation gradient and every weight gradient, including the
   deep and long model (width 64, depth 16, T = 1024) where the gradient is most correlated across positions
-  (the backward factors of ``unit_scaling_covariance.gradient_correlation_factors``). The other width-1024
+  (the backward factors of ``unit_scaling_covariance.gradient_correlation_factors``; the depth-16 corners are
+  ``DeepModelUnitScaleTest``, in the slow group). The other width-1024
   corners (depth 16, or T = 1024: 200 M parameters or long sequences, 30 s and more each on two cores) are measured
   by scripts/unit_scale_check.py (docs/umup.md).
   """
@@ -510,13 +531,9 @@ class ModelUnitScaleTest(parameterized.TestCase):
     self.assertNotEmpty(names)
     return {k: round(scales[k], 3) for k in names if not 0.5 <= scales[k] <= 2.0}
 
-  @parameterized.parameters((1024, 2, 64), (64, 2, 1024), (64, 16, 64), (64, 16, 1024))
+  @parameterized.parameters((1024, 2, 64), (64, 2, 1024))
   def test_every_tensor_in_band(self, width, depth, seq_len):
-    scales = _model_scales(width, depth, seq_len, umup_scales="covariance")
-    self.assertLen([k for k in scales if k.startswith("act/")], 3 + 11 * depth)
-    self.assertLen([k for k in scales if k.startswith("grad/")], 3 + 11 * depth)
-    self.assertLen([k for k in scales if k.startswith("weight/")], 3 + 8 * depth)
-    self.assertEmpty(self._outside(scales, list(scales)))
+    _assert_every_tensor_in_band(self, width, depth, seq_len)
 
   def test_paper_scales_leave_the_band(self):
     # The paper's fixed scales in a deep model (depth 8, T = 64): measured far outside the band (the correction's

@@ -3,7 +3,7 @@
 Each parameter is created through ``kind_param``: it is drawn as
 ``init_mean + init_std · N(0, 1)`` from the ``LayerSpec`` that the layers' spec source gives it by its path
 (``specs.layer(path, kind, shape)``: a ``scaling.mup.parametrize.RoleParametrization`` with
-``forward="model"``, made by ``scaling.parametrize`` from the model's roles; ``SHAPES_ONLY`` while only the shapes
+``forward="model"``, made by ``scaling.parametrize`` from the model's roles; a ``ShapesOnly`` while only the shapes
 are wanted, to infer those roles), and it is stored boxed in ``Kinded(value, kind)``, a Flax ``AxisMetadata``. The
 kind therefore travels with the parameter from the layer that made it: ``param_kinds`` reads it, and the
 per-layer learning rates (``scaling.mup.optim``) use it. Renaming a module changes
@@ -71,25 +71,33 @@ def unbox(boxed: Any) -> Any:
 
 
 class ShapesOnly:
-  """The spec source of a model built only for its parameter shapes: every parameter zero, multiplier 1."""
+  """The spec source of a model built only for its parameter shapes: every parameter zero, multiplier 1.
+
+  ``created`` lists (path, kind, shape) of every parameter in the order the layers created them (the order in which
+  Flax gives each module's parameters their keys).
+  """
+
+  def __init__(self):
+    self.created: list[tuple[str, str, tuple[int, ...]]] = []
 
   def layer(self, path: str, kind: str, shape: tuple[int, ...]) -> param_lib.LayerSpec:
-    del path, shape
     param_lib.check_kind(kind)
+    self.created.append((path, kind, tuple(shape)))
     return param_lib.LayerSpec(init_std=0.0, multiplier=1.0, lr_adam=1.0, lr_sgd=1.0)
 
 
-SHAPES_ONLY = ShapesOnly()
-"""The spec source for ``jax.eval_shape`` of a model's init (the roles are inferred from those shapes)."""
+def draw(key: Array, shape: tuple[int, ...], std: float, mean: float, dtype: Any = jnp.float32) -> Array:
+  """A parameter's initial value: mean + std · N(0, 1) from ``key`` (a constant when std is 0)."""
+  x = std * jax.random.normal(key, shape, dtype) if std else jnp.zeros(shape, dtype)
+  return x + mean if mean else x
 
 
 def _initializer(spec: param_lib.LayerSpec, kind: str) -> Callable[..., Kinded]:
-  """Initializer drawing init_mean + init_std · N(0, 1) (a constant when the std is 0), boxed with ``kind``."""
+  """Initializer drawing init_mean + init_std · N(0, 1) (``draw``), boxed with ``kind``."""
   mean, std = float(spec.init_mean), float(spec.init_std)
 
   def init(key, shape, dtype=jnp.float32):
-    x = std * jax.random.normal(key, shape, dtype) if std else jnp.zeros(shape, dtype)
-    return Kinded(x + mean if mean else x, kind)
+    return Kinded(draw(key, shape, std, mean, dtype), kind)
 
   return init
 

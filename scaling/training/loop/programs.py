@@ -23,7 +23,6 @@ from scaling.training.optimizer import OptimizerConfig
 from scaling.training.model import transformer as model_lib
 from scaling.training.model.config import ModelConfig
 from scaling.training.model import config as model_config_lib
-from scaling.training.model import scanned_blocks as scanned_blocks_lib
 from scaling.training.loop import state as state_lib
 from scaling.training.loop import transformer_step
 
@@ -105,10 +104,7 @@ class TransformerProgram:
 
 def transformer_params(model_config: ModelConfig, seed: Any) -> Any:
   """The parameters of ``model_config`` from ``PRNGKey(seed)``, stacked where the model trains them stacked."""
-  params = model_lib.init_params(jax.random.PRNGKey(seed), model_config)
-  if model_lib.scans_blocks(model_config):
-    params = scanned_blocks_lib.stack_blocks(params, model_config.depth)
-  return params
+  return model_lib.init_params(jax.random.PRNGKey(seed), model_config, stacked=model_lib.scans_blocks(model_config))
 
 
 class FunctionalProgram:

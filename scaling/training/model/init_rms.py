@@ -13,6 +13,7 @@ from scaling.mup import layers
 from scaling.mup import shapes as shapes_lib
 from scaling.mup import unit_scaling as unit
 from scaling.training.model.transformer import Transformer
+from scaling.training.model.transformer import init_params
 from scaling.training.model.config import ModelConfig
 
 def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, float]:
@@ -33,8 +34,9 @@ def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, f
   model = Transformer(config)
   init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
   tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, config.vocab_size)
-  variables = jax.jit(model.init)(init_key, tokens[:, :-1])
-  params, zeros = layers.unbox(variables["params"]), variables[layers.PERTURBATIONS]
+  params = jax.jit(init_params, static_argnums=1)(init_key, config)
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                       jax.eval_shape(model.init, init_key, tokens[:, :-1])[layers.PERTURBATIONS])
 
   def loss(params, perturbations):
     logits, state = model.apply({"params": params, layers.PERTURBATIONS: perturbations}, tokens[:, :-1],

@@ -40,6 +40,7 @@ from scaling.mup import parametrize as parametrize_lib
 from scaling.mup import roles as roles_lib
 from scaling.training.model import blocks as blocks_lib
 from scaling.training.model import config as model_config_lib
+from scaling.training.model import param_draws as param_draws_lib
 from scaling.training.model import scales as model_scales_lib
 from scaling.training.model import scanned_blocks as scanned_blocks_lib
 from scaling.training.model.config import ModelConfig
@@ -140,16 +141,44 @@ def _init_boxed(rng: Array, config: ModelConfig, seq_len: int | None = None, spe
   return Transformer(config, specs=specs).init(rng, jnp.zeros((1, t), jnp.int32))["params"]
 
 
-def init_params(rng: Array, config: ModelConfig) -> dict[str, Any]:
-  """The ``params`` of ``Transformer(config)`` for a seed key, as plain arrays."""
-  return layers.unbox(_init_boxed(rng, config))
+def init_params(rng: Array, config: ModelConfig, *, stacked: bool = False) -> dict[str, Any]:
+  """The ``params`` of ``Transformer(config)`` for a seed key, as plain arrays.
+
+  Those of ``Transformer(config).init(rng, tokens)["params"]`` unboxed, bit for bit, drawn one shape at a time
+  (``param_draws``: a program that does not grow with depth).
+
+  Args:
+    rng: the key.
+    config: the model.
+    stacked: every block's parameters stacked under ``block_0`` (``scanned_blocks.stack_blocks``' layout, in which a
+      scanned model trains) rather than one ``block_{i}`` per block.
+  """
+  return param_draws_lib.draw_params(rng, _draw_plan(config), depth=config.depth if stacked else 0)
 
 
 @functools.lru_cache(maxsize=64)
+def _draw_plan(config: ModelConfig) -> param_draws_lib.DrawPlan:
+  return param_draws_lib.draw_plan(created_params(config), parametrized(config))
+
+
+@functools.lru_cache(maxsize=64)
+def _traced_shapes(config: ModelConfig) -> tuple[Any, tuple[tuple[str, str, tuple[int, ...]], ...]]:
+  """(the boxed parameter shapes: ``jax.ShapeDtypeStruct`` in ``Kinded`` boxes, every parameter's (path, kind, shape)
+  in the order the layers created it); nothing computed."""
+  source = layers.ShapesOnly()
+  boxed = jax.eval_shape(functools.partial(_init_boxed, config=config, specs=source), jax.random.PRNGKey(0))
+  return boxed, tuple(source.created)
+
+
 def _boxed_shapes(config: ModelConfig) -> Any:
   """The boxed parameter shapes (``jax.ShapeDtypeStruct`` in ``Kinded`` boxes); nothing computed."""
-  return jax.eval_shape(functools.partial(_init_boxed, config=config, specs=layers.SHAPES_ONLY),
-                        jax.random.PRNGKey(0))
+  return _traced_shapes(config)[0]
+
+
+def created_params(config: ModelConfig) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+  """Every parameter of ``Transformer(config)`` as (path, kind, shape), in the order its layers create it."""
+  model_config_lib.check_model_config("config", config)
+  return _traced_shapes(config)[1]
 
 
 def _cached_kinds(config: ModelConfig) -> Any:
