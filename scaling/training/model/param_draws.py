@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from typing import Any, Sequence
 
 import flax
+import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,21 +111,13 @@ def draw_params(rng: Array, plan: DrawPlan, *, depth: int = 0) -> dict[str, Any]
   for shape, std, mean, idx in plan.groups:
     drawn = jax.vmap(lambda key, shape=shape, std=std, mean=mean: layers.draw(key, shape, std, mean))(
         keys[np.asarray(idx)])
+    # The plan keeps one parameter's copies in consecutive blocks side by side: all ``depth`` of them are one slice.
     start = 0
-    while start < len(idx):
-      block, rest = _block_of(plan.paths[idx[start]])
-      if depth > 1 and block == 0 and [_block_of(plan.paths[i]) for i in idx[start:start + depth]] == [
-          (b, rest) for b in range(depth)]:
+    for rest, run in itertools.groupby(idx, key=lambda i: _block_of(plan.paths[i])[1]):
+      run = list(run)
+      if depth > 1 and [_block_of(plan.paths[i])[0] for i in run] == list(range(depth)):
         leaves[f"block_0/{rest}"] = drawn[start:start + depth]
-        start += depth
       else:
-        leaves[plan.paths[idx[start]]] = drawn[start]
-        start += 1
-  tree: dict[str, Any] = {}
-  for path, value in leaves.items():
-    *modules, name = path.split("/")
-    node = tree
-    for module in modules:
-      node = node.setdefault(module, {})
-    node[name] = value
-  return tree
+        leaves.update({plan.paths[i]: drawn[start + j] for j, i in enumerate(run)})
+      start += len(run)
+  return flax.traverse_util.unflatten_dict(leaves, sep="/")
