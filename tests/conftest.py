@@ -11,9 +11,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # time. XLA's backend optimization level 0 halves it, and the older CPU emitters (no fusion emitters) compile each
 # small program in about two thirds of the time (test_model.py with test_unit_scaling.py: 205 -> 145 s). Every
 # numerical check compares against an independent reference with a tolerance (or two runs of the same program),
-# so the generated code's speed does not matter here. A caller's own XLA_FLAGS keep precedence (subprocesses
-# inherit these).
-for _flag, _value in (("xla_backend_optimization_level", "0"), ("xla_cpu_use_fusion_emitters", "false")):
+# so the generated code's speed does not matter here. Each of the two test workers has one core: one LLVM module per
+# program (no parallel code generation) and Eigen on the calling thread save a further tenth of the CPU
+# (test_unit_scaling.py with test_attention.py: 85 -> 74 s of user time). A caller's own XLA_FLAGS keep precedence
+# (subprocesses inherit these).
+for _flag, _value in (("xla_backend_optimization_level", "0"), ("xla_cpu_use_fusion_emitters", "false"),
+                      ("xla_cpu_parallel_codegen_split_count", "1"), ("xla_cpu_multi_thread_eigen", "false")):
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 # Entry points keep JAX's persistent compilation cache under $XDG_CACHE_HOME: a fresh folder per test process,
