@@ -106,10 +106,15 @@ class RerunTest(absltest.TestCase):
     cache = tmp / "cache"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "JAX_LOG_COMPILES": "1", "JAX_EXPLAIN_CACHE_MISSES": "1"}  # cache hits and misses logged as warnings
+    # experiments.sweep's entry point with its figures left out: they compile no program, and drawing them is most of
+    # a run's own time.
+    script = ("import sys; from unittest import mock; from experiments import sweep; "
+              "from scaling.studies import sweep as sweep_lib; "
+              "mock.patch.object(sweep_lib, 'write_plots', return_value=[]).start(); sys.exit(sweep.main(sys.argv))")
     counts = []
     for i in range(2):
       proc = subprocess.run(
-          [sys.executable, "-m", "experiments.sweep", "--d_k=4", "--rules=sqrt", "--seq_len=8",
+          [sys.executable, "-c", script, "--d_k=4", "--rules=sqrt", "--seq_len=8",
            "--batch=1", "--num_seeds=2", f"--compilation_cache_dir={cache}", f"--out_dir={tmp / f'run{i}'}"],
           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
       self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])

@@ -196,6 +196,7 @@ class CheckpointLayoutTest(parameterized.TestCase):
   def test_resumes_in_the_other_layout(self, saved_scanned, resumed_scanned):
     from scaling.training.data.config import DataConfig  # pylint: disable=g-import-not-at-top
     from scaling.training.loop import checkpoint  # pylint: disable=g-import-not-at-top
+    from scaling.training.loop import initialization as init_lib  # pylint: disable=g-import-not-at-top
     from scaling.training.loop import run as loop_lib  # pylint: disable=g-import-not-at-top
     from scaling.training.loop import sharded as sharded_lib  # pylint: disable=g-import-not-at-top
     from scaling.training.model import scanned_blocks  # pylint: disable=g-import-not-at-top
@@ -221,8 +222,11 @@ class CheckpointLayoutTest(parameterized.TestCase):
         saved["state"] = jax.device_get(state)
         checkpoints.save(state, seed=seed, initial_loss=saved["initial_loss"])
 
+    # The uninterrupted run from its init placed on the device as a restored state is (committed arrays): a layout's
+    # runs, uninterrupted and resumed, then share one compiled step over the two cases.
+    init = jax.device_put(init_lib.make_init(configs[saved_scanned], opt)(seed, opt.learning_rate), jax.devices()[0])
     whole = loop_lib.run_training(configs[saved_scanned], opt, data, loop_lib.Runs(seed=seed),
-                                  loop_lib.RunOptions(callback=log, after_step=save))
+                                  loop_lib.RunOptions(callback=log, after_step=save, state=init))
     self.assertEqual(scanned_blocks.is_stacked(saved["state"].params, depth), saved_scanned)
     target = sharded_lib.make_run_init(configs[resumed_scanned], opt)(seed, opt.learning_rate)
     restored, record = checkpoints.restore(target, seed=seed)

@@ -1,5 +1,6 @@
 """The sweep's numbers against closed forms, and the vmapped sweep against one-at-a-time runs."""
 
+import functools
 import math
 
 from absl.testing import absltest
@@ -15,18 +16,35 @@ def _rows(**kwargs):
   return {(r["rule"], r["d_k"]): r for r in sweep.run_sweep(cfg)}
 
 
+# The input stds of the closed-form tests in one sweep: the stds are vmapped in each head dimension's one program and
+# scale the same draws, so each std's rows are those of a sweep of that std alone.
+SHARED_STDS = (1.0, 0.5, 3.0)
+
+
+@functools.cache
+def _shared_rows():
+  """{qk_std: {(rule, d_k): row}} of one sweep read by several tests (rows are only read)."""
+  cfg = sweep.SweepConfig(seq_len=48, batch=2, num_heads=2, num_seeds=2, d_k=(16, 128, 512),
+                          rules=("none", "sqrt", "linear", "quadratic", "qk_norm"), qk_std=SHARED_STDS)
+  rows = {}
+  for r in sweep.run_sweep(cfg):
+    rows.setdefault(r["qk_std"], {})[(r["rule"], r["d_k"])] = r
+  return rows
+
+
 class ClosedFormTest(parameterized.TestCase):
 
-  @parameterized.parameters(1.0, 0.5)
-  def test_logit_variance(self, qk_std):
-    rows = _rows(d_k=(16, 128), rules=("none", "sqrt", "linear", "quadratic"), qk_std=qk_std)
-    for d in (16, 128):
-      # q·k of iid N(0, s²) entries: Var = d·s⁴; scaled by c the variance is c²·d·s⁴.
-      expected = {"none": d * qk_std**4, "sqrt": qk_std**4, "linear": qk_std**4 / d, "quadratic": qk_std**4 / d**3}
-      for rule, var in expected.items():
-        got = rows[(rule, d)]["logit_var"]["mean"]
-        self.assertAlmostEqual(got / var, 1.0, delta=0.06, msg=f"{rule} d_k={d}")
-        self.assertAlmostEqual(rows[(rule, d)]["logit_std"]["mean"] / math.sqrt(var), 1.0, delta=0.03)
+  def test_logit_variance(self):
+    for qk_std in (1.0, 0.5):
+      rows = _shared_rows()[qk_std]
+      for d in (16, 128):
+        # q·k of iid N(0, s²) entries: Var = d·s⁴; scaled by c the variance is c²·d·s⁴.
+        expected = {"none": d * qk_std**4, "sqrt": qk_std**4, "linear": qk_std**4 / d, "quadratic": qk_std**4 / d**3}
+        for rule, var in expected.items():
+          with self.subTest(qk_std=qk_std, rule=rule, d_k=d):
+            got = rows[(rule, d)]["logit_var"]["mean"]
+            self.assertAlmostEqual(got / var, 1.0, delta=0.06, msg=f"{rule} d_k={d}")
+            self.assertAlmostEqual(rows[(rule, d)]["logit_std"]["mean"] / math.sqrt(var), 1.0, delta=0.03)
 
   def test_entropy_small_logits(self):
     # For logits of small variance σ² per row, softmax entropy ≈ ln T − σ²/2.
@@ -38,7 +56,7 @@ class ClosedFormTest(parameterized.TestCase):
     self.assertGreater(rows[("linear", 256)]["entropy"]["mean"], rows[("sqrt", 256)]["entropy"]["mean"])
 
   def test_unscaled_saturates_and_qk_norm_does_not(self):
-    rows = _rows(d_k=(16, 512), rules=("none", "qk_norm"), qk_std=3.0)
+    rows = _shared_rows()[3.0]
     self.assertGreater(rows[("none", 512)]["saturated_frac"]["mean"], rows[("none", 16)]["saturated_frac"]["mean"])
     self.assertGreater(rows[("none", 512)]["max_prob"]["mean"], 0.8)
     # QK-norm removes the input scale: logit variance ≈ 1 whatever qk_std and d_k.
@@ -87,11 +105,13 @@ class ClosedFormTest(parameterized.TestCase):
       sweep.SweepConfig(attention="blockwise", subtract_max=False)
 
   def test_deterministic(self):
-    a = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
-    b = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2)
+    # The sweep of test_vmapped_equals_one_at_a_time (its compiled program), run twice; then another seed.
+    kwargs = dict(d_k=(8,), rules=("sqrt", "post_softmax", "qk_norm"), seq_len=16, batch=2, num_seeds=2, causal=True)
+    a = sweep.run_sweep(sweep.SweepConfig(**kwargs))
+    b = sweep.run_sweep(sweep.SweepConfig(**kwargs))
     self.assertEqual(a, b)
-    c = _rows(d_k=(8,), rules=("sqrt",), num_seeds=2, seed=1)
-    self.assertNotEqual(a[("sqrt", 8)]["entropy"], c[("sqrt", 8)]["entropy"])
+    c = sweep.run_sweep(sweep.SweepConfig(**kwargs, seed=1))
+    self.assertNotEqual(a[0]["entropy"], c[0]["entropy"])
 
   def test_config_validation(self):
     with self.assertRaisesRegex(ValueError, "rules must be one of"):

@@ -1,6 +1,7 @@
 """μTransfer: the vmapped grid against separate runs, final losses and optima with diverged runs, the experiment."""
 
 import dataclasses
+import functools
 import json
 import pathlib
 import shutil
@@ -46,6 +47,23 @@ def _tempdir(test) -> pathlib.Path:
   path = pathlib.Path(tempfile.mkdtemp())
   test.addCleanup(shutil.rmtree, path, ignore_errors=True)
   return path
+
+
+_WHOLE = []
+
+
+@functools.cache
+def _whole_run() -> tuple[int, str, pathlib.Path]:
+  """(exit code, stdout, folder) of one uninterrupted run with FLAGS_TINY, which two tests read (neither writes)."""
+  out = pathlib.Path(tempfile.mkdtemp()) / "tr"
+  _WHOLE.append(out.parent)
+  code, stdout, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
+  return code, stdout, out
+
+
+def tearDownModule():
+  for path in _WHOLE:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _dataset():
@@ -222,8 +240,7 @@ class SummaryTest(parameterized.TestCase):
 class ExperimentTest(parameterized.TestCase):
 
   def test_main_writes_files(self):
-    out = _tempdir(self) / "tr"
-    code, stdout, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
+    code, stdout, out = _whole_run()
     self.assertEqual(code, 0)
     self.assertIn("optimal learning rate", stdout)
     rows = results.read_jsonl(out / "results.jsonl")
@@ -295,8 +312,8 @@ class ExperimentTest(parameterized.TestCase):
       code, _, _ = experiment_main.run_with(transfer_exp, FLAGS_TINY, out)
     self.assertEqual(code, 0)
     self.assertEqual(calls, ["mup"])
-    whole = _tempdir(self) / "whole"
-    self.assertEqual(experiment_main.run_with(transfer_exp, FLAGS_TINY, whole)[0], 0)
+    code, _, whole = _whole_run()
+    self.assertEqual(code, 0)
     for name in ("results.jsonl", "optimum.jsonl"):
       self.assertEqual((out / name).read_bytes(), (whole / name).read_bytes(), name)
 
