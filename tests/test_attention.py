@@ -20,12 +20,14 @@ from scaling.studies import sweep_memory
 from scaling.attention import rules
 
 
+def _normal(seed, shape, std=1.0, dtype=jnp.float32):
+  """Numpy draws: XLA compiles jax.random's programs once per shape, and the dispatcher's checks use many shapes."""
+  return jnp.asarray(std * np.random.default_rng(seed).standard_normal(shape, np.float32), dtype)
+
+
 def _qkv(seed=0, b=2, t=7, s=9, n=4, k=2, h=16, dtype=jnp.float32, std=1.0):
-  kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
-  q = std * jax.random.normal(kq, (b, t, n, h))
-  key = std * jax.random.normal(kk, (b, s, k, h))
-  v = jax.random.normal(kv, (b, s, k, h))
-  return q.astype(dtype), key.astype(dtype), v.astype(dtype)
+  return (_normal((seed, 0), (b, t, n, h), std, dtype), _normal((seed, 1), (b, s, k, h), std, dtype),
+          _normal((seed, 2), (b, s, k, h), dtype=dtype))
 
 
 def _reference(q, k, v, *, logit_scale, weight_scale=1.0, mask=None):
@@ -317,15 +319,16 @@ class DispatchTest(parameterized.TestCase):
     """The default call's values, log-sum-exp and gradients (both passes' paths) against jax.nn's."""
     b, t, n, k, s, h = shape
     q, key, value = _qkv(seed=seed, b=b, t=t, s=s, n=n, k=k, h=h)
-    ct = jax.random.normal(jax.random.key(seed + 1), q.shape)
+    ct = _normal((seed, 3), q.shape)
 
     def both(attend, q, key, value, ct):
       loss = lambda q, key, value: jnp.vdot(attend(q, key, value, **masking), ct)
       out_lse = attend(q, key, value, return_residual=True, **masking)
       return attend(q, key, value, **masking), out_lse, jax.value_and_grad(loss, argnums=(0, 1, 2))(q, key, value)
 
-    got = jax.jit(functools.partial(both, scaling.dot_product_attention))(q, key, value, ct)
-    want = jax.jit(functools.partial(both, jax.nn.dot_product_attention))(q, key, value, ct)
+    # One program for both sides: a second would only repeat XLA's per-program work.
+    got, want = jax.jit(lambda *a: (both(scaling.dot_product_attention, *a), both(jax.nn.dot_product_attention, *a)))(
+        q, key, value, ct)
     for got_part, want_part in zip(got, want):  # output alone; output and log-sum-exp; loss and gradients
       chex.assert_trees_all_close(got_part, want_part, rtol=1e-4, atol=2e-5)
 
@@ -339,7 +342,7 @@ class DispatchTest(parameterized.TestCase):
     b, t, n, k, s, h = shape
     _, key, value = _qkv(seed=2, b=b, t=t, s=s, n=n, k=k, h=h)
     q = jnp.zeros((b, t, n, h))
-    ct = jax.random.normal(jax.random.key(3), q.shape)
+    ct = _normal(3, q.shape)
     seen = _visible(t, s, masking)
     count = seen.sum(-1)  # [T]
     weights = seen / np.maximum(count, 1)[:, None]  # [T, S]; rows that see nothing output 0
@@ -446,30 +449,47 @@ class DispatchTest(parameterized.TestCase):
     # differentiated, and its own path forward and backward under differentiation; a call that cannot split (a mask
     # or a residual) runs its own path, or dense where the forward is dense below BLOCKWISE_MIN_KV_LEN.
     q, k, v = _qkv(seed=5, b=2, t=48, s=kv_len, n=4, k=2, h=8)
-    ct = jax.random.normal(jax.random.key(6), q.shape)
+    ct = _normal(6, q.shape)
     mask = jnp.tril(jnp.ones((48, kv_len), bool))[None, None]
     dense = scaling.attention.autotune.Choice("dense")
-    for forward in (dense, scaling.attention.autotune.Choice("blockwise", 32, 64)):
-      choice = scaling.attention.autotune.Choice("blockwise", 16, 32, forward=forward)
-      run = lambda c: scaling.attention.autotune.path_function(c)
-      with mock.patch.object(scaling.attention.dispatch, "select_implementation", return_value=choice):
+    forwards = (dense, scaling.attention.autotune.Choice("blockwise", 32, 64))
 
-        def value_and_grads(fn, **kw):
-          return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
+    def value_and_grads(fn, q, k, v, **kw):
+      return jax.value_and_grad(lambda q, k, v: jnp.vdot(fn(q, k, v, **kw), ct), argnums=(0, 1, 2))(q, k, v)
 
-        out, want = jax.jit(lambda q, k, v: (scaling.dot_product_attention(q, k, v), run(forward)(q, k, v)))(q, k, v)
-        chex.assert_trees_all_close(out, want, rtol=0, atol=0)
-        got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention), value_and_grads(run(choice))))()
-        chex.assert_trees_all_close(got, want, rtol=0, atol=0)
+    def calls_and_paths(q, k, v):
+      # Every call for both choices and every path they should run, traced into one program (the choice is mocked
+      # while its calls are traced); a path both choices share is traced once.
+      paths, calls = {}, []
+
+      def path(kind, c, fn):
+        key = (kind, c.implementation, c.block_q, c.block_k)
+        if key not in paths:
+          paths[key] = fn(scaling.attention.autotune.path_function(c))
+        return paths[key]
+
+      for forward in forwards:
+        choice = scaling.attention.autotune.Choice("blockwise", 16, 32, forward=forward)
         unsplit = dense if forward == dense and kv_len < scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN else choice
-        got, want = jax.jit(lambda: (value_and_grads(scaling.dot_product_attention, mask=mask),
-                                     value_and_grads(run(unsplit), mask=mask)))()
-        chex.assert_trees_all_close(got, want, rtol=0, atol=0)
-        out, want = jax.jit(lambda: (scaling.dot_product_attention(q, k, v, return_residual=True),
-                                     run(unsplit)(q, k, v, return_residual=True)))()
-        chex.assert_trees_all_close(out, want, rtol=0, atol=0)
-      chex.assert_trees_all_close(got[0], value_and_grads(jax.nn.dot_product_attention, mask=mask)[0], rtol=1e-4,
-                                  atol=2e-5)  # and the path is attention: the masked loss is jax.nn's
+        with mock.patch.object(scaling.attention.dispatch, "select_implementation", return_value=choice):
+          calls.append({
+              "alone": (scaling.dot_product_attention(q, k, v), path("alone", forward, lambda f: f(q, k, v))),
+              "differentiated": (value_and_grads(scaling.dot_product_attention, q, k, v),
+                                 path("differentiated", choice, lambda f: value_and_grads(f, q, k, v))),
+              "masked": (value_and_grads(scaling.dot_product_attention, q, k, v, mask=mask),
+                         path("masked", unsplit, lambda f: value_and_grads(f, q, k, v, mask=mask))),
+              "residual": (scaling.dot_product_attention(q, k, v, return_residual=True),
+                           path("residual", unsplit, lambda f: f(q, k, v, return_residual=True)))})
+      return calls, value_and_grads(jax.nn.dot_product_attention, q, k, v, mask=mask)
+
+    calls, reference = jax.jit(calls_and_paths)(q, k, v)
+    for forward, checks in zip(forwards, calls):
+      for name, (got, want) in checks.items():
+        with self.subTest(forward=scaling.attention.autotune.choice_name(forward), call=name):
+          chex.assert_trees_all_close(got, want, rtol=0, atol=0)
+      with self.subTest(forward=scaling.attention.autotune.choice_name(forward), call="masked, against jax.nn"):
+        chex.assert_trees_all_close(checks["masked"][0][0], reference[0], rtol=1e-4,
+                                    atol=2e-5)  # and the path is attention: the masked loss is jax.nn's
 
 
   @parameterized.named_parameters(
@@ -492,8 +512,9 @@ class DispatchTest(parameterized.TestCase):
     t = scaling.attention.dispatch.BLOCKWISE_MIN_KV_LEN
     q, k, v = _qkv(b=1, t=t, s=t, n=2, k=2, h=8, std=0.5)
     scales = jnp.array([0.1, 0.4])
-    out = jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0),
-                                                           is_causal=True))(scales)
+    # Traced under vmap (one program: eagerly every batched op would compile on its own).
+    out = jax.jit(jax.vmap(lambda c: scaling.dot_product_attention(q, k, v, rule=rules.FixedScale(c, 1.0),
+                                                                   is_causal=True)))(scales)
     causal = np.tril(np.ones((t, t), bool))
     for i, c in enumerate([0.1, 0.4]):
       np.testing.assert_allclose(out[i], _reference(q, k, v, logit_scale=c, mask=causal), rtol=2e-5, atol=2e-5)

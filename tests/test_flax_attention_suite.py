@@ -1,6 +1,7 @@
 """scripts/flax_attention_suite.py on small fake flax source distributions, offline."""
 
 import io
+import os
 import pathlib
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from absl.testing import absltest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "flax_attention_suite.py"
 
-# One call of the attention_fn at init and one at apply (linen), one call (nnx): 3 calls when it is the default.
+# One call of the attention_fn at init and one at apply (linen, each traced once), one call (nnx): 3 calls when it is
+# the default.
 LINEN_TEST = textwrap.dedent("""\
     import flax.linen as nn
     import jax
@@ -23,7 +25,7 @@ LINEN_TEST = textwrap.dedent("""\
     def test_linen_module():
       layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8)
       x = jnp.ones((1, 3, 8))
-      y = layer.apply(layer.init(jax.random.key(0), x), x)
+      y = jax.jit(layer.apply)(jax.jit(layer.init)(jax.random.key(0), x), x)  # one program each, not op by op
       assert y.shape == x.shape
     """)
 NNX_TEST = textwrap.dedent("""\
@@ -52,8 +54,11 @@ def _sdist(folder, files):
 
 
 def _run(sdist, *args):
+  # The script's pytest run loads only the plugins it names (its own): the installed third-party plugins, which the
+  # small tests here do not use, would cost each run more to import than the tests themselves take.
+  env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
   return subprocess.run([sys.executable, str(SCRIPT), "--sdist", str(sdist), *args], capture_output=True, text=True,
-                        timeout=600, check=False)
+                        timeout=600, check=False, env=env)
 
 
 class SuiteScriptTest(absltest.TestCase):
