@@ -411,17 +411,19 @@ class MeasureFunctionTest(absltest.TestCase):
   def test_row_jacobian_norms_match_jax_jacobian(self):
     rng = np.random.default_rng(0)
     q, k = (rng.standard_normal((1, 3, 1, 4)).astype(np.float32) * 3 for _ in range(2))
-    got = np.asarray(softmax_saturation_claims.row_jacobian_norms(q, k, "none"))  # [B, N, T]
+    # Each side one compiled program (op by op, every operation would compile on its own).
+    got = np.asarray(jax.jit(softmax_saturation_claims.row_jacobian_norms, static_argnums=2)(q, k, "none"))  # [B, N, T]
     z = np.einsum("btnh,bsnh->bnts", q, k)
+    jacobian_norm = jax.jit(lambda row: jnp.linalg.norm(jax.jacobian(jax.nn.softmax)(row)))
     for t in range(3):
-      jac = jax.jacobian(jax.nn.softmax)(jnp.asarray(z[0, 0, t]))
-      self.assertAlmostEqual(float(got[0, 0, t]), float(jnp.linalg.norm(jac)), places=5)
+      self.assertAlmostEqual(float(got[0, 0, t]), float(jacobian_norm(jnp.asarray(z[0, 0, t]))), places=5)
 
   def test_clamped_attention_matches_numpy(self):
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, 4, 1, 8)).astype(np.float32) * 6 for _ in range(3))
     sqrt = rules.as_fixed_scale(rules.get_rule("sqrt"), 8)
-    got = np.asarray(attention_variants.clamped_attention(q, k, v, rule=sqrt, clamp=10.0, subtract_max=True))
+    got = np.asarray(jax.jit(lambda q, k, v: attention_variants.clamped_attention(  # one program, not op by op
+        q, k, v, rule=sqrt, clamp=10.0, subtract_max=True))(q, k, v))
     z = np.clip(np.einsum("btnh,bsnh->bnts", q, k).astype(np.float64), -10, 10) / np.sqrt(8)
     p = np.exp(z - z.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)

@@ -36,6 +36,11 @@ def _normal(seed: int, shape: tuple[int, ...], std: float = 1.0) -> np.ndarray:
   return (std * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
 
 
+# The Jacobian's diagonal in one compiled program, as the claim runs it (op by op, every operation of the jacobian
+# would compile on its own).
+_jacobian_diagonal = jax.jit(saturation.softmax_jacobian_diagonal)
+
+
 class PlacementTest(absltest.TestCase):
 
   def test_new_rows_sit_beside_their_family(self):
@@ -75,7 +80,7 @@ class SoftmaxDerivativeTest(absltest.TestCase):
 
   def test_jacobian_diagonal_against_finite_differences(self):
     z = np.random.default_rng(0).standard_normal((3, 8)) * 3
-    p, diag = saturation.softmax_jacobian_diagonal(jnp.asarray(z, jnp.float32))
+    p, diag = _jacobian_diagonal(jnp.asarray(z, jnp.float32))
     h = 1e-5  # central differences in float64
     fd = np.stack([(_softmax(z + h * np.eye(8)[i]) - _softmax(z - h * np.eye(8)[i]))[:, i] / (2 * h)
                    for i in range(8)], axis=-1)
@@ -98,8 +103,8 @@ class SoftmaxDerivativeTest(absltest.TestCase):
     want = np.exp(gaps[-1]) / (np.exp(gaps[-1]) + 15)  # 16 keys, closed form
     self.assertAlmostEqual(row["numbers"]["p_by_gap"][f"{gaps[-1]:g}"], want, places=6)
     # A wrong identity (∂p_i/∂z_i = p_i) is off by p_i², and a derivative that stays at its peak does not vanish.
-    p, diag = saturation.softmax_jacobian_diagonal(jnp.asarray(_normal(1, (4, 16), 8.0)))
-    wrong = float(jnp.max(jnp.abs(diag - p)))
+    p, diag = _jacobian_diagonal(jnp.asarray(_normal(1, (4, 16), 8.0)))
+    wrong = float(np.max(np.abs(np.asarray(diag) - np.asarray(p))))
     score, by_part = parts.score_parts(saturation.DERIVATIVE_PARTS, {"∂p_i/∂z_i = p_i(1 − p_i)": wrong,
                                                                      "vanishes as p_i → 1": 1.0})
     self.assertEqual((by_part, BY_ID["softmax_derivative_vanishes"].criterion.verdict(score)),
@@ -202,21 +207,24 @@ class ScaleOrderTest(absltest.TestCase):
 
   def test_orders_match_jax_in_float32(self):
     q, k, v = (jnp.asarray(_normal(i, (2, 16, 2, 32), 2.0)) for i in range(3))
-    want = jax.nn.dot_product_attention(q, k, v)
+    # Every order and the reference in one compiled program (op by op, every operation would compile on its own).
+    want, got = jax.jit(lambda q, k, v: (jax.nn.dot_product_attention(q, k, v), {
+        order: scale_order.ordered_attention(q, k, v, order) for order in scale_order.ORDERS}))(q, k, v)
     for order in scale_order.ORDERS:
-      np.testing.assert_allclose(scale_order.ordered_attention(q, k, v, order), want, rtol=2e-5, atol=2e-6)
+      np.testing.assert_allclose(got[order], want, rtol=2e-5, atol=2e-6, err_msg=order)
     with self.assertRaisesRegex(ConfigError, "order"):
       scale_order.ordered_attention(q, k, v, "never")
 
   def test_float16_overflow_where_numpy_says_q_k_exceeds_its_range(self):
     d = 128
     q, k, v = (_normal(i, (2, 32, 2, d)) for i in range(3))
-    q, k = (np.asarray(inputs.with_outliers(jnp.asarray(x), 200.0)) for x in (q, k))
+    q, k = (np.asarray(x) for x in jax.jit(lambda q, k: tuple(inputs.with_outliers(x, 200.0) for x in (q, k)))(q, k))
     z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
     peak = np.transpose(np.max(z, axis=-1), (0, 2, 1))  # [B, T, N]: each row's largest q·k, float64
     lq, lk, lv = (jnp.asarray(x, jnp.float16) for x in (q, k, v))
-    rows = {o: np.asarray(jax.jit(scale_order.ordered_attention, static_argnums=3)(lq, lk, lv, o)) for o in
-            scale_order.ORDERS}
+    # Every order in one compiled program.
+    rows = {o: np.asarray(r) for o, r in jax.jit(lambda q, k, v: {
+        o: scale_order.ordered_attention(q, k, v, o) for o in scale_order.ORDERS})(lq, lk, lv).items()}
     bad = {o: np.any(~np.isfinite(r.astype(np.float32)), axis=-1) for o, r in rows.items()}
     top = float(np.finfo(np.float16).max)
     for order in (scale_order.IMMEDIATE, scale_order.LATE):  # q·k itself overflows float16, whenever it is divided
@@ -231,9 +239,9 @@ class ScaleOrderTest(absltest.TestCase):
     out, ref = _normal(0, (1, 4, 1, 3)), _normal(1, (1, 4, 1, 3))
     out[0, 1, 0, 2] = np.nan
     err = np.max(np.abs(out - ref), axis=-1)
-    self.assertAlmostEqual(float(scale_order.row_errors(jnp.asarray(out), jnp.asarray(ref))),
-                           float(np.nanmean(err)), places=6)
-    self.assertTrue(math.isnan(float(scale_order.row_errors(jnp.full((1, 2, 1, 3), jnp.nan), jnp.asarray(ref[:, :2])))))
+    row_errors = jax.jit(scale_order.row_errors)  # a program per shape, not one per operation
+    self.assertAlmostEqual(float(row_errors(jnp.asarray(out), jnp.asarray(ref))), float(np.nanmean(err)), places=6)
+    self.assertTrue(math.isnan(float(row_errors(np.full((1, 2, 1, 3), np.nan, np.float32), jnp.asarray(ref[:, :2])))))
 
   def test_statistics_and_verdicts_both_ways(self):
     def sweep(immediate, q_first, late):
@@ -264,14 +272,15 @@ class FeatureScalingTest(absltest.TestCase):
     weights, losses = feature_scaling.gradient_descent(x, y, (0.1, 0.5), 2)
     loss = lambda w: jnp.mean(jnp.logaddexp(0.0, x @ w) - y * (x @ w))
     with jax.enable_x64(True):
+      grad, value = jax.jit(jax.grad(loss)), jax.jit(loss)  # one program each, not one per operation
       for i, lr in enumerate((0.1, 0.5)):
         w = jnp.zeros(2, jnp.float64)
         for t in range(2):
-          w = w - lr * jax.grad(loss)(w)
+          w = w - lr * grad(w)
           np.testing.assert_allclose(weights[t + 1, i], np.asarray(w), rtol=1e-10)
-        self.assertAlmostEqual(losses[-1, i], float(loss(w)), places=10)
+        self.assertAlmostEqual(losses[-1, i], float(value(w)), places=10)
       w_opt, best = feature_scaling.optimum(x, y)
-      np.testing.assert_allclose(np.asarray(jax.grad(loss)(jnp.asarray(w_opt))), 0.0, atol=1e-10)
+      np.testing.assert_allclose(np.asarray(grad(jnp.asarray(w_opt))), 0.0, atol=1e-10)
     self.assertLessEqual(best, float(np.min(losses)))
 
   def test_path_measures_written_out(self):

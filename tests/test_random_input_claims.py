@@ -83,8 +83,10 @@ class PostSoftmaxTest(absltest.TestCase):
   def test_rows_sum_to_one_over_sqrt_d_k_after_the_softmax_and_to_one_inside(self):
     d = 64
     q, k = _normal(0, (2, 16, 2, d)), _normal(1, (2, 16, 2, d))
-    after = float(saturation.row_sum_deviation(dense_lib.attention_weights(q, k, rule="post_softmax")))
-    inside = float(saturation.row_sum_deviation(dense_lib.attention_weights(q, k, rule="sqrt")))
+    # Both rules in one compiled program (op by op, every operation would compile on its own).
+    after, inside = (float(x) for x in jax.jit(lambda q, k: tuple(
+        saturation.row_sum_deviation(dense_lib.attention_weights(q, k, rule=r)) for r in ("post_softmax", "sqrt")))(
+            q, k))
     self.assertAlmostEqual(after, 1 - d**-0.5, places=5)  # every row sums to 1/√d_k
     self.assertLess(inside, 1e-5)
     self.assertEqual((_verdict("post_softmax_breaks", after), _verdict("post_softmax_breaks", inside)),
@@ -197,15 +199,20 @@ class Fp32OrClampTest(absltest.TestCase):
   def test_float32_outliers_overflow_only_without_max_subtraction(self):
     d = 128
     q, k, v = (_normal(i, (1, 16, 1, d)) for i in range(3))
-    q, k = (inputs.with_outliers(jnp.asarray(x), 300.0) for x in (q, k))
-    subtracted, plain = jax.jit(lambda q, k, v: tuple(
-        attention.dot_product_attention(q, k, v, rule="sqrt", subtract_max=s, implementation="xla")
-        for s in (True, False)))(q, k, v)
-    np.testing.assert_allclose(subtracted, jax.nn.dot_product_attention(q, k, v), rtol=1e-4, atol=1e-5)
+
+    @jax.jit  # one program for the outliers, both attentions, the reference and the counts
+    def run(q, k, v):
+      q, k = (inputs.with_outliers(x, 300.0) for x in (q, k))
+      subtracted, plain = (attention.dot_product_attention(q, k, v, rule="sqrt", subtract_max=s, implementation="xla")
+                           for s in (True, False))
+      return q, k, subtracted, jax.nn.dot_product_attention(q, k, v), variants.nonfinite_rows(subtracted), \
+          variants.nonfinite_rows(plain)
+
+    q, k, subtracted, want, subtracted_rows, plain_rows = run(q, k, v)
+    np.testing.assert_allclose(subtracted, want, rtol=1e-4, atol=1e-5)
     z = np.einsum("btnh,bsnh->bnts", np.asarray(q, np.float64), np.asarray(k, np.float64)) / d**0.5
     self.assertGreater(z.max(), 89)  # float32's exp overflows past 88.7: the reference says some row must break
-    self.assertEqual((float(variants.nonfinite_rows(subtracted)) > 0, float(variants.nonfinite_rows(plain)) > 0),
-                     (False, True))
+    self.assertEqual((float(subtracted_rows) > 0, float(plain_rows) > 0), (False, True))
 
 
 class NanGradientTest(absltest.TestCase):
@@ -220,12 +227,13 @@ class NanGradientTest(absltest.TestCase):
   def test_nan_output_follows_a_positive_overflow(self):
     f16_max = float(np.finfo(np.float16).max)
     run = jax.jit(outliers.nan_then_gradient, static_argnums=3)
+    outlied = jax.jit(inputs.with_outliers)  # the reference's inputs: one program, not op by op
     # (signs of q_0, q_last, k_0, k_last): the outlier logits ±300²·128/√128 are far beyond float16's max; a row with
     # a +inf logit has a NaN softmax (inf − inf), a row with −inf only does not.
     for signs, share in (((1, 1, 1, 1), 1.0), ((1, -1, 1, 1), 0.5), ((1, 1, -1, -1), 0.0)):
       q, k, v = self._inputs(signs)
       got = {n: float(x) for n, x in run(q, k, v, 300.0).items()}
-      z = np.einsum("btnh,bsnh->bnts", *(np.asarray(inputs.with_outliers(x, 300.0), np.float64) for x in (q, k)))
+      z = np.einsum("btnh,bsnh->bnts", *(np.asarray(outlied(x, 300.0), np.float64) for x in (q, k)))
       over = np.any(np.abs(z) > f16_max, axis=-1)  # numpy: the rows whose logits leave float16's range
       positive = np.any(z > f16_max, axis=-1)
       self.assertAlmostEqual(got["overflowed_rows"], float(np.mean(over)), msg=signs)
@@ -249,22 +257,28 @@ class OnlineSoftmaxTest(absltest.TestCase):
 
   def test_online_softmax_matches_jax_in_float32(self):
     q, k, v = (_normal(i, (2, 16, 2, 8), 2.0) for i in range(3))
-    got = variants.online_softmax_attention(q, k, v, scale=8**-0.5, block=4)
-    np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v), rtol=2e-5, atol=2e-6)
+    got, want = jax.jit(lambda q, k, v: (variants.online_softmax_attention(q, k, v, scale=8**-0.5, block=4),
+                                         jax.nn.dot_product_attention(q, k, v)))(q, k, v)  # one program
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
     with self.assertRaisesRegex(ValueError, "block"):
       variants.online_softmax_attention(q, k, v, scale=1.0, block=5)
 
   def test_same_accumulation_dtype_no_mitigation_across_dtypes_mitigation(self):
     d = 128
     q, k, v = (_normal(i, (4, 32, 2, d)) for i in range(3))
-    q, k = (inputs.with_outliers(jnp.asarray(x), 300.0).astype(jnp.float16) for x in (q, k))
-    v = jnp.asarray(v, jnp.float16)
-    # One program, as the claim's sweep runs them (eagerly, every op would compile on its own).
-    dense16, online16, online32 = (float(x) for x in jax.jit(lambda q, k, v: (
-        variants.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt", float32_softmax=False)),
-        variants.nonfinite_rows(variants.online_softmax_attention(q, k, v, scale=d**-0.5, block=8)),
-        variants.nonfinite_rows(attention.dot_product_attention(q, k, v, rule="sqrt", implementation="blockwise"))))(
-            q, k, v))
+
+    # One program, as the claim's sweep runs them (eagerly, every op would compile on its own): the float16 inputs
+    # with their outliers, then each attention's non-finite rows.
+    @jax.jit
+    def run(q, k, v):
+      q, k = (inputs.with_outliers(x, 300.0).astype(jnp.float16) for x in (q, k))
+      v = v.astype(jnp.float16)
+      outs = (attention.dot_product_attention(q, k, v, rule="sqrt", float32_softmax=False),
+              variants.online_softmax_attention(q, k, v, scale=d**-0.5, block=8),
+              attention.dot_product_attention(q, k, v, rule="sqrt", implementation="blockwise"))
+      return tuple(variants.nonfinite_rows(out) for out in outs)
+
+    dense16, online16, online32 = (float(x) for x in run(q, k, v))
     self.assertGreater(dense16, 0)  # q·k of the two outlier tokens overflows float16
     self.assertEqual((_verdict("online_softmax_mitigates", online16 / dense16),
                       _verdict("online_softmax_mitigates", online32 / dense16)), (FAILS, HOLDS))
@@ -317,10 +331,11 @@ class LowerTemperatureTest(absltest.TestCase):
   def test_random_rows_focus_constant_rows_do_not(self):
     z = _normal(3, (4, 32, 64), 8.0)
     temps = tuple(f * 8.0 for f in norms.FOCUS_TEMPERATURES)
-    frac = float(norms.entropy_falls_fraction(jnp.asarray(z), temps))
+    falls = jax.jit(norms.entropy_falls_fraction, static_argnums=1)  # one program for both rows' shapes
+    frac = float(falls(jnp.asarray(z), temps))
     ent = np.stack([_entropy(_softmax(z.astype(np.float64) / t)) for t in temps])
     self.assertAlmostEqual(frac, float(np.mean(np.all(np.diff(ent, axis=0) < 0, axis=0))))
-    flat = float(norms.entropy_falls_fraction(jnp.zeros((4, 32, 64)), temps))
+    flat = float(falls(jnp.zeros((4, 32, 64)), temps))
     self.assertEqual((_verdict("lower_temperature_focuses", frac), _verdict("lower_temperature_focuses", flat)),
                      (HOLDS, FAILS))
 
@@ -371,13 +386,16 @@ class RopeCompatibleTest(absltest.TestCase):
     names = [p.name for p in rope_claims.ROPE_PARTS]
 
     def verdict(rotate):
-      s = rope_claims.rope_offset_stats(jnp.asarray(q), jnp.asarray(k), rotate, rope_claims.ROPE_SHIFT,
-                                        rope_claims.ROPE_OFFSET_BINS)
+      # One compiled program per rotation, as the claim runs it (op by op, every operation would compile on its own).
+      stats = jax.jit(lambda q, k: rope_claims.rope_offset_stats(q, k, rotate, rope_claims.ROPE_SHIFT,
+                                                                 rope_claims.ROPE_OFFSET_BINS))
+      s = stats(jnp.asarray(q), jnp.asarray(k))
       values = dict(zip(names, (float(s["relative_error"]), float(np.max(np.abs(np.asarray(s["offset_var"]) - 1))))))
       return _verdict("rope_compatible_with_sqrt", parts.score_parts(rope_claims.ROPE_PARTS, values)[0]), s
 
     held, s = verdict(rope.apply_rope)
-    z = np.einsum("btnh,bsnh->bnts", np.asarray(rope.apply_rope(q)), np.asarray(rope.apply_rope(k))) / 8
+    rotated = jax.jit(lambda q, k: (rope.apply_rope(q), rope.apply_rope(k)))(q, k)
+    z = np.einsum("btnh,bsnh->bnts", *(np.asarray(x) for x in rotated)) / 8
     self.assertAlmostEqual(float(np.mean(s["offset_var"])), float(np.var(z)), delta=0.1)  # bins pool to the whole
     grown = lambda x, pos: x * (1.0 + jnp.asarray(pos, jnp.float32) / 32)[None, :, None, None]
     self.assertEqual((held, verdict(grown)[0]), (HOLDS, FAILS))
@@ -388,11 +406,15 @@ class RetrievalTest(absltest.TestCase):
   def test_top_mass_against_numpy_and_both_ways(self):
     q, k = _normal(0, (1, 4, 1, 128)), _normal(1, (1, 512, 1, 128))
     z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
+    # Both rules on q and on 0 · q in one compiled program (op by op, every operation would compile on its own).
+    mass = jax.jit(lambda q, k: {(rule, c): head_dim.top_mass(c * q, k, rule, 5)
+                                 for rule in ("none", "sqrt") for c in (1.0, 0.0)})(q, k)
+    mass = {key: float(x) for key, x in mass.items()}
     for rule, factor in (("none", 1.0), ("sqrt", 128**-0.5)):
       want = np.mean(np.sum(np.sort(_softmax(factor * z), axis=-1)[..., -5:], axis=-1))
-      self.assertAlmostEqual(float(head_dim.top_mass(q, k, rule, 5)), want, places=4)
-    moved = float(head_dim.top_mass(q, k, "none", 5) - head_dim.top_mass(q, k, "sqrt", 5))
-    still = float(head_dim.top_mass(0 * q, k, "none", 5) - head_dim.top_mass(0 * q, k, "sqrt", 5))  # uniform either way
+      self.assertAlmostEqual(mass[(rule, 1.0)], want, places=4)
+    moved = mass[("none", 1.0)] - mass[("sqrt", 1.0)]
+    still = mass[("none", 0.0)] - mass[("sqrt", 0.0)]  # uniform either way
     self.assertEqual((_verdict("retrieval_not_dominated", moved), _verdict("retrieval_not_dominated", still)),
                      (HOLDS, FAILS))
 
@@ -400,14 +422,15 @@ class RetrievalTest(absltest.TestCase):
     q, k = _normal(0, (1, 6, 1, 64)), _normal(1, (1, 256, 1, 64))
     z = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k.astype(np.float64))
     top = lambda x: np.sort(np.argsort(-x, axis=-1)[..., :5], axis=-1)  # numpy's top 5 keys per query
-    for rule in ("sqrt", rules_lib.FixedScale(-1.0, 1.0)):  # 1/√d_k, and a reversed ranking
+    rules = ("sqrt", rules_lib.FixedScale(-1.0, 1.0))  # 1/√d_k, and a reversed ranking
+    # Both rules in one compiled program (op by op, every operation would compile on its own).
+    changed = [float(x) for x in jax.jit(lambda q, k: [head_dim.top_keys_changed(q, k, r, 5) for r in rules])(q, k)]
+    for rule, got in zip(rules, changed):
       factor = 64**-0.5 if rule == "sqrt" else -1.0
       want = float(np.mean(np.any(top(z) != top(factor * z), axis=-1)))
-      self.assertEqual(float(head_dim.top_keys_changed(q, k, rule, 5)), want)
+      self.assertEqual(got, want)
     reading = BY_ID["retrieval_not_dominated"].beside[0].criterion
-    self.assertEqual((reading.verdict(float(head_dim.top_keys_changed(q, k, "sqrt", 5))),
-                      reading.verdict(float(head_dim.top_keys_changed(q, k, rules_lib.FixedScale(-1.0, 1.0), 5)))),
-                     (FAILS, HOLDS))
+    self.assertEqual(tuple(reading.verdict(x) for x in changed), (FAILS, HOLDS))
     with self.assertRaisesRegex(ValueError, "top"):
       head_dim.top_keys_changed(q, k, "sqrt", 0)
 

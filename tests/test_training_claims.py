@@ -37,6 +37,8 @@ from scaling.studies.claims import verdicts
 from scaling.studies.claims.training.families import TRAINING_CLAIMS
 
 NAN = float("nan")
+# The parameters of a model in one compiled program (op by op, each of init_params' draws compiles its own).
+_init_params = jax.jit(model_lib.init_params, static_argnums=1)
 
 
 def _ctx(planner=None):
@@ -260,7 +262,7 @@ def test_qk_alignment_fn_is_one_when_key_equals_query():
   dataset = sizes_lib.dataset_of(_ctx())
   family = ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
   config = family.model_config("sp", 16, vocab_size=dataset.vocab_size, max_len=dataset.seq_len)
-  params = model_lib.init_params(jax.random.PRNGKey(0), config)
+  params = _init_params(jax.random.PRNGKey(0), config)
   attn = params["block_0"]["attn"]
   tied = {**params, "block_0": {**params["block_0"], "attn": {**attn, "key": attn["query"]}}}
   stacked = jax.tree.map(lambda *xs: np.stack(xs), params, tied)
@@ -717,18 +719,24 @@ def test_logit_variance_fn_matches_the_models_own_logit_rms():
   ctx = _ctx()
   dataset = sizes_lib.dataset_of(ctx)
   config = grids_lib.grid_spec(ctx, rule="sqrt", depth=2, steps=4).model_config
-  params = model_lib.init_params(jax.random.PRNGKey(0), config)
+  params = _init_params(jax.random.PRNGKey(0), config)
   tokens = dataset.eval_batch(0, 0)["inputs"]
-  stacked = jax.tree.map(lambda p: p[None], params)
+  stacked = jax.tree.map(lambda p: np.asarray(p)[None], params)  # on the host: no program per leaf
   var = np.asarray(scale_claims.logit_variance_fn(config)(stacked, tokens))[0]  # [depth, N]
-  # One compiled forward pass (op by op, each of its operations would compile a program of its own).
-  forward = jax.jit(lambda p, t: model_lib.Transformer(config).apply({"params": p}, t,
-                                                                      mutable=["metrics", "intermediates"]))
-  _, state = forward(params, tokens)
+
+  # One compiled forward pass with every block's rotated projections (op by op, each of its operations would
+  # compile a program of its own).
+  @jax.jit
+  def forward(p, t):
+    _, state = model_lib.Transformer(config).apply({"params": p}, t, mutable=["metrics", "intermediates"])
+    rotated = [tuple(rope_lib.apply_rope(state["intermediates"][f"block_{i}"]["attn"][n][0], base=config.rope_base)
+                     for n in ("q_projected", "k_projected")) for i in range(config.depth)]
+    return state["metrics"], rotated
+
+  metrics, rotated = forward(params, tokens)
   for i in range(config.depth):
-    rms = float(np.asarray(jax.tree.leaves(state["metrics"][f"block_{i}"]["attn"]["attn_logits_rms"])[0]))
-    attn = state["intermediates"][f"block_{i}"]["attn"]
-    q, k = (rope_lib.apply_rope(attn[n][0], base=config.rope_base) for n in ("q_projected", "k_projected"))
+    rms = float(np.asarray(jax.tree.leaves(metrics[f"block_{i}"]["attn"]["attn_logits_rms"])[0]))
+    q, k = rotated[i]
     z = np.einsum("btnh,bsnh->bnts", np.asarray(q, np.float64), np.asarray(k, np.float64)) / math.sqrt(8)
     visible = np.tril(np.ones(z.shape[-2:], bool))
     means = np.array([z[:, h][:, visible].mean() for h in range(z.shape[1])])
@@ -850,14 +858,15 @@ def test_scaled_grads_stable_needs_stable_and_more_stable_than_unscaled(sqrt_dec
 def test_clipped_optimizer_clips_the_global_norm():
   family = ModelFamily(depth=1, num_heads=2, head_dim=8, rule="sqrt", base_width=16)
   config = family.model_config("sp", 16, vocab_size=10, max_len=8)
-  params = model_lib.init_params(jax.random.PRNGKey(0), config)
+  params = _init_params(jax.random.PRNGKey(0), config)
   grads = jax.tree.map(lambda p: 3.0 * np.ones_like(p), params)
   norm = math.sqrt(sum(9.0 * np.size(p) for p in jax.tree.leaves(params)))
   plain = OptimizerConfig(optimizer="sgd", learning_rate=0.1).build(model_lib.parametrized(config))
   clipped = depth_claims.ClippedOptimizerConfig(optimizer="sgd", learning_rate=0.1, clip=1.0).build(
       model_lib.parametrized(config))
-  want, _ = plain.update(jax.tree.map(lambda g: g / norm, grads), plain.init(params), params)  # clipped by hand
-  got, _ = clipped.update(grads, clipped.init(params), params)
+  # Each update one compiled program (op by op, every leaf's every operation would compile its own).
+  want, _ = jax.jit(plain.update)(jax.tree.map(lambda g: g / norm, grads), plain.init(params), params)  # by hand
+  got, _ = jax.jit(clipped.update)(grads, clipped.init(params), params)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=1e-5)
 
@@ -1114,13 +1123,20 @@ def test_recorded_max_prob_is_that_of_the_models_attention_at_step_0(rule):
   dataset = sizes_lib.dataset_of(ctx)
   _, seeds, _ = spec.member_arrays()
   scale = 1.0 if rule == "none" else 1.0 / math.sqrt(config.head_dim)
-  for m, seed in enumerate(seeds):
-    member = jax.tree.map(lambda a: np.asarray(a)[m], params)
-    tokens = dataset.batch(0, int(seed))["inputs"]
+
+  # The rotated projections of every member in one compiled program (op by op, the forward pass and the rotation
+  # would each compile a program per operation).
+  @jax.jit
+  @jax.vmap
+  def rotated(member, tokens):
     _, state = model.apply({"params": member}, tokens, mutable=["intermediates"])
     attn = state["intermediates"]["block_0"]["attn"]
-    q, k = (np.asarray(rope_lib.apply_rope(attn[n][0], base=config.rope_base), np.float64)
-            for n in ("q_projected", "k_projected"))
+    return tuple(rope_lib.apply_rope(attn[n][0], base=config.rope_base) for n in ("q_projected", "k_projected"))
+
+  tokens = np.stack([dataset.batch(0, int(seed))["inputs"] for seed in seeds])
+  qs, ks = (np.asarray(x, np.float64) for x in rotated(params, tokens))
+  for m in range(len(seeds)):
+    q, k = qs[m], ks[m]
     logits = scale * np.einsum("bthd,bshd->bhts", q, k)
     t = logits.shape[-1]
     logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
