@@ -40,7 +40,10 @@ LR = 0.03
 TASK = dict(seq_len=8, batch_size=4)
 FAMILY = ModelFamily(depth=1, num_heads=2)
 FLAGS_TINY = dict(widths=list(WIDTHS), steps=STEPS, depth=1, num_heads=2, learning_rate=LR, num_seeds=2, **TASK)
-TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
+# 64 distinct characters, the recall task's default vocabulary: the model trained on the text file has the shapes
+# of FLAGS_TINY's on the recall task, and reuses its compiled programs.
+TEXT = ("".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
+        + "pack my box with five dozen liquor jugs\nABCDEFGHIJKLMNOPQRSTUVW\n")
 
 
 def _tempdir(test) -> pathlib.Path:
@@ -222,11 +225,10 @@ class ExperimentTest(parameterized.TestCase):
 
   def test_text_file_alone_selects_the_text_task(self):
     stdout, out = experiment_main.assert_runs_on_text_file_alone(
-        self, coord_exp, FLAGS_TINY, TEXT, str(_tempdir(self)), parametrizations=["mup"], widths=[16, 32], steps=1,
-        num_seeds=1)
+        self, coord_exp, FLAGS_TINY, TEXT, str(_tempdir(self)), parametrizations=["mup"])
     self.assertIn("block_0/attn_logits", stdout)
     rows = results.read_jsonl(pathlib.Path(out) / "results.jsonl")
-    self.assertLen(rows, 2 * 2 * 5)
+    self.assertLen(rows, len(WIDTHS) * (STEPS + 1) * 5)
     self.assertTrue(all(r["rms"] > 0 for r in rows))
 
   @parameterized.parameters(
