@@ -2,6 +2,7 @@
 and its optimizer factory) against a plain optax loop written here; grids in chunks equal all at once; a single run
 resumed from a mid-run state equals one in one go; the studies of any model resume what a killed run left."""
 
+import functools
 import json
 import pathlib
 import shutil
@@ -50,21 +51,28 @@ def adam(width, params, learning_rate):
   return optax.adam(learning_rate)
 
 
+@functools.cache
 def _program(width=16, record_outputs=False):
+  """One program per setting for the module: run_training compiles each of its programs once, whichever test runs."""
   fm = user_model.functional_model(MLP, mse, width, batches(0))
   return programs_lib.FunctionalProgram(fm, adam, record_outputs=record_outputs), fm
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _plain_step(fm, params, state, opt_state, batch, lr):
+  loss, grads = jax.value_and_grad(fm.loss)(params, state, batch)
+  updates, opt_state = optax.adam(lr).update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state, loss
+
+
+@functools.cache
 def _plain_loop(fm, seed, lr, steps):
-  """The reference: a hand-written optax loop over the same batches."""
+  """The reference: a hand-written optax loop over the same batches (its step one jitted program for every run)."""
   params, state = fm.init(jax.random.PRNGKey(seed))
-  tx = optax.adam(lr)
-  opt_state = tx.init(params)
+  opt_state = optax.adam(lr).init(params)
   losses = []
   for t in range(steps):
-    loss, grads = jax.value_and_grad(fm.loss)(params, state, batches(t))
-    updates, opt_state = tx.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    params, opt_state, loss = _plain_step(fm, params, state, opt_state, batches(t), lr)
     losses.append(float(loss))
   return np.asarray(losses)
 

@@ -1,8 +1,9 @@
 """Blocks run as one ``jax.lax.scan`` (``scan_layers``) against the same model unrolled: loss, gradients, per-block
-metrics and activation gradients agree (depths 1–6, SP, μP with depth-μP, u-μP with its per-block τ); a rule that is
+metrics and activation gradients agree (depths 1–4, SP, μP with depth-μP, u-μP with its per-block τ); a rule that is
 only a logit factor is one program for every such rule, and computes what the rule's constant computes."""
 
 import dataclasses
+import functools
 from unittest import mock
 
 from absl.testing import absltest
@@ -45,6 +46,16 @@ def _config(depth: int, parametrization: str, **kw) -> ModelConfig:
   return ModelConfig(**fields)
 
 
+# One batch of two token sequences for every test, drawn by NumPy (an eager jax.random draw compiles a program).
+TOKENS = np.random.default_rng(1).integers(0, V, (2, 12), dtype=np.int32)
+
+
+@functools.cache
+def _params(config: ModelConfig):
+  """init_params of the config, jitted (one program, where op by op compiles every new shape), once per config."""
+  return jax.jit(model_lib.init_params, static_argnums=1)(jax.random.PRNGKey(0), config)
+
+
 def _loss_and_aux(params, config, tokens):
   logits, aux = model_lib.apply_with_aux(model_lib.Transformer(config), params, tokens)
   log_p = jax.nn.log_softmax(logits[:, :-1], -1)
@@ -62,19 +73,20 @@ def _assert_close(test, actual, expected, rtol=1e-6):
 
 class ScanLayersTest(parameterized.TestCase):
 
-  # Depth 6 runs the same code as any deeper model (one scan over all blocks, each block's τ and depth-μP multiplier
-  # a value). At depth 1 every parametrization runs the one plain block (nothing to stack): SP's case stands for all.
+  # Depth 3 runs the same code as any deeper model (one scan over all blocks, each block's τ and depth-μP multiplier
+  # a value; a first, a middle and a last block, of three τ under u-μP). At depth 1 every parametrization runs the
+  # one plain block (nothing to stack): SP's case stands for all.
   @parameterized.parameters(
       (1, "sp"), (2, "sp"),
-      (2, "mup"), (6, "mup"),
-      (2, "umup"), (6, "umup"))
+      (2, "mup"), (3, "mup"),
+      (2, "umup"), (3, "umup"))
   def test_scanned_equals_unrolled(self, depth, parametrization):
     config = _config(depth, parametrization)
     unrolled = dataclasses.replace(config, scan_layers=False)
-    params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
+    params = _params(unrolled)
     chex.assert_trees_all_equal_structs(
         params, jax.eval_shape(lambda: model_lib.init_params(jax.random.PRNGKey(0), config)))
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    tokens = TOKENS
     grad = jax.jit(jax.value_and_grad(_loss_and_aux, has_aux=True), static_argnums=1)
     (loss_s, aux_s), grads_s = grad(params, config, tokens)
     (loss_u, aux_u), grads_u = grad(params, unrolled, tokens)
@@ -103,8 +115,8 @@ class ScanLayersTest(parameterized.TestCase):
   def test_umup_covariance_scales(self):
     config = _config(2, "umup", umup_scales="covariance")
     unrolled = dataclasses.replace(config, scan_layers=False)
-    params = model_lib.init_params(jax.random.PRNGKey(0), unrolled)
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    params = _params(unrolled)
+    tokens = TOKENS
     grad = jax.jit(jax.grad(lambda p, c: _loss_and_aux(p, c, tokens)[0]), static_argnums=1)
     _assert_close(self, grad(params, config), grad(params, unrolled))
 
@@ -139,14 +151,14 @@ class ScanLayersTest(parameterized.TestCase):
 
   def test_stack_blocks_round_trip(self):
     config = _config(4, "sp")
-    params = model_lib.init_params(jax.random.PRNGKey(0), config)
+    params = _params(config)
     stacked = scanned_blocks_lib.stack_blocks(params, 4)
     self.assertEqual(sorted(stacked), sorted(k for k in params if k not in ("block_1", "block_2", "block_3")))
     chex.assert_shape(stacked["block_0"]["attn"]["query"]["kernel"],
                       (4, *params["block_0"]["attn"]["query"]["kernel"].shape))
     chex.assert_trees_all_equal(scanned_blocks_lib.unstack_blocks(stacked, 4), params)
     chex.assert_trees_all_equal(scanned_blocks_lib.stack_blocks(stacked, 4), stacked)
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    tokens = TOKENS
     model = model_lib.Transformer(config)
     np.testing.assert_allclose(model.apply({"params": stacked}, tokens), model.apply({"params": params}, tokens),
                                rtol=1e-6, atol=1e-6)
@@ -155,8 +167,8 @@ class ScanLayersTest(parameterized.TestCase):
   def test_stacked_runs_split(self, groups):
     """Stacked parameters whose blocks run as several scans (scales that differ) give each run its slice."""
     config = _config(4, "umup")
-    params = model_lib.init_params(jax.random.PRNGKey(0), config)
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    params = _params(config)  # one init for both splits
+    tokens = TOKENS
     model = model_lib.Transformer(config)
     expected = model.apply({"params": params}, tokens)
     with mock.patch.object(scanned_blocks_lib, "scan_groups", lambda scales: groups):
@@ -216,8 +228,8 @@ class LogitMultiplierTest(parameterized.TestCase):
   def test_traced_alpha_computes_the_rule(self, name):
     """The model with the rule's α given as a value equals the model with the rule's constant."""
     config = _config(2, "sp", rule=rules.get_rule(name), scan_layers=False)
-    params = model_lib.init_params(jax.random.PRNGKey(0), config)
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 12), 0, V)
+    params = _params(_config(2, "sp", scan_layers=False))  # these rules add no parameters: one init for all
+    tokens = TOKENS
     model = model_lib.Transformer(config)
     alpha = jnp.asarray(model_config_lib.logit_multiplier(config), jnp.float32)
     traced = jax.jit(lambda a: model.clone(attn_mult=a).apply({"params": params}, tokens))(alpha)

@@ -1,6 +1,7 @@
 """Unit-scaled operations of u-μP: custom VJPs against plain jnp ops, the paper's scales, the covariance correction."""
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -37,8 +38,13 @@ from scaling.mup import unit_scaling_covariance as C
 import experiment_main
 
 
+# Test inputs drawn by NumPy: every eager jax.random draw of a new shape compiles a program of its own.
 def _normal(seed, shape):
-  return jax.random.normal(jax.random.PRNGKey(seed), shape)
+  return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def _randint(seed, shape, high):
+  return np.random.default_rng(seed).integers(0, high, shape, dtype=np.int32)
 
 
 def _rms(x):
@@ -130,8 +136,8 @@ class VjpTest(parameterized.TestCase):
       self.assertAlmostEqual(U.attention_scale(t, d, mult=mult, causal=causal), 1 / lower**(1 - w), places=9)
 
   def test_cross_entropy(self):
-    logits, targets = _normal(0, (3, 5, 11)), jax.random.randint(jax.random.PRNGKey(1), (3, 5), 0, 11)
-    weights = (jax.random.uniform(jax.random.PRNGKey(2), (3, 5)) > 0.3).astype(jnp.float32)
+    logits, targets = _normal(0, (3, 5, 11)), _randint(1, (3, 5), 11)
+    weights = (np.random.default_rng(2).uniform(size=(3, 5)) > 0.3).astype(np.float32)
     loss, grad = jax.jit(jax.value_and_grad(U.cross_entropy))(logits, targets, weights)
     summed = lambda z: jnp.sum(optax.softmax_cross_entropy_with_integer_labels(z, targets) * weights)
     ce_sum, ce_grad = jax.jit(jax.value_and_grad(summed))(logits)
@@ -258,7 +264,7 @@ class PaperScalesTest(parameterized.TestCase):
 
   def test_embedding_table_gradient(self):
     # The model's table: the gradient of E[ids] is jax's × √(V / lookups).
-    table, ids = _normal(0, (65, 8)), jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 65)
+    table, ids = _normal(0, (65, 8)), _randint(1, (2, 16), 65)
     g = _normal(2, (2, 16, 8))
     embed = layers.ScaledEmbed(65, 8, roles_lib.GlobalWidth(P.get_parametrization("umup"), 8),
                                grad_scale=U.embedding_grad_scale(65, 32))
@@ -359,7 +365,7 @@ class UnitScaleOpsTest(parameterized.TestCase):
   @parameterized.parameters(64, 256, 4096)
   def test_cross_entropy_gradient(self, vocab):
     logits = 0.1 * _normal(0, (64, vocab))
-    targets = jax.random.randint(jax.random.PRNGKey(1), (64,), 0, vocab)
+    targets = _randint(1, (64,), vocab)
     grad = jax.jit(jax.grad(U.cross_entropy))(logits, targets, jnp.ones((64,)))
     self.assertBetween(_rms(grad), 0.5, 2.0)
 
@@ -486,13 +492,25 @@ class QkGradientCovarianceTest(parameterized.TestCase):
     self.assertAlmostEqual(mean(got_k) / (d * mean(want_k)), 1.0, delta=0.1)
 
 
+def _umup_config(width, depth, seq_len, umup_scales, vocab=65):
+  """A u-μP model of 4 heads for sequences of seq_len."""
+  return ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4, max_len=seq_len,
+                     parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
+
+
 def _model_scales(width, depth, seq_len, vocab=65, seed=0, umup_scales="covariance"):
   """{"act/..." | "grad/..." | "weight/...": RMS} at init of a u-μP model of 4 heads on one random sequence."""
-  cfg = ModelConfig(vocab_size=vocab, width=width, depth=depth, num_heads=4, head_dim=width // 4,
-                              max_len=seq_len, parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
+  cfg = _umup_config(width, depth, seq_len, umup_scales, vocab)
   short = {"activation": "act", "gradient": "grad", "weight gradient": "weight"}
   return {short[k.split("/", 1)[0]] + "/" + k.split("/", 1)[1]: v
           for k, v in init_rms_lib.rms_at_init(cfg, seq_len, seed).items()}
+
+
+@functools.cache
+def _unit_init(width, depth, seq_len):
+  """Parameters of the paper-scaled ``_umup_config``, by the jitted init_params rms_at_init runs (one program)."""
+  return jax.jit(model_lib.init_params, static_argnums=1)(jax.random.PRNGKey(1),
+                                                          _umup_config(width, depth, seq_len, "paper"))
 
 
 def _assert_every_tensor_in_band(test, width, depth, seq_len):
@@ -536,10 +554,10 @@ class ModelUnitScaleTest(parameterized.TestCase):
     _assert_every_tensor_in_band(self, width, depth, seq_len)
 
   def test_paper_scales_leave_the_band(self):
-    # The paper's fixed scales in a deep model (depth 8, T = 64): measured far outside the band (the correction's
-    # point; 74 of its 249 tensors, down to RMS 0.04, and more at the deep, long corner, which
-    # scripts/unit_scale_check.py measures). T = 64 as in the deep corner above, whose eager ops it reuses.
-    scales = _model_scales(64, 8, 64, umup_scales="paper")
+    # The paper's fixed scales at depth 2 and T = 64, as the corners above: measured outside the band (the
+    # correction's point; 11 of the 69 tensors, down to RMS 0.1, and more the deeper the model: at depth 8, 74 of
+    # 249, down to 0.04; more still at the deep, long corner, which scripts/unit_scale_check.py measures).
+    scales = _model_scales(64, 2, 64, umup_scales="paper")
     self.assertTrue(all(math.isfinite(v) and v > 0 for v in scales.values()))
     self.assertNotEmpty(self._outside(scales, list(scales)))
 
@@ -548,12 +566,12 @@ class ModelUnitScaleTest(parameterized.TestCase):
     # Every op's backward scales are consistent with its forward ones, so the gradient reaching the residual
     # stream (here the embedded input) is the true gradient × the readout's grad-input/forward ratio:
     # √(D/V) for the unit-scaled readout (1/√V over 1/√D), D/√V for linear_readout (1/√V over 1/D); against
-    # central finite differences. T = 64 as in the corners above: the eager init reuses their compiled ops.
-    cfg = ModelConfig(vocab_size=65, width=64, depth=2, num_heads=4, head_dim=16, max_len=64,
-                                parametrization=P.get_parametrization("umup", umup_scales=umup_scales))
+    # central finite differences, at any parameters: both cases take the init of the paper-scaled model of
+    # test_paper_scales_leave_the_band (u-μP's unit init, whatever the scales), whose program rms_at_init compiled.
+    cfg = _umup_config(64, 2, 64, umup_scales)
     model = model_lib.Transformer(cfg)
-    tokens = jax.random.randint(jax.random.PRNGKey(0), (1, 64), 0, 65)
-    params = layers.unbox(model.init(jax.random.PRNGKey(1), tokens)["params"])
+    tokens = _randint(0, (1, 64), 65)
+    params = _unit_init(64, 2, 64)
     g = _normal(2, (1, 64, 65))
     embedded = _normal(3, (1, 64, 64))
     loss = jax.jit(lambda e, p: jnp.sum(model.apply({"params": p}, tokens, embedded=e) * g))
@@ -574,9 +592,9 @@ class PaperTrainingTest(parameterized.TestCase):
                                 parametrization=P.get_parametrization("umup"), **kw)
     opt = OptimizerConfig(learning_rate=0.05, steps=40)
     step = step_lib.make_train_step(cfg, opt)
-    state = init_lib.init_train_state(0, cfg, opt)
-    tokens = jax.random.randint(jax.random.PRNGKey(3), (4, 17), 0, 17)
-    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((4, 16))}
+    state = init_lib.make_init(cfg, opt)(0, opt.learning_rate)  # the jitted init: one program, not op by op
+    tokens = _randint(3, (4, 17), 17)
+    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": np.ones((4, 16), np.float32)}
     losses = []
     for _ in range(40):
       state, metrics = step(state, batch)
@@ -593,7 +611,9 @@ class UnitScaleCheckScriptTest(parameterized.TestCase):
   def test_tiny_grid(self, umup_scales):
     root = pathlib.Path(__file__).resolve().parents[1]
     out = pathlib.Path(self.create_tempdir().full_path) / "runs" / "unit_scale.md"  # runs/ made by the script
-    args = [f"--out={out}", "--widths=16", "--depths=1,2", "--seq_lens=8", f"--umup_scales={umup_scales}"]
+    # The grid run in this process pools two models; the command line measures one (its two blocks pooled).
+    depths = "1,2" if umup_scales == "paper" else "2"
+    args = [f"--out={out}", "--widths=16", f"--depths={depths}", "--seq_lens=8", f"--umup_scales={umup_scales}"]
     script_module = experiment_main.load_script("unit_scale_check")
     if umup_scales == "covariance":  # the command line
       env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
@@ -605,7 +625,7 @@ class UnitScaleCheckScriptTest(parameterized.TestCase):
     saved = json.loads(out.with_suffix(".json").read_text())
     self.assertEqual(saved["umup_scales"], umup_scales)
     runs = saved["runs"]
-    self.assertEqual(sorted(runs), ["16/1/8", "16/2/8"])
+    self.assertEqual(sorted(runs), [f"16/{depth}/8" for depth in depths.split(",")])
     text = out.read_text()
     self.assertIn(f"--umup_scales={umup_scales}", text)
     values = [v for scales in runs.values() for v in scales.values()]
