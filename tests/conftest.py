@@ -34,3 +34,20 @@ from absl import flags  # noqa: E402
 # absltest's create_tempdir reads absl's own flags; under pytest nobody parses argv.
 if not flags.FLAGS.is_parsed():
   flags.FLAGS.mark_as_parsed()
+
+
+# The files whose tests take longest (about 15-40 s of one core each), started first. Each worker takes the next file
+# when it finishes one (pytest.ini: --dist loadfile), so the two workers end within a short file of each other
+# instead of one idling while the other runs a long file it happened to take last. Any file not named keeps its place
+# after these; naming one that no longer exists changes nothing.
+LONGEST_FIRST = ("test_scan_layers.py", "test_unit_scaling.py", "test_train.py", "test_builtin_fixtures.py",
+                 "test_attention.py", "test_training_claims.py", "test_model.py", "test_coord_check_lm_models.py",
+                 "test_coord_check_vision_models.py", "test_external_models.py", "test_claims.py",
+                 "test_param_draws.py", "test_sweep.py", "test_blockwise.py", "test_other_libraries.py",
+                 "test_docs.py")
+
+
+def pytest_collection_modifyitems(config, items):
+  del config  # unused
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
