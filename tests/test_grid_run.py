@@ -2,6 +2,7 @@
 ones its training runs (it compiles no init or step of its own), and the trained grid is the same."""
 
 import collections
+from concurrent import futures
 import dataclasses
 import threading
 from unittest import mock
@@ -39,7 +40,7 @@ class CompileAheadTest(absltest.TestCase):
     jax.monitoring.register_event_duration_secs_listener(listen)
     planner = grid_run.GridPlanner()
     with timesplit.TimeSplit() as split:
-      planner.compile_ahead([spec, spec])
+      planner.compile_ahead([spec, spec], train=False)
       trained = planner.train(spec)
       planner.close()
     in_main = {name for (main, name), n in compiled.items() if main}
@@ -54,11 +55,68 @@ class CompileAheadTest(absltest.TestCase):
     planner = grid_run.GridPlanner()
     with mock.patch.object(grid_run.loop_lib, "compile_grid", side_effect=RuntimeError("no")):
       try:
-        planner.compile_ahead([spec])
+        planner.compile_ahead([spec], train=False)
         run = planner.train(spec)
       finally:
         planner.close()
     self.assertTrue(np.all(np.isfinite(run.records["loss"])))
+
+
+class TrainAheadTest(absltest.TestCase):
+  """Grids trained in the thread beside the run against the same grids trained by train_grid (the same programs on
+  the same inputs: equal numbers)."""
+
+  def _record_threads(self, started=None):
+    where = {}
+    real = grid_run.train_grid
+
+    def recording(spec, dataset, callback=None):
+      where[spec.label] = threading.current_thread().name
+      if started is not None and spec.label in started:
+        started[spec.label].set()
+      return real(spec, dataset, callback=callback)
+
+    return where, mock.patch.object(grid_run, "train_grid", recording)
+
+  def test_grids_trained_ahead_are_those_trained_here(self):
+    specs = [_spec(32, "sqrt"), dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-9.0, -5.0), label="other")]
+    where, patch = self._record_threads()
+    planner = grid_run.GridPlanner()
+    with patch:
+      try:
+        planner.compile_ahead(specs, train=True)
+        futures.wait(list(planner._trained_ahead.values()))  # pylint: disable=protected-access
+        runs = [planner.train(spec) for spec in specs]
+      finally:
+        planner.close()
+    self.assertTrue(all(name.startswith("compile-ahead") for name in where.values()), where)
+    data = DataConfig(seq_len=8, batch_size=2).make(0)
+    for spec, run in zip(specs, runs):
+      expected = grid_run.train_grid(spec, data)
+      for key in expected.records:
+        np.testing.assert_array_equal(run.records[key], expected.records[key], err_msg=key)
+      chex.assert_trees_all_equal(run.final_params, expected.final_params)
+
+  def test_the_caller_trains_what_was_not_started_ahead_and_close_stops_the_rest(self):
+    specs = [dataclasses.replace(_spec(32, "sqrt"), log2_lrs=(-9.0 - i, -5.0), label=f"grid {i}") for i in range(3)]
+    long = dataclasses.replace(specs[2], opt_config=OptimizerConfig(steps=10_000), label="long")
+    started = {"long": threading.Event()}
+    where, patch = self._record_threads(started)
+    planner = grid_run.GridPlanner()
+    with patch:
+      try:
+        planner.compile_ahead([*specs, long], train=True)  # trained ahead from the last: the long grid first
+        self.assertTrue(started["long"].wait(timeout=300))
+        runs = [planner.train(spec) for spec in specs]  # here: the thread there is busy with the long grid
+      finally:
+        planner.close()  # stops the long grid at its next step
+    self.assertTrue(where["long"].startswith("compile-ahead"), where)
+    self.assertTrue(all(where[spec.label] == threading.main_thread().name for spec in specs), where)
+    data = DataConfig(seq_len=8, batch_size=2).make(0)
+    for spec, run in zip(specs, runs):
+      np.testing.assert_array_equal(run.records["loss"], grid_run.train_grid(spec, data).records["loss"])
+    after = planner.train(dataclasses.replace(long, opt_config=OptimizerConfig(steps=3)))  # the planner goes on
+    self.assertEqual(after.records["loss"].shape[0], 3)
 
 
 class JoinRunsTest(absltest.TestCase):

@@ -91,6 +91,20 @@ class TimeSplitTest(absltest.TestCase):
     self.assertAlmostEqual(split.wall_s, split.compile_s + split.compute_s + split.rest_s, places=9)
     self.assertIn("ahead", split.summary())
 
+  def test_compute_in_a_thread_working_ahead_is_not_the_runs(self):
+    with timesplit.TimeSplit() as split:
+      def ahead():
+        with timesplit.compiling_ahead(), timesplit.computing():
+          time.sleep(0.3)  # a grid trained beside the run
+      thread = threading.Thread(target=ahead)
+      thread.start()
+      with timesplit.computing():
+        time.sleep(0.05)
+      thread.join()
+    self.assertGreaterEqual(split.compute_s, 0.05)
+    self.assertLess(split.compute_s, 0.25)  # the run's own region only, not the thread's 0.3 s
+    self.assertAlmostEqual(split.wall_s, split.compile_s + split.compute_s + split.rest_s, places=9)
+
 
 
 if __name__ == "__main__":

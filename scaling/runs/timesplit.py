@@ -177,7 +177,11 @@ def _for_splits(splits: list[TimeSplit], method: str) -> Callable[[float], None]
 @contextlib.contextmanager
 def computing() -> Iterator[None]:
   """Marks a region that runs compiled work: its time, less the compilation inside it, is every open split's
-  compute (nested regions count once)."""
+  compute (nested regions count once). In a thread working ahead (``compiling_ahead``) it is not part of the split:
+  that thread runs beside the run."""
+  if getattr(_THREAD, "ahead", False):
+    yield
+    return
   with _LOCK:
     splits = list(_ACTIVE)
     for split in splits:
@@ -188,7 +192,8 @@ def computing() -> Iterator[None]:
 
 @contextlib.contextmanager
 def compiling_ahead() -> Iterator[None]:
-  """Marks this thread's compilations as compiled ahead (beside the run; ``TimeSplit.ahead_s``)."""
+  """Marks this thread as working ahead, beside the run: its compilations count as compiled ahead
+  (``TimeSplit.ahead_s``), and its ``computing()`` regions (grids trained ahead) are not part of the split."""
   _THREAD.ahead = True
   try:
     yield

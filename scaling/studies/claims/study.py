@@ -138,7 +138,9 @@ class ClaimsConfig(Options):
       "is for (an NVIDIA H200): the plan's compute on it at the training step's measured FLOP/s; default: at an "
       "assumed fraction of its datasheet peak.")
   compile_ahead: bool = option(True, "Compile the training grids' programs in a thread while the claims before "
-                               "them are measured (one device; the time split counts that compilation apart).")
+                               "them are measured, and on a CPU then train the grids there too, from the last one "
+                               "back, beside the run's own training (one device; the time split counts that "
+                               "thread apart).")
   output: results.OutputConfig = option(results.OutputConfig("runs/claims"), "Output.")
   cluster: distributed.DistributedConfig = option(distributed.DistributedConfig(), "Several processes.")
 

@@ -19,6 +19,7 @@ import io
 import json
 import pathlib
 import sys
+import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
@@ -332,13 +333,15 @@ def join_runs(first: GridRun, second: GridRun) -> GridRun:
   return GridRun(spec=spec, records=records, final_params=params, wall_time=first.wall_time + second.wall_time)
 
 
-def train_grid(spec: GridSpec, dataset: Dataset) -> GridRun:
+def train_grid(spec: GridSpec, dataset: Dataset,
+               callback: Callable[[int, dict[str, Any]], None] | None = None) -> GridRun:
   """Trains every member of ``spec`` on ``dataset`` in one vmapped program, every step recorded and no member
-  stopped on divergence (``scaling.training.loop.run.run_training``)."""
+  stopped on divergence (``scaling.training.loop.run.run_training``; ``callback`` as its ``RunOptions``')."""
   lrs, seeds, mults = spec.member_arrays()
   result = loop_lib.run_training(spec.model_config, spec.opt_config, dataset,
                                  loop_lib.Runs(seed=seeds, learning_rates=lrs, attn_mults=mults),
-                                 loop_lib.RunOptions(record=spec.record, stop_on_divergence=False))
+                                 loop_lib.RunOptions(record=spec.record, stop_on_divergence=False,
+                                                     callback=callback))
   return GridRun(spec=spec, records=result.records, final_params=unrolled_params(result.state.params,
                                                                                  spec.model_config),
                  wall_time=result.wall_time)
@@ -404,37 +407,77 @@ def _compile_grid(spec: GridSpec, dataset: Dataset) -> None:
     loop_lib.compile_grid(spec.model_config, spec.opt_config, dataset, spec.members)
 
 
+class _Stopped(Exception):
+  """The planner closed while a grid was training ahead."""
+
+
+def _train_grid_ahead(spec: GridSpec, dataset: Dataset, closing: threading.Event) -> GridRun:
+  """``train_grid(spec, dataset)`` in this thread, beside the run (its compilation counted as compiled ahead, its
+  compute outside the run's split); stopped between two steps once ``closing`` is set."""
+
+  def stop_when_closing(step, row):
+    del step, row  # only the moment matters
+    if closing.is_set():
+      raise _Stopped()
+
+  with timesplit.compiling_ahead():
+    return train_grid(spec, dataset, callback=stop_when_closing)
+
+
 class GridPlanner:
   """The grids of one context: each dataset made once and each ``GridSpec`` trained once, however many
   measurements read it; ``plan`` lists declared grids without training them, and ``compile_ahead`` compiles their
-  programs in a thread beside whatever runs meanwhile."""
+  programs in a thread beside whatever runs meanwhile (and on a CPU then trains them there too)."""
 
   def __init__(self):
     self._datasets: dict[tuple[DataConfig, int], Dataset] = {}
     self._runs: dict[GridSpec, GridRun] = {}
     self._ahead: dict[tuple[Any, ...], futures.Future] = {}
+    self._trained_ahead: dict[GridSpec, futures.Future] = {}
+    self._closing = threading.Event()
     self._executor: futures.ThreadPoolExecutor | None = None
 
-  def compile_ahead(self, specs: Iterable[GridSpec]) -> None:
+  def compile_ahead(self, specs: Iterable[GridSpec], *, train: bool | None = None) -> None:
     """Compiles the programs of ``specs`` (each distinct ``program_key`` once, in order) in one thread while the
     caller goes on; ``train`` waits for a grid's programs that are still compiling, so nothing compiles twice. On
-    one device (``scaling.training.loop.run.compile_grid``); elsewhere nothing is done ahead."""
+    one device (``scaling.training.loop.run.compile_grid``); elsewhere nothing is done ahead.
+
+    Args:
+      specs: the grids the run will train, in the order it asks for them.
+      train: once every program is compiled, the same thread also trains the grids, from the last one backwards,
+        while the caller trains from the first: ``train`` takes a grid trained there (or waits for the one under
+        way) and trains the rest itself, so the two meet in between. The same programs on the same inputs: the
+        same numbers. Default: on a CPU, where one grid's training leaves a core idle; an accelerator is filled by
+        one grid, and two at once would need twice its memory.
+    """
     if jax.device_count() > 1:
       return
+    if train is None:
+      train = jax.default_backend() == "cpu"
     if self._executor is None:
+      self._closing.clear()
       self._executor = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
-    for spec in self.plan(specs).grids:
+    grids = self.plan(specs).grids
+    for spec in grids:
       key = spec.program_key()
       if key not in self._ahead:
         self._ahead[key] = self._executor.submit(_compile_grid, spec, self.dataset(spec.data, spec.data_seed))
+    if train:
+      for spec in reversed(grids):
+        if spec not in self._runs and spec not in self._trained_ahead:
+          self._trained_ahead[spec] = self._executor.submit(_train_grid_ahead, spec,
+                                                            self.dataset(spec.data, spec.data_seed), self._closing)
 
   def close(self) -> None:
-    """Stops compiling ahead (programs not yet started are dropped; one under way finishes)."""
+    """Stops working ahead: programs and grids not yet started are dropped; a program under way finishes, a grid
+    under way stops at its next step."""
     if self._executor is not None:
-      for future in self._ahead.values():
+      self._closing.set()
+      for future in (*self._ahead.values(), *self._trained_ahead.values()):
         future.cancel()
       self._executor.shutdown(wait=True)
       self._executor = None
+      self._trained_ahead.clear()
 
   def _wait_for_programs(self, spec: GridSpec) -> None:
     """Waits until the programs of ``spec`` compiled ahead are ready (a failure there is reported and the run
@@ -474,10 +517,27 @@ class GridPlanner:
       if padded != spec and padded.program_key() != like.program_key():
         raise ConfigError(f"train: the {spec.label or 'grid'} padded to the {like.label or 'grid'}'s values does "
                           "not run its program (they differ in more than their swept values)")
-      self._wait_for_programs(padded)
-      run = train_grid(padded, self.dataset(spec.data, spec.data_seed))
+      run = self._trained_there(padded)
+      if run is None:
+        self._wait_for_programs(padded)
+        run = train_grid(padded, self.dataset(spec.data, spec.data_seed))
       self._runs[spec] = run if padded == spec else run.first(spec)
     return self._runs[spec]
+
+  def _trained_there(self, spec: GridSpec) -> GridRun | None:
+    """``spec``'s run trained ahead (waiting for it while under way; the wait is the run's compute), or None when
+    it was not started there (it is dropped from there: the caller trains it) or failed (reported)."""
+    future = self._trained_ahead.pop(spec, None)
+    if future is None or future.cancel():
+      return None
+    with timesplit.computing():
+      error = future.exception()
+    if error is None:
+      return future.result()
+    if not isinstance(error, _Stopped):
+      sys.stderr.write(f"training ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
+                       "it trains here\n")
+    return None
 
   @property
   def runs(self) -> list[GridRun]:
