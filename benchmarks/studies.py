@@ -1,7 +1,7 @@
 """Benchmark suite `studies`: where a study's time goes (compilation, compute, the rest), and how compilation grows
 with depth.
 
-Two measurements, each side by side in one run:
+Three measurements, each side by side in one run:
 
 * The studies end to end. Each study (the quick claims run, the coordinate check and the width transfer on their
   defaults) runs twice in a fresh process of its own (``worker``, as ``python -m experiments.<study>`` runs it) with
@@ -9,6 +9,9 @@ Two measurements, each side by side in one run:
   run writes its wall time split into compilation, compute and the rest (``scaling.runs.timesplit``; ``time_split.json``
   in its output folder); the table puts both runs of every study beside the targets (``TARGETS``) and says whether
   each is met.
+* XLA's backend optimization level on a CPU (``time_levels``): the coordinate check cold at the level the
+  library's programs compile at (``scaling.base.compilation``) and at XLA's default, in alternating fresh processes:
+  their compile and compute times, and whether the results are identical.
 * Compilation against depth, two ways. The training run as a user starts it (``python -m experiments.train`` on its
   defaults but ``--depth``), in a fresh process with an empty compilation cache at each depth: the compilation its
   own time split measured (every program: the parameters' init, the step, the evaluation). And the training step
@@ -32,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.base import config as config_lib
 from scaling.training.model.family import ModelFamily
 from scaling.training.optimizer import OptimizerConfig
@@ -96,13 +100,15 @@ QUICK = StudiesBenchConfig(studies=("coord_check",), depths=(1, 2), width=16, gr
 """Tiny sizes for a smoke run (one small study, shallow models), not a measurement."""
 
 
-def run_study(study: str, config: Options, cache: pathlib.Path, out: pathlib.Path) -> dict[str, Any]:
+def run_study(study: str, config: Options, cache: pathlib.Path, out: pathlib.Path,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
   """Runs ``study`` on ``config`` once in a fresh process (``worker``) with ``cache`` as its compilation cache and
-  ``out`` as its output folder; returns its time split with the process's own wall time (``process_s``)."""
+  ``out`` as its output folder (``env``: its environment, default ``worker.environment()``); returns its time split
+  with the process's own wall time (``process_s``)."""
   job = dataclasses.replace(config, output=dataclasses.replace(config.output, out_dir=str(out)))
   start = time.perf_counter()
-  subprocess.run(worker.command(study, job, cache), env=worker.environment(), check=True, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
+  subprocess.run(worker.command(study, job, cache), env=env or worker.environment(), check=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   split = json.loads((out / timesplit.FILE).read_text())
   return {**split, "process_s": time.perf_counter() - start}
 
@@ -120,6 +126,63 @@ def time_studies(config: StudiesBenchConfig) -> list[dict[str, Any]]:
         print(f"studies: {study} ({cache_state} cache): {split['wall_s']:.1f}s = compilation "
               f"{split['compile_s']:.1f}s + compute {split['compute_s']:.1f}s + rest {split['rest_s']:.1f}s", flush=True)
   return rows
+
+
+XLA_DEFAULT_LEVEL = 3
+"""XLA's own backend optimization level (its ``DebugOptions`` default), timed beside ``compilation.jit``'s."""
+
+
+def level_environment(level: int | None) -> dict[str, str]:
+  """``worker.environment()`` with XLA_FLAGS' backend optimization level removed (None: the library's ``jit``
+  chooses it) or set to ``level``."""
+  env = worker.environment()
+  kept = [f for f in env.get("XLA_FLAGS", "").split() if compilation.LEVEL_FLAG not in f]
+  if level is not None:
+    kept.append(f"--{compilation.LEVEL_FLAG}={level}")
+  env["XLA_FLAGS"] = " ".join(kept)
+  return env
+
+
+def time_levels(config: StudiesBenchConfig) -> list[dict[str, Any]]:
+  """The coordinate check cold, compiled at the library's CPU level (``compilation.CPU_BACKEND_OPTIMIZATION_LEVEL``)
+  and at XLA's default (``XLA_DEFAULT_LEVEL``), each in a fresh process with an empty cache, alternating over
+  ``config.rounds`` rounds (best wall time of each); how far apart their results are (``largest_difference`` of
+  the two results.jsonl) is in each row. Empty on other backends, where ``compilation.jit`` is ``jax.jit``."""
+  if jax.default_backend() != "cpu":
+    return []
+  study_config = config.coord_check
+  levels = (("library", compilation.CPU_BACKEND_OPTIMIZATION_LEVEL, None),
+            ("XLA default", XLA_DEFAULT_LEVEL, XLA_DEFAULT_LEVEL))
+  best: dict[str, dict[str, Any]] = {}
+  written: dict[str, list[dict[str, Any]]] = {}
+  for _ in range(config.rounds):
+    for name, level, env_level in levels:
+      with tempfile.TemporaryDirectory(prefix="studies-level-") as tmp:
+        out = pathlib.Path(tmp) / "out"
+        split = run_study("coord_check", study_config, pathlib.Path(tmp) / "cache", out, level_environment(env_level))
+        written[name] = results_lib.read_jsonl(out / "results.jsonl")
+      if name not in best or split["wall_s"] < best[name]["wall_s"]:
+        best[name] = {"setting": name, "level": level, **split}
+  difference = largest_difference(written["library"], written["XLA default"])
+  rows = [{**best[name], "largest_difference": difference} for name, _, _ in levels]
+  print("studies: coord_check cold by XLA backend level: " + ", ".join(
+      f"{r['setting']} ({r['level']}) {r['wall_s']:.1f}s, compilation {r['compile_s']:.1f}s" for r in rows)
+        + f"; results differ by at most {difference:.2g} (relative)", flush=True)
+  return rows
+
+
+def largest_difference(a: Any, b: Any) -> float:
+  """The largest relative difference |x − y| / max(|x|, |y|) between the numbers at the same place of two JSON
+  values (rows of one study); 0.0 when equal, inf when they differ in anything but numbers (keys, lengths, text)."""
+  if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+      return max((largest_difference(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+      return max((largest_difference(x, y) for x, y in zip(a, b)), default=0.0)
+    return 0.0 if a == b else float("inf")
+  if a == b or (np.isnan(a) and np.isnan(b)):
+    return 0.0
+  return float(abs(a - b) / max(abs(a), abs(b)))
 
 
 def step_compile_seconds(depth: int, width: int, members: int, scan: bool) -> float:
@@ -213,6 +276,7 @@ def run(bench: StudiesBenchConfig, out_dir: pathlib.Path) -> dict:
   results = {"config": dataclasses.asdict(bench), "devices": [str(d) for d in jax.devices()],
              "load_average": [os.getloadavg()[0]]}
   studies = [judge(r) for r in time_studies(bench)]
+  levels = time_levels(bench)
   train_rows = time_train_depths(bench)
   train_ratio = train_depth_ratio(train_rows)
   print(f"studies: experiments.train compilation at depths {bench.depths}: "
@@ -220,8 +284,8 @@ def run(bench: StudiesBenchConfig, out_dir: pathlib.Path) -> dict:
   depth_rows = time_depths(bench)
   ratios = depth_ratios(depth_rows, bench.depths)
   results["load_average"].append(os.getloadavg()[0])
-  results.update(studies=studies, train_depths=train_rows, train_depth_ratio=train_ratio, depths=depth_rows,
-                 depth_ratios=ratios)
+  results.update(studies=studies, levels=levels, train_depths=train_rows, train_depth_ratio=train_ratio,
+                 depths=depth_rows, depth_ratios=ratios)
   print(report.table([{k: r[k] for k in ("study", "cache", "wall_s", "compile_s", "compute_s", "rest_s", "compiles",
                                          "cache_hits", "meets_target")} for r in studies],
                      ("study", "cache", "wall_s", "compile_s", "compute_s", "rest_s", "compiles", "cache_hits",
@@ -273,6 +337,21 @@ def readme_markdown(results: dict[str, Any]) -> str:
                                       "programs", "target (cold)", "met"), rows))
   lines.append("")
   c = results["config"]
+  if results.get("levels"):
+    base = results["levels"][-1]
+    lines.append(f"XLA's backend optimization level on a CPU: the coordinate check (`coord_check` above) cold at the "
+                 f"level the library's programs compile at (`scaling.base.compilation`) and at XLA's default, best of "
+                 f"{c['rounds']} alternating rounds; their results compared number by number:")
+    lines.append("")
+    lines.append(report.markdown_table(
+        ("level", "wall s", "compilation s", "compute s", "programs", "compilation / XLA default's"),
+        [(f"{r['level']} ({r['setting']})", f"{r['wall_s']:.1f}", f"{r['compile_s']:.1f}", f"{r['compute_s']:.1f}",
+          r["compiles"], f"{r['compile_s'] / base['compile_s']:.2f}") for r in results["levels"]]))
+    difference = base["largest_difference"]
+    lines.append("")
+    lines.append("Their results (every RMS of results.jsonl) are " + (
+        "identical." if difference == 0 else f"equal up to a relative difference of {difference:.2g} at most."))
+    lines.append("")
   lo, hi = min(c["depths"]), max(c["depths"])
   if results.get("train_depths"):
     ratio = results["train_depth_ratio"]

@@ -3,14 +3,17 @@ at two depths), and its judgements on synthetic numbers whose answer is known bo
 
 import dataclasses
 import json
+import os
 import pathlib
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import pytest
 from absl.testing import parameterized
 
 from experiments import cli
+from scaling.base import compilation
 from scaling.base import config as config_lib
 from scaling.studies.claims import study as claims
 from scaling.studies.coord_check import study as coord_check_lib
@@ -65,6 +68,21 @@ class JudgeTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "study must be one of"):
       studies.QUICK.config_of("sweep")
 
+  def test_level_environment(self):
+    # The library's arm drops any level from XLA_FLAGS (the tests set one); XLA's arm sets its default.
+    with mock.patch.dict(os.environ, {"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_foo=1"}):
+      self.assertEqual(studies.level_environment(None)["XLA_FLAGS"], "--xla_foo=1")
+      self.assertEqual(studies.level_environment(3)["XLA_FLAGS"], "--xla_foo=1 --xla_backend_optimization_level=3")
+
+  def test_largest_difference(self):
+    rows = [{"layer": "embed", "rms": 2.0, "seeds": [1.0, 4.0], "ok": True}]
+    self.assertEqual(studies.largest_difference(rows, rows), 0.0)
+    self.assertAlmostEqual(studies.largest_difference(rows, [{**rows[0], "seeds": [1.0, 5.0]}]), 0.2)
+    self.assertEqual(studies.largest_difference(rows, [{**rows[0], "layer": "readout"}]), float("inf"))
+    self.assertEqual(studies.largest_difference(rows, [{**rows[0], "ok": False}]), float("inf"))
+    self.assertEqual(studies.largest_difference(rows, rows + rows), float("inf"))
+    self.assertEqual(studies.largest_difference([float("nan")], [float("nan")]), 0.0)
+
   def test_bad_config(self):
     with self.assertRaisesRegex(ValueError, "depths"):
       studies.StudiesBenchConfig(depths=(2,))
@@ -102,10 +120,15 @@ class SmokeTest(absltest.TestCase):
         self.assertGreater(run["compile_s"], 0)
       self.assertAlmostEqual(data["train_depth_ratio"]["ratio"],
                              data["train_depths"][1]["compile_s"] / data["train_depths"][0]["compile_s"])
+      # The coordinate check at the library's CPU level and at XLA's default: the same results up to rounding.
+      self.assertEqual([(r["setting"], r["level"]) for r in data["levels"]],
+                       [("library", compilation.CPU_BACKEND_OPTIMIZATION_LEVEL), ("XLA default", 3)])
+      self.assertLess(data["levels"][0]["largest_difference"], 1e-4)
       self.assertIn("coord_check_cold_s", summary)
       markdown = (out / "studies.md").read_text()
       self.assertIn("| study | cache |", markdown)
       self.assertIn("scanned", markdown)
+      self.assertIn("XLA's backend optimization level", markdown)
 
 
 if __name__ == "__main__":

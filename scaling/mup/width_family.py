@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scaling.base import compilation
 from scaling.mup import schemes as param_lib
 from scaling.mup import roles as roles_lib
 from scaling.mup import usage as usage_lib
@@ -179,7 +180,7 @@ class ModelWidths:
     Its stds are kept (``own_stds``), not the parameters."""
     self.abstract(width)
     with jax.ensure_compile_time_eval():  # concrete even when first asked for inside a trace
-      params, state = jax.jit(self.functional(width).init)(jax.random.key(0))
+      params, state = compilation.jit(self.functional(width).init)(jax.random.key(0))
     check_finite_params(params, f"model: its initialization at width {width} (key 0)")
     self._stds[width] = {path: _std(leaf) for path, leaf in _paths(params).items()}
     return params, state
@@ -199,10 +200,10 @@ class ModelWidths:
       fm = self.functional(width)
     else:
       with jax.ensure_compile_time_eval():
-        params, state = jax.jit(fm.init)(jax.random.key(0))
+        params, state = compilation.jit(fm.init)(jax.random.key(0))
       check_finite_params(params, f"init(width, params, key) at width {width} (key 0)")
     with jax.ensure_compile_time_eval():
-      loss = float(jax.jit(fm.loss)(params, state, batch))
+      loss = float(compilation.jit(fm.loss)(params, state, batch))
     if not np.isfinite(loss):
       raise ConfigError(f"loss_fn(model, batch) is {loss} at initialization (width {width}, key 0, the first batch of "
                         f"{batch_name}): every parameter is finite, so the loss or the model computes a non-finite "

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.attention import metrics as metrics_lib
 from scaling.training.model import config as model_config_lib
 from scaling.mup import schemes as parametrization_lib
@@ -285,7 +286,7 @@ def make_shape_fn(config: SweepConfig, d_k: int,
       out[name] = metrics_for(config.rule(name))
     return out
 
-  @jax.jit
+  @compilation.jit
   def program(key_data):
     per_seed = lambda key: jax.vmap(lambda s: one_seed(key, s))(jnp.asarray(stds))
     return jax.vmap(per_seed)(jax.random.wrap_key_data(key_data))

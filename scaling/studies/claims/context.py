@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from scaling.base import compilation
 from scaling.studies.grid import run as grid_run
 from scaling.studies import stats
 from scaling.studies import sweep as sweep_lib
@@ -142,7 +143,7 @@ class Context:
   def per_seed(self, tag: str, draw: Callable[[np.random.Generator], tuple], compute: Callable[..., Any],
                *salt: int) -> Any:
     """``compute(*draw(rng))`` for each seed's generator (``compute`` jitted once), stacked over seeds in numpy."""
-    jitted = jax.jit(compute)
+    jitted = compilation.jit(compute)
     out = [jax.device_get(jitted(*draw(rng))) for rng in self.rngs(tag, *salt)]
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float64) for x in xs]), *out)
 

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from scaling.base import compilation
 from scaling.runs import distributed
 from scaling.base import validation
 from scaling.base.validation import ConfigError
@@ -164,7 +165,7 @@ class Checkpoints:
       raise ConfigError(f"the checkpoint at step {step} was made with seed {out['meta']['seed']}, not {seed}")
     state = out["state"]["train_state"]
     if stacked:
-      stack = jax.jit(functools.partial(stacked_state, depth=self.depth, target=like),
+      stack = compilation.jit(functools.partial(stacked_state, depth=self.depth, target=like),
                       out_shardings=jax.tree.map(lambda x: x.sharding, like))
       state = stack(state)
     return state, dict(out["meta"])

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from scaling.base import compilation
 from scaling.base.validation import ConfigError
 from scaling.training.loop import losses as losses_lib
 from scaling.training.model import transformer as model_lib
@@ -31,7 +32,7 @@ def make_eval_step(model_config: ModelConfig) -> Callable[[Any, state_lib.Batch]
     loss, (accuracy, _) = losses_lib.loss_fn(params, batch, model=model)
     return {"loss": loss, "accuracy": accuracy}
 
-  return jax.jit(step)
+  return compilation.jit(step)
 
 
 def evaluate(params: Any, model_config: ModelConfig, dataset: Any, num_batches: int = 4,

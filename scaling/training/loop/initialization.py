@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training.model.config import ModelConfig
 from scaling.training.loop import programs as programs_lib
@@ -78,13 +79,13 @@ def member_init(program: programs_lib.Program) -> InitFn:
     init = lambda seed, learning_rate: program.state_from_params(params(seed), learning_rate)
     init.lower = lambda seed, learning_rate: params.lower(seed)  # its one program, lowered (as jax.jit's ``lower``)
     return init
-  return jax.jit(program.init_state)
+  return compilation.jit(program.init_state)
 
 
 @functools.lru_cache(maxsize=64)
 def _params_init(model_config: ModelConfig) -> Callable[[Any], Any]:
   """The jitted seed -> parameters of a model (``programs.transformer_params``)."""
-  return jax.jit(functools.partial(programs_lib.transformer_params, model_config))
+  return compilation.jit(functools.partial(programs_lib.transformer_params, model_config))
 
 
 @functools.lru_cache(maxsize=64)
@@ -100,7 +101,7 @@ def _make_init(program: programs_lib.Program, grid: bool, alpha: float | None) -
   if not grid:
     return lambda seed, learning_rate: program.with_constants(single(seed, learning_rate))
   if jax.device_count() > 1:  # members split over devices (and hosts): one vmapped program lays them out
-    vmapped = jax.jit(jax.vmap(program.init_state), out_shardings=sharding_lib.leading())
+    vmapped = compilation.jit(jax.vmap(program.init_state), out_shardings=sharding_lib.leading())
     return lambda seeds, learning_rates: program.with_constants(vmapped(seeds, learning_rates))
 
   def init(seeds: Any, learning_rates: Any) -> state_lib.TrainState:

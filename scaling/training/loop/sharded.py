@@ -12,6 +12,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from scaling.base import compilation
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training.loop import initialization as init_lib
 from scaling.training.loop import programs as programs_lib
@@ -37,7 +38,7 @@ def _sharded_init_of(program: programs_lib.Program, mesh: jax.sharding.Mesh, sha
     state_sharding = sharding_lib.fsdp_shardings(state_shapes, mesh)
   else:
     state_sharding = jax.tree.map(lambda _: sharding_lib.replicated(mesh), state_shapes)
-  return jax.jit(init_state, out_shardings=state_sharding), state_sharding
+  return compilation.jit(init_state, out_shardings=state_sharding), state_sharding
 
 
 def make_sharded_run(program: programs_lib.Program, batch: Any, mesh: jax.sharding.Mesh,
@@ -71,8 +72,8 @@ def _sharded_step(program: programs_lib.Program, mesh: jax.sharding.Mesh, shard_
   _, state_sharding = _sharded_init(program, mesh, shard_params)
   batch_sharding = jax.tree.unflatten(
       treedef, [jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(shape, mesh.size)) for shape in shapes])
-  batch_of = jax.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
-  step = jax.jit(program.step, in_shardings=(state_sharding, batch_sharding),
+  batch_of = compilation.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
+  step = compilation.jit(program.step, in_shardings=(state_sharding, batch_sharding),
                  out_shardings=(state_sharding, sharding_lib.replicated(mesh)))
   return batch_of, step
 

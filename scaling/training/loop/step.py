@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import jax
 
+from scaling.base import compilation
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training.loop import programs as programs_lib
 from scaling.training import sharding as sharding_lib
@@ -106,8 +107,8 @@ def _jitted_train_step(program: programs_lib.Program, grid: bool, metrics: tuple
   fn = functools.partial(program.step, metrics=metrics)
   donated = (0,) if donate else ()
   if grid:
-    return jax.jit(_chunked(fn, chunk), out_shardings=sharding_lib.leading(), donate_argnums=donated)
-  return jax.jit(fn, donate_argnums=donated)
+    return compilation.jit(_chunked(fn, chunk), out_shardings=sharding_lib.leading(), donate_argnums=donated)
+  return compilation.jit(fn, donate_argnums=donated)
 
 
 def clear_caches() -> None:
@@ -132,5 +133,5 @@ def grid_batches(dataset: Any, step: Any, seeds: Array) -> state_lib.Batch:
 @functools.lru_cache(maxsize=4)
 def _grid_batches(mesh: jax.sharding.Mesh) -> Callable[[Any, Any, Array], state_lib.Batch]:
   """The jitted ``grid_batches`` for ``mesh`` (compiled once per dataset config)."""
-  return jax.jit(lambda dataset, step, seeds: jax.vmap(lambda s: dataset.batch(step, s))(seeds),
+  return compilation.jit(lambda dataset, step, seeds: jax.vmap(lambda s: dataset.batch(step, s))(seeds),
                  out_shardings=sharding_lib.leading(mesh))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from scaling.base import compilation
 from scaling.mup import layers
 from scaling.mup import shapes as shapes_lib
 from scaling.mup import unit_scaling as unit
@@ -34,7 +35,7 @@ def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, f
   model = Transformer(config)
   init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
   tokens = jax.random.randint(data_key, (1, seq_len + 1), 0, config.vocab_size)
-  params = jax.jit(init_params, static_argnums=1)(init_key, config)
+  params = compilation.jit(init_params, static_argnums=1)(init_key, config)
   zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
                        jax.eval_shape(model.init, init_key, tokens[:, :-1])[layers.PERTURBATIONS])
 
@@ -48,7 +49,7 @@ def rms_at_init(config: ModelConfig, seq_len: int, seed: int = 0) -> dict[str, f
     rms = lambda x: jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
     return [jax.tree.map(rms, tree) for tree in (acts, act_grads, grads)]
 
-  trees = jax.device_get(jax.jit(rms_trees)(params, zeros))
+  trees = jax.device_get(compilation.jit(rms_trees)(params, zeros))
   out = {}
   for prefix, tree in zip(("activation", "gradient", "weight gradient"), trees):
     for path, x in jax.tree_util.tree_leaves_with_path(tree):

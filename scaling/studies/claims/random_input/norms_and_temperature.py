@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.attention import dense as dense_lib
 from scaling.attention import dispatch as attention_lib
 from scaling.attention import metrics as metrics_lib
@@ -83,7 +84,7 @@ def _temperature_equivalence(ctx: Context) -> Measurement:
   diffs = {}
   for d in ctx.d_k:
     worst = []
-    weights = jax.jit(lambda q, k: dense_lib.attention_weights(q, k, rule="sqrt"))
+    weights = compilation.jit(lambda q, k: dense_lib.attention_weights(q, k, rule="sqrt"))
     for rng in ctx.rngs("temperature", d):
       q, k, _ = iid_qkv(rng, ctx, d)
       w = np.asarray(weights(q, k), np.float64)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.attention import dense as dense_lib
 from scaling.attention import dispatch as attention_lib
 from scaling.attention import metrics as metrics_lib
@@ -185,7 +186,7 @@ def _softmax_derivative(ctx: Context) -> Measurement:
 
   dev, top = ctx.per_seed("softmax_derivative", lambda rng: (rng.standard_normal(
       (DERIVATIVE_ROWS, keys), dtype=np.float32),), deviation)  # [seeds, stds] each
-  p, diag = (np.asarray(x, np.float64)[:, 0] for x in jax.jit(softmax_jacobian_diagonal)(
+  p, diag = (np.asarray(x, np.float64)[:, 0] for x in compilation.jit(softmax_jacobian_diagonal)(
       gap_logits(DERIVATIVE_GAPS, keys)))
   worst = float(np.max(dev))
   near_one = float(diag[-1] / np.max(diag))

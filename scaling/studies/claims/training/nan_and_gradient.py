@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import optax
 
+from scaling.base import compilation
 from scaling.training.loop import losses as losses_lib
 from scaling.training.model import transformer as model_lib
 from scaling.training.model.config import ModelConfig
@@ -164,7 +165,7 @@ def _attention_grad_norm(model_config: ModelConfig):
     return optax.tree.norm([grads[f"block_{i}"]["attn"][n] for i in range(model_config.depth)
                             for n in ("query", "key")])
 
-  return jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+  return compilation.jit(jax.vmap(one, in_axes=(0, None, None)))
 
 
 def attention_grad_norms(ctx: Context, run: GridRun) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.training.model import transformer as model_lib
 from scaling.training.model.config import ModelConfig
 from scaling.studies import stats
@@ -49,7 +50,7 @@ def qk_alignment_fn(model_config: ModelConfig):
       out.append(jnp.mean(cos, axis=(0, 1)))
     return jnp.stack(out)
 
-  return jax.jit(jax.vmap(one, in_axes=(0, None)))
+  return compilation.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def qk_alignment(per_head_cos: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scaling.base import compilation
 from scaling.attention import dense as dense_lib
 from scaling.attention import metrics as metrics_lib
 from scaling.attention import rope as rope_lib
@@ -176,7 +177,7 @@ def logit_variance_fn(model_config: ModelConfig):
       out.append(metrics_lib.logit_stats_per_head(logits, mask)["var"])
     return jnp.stack(out)
 
-  return jax.jit(jax.vmap(one, in_axes=(0, None)))
+  return compilation.jit(jax.vmap(one, in_axes=(0, None)))
 
 
 def sqrt_optimal_plan(ctx: Context) -> dict[Any, GridSpec]:
