@@ -424,6 +424,17 @@ def _train_grid_ahead(spec: GridSpec, dataset: Dataset, closing: threading.Event
     return train_grid(spec, dataset, callback=stop_when_closing)
 
 
+def _failure(future: futures.Future, waiting: Any, failed: str, instead: str) -> BaseException | None:
+  """Waits for ``future`` inside ``waiting`` (a time-split context: what the wait counts as) and returns its
+  exception, or None when it succeeded; a failure other than a stop on closing is reported on stderr as ``failed``
+  and what the run does ``instead``."""
+  with waiting:
+    error = future.exception()
+  if error is not None and not isinstance(error, _Stopped):
+    sys.stderr.write(f"{failed} ({type(error).__name__}: {error}); {instead}\n")
+  return error
+
+
 class GridPlanner:
   """The grids of one context: each dataset made once and each ``GridSpec`` trained once, however many
   measurements read it; ``plan`` lists declared grids without training them, and ``compile_ahead`` compiles their
@@ -485,11 +496,8 @@ class GridPlanner:
     future = self._ahead.get(spec.program_key())
     if future is None or future.cancelled():
       return
-    with timesplit.waiting_for_compilation():
-      error = future.exception()
-    if error is not None:
-      sys.stderr.write(f"compiling ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
-                       "it compiles when it trains\n")
+    _failure(future, timesplit.waiting_for_compilation(), f"compiling ahead failed for the {spec.label or 'grid'}",
+             "it compiles when it trains")
 
   def dataset(self, config: DataConfig, seed: int) -> Dataset:
     """``config.make(seed)``, made once."""
@@ -530,13 +538,9 @@ class GridPlanner:
     future = self._trained_ahead.pop(spec, None)
     if future is None or future.cancel():
       return None
-    with timesplit.computing():
-      error = future.exception()
-    if error is None:
+    if _failure(future, timesplit.computing(), f"training ahead failed for the {spec.label or 'grid'}",
+                "it trains here") is None:
       return future.result()
-    if not isinstance(error, _Stopped):
-      sys.stderr.write(f"training ahead failed for the {spec.label or 'grid'} ({type(error).__name__}: {error}); "
-                       "it trains here\n")
     return None
 
   @property
