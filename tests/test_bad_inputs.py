@@ -8,6 +8,7 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 import experiment_main
 from experiments import attention_memory
@@ -409,6 +410,9 @@ class AllocationFailureTest(absltest.TestCase):
     main = self._main_raising(ValueError("operands could not be broadcast together"))
     with self.assertRaisesRegex(ValueError, "operands could not be broadcast"):
       main(["prog", f"--out_dir={self.create_tempdir().full_path}"])
+
+  @pytest.mark.slow  # the command line in a process of its own
+  def test_a_bug_exits_1_with_its_traceback(self):
     proc = subprocess.run([sys.executable, "-c", "import scaling, sys; from experiments import cli, benchmark\n"
                            "def run(config, out_dir): raise ValueError('a bug')\n"
                            "sys.exit(cli.main(benchmark.BenchmarkConfig, run, ['prog', '--out_dir=/dev/null/x']))"],
@@ -425,6 +429,7 @@ class AllocationFailureTest(absltest.TestCase):
     with self.assertRaisesRegex(RuntimeError, "a bug"):
       cli.main(benchmark.BenchmarkConfig, run, ["prog", f"--out_dir={self.create_tempdir().full_path}"])
 
+  @pytest.mark.slow  # the command line in a process of its own (XLA's abort would end this one)
   def test_huge_width_is_refused_before_jax_aborts(self):
     # Before the estimate, XLA aborted the process (exit 134) on this width; a subprocess survives that.
     out = pathlib.Path(self.create_tempdir().full_path) / "out"

@@ -34,6 +34,7 @@ _TESTS = textwrap.dedent("""
 
 class ParseSummaryTest(absltest.TestCase):
 
+  @pytest.mark.slow  # pytest in a process of its own
   def test_counts_of_a_real_pytest_run(self):
     # The reference is pytest itself: a file of two passing tests, one failing and one skipped.
     with tempfile.TemporaryDirectory() as tmp:

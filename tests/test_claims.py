@@ -15,6 +15,7 @@ from absl.testing import absltest
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from experiments import claims as claims_experiment
 from scaling.studies import device_time
@@ -570,6 +571,7 @@ class TinyRunTest(absltest.TestCase):
     self.assertEqual(json.loads(json.dumps(results.to_jsonable(alone))), self.rows["post_softmax_breaks"])
 
 
+@pytest.mark.slow  # the shell script runs the claims in a process of its own
 class DeviceScriptTest(absltest.TestCase):
   """scripts/device_claims.sh on a CPU: the paper-mode plan (--dry_run) and a tiny run that writes its tables."""
 

@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import pytest
 
 from scaling.runs import results
 from scaling.studies.claims import compare
@@ -44,6 +45,7 @@ class CompareTest(absltest.TestCase):
       compare.compare_rows([_row("a", 1.0, "holds")], [_row("a", 1.0, "holds", statistic="t")])
     self.assertEqual(compare.seconds_by_claim([{"id": "a", "seconds": 1}, {"id": "a", "seconds": 2}]), {"a": 2.0})
 
+  @pytest.mark.slow  # the script in a process of its own
   def test_script(self):
     with tempfile.TemporaryDirectory() as d:
       runs = [pathlib.Path(d) / name for name in ("f32", "bf16")]

@@ -13,6 +13,7 @@ from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
+import pytest
 
 from experiments import cli
 from scaling.base import config as config_lib
@@ -99,6 +100,7 @@ class InProcessTest(chex.TestCase):
     self.assertEqual(jax.config.jax_compilation_cache_dir, before)
 
 
+@pytest.mark.slow  # two sweeps, each in a process of its own
 class RerunTest(absltest.TestCase):
 
   def test_second_sweep_reads_every_program_from_the_cache(self):

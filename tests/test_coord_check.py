@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 import jax
 import numpy as np
+import pytest
 
 import experiment_main
 from experiments import coord_check as coord_exp
@@ -273,6 +274,7 @@ class ExperimentTest(parameterized.TestCase):
     code, stdout, stderr = experiment_main.run_with(coord_exp, FLAGS_TINY, out, **kw)
     experiment_main.assert_one_line_error(self, code, stdout, stderr, text, out)
 
+  @pytest.mark.slow  # the command line in a process of its own
   def test_cli_end_to_end(self):
     out = _tempdir(self) / "o"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}

@@ -154,6 +154,7 @@ def run_blocks(test: absltest.TestCase, blocks: list[str]) -> None:
   test.assertEqual(done.returncode, 0, done.stderr)
 
 
+@pytest.mark.slow  # the blocks run in a Python process of their own, as a reader runs them
 class ReadmeSnippetsTest(absltest.TestCase):
 
   def test_every_short_python_block_of_the_readme_and_the_docs_runs(self):
@@ -187,6 +188,7 @@ class UpdateReadmeTest(absltest.TestCase):
     path.write_text(text)
     return str(path)
 
+  @pytest.mark.slow  # the script in a process of its own
   def test_unknown_name_exits_2_with_one_line(self):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_readme.py"), "no_such_section",
                            self._source("x")], capture_output=True, text=True, check=False,
@@ -309,6 +311,7 @@ class HeadlineTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "config"):
       report.claims_headline(self.ROWS, {"mode": "full"})
 
+  @pytest.mark.slow  # the script in a process of its own
   def test_headline_script_reads_a_claims_folder(self):
     folder = pathlib.Path(self.create_tempdir().full_path)
     (folder / "claims.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.ROWS))

@@ -11,6 +11,7 @@ import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 import experiment_main
 from experiments import cli
@@ -21,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 class SweepMainTest(absltest.TestCase):
 
+  @pytest.mark.slow  # a command line in a process of its own
   def test_main_writes_results(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     out = tmp / "sweep"

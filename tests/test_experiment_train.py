@@ -12,6 +12,7 @@ from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 import experiment_main
 import tracker_files
@@ -154,6 +155,7 @@ class MainTest(absltest.TestCase):
 
 class CommandLineTest(absltest.TestCase):
 
+  @pytest.mark.slow  # command lines in processes of their own
   def test_bad_flags_exit_2_with_one_line(self):
     tmp = pathlib.Path(self.create_tempdir().full_path)
     empty = tmp / "empty.txt"

@@ -10,6 +10,7 @@ import tempfile
 import textwrap
 
 from absl.testing import absltest
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "flax_attention_suite.py"
@@ -61,6 +62,7 @@ def _run(sdist, *args):
                         timeout=600, check=False, env=env)
 
 
+@pytest.mark.slow  # the script runs pytest in processes of its own
 class SuiteScriptTest(absltest.TestCase):
 
   def test_extracts_patches_runs_and_reports(self):

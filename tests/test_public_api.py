@@ -14,6 +14,7 @@ import warnings
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 import scaling
 
@@ -82,6 +83,7 @@ class PublicApiTest(parameterized.TestCase):
     self.assertIs(scaling.coord_check, importlib.import_module("scaling.studies.coord_check.any_model").coord_check)
     self.assertIs(scaling.transfer, importlib.import_module("scaling.studies.transfer.any_model").transfer)
 
+  @pytest.mark.slow  # a fresh interpreter's imports
   def test_import_scaling_imports_no_study_nor_flax_nnx_and_star_gives_all(self):
     code = ("import sys, warnings\nwarnings.simplefilter('error')\nimport scaling\n"
             "print(sorted(m for m in sys.modules if m.startswith('scaling.studies')))\n"
