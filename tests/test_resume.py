@@ -49,9 +49,11 @@ def _lines(path):
 
 
 def _start(module, out_dir, **flag_values):
-  """The experiment's command line in a subprocess."""
+  """The experiment's command line in a subprocess, with a compilation cache of its own (empty): programs that other
+  runs of this test process compiled would let it finish before the kill lands."""
   cmd = [sys.executable, "-m", *experiment_main.argv(module, out_dir=str(out_dir), **flag_values)]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+  cache = pathlib.Path(out_dir).with_name(pathlib.Path(out_dir).name + "-cache")
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", "XDG_CACHE_HOME": str(cache)}
   return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
