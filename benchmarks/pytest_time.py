@@ -1,11 +1,11 @@
-"""Benchmark suite `tests`: how long the README's test command takes on this machine, and the end-to-end group.
+"""Benchmark suite `tests`: how long the README's test command takes on this machine, and the slow group.
 
-Runs ``python -m pytest -q`` from the repository root in a fresh process (the default group: every test but the
-long end-to-end runs marked ``slow``), then ``python -m pytest -q -m slow`` (that group, which CI runs too), and
-reports each one's wall time, its counts of tests and the machine's cores beside the target ``TARGET_S`` for the
-default group. Writes tests.json, tests.md (the README's test-time line: ``python scripts/update_readme.py test_time
-runs/benchmark/latest/tests.md``) and each group's whole pytest output (pytest_<group>.log). It needs a clone: the
-tests are not part of the installed package.
+Runs ``python -m pytest -q`` from the repository root in a fresh process (the default group: every test but those
+marked ``slow``, which start Python in a process of their own), then ``python -m pytest -q -m slow`` (that group,
+which CI runs too), and reports each one's wall time, its counts of tests and the machine's cores beside the target
+``TARGET_S`` for the default group. Writes tests.json, tests.md (the README's test-time line: ``python
+scripts/update_readme.py test_time runs/benchmark/latest/tests.md``) and each group's whole pytest output
+(pytest_<group>.log). It needs a clone: the tests are not part of the installed package.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class TestsBenchConfig(Options):
 
   __test__ = False  # not a test class, whatever pytest's name patterns say
 
-  groups: tuple[str, ...] = option(tuple(GROUPS), "Groups timed: default (README's pytest -q) and slow (the "
-                                   "end-to-end runs, pytest -q -m slow).", choices=tuple(GROUPS))
+  groups: tuple[str, ...] = option(tuple(GROUPS), "Groups timed: default (README's pytest -q) and slow "
+                                   "(pytest -q -m slow).", choices=tuple(GROUPS))
   paths: tuple[str, ...] | None = option(None, "Test files or folders, relative to the repository root (default: "
                                          "the testpaths of pytest.ini).")
 
@@ -115,7 +115,7 @@ def readme_markdown(results: dict[str, Any]) -> str:
   """The README's test-time line from ``results`` (tests.json)."""
   parts = []
   for r in results["groups"]:
-    what = "the default group" if r["group"] == "default" else "the end-to-end group"
+    what = "the default group" if r["group"] == "default" else "the slow group"
     counts = f"{r['passed']} passed" + (f", {r['failed']} failed" if r["failed"] else "") + (
         f", {r['errors']} errors" if r["errors"] else "") + (f", {r['skipped']} skipped" if r["skipped"] else "")
     line = (f"`{r['command']}` ({what}: {counts}) took {r['wall_s']:.0f} s wall "
