@@ -115,6 +115,26 @@ class FunctionalProgramTest(parameterized.TestCase):
     self.assertEqual(float(result.records["delta_rms/readout"][0, 0]), 0.0)  # no update yet
     self.assertGreater(float(result.records["delta_rms/readout"][1, 0]), 0.0)
 
+  def test_the_init_is_traced_once_for_its_shapes(self):
+    """A model's init is traced once for its shapes (nothing computed), and the program and the outputs a study
+    records share that trace: it is traced again only when its program compiles."""
+    traced = []
+    own = user_model.functional_model(MLP, mse, 16, batches(0))
+
+    def init(key):
+      traced.append(key)
+      return own.init(key)
+
+    fm = user_model.FunctionalModel(own.kind, own.width, init, own.loss, own.captured)
+    params, state = user_model.abstract_init(fm)
+    self.assertLen(traced, 1)
+    chex.assert_trees_all_equal_shapes_and_dtypes(params, own.init(jax.random.key(0))[0])
+    self.assertIs(user_model.abstract_init(fm), user_model.abstract_init(fm))
+    program = programs_lib.FunctionalProgram(fm, adam)
+    self.assertLen(traced, 1)
+    chex.assert_trees_all_equal_shapes_and_dtypes(program.shapes, params)
+    self.assertEqual(state, {})
+
   def test_bad_programs_are_refused(self):
     with self.assertRaisesRegex(TypeError, "FunctionalModel"):
       programs_lib.FunctionalProgram(MLP, adam)

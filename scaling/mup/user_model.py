@@ -23,6 +23,7 @@ into one array tree stacked over steps, scanned inside the compiled training pro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 from typing import Any, Callable, Iterator, Mapping
@@ -494,6 +495,13 @@ class Batches:
     return self.batch(0)
 
 
+@functools.lru_cache(maxsize=64)
+def abstract_init(fm: FunctionalModel) -> tuple[Params, Any]:
+  """The shapes and dtypes (``jax.ShapeDtypeStruct`` leaves) of the model's (parameters, state): its init traced once
+  per model and shared by all who ask (a study's program and the outputs it records), nothing computed."""
+  return jax.eval_shape(fm.init, jax.random.key(0))
+
+
 def abstract_params(fm: FunctionalModel) -> Params:
   """The shapes and dtypes of the model's parameters (``jax.ShapeDtypeStruct`` leaves), nothing computed."""
-  return jax.eval_shape(lambda: fm.init(jax.random.key(0))[0])
+  return abstract_init(fm)[0]

@@ -123,7 +123,8 @@ def _measure(runs: Sequence[width_family.Run], widths: Sequence[int], steps: int
     key = (point["parametrization"], point["width"])
     if key not in models:
       fm = by_name[key[0]][0](key[1])
-      models[key] = fm, tuple(jax.eval_shape(lambda: fm.captured(*fm.init(jax.random.key(0)), batches.example))[1])
+      params, state = user_model.abstract_init(fm)  # traced once, shared with the point's program
+      models[key] = fm, tuple(jax.eval_shape(fm.captured, params, state, batches.example)[1])
     return models[key]
 
   def compute(point):

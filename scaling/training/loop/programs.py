@@ -19,6 +19,7 @@ from scaling.attention import rules as rules_lib
 from scaling.base.validation import ConfigError
 from scaling.base.validation import ConfigTypeError
 from scaling.mup import optim as optim_lib
+from scaling.mup import user_model
 from scaling.training.optimizer import OptimizerConfig
 from scaling.training.model import transformer as model_lib
 from scaling.training.model.config import ModelConfig
@@ -132,7 +133,7 @@ class FunctionalProgram:
     self.model = model
     self.optimizer = optimizer
     self.record_outputs = bool(record_outputs)
-    self.shapes = jax.eval_shape(lambda: model.init(jax.random.key(0))[0])
+    self.shapes = user_model.abstract_params(model)
 
   @property
   def width(self) -> int:
