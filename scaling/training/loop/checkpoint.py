@@ -166,7 +166,7 @@ class Checkpoints:
     state = out["state"]["train_state"]
     if stacked:
       stack = compilation.jit(functools.partial(stacked_state, depth=self.depth, target=like),
-                      out_shardings=jax.tree.map(lambda x: x.sharding, like))
+                              out_shardings=jax.tree.map(lambda x: x.sharding, like))
       state = stack(state)
     return state, dict(out["meta"])
 

@@ -74,7 +74,7 @@ def _sharded_step(program: programs_lib.Program, mesh: jax.sharding.Mesh, shard_
       treedef, [jax.sharding.NamedSharding(mesh, sharding_lib.batch_spec(shape, mesh.size)) for shape in shapes])
   batch_of = compilation.jit(lambda ds, t, seed: ds.batch(t, seed), out_shardings=batch_sharding)
   step = compilation.jit(program.step, in_shardings=(state_sharding, batch_sharding),
-                 out_shardings=(state_sharding, sharding_lib.replicated(mesh)))
+                         out_shardings=(state_sharding, sharding_lib.replicated(mesh)))
   return batch_of, step
 
 

@@ -134,4 +134,4 @@ def grid_batches(dataset: Any, step: Any, seeds: Array) -> state_lib.Batch:
 def _grid_batches(mesh: jax.sharding.Mesh) -> Callable[[Any, Any, Array], state_lib.Batch]:
   """The jitted ``grid_batches`` for ``mesh`` (compiled once per dataset config)."""
   return compilation.jit(lambda dataset, step, seeds: jax.vmap(lambda s: dataset.batch(step, s))(seeds),
-                 out_shardings=sharding_lib.leading(mesh))
+                         out_shardings=sharding_lib.leading(mesh))
