@@ -1,4 +1,5 @@
-"""Test configuration: CPU only, headless plotting, bounded hypothesis runs."""
+"""Test configuration: CPU only, headless plotting, bounded hypothesis runs, and what keeps the two test workers fast
+(XLA's compile flags, the longest files first, programs dropped between files, fewer full garbage collections)."""
 
 import atexit
 import gc
