@@ -135,6 +135,25 @@ class FunctionalProgramTest(parameterized.TestCase):
     chex.assert_trees_all_equal_shapes_and_dtypes(program.shapes, params)
     self.assertEqual(state, {})
 
+  def test_a_user_init_is_checked_on_the_trace_its_program_reuses(self):
+    """With an optimizer factory and an init(width, params, key), the boundary's check of that init traces it once per
+    width for its shapes (and computes it once at the smallest width), and each width's program takes its shapes from
+    that trace."""
+    traced = []
+
+    def init(width, params, key):
+      del key
+      traced.append(width)
+      return params
+
+    found = scaling.mup.width_family.runs(MLP, mse, batches(0), optimizer=adam, init=init, name="own", schemes=(),
+                                          widths=(8, 16), base_width=None)
+    self.assertEqual(sorted(traced), [8, 8, 16])  # 8: its shapes, and the init computed there once
+    for width in (8, 16):
+      program = programs_lib.FunctionalProgram(found[0].model_at(width), adam)
+      chex.assert_trees_all_equal_shapes_and_dtypes(program.shapes, _program(width)[1].init(jax.random.key(0))[0])
+    self.assertEqual(sorted(traced), [8, 8, 16])
+
   def test_bad_programs_are_refused(self):
     with self.assertRaisesRegex(TypeError, "FunctionalModel"):
       programs_lib.FunctionalProgram(MLP, adam)

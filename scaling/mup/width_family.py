@@ -111,7 +111,7 @@ class ModelWidths:
     """The shapes of the parameters and state at ``width`` (nothing computed; errors name the model)."""
     fm = self.functional(width)
     try:
-      params, state = jax.eval_shape(fm.init, jax.random.key(0))
+      params, state = user_model.abstract_init(fm)
     except ConfigError:
       raise
     except Exception as e:
@@ -423,7 +423,7 @@ def _check_init_fn(fm: user_model.FunctionalModel, shapes: Any) -> None:
   """ConfigError naming ``init`` unless ``init(width, params, key)`` traces at ``fm``'s width and returns parameters of
   the model's structure and shapes (nothing compiled)."""
   try:
-    params, _ = jax.eval_shape(fm.init, jax.random.key(0))
+    params, _ = user_model.abstract_init(fm)  # the trace the run's program reuses
   except ConfigError:
     raise
   except Exception as e:
