@@ -1,5 +1,5 @@
 """Test configuration: CPU only, headless plotting, bounded hypothesis runs, and what keeps the two test workers fast
-(XLA's compile flags, the longest files first, programs dropped between files, fewer full garbage collections)."""
+(XLA's compile flags, programs dropped between files, fewer full garbage collections)."""
 
 import atexit
 import gc
@@ -43,31 +43,6 @@ from absl import flags  # noqa: E402
 # absltest's create_tempdir reads absl's own flags; under pytest nobody parses argv.
 if not flags.FLAGS.is_parsed():
   flags.FLAGS.mark_as_parsed()
-
-
-# The files whose tests take 4 s or more of one core, longest first (about 40 s down to 4 s; the other files take
-# less). Each worker takes the next file when it finishes one (pytest.ini: --dist loadfile), so the last files
-# either worker takes are the shortest and the two end within a few seconds of each other, instead of one idling
-# while the other runs a long file it happened to take last. Any file not named keeps its place after these;
-# naming one that no longer exists changes nothing.
-LONGEST_FIRST = ("test_scan_layers.py", "test_train.py", "test_attention.py", "test_unit_scaling.py",
-                 "test_builtin_fixtures.py", "test_model.py", "test_training_claims.py",
-                 "test_coord_check_lm_models.py", "test_coord_check_vision_models.py", "test_blockwise.py",
-                 "test_other_libraries.py", "test_param_draws.py", "test_external_models.py", "test_sweep.py",
-                 "test_user_parametrization.py", "test_flax_attention.py", "test_grid_run.py", "test_claims.py",
-                 "test_recipes.py", "test_mup_boundary.py", "test_transfer.py", "test_depth_axis.py",
-                 "test_metrics.py", "test_resume.py", "test_random_input_claims.py", "test_user_coord_check.py",
-                 "test_depth.py", "test_autotune.py", "test_coord_check.py", "test_sensitivity.py",
-                 "test_resources.py", "test_functional_program.py", "test_closed_form_claims.py", "test_usage.py",
-                 "test_bench_train.py", "test_bad_inputs.py", "test_device_check.py", "test_optim.py",
-                 "test_experiment_stability.py", "test_experiment_train.py", "test_figures.py",
-                 "test_experiment_sweep.py")
-
-
-def pytest_collection_modifyitems(config, items):
-  del config  # unused
-  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
 
 
 def pytest_runtest_teardown(item, nextitem):
